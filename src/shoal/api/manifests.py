@@ -1,0 +1,114 @@
+"""Decode manifests (dicts, YAML or JSON files) into typed objects.
+
+Decoding errors carry the object's kind and name and the dotted path of the bad field,
+e.g. `Pod default/web-1: field spec.containers[0].resources: requests.cpu: quantity
+'-1' must not be negative`. Multi-document readers return good objects and errors side by
+side so a caller can keep the good ones and report the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+import yaml
+
+from shoal.api.errors import ManifestError
+from shoal.api.objects import Node, Pod, PriorityClass
+
+__all__ = ["KINDS", "decode", "iter_documents", "load_objects"]
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+KINDS: dict[str, type[msgspec.Struct]] = {"Pod": Pod, "Node": Node, "PriorityClass": PriorityClass}
+
+_PATH = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.S)
+
+
+def _display_name(raw: Mapping[str, Any]) -> str:
+    meta = raw.get("metadata")
+    if not isinstance(meta, Mapping):
+        return ""
+    name = str(meta.get("name", ""))
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if namespace and name else name
+
+
+def decode(raw: Mapping[str, Any], cls: type[T], source: str = "") -> T:
+    """Convert one manifest into `cls`; raise ManifestError naming object and field."""
+    kind = cls.__name__
+    if not isinstance(raw, Mapping):
+        raise ManifestError(kind, "", "", f"expected a mapping, got {type(raw).__name__}", source)
+    try:
+        return msgspec.convert(raw, cls, strict=False)
+    except msgspec.ValidationError as err:
+        text = str(err)
+        match = _PATH.match(text)
+        problem, path = (match["msg"], match["path"].lstrip(".")) if match else (text, "")
+        raise ManifestError(kind, _display_name(raw), path, problem, source) from None
+
+
+def iter_documents(path: Path) -> Iterator[Any]:
+    """Documents in a YAML (multi-document) or JSON file; `kind: List` is flattened."""
+    text = path.read_text()
+    docs: Iterable[Any]
+    if path.suffix == ".json":
+        docs = [json.loads(text)]
+    elif path.suffix == ".jsonl":
+        docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        docs = yaml.safe_load_all(text)
+    for doc in docs:
+        if doc is None:
+            continue
+        if isinstance(doc, Mapping) and doc.get("kind", "").endswith("List"):
+            yield from doc.get("items") or []
+        elif isinstance(doc, list):
+            yield from doc
+        else:
+            yield doc
+
+
+def load_objects(
+    paths: Iterable[Path],
+) -> tuple[list[msgspec.Struct], list[ManifestError]]:
+    """Read every known object from files (or directories of files).
+
+    Returns the decoded objects and the errors; one bad document never hides the others.
+    """
+    objects: list[msgspec.Struct] = []
+    errors: list[ManifestError] = []
+    for path in _expand(paths):
+        try:
+            documents = list(iter_documents(path))
+        except (OSError, yaml.YAMLError, json.JSONDecodeError) as err:
+            errors.append(ManifestError("file", str(path), "", f"cannot be read: {err}"))
+            continue
+        for index, doc in enumerate(documents):
+            where = f"{path}#{index}"
+            if not isinstance(doc, Mapping):
+                errors.append(ManifestError("document", "", "", "expected a mapping", where))
+                continue
+            kind = doc.get("kind")
+            cls = KINDS.get(str(kind))
+            if cls is None:
+                continue  # other kinds are some other component's business
+            try:
+                objects.append(decode(doc, cls, where))
+            except ManifestError as err:
+                errors.append(err)
+    return objects, errors
+
+
+def _expand(paths: Iterable[Path]) -> Iterator[Path]:
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.iterdir()):
+                if child.suffix in (".yaml", ".yml", ".json", ".jsonl"):
+                    yield child
+        else:
+            yield path

@@ -1,0 +1,350 @@
+"""Kubernetes v1 objects the scheduler reads, decoded from ordinary manifests.
+
+Only the fields that scheduling depends on are declared; unknown fields are ignored, as
+the API server's clients do. Types and enumerations are checked while decoding, so a bad
+manifest fails with the JSON path of the bad field (see `shoal.api.manifests`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from shoal.api.resources import parse_resource_list
+
+__all__ = [
+    "Affinity",
+    "Container",
+    "ContainerPort",
+    "LabelSelector",
+    "LabelSelectorRequirement",
+    "Node",
+    "NodeAffinity",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "NodeSpec",
+    "NodeStatus",
+    "ObjectMeta",
+    "OwnerReference",
+    "Pod",
+    "PodAffinity",
+    "PodAffinityTerm",
+    "PodAntiAffinity",
+    "PodSpec",
+    "PodStatus",
+    "PreferredSchedulingTerm",
+    "PriorityClass",
+    "ResourceRequirements",
+    "Taint",
+    "TaintEffect",
+    "Toleration",
+    "TopologySpreadConstraint",
+    "WeightedPodAffinityTerm",
+]
+
+Quantity = str | int | float
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+NodeSelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+LabelSelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+
+
+class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+class OwnerReference(_Base):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class ObjectMeta(_Base):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    creation_timestamp: str | None = None
+    resource_version: str = ""
+    owner_references: list[OwnerReference] = []
+    deletion_timestamp: str | None = None
+
+
+# ---- selectors ---------------------------------------------------------------------
+
+
+class NodeSelectorRequirement(_Base):
+    key: str
+    operator: NodeSelectorOperator
+    values: list[str] = []
+
+    def __post_init__(self) -> None:
+        _check_requirement(self.operator, self.values)
+        if self.operator in ("Gt", "Lt"):
+            if len(self.values) != 1:
+                raise ValueError(f"operator {self.operator} needs exactly one value")
+            try:
+                int(self.values[0])
+            except ValueError:
+                raise ValueError(
+                    f"operator {self.operator} needs an integer value, got {self.values[0]!r}"
+                ) from None
+
+
+class NodeSelectorTerm(_Base):
+    match_expressions: list[NodeSelectorRequirement] = []
+    match_fields: list[NodeSelectorRequirement] = []
+
+
+class NodeSelector(_Base):
+    node_selector_terms: list[NodeSelectorTerm]
+
+
+class PreferredSchedulingTerm(_Base):
+    weight: int
+    preference: NodeSelectorTerm
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.weight <= 100:
+            raise ValueError(f"weight {self.weight} must be in 1..100")
+
+
+class NodeAffinity(_Base):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = []
+
+
+class LabelSelectorRequirement(_Base):
+    key: str
+    operator: LabelSelectorOperator
+    values: list[str] = []
+
+    def __post_init__(self) -> None:
+        _check_requirement(self.operator, self.values)
+
+
+class LabelSelector(_Base):
+    match_labels: dict[str, str] = {}
+    match_expressions: list[LabelSelectorRequirement] = []
+
+
+class PodAffinityTerm(_Base):
+    topology_key: str
+    label_selector: LabelSelector | None = None
+    namespaces: list[str] = []
+    namespace_selector: LabelSelector | None = None
+    match_label_keys: list[str] = []
+    mismatch_label_keys: list[str] = []
+
+    def __post_init__(self) -> None:
+        if not self.topology_key:
+            raise ValueError("topologyKey must not be empty")
+
+
+class WeightedPodAffinityTerm(_Base):
+    weight: int
+    pod_affinity_term: PodAffinityTerm
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.weight <= 100:
+            raise ValueError(f"weight {self.weight} must be in 1..100")
+
+
+class PodAffinity(_Base):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = []
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = []
+
+
+class PodAntiAffinity(_Base):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = []
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = []
+
+
+class Affinity(_Base):
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAntiAffinity | None = None
+
+
+# ---- taints ------------------------------------------------------------------------
+
+
+class Taint(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, frozen=True):
+    key: str
+    effect: TaintEffect
+    value: str = ""
+
+    def __str__(self) -> str:
+        # kube-scheduler prints untolerated taints as {key: value}.
+        return f"{{{self.key}: {self.value}}}"
+
+
+class Toleration(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, frozen=True):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    toleration_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value must be empty when operator is Exists")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator must be Exists when key is empty")
+
+    def tolerates(self, taint: Taint) -> bool:
+        """v1 Toleration.ToleratesTaint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+# ---- pods --------------------------------------------------------------------------
+
+
+class ResourceRequirements(_Base):
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+
+    def __post_init__(self) -> None:
+        for field, raw in (("requests", self.requests), ("limits", self.limits)):
+            try:
+                parse_resource_list(raw)
+            except ValueError as err:
+                raise ValueError(f"{field}.{err}") from None
+
+
+class ContainerPort(_Base):
+    container_port: int
+    host_port: int = 0
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    host_ip: str = msgspec.field(default="", name="hostIP")
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.host_port <= 65535:
+            raise ValueError(f"hostPort {self.host_port} must be in 0..65535")
+
+
+class Container(_Base):
+    name: str = ""
+    image: str = ""
+    resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
+    ports: list[ContainerPort] = []
+    restart_policy: Literal["Always"] | None = None
+
+
+class TopologySpreadConstraint(_Base):
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
+    label_selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
+    node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
+    match_label_keys: list[str] = []
+
+    def __post_init__(self) -> None:
+        if self.max_skew < 1:
+            raise ValueError(f"maxSkew {self.max_skew} must be at least 1")
+        if self.min_domains is not None:
+            if self.min_domains < 1:
+                raise ValueError(f"minDomains {self.min_domains} must be at least 1")
+            if self.when_unsatisfiable != "DoNotSchedule":
+                raise ValueError("minDomains needs whenUnsatisfiable: DoNotSchedule")
+        if not self.topology_key:
+            raise ValueError("topologyKey must not be empty")
+
+
+class PodSpec(_Base):
+    containers: list[Container] = []
+    init_containers: list[Container] = []
+    overhead: dict[str, Quantity] = {}
+    node_name: str = ""
+    node_selector: dict[str, str] = {}
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = []
+    scheduler_name: str = "default-scheduler"
+    priority: int | None = None
+    priority_class_name: str = ""
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    topology_spread_constraints: list[TopologySpreadConstraint] = []
+    scheduling_gates: list[dict[str, str]] = []
+
+    def __post_init__(self) -> None:
+        try:
+            parse_resource_list(self.overhead)
+        except ValueError as err:
+            raise ValueError(f"overhead.{err}") from None
+
+
+class PodCondition(_Base):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+class PodStatus(_Base):
+    phase: str = ""
+    nominated_node_name: str = ""
+    conditions: list[PodCondition] = []
+
+
+class Pod(_Base):
+    api_version: str = "v1"
+    kind: str = "Pod"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+
+# ---- nodes -------------------------------------------------------------------------
+
+
+class NodeSpec(_Base):
+    unschedulable: bool = False
+    taints: list[Taint] = []
+
+
+class NodeStatus(_Base):
+    capacity: dict[str, Quantity] = {}
+    allocatable: dict[str, Quantity] = {}
+
+    def __post_init__(self) -> None:
+        for field, raw in (("capacity", self.capacity), ("allocatable", self.allocatable)):
+            try:
+                parse_resource_list(raw)
+            except ValueError as err:
+                raise ValueError(f"{field}.{err}") from None
+
+
+class Node(_Base):
+    api_version: str = "v1"
+    kind: str = "Node"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+
+
+class PriorityClass(_Base):
+    api_version: str = "scheduling.k8s.io/v1"
+    kind: str = "PriorityClass"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    value: int = 0
+    global_default: bool = False
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+
+def _check_requirement(operator: str, values: list[str]) -> None:
+    if operator in ("In", "NotIn") and not values:
+        raise ValueError(f"operator {operator} needs at least one value")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise ValueError(f"operator {operator} takes no values")

@@ -1,0 +1,201 @@
+"""PodInfo: a pod plus everything the scheduler derives from it once.
+
+Deriving requests, ports and tolerations is done when the pod enters the scheduler, not
+in every scheduling cycle. The request rules follow `k8s.io/component-helpers`
+`resource.PodRequests` (init containers, restartable sidecars, overhead) and the API
+server's defaulting (a limit with no request becomes the request).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shoal.api.objects import (
+    Container,
+    NodeSelectorTerm,
+    Pod,
+    PodAffinityTerm,
+    PreferredSchedulingTerm,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
+    WeightedPodAffinityTerm,
+)
+from shoal.api.resources import (
+    CPU,
+    DEFAULT_MEMORY_REQUEST,
+    DEFAULT_MILLI_CPU_REQUEST,
+    MEMORY,
+    ResourceList,
+    add_into,
+    max_into,
+    parse_resource_list,
+)
+
+__all__ = ["HostPort", "PodInfo", "pod_key", "pod_requests"]
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    ip: str
+    protocol: str
+    port: int
+
+    def conflicts(self, other: HostPort) -> bool:
+        """Same port and protocol, and the same address or a wildcard on either side."""
+        if self.port != other.port or self.protocol != other.protocol:
+            return False
+        return self.ip == other.ip or self.ip in ("", "0.0.0.0") or other.ip in ("", "0.0.0.0")
+
+
+def pod_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def _container_requests(container: Container) -> ResourceList:
+    requests = parse_resource_list(container.resources.requests)
+    for name, amount in parse_resource_list(container.resources.limits).items():
+        requests.setdefault(name, amount)
+    return requests
+
+
+def _container_nonzero(container: Container, requests: ResourceList) -> tuple[int, int]:
+    cpu = requests.get(CPU, 0) if CPU in requests else DEFAULT_MILLI_CPU_REQUEST
+    mem = requests.get(MEMORY, 0) if MEMORY in requests else DEFAULT_MEMORY_REQUEST
+    return cpu, mem
+
+
+def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
+    """Effective requests and the non-zero (cpu, memory) used by scoring plugins."""
+    total: ResourceList = {}
+    nz_cpu = nz_mem = 0
+    for container in pod.spec.containers:
+        requests = _container_requests(container)
+        add_into(total, requests)
+        c, m = _container_nonzero(container, requests)
+        nz_cpu += c
+        nz_mem += m
+    init_max: ResourceList = {}
+    sidecars: ResourceList = {}
+    nz_init = (0, 0)
+    nz_sidecars = (0, 0)
+    for container in pod.spec.init_containers:
+        requests = _container_requests(container)
+        c, m = _container_nonzero(container, requests)
+        if container.restart_policy == "Always":
+            # A sidecar keeps running next to the app containers.
+            add_into(total, requests)
+            add_into(sidecars, requests)
+            nz_cpu += c
+            nz_mem += m
+            nz_sidecars = (nz_sidecars[0] + c, nz_sidecars[1] + m)
+            step = dict(sidecars)
+            nz_step = nz_sidecars
+        else:
+            step = dict(requests)
+            add_into(step, sidecars)
+            nz_step = (c + nz_sidecars[0], m + nz_sidecars[1])
+        max_into(init_max, step)
+        nz_init = (max(nz_init[0], nz_step[0]), max(nz_init[1], nz_step[1]))
+    max_into(total, init_max)
+    overhead = parse_resource_list(pod.spec.overhead)
+    add_into(total, overhead)
+    nz_cpu = max(nz_cpu, nz_init[0]) + overhead.get(CPU, 0)
+    nz_mem = max(nz_mem, nz_init[1]) + overhead.get(MEMORY, 0)
+    return {k: v for k, v in total.items() if v}, (nz_cpu, nz_mem)
+
+
+class PodInfo:
+    """A pod as the scheduler sees it. Read-only to plugins."""
+
+    __slots__ = (
+        "affinity_terms",
+        "anti_affinity_terms",
+        "attempts",
+        "host_ports",
+        "initial_attempt_time",
+        "key",
+        "labels",
+        "name",
+        "namespace",
+        "node_name",
+        "nonzero",
+        "pod",
+        "preferred_affinity_terms",
+        "preferred_anti_affinity_terms",
+        "preferred_node_terms",
+        "priority",
+        "requests",
+        "required_node_terms",
+        "scheduler_name",
+        "spread_constraints",
+        "timestamp",
+        "tolerations",
+        "uid",
+    )
+
+    def __init__(self, pod: Pod, timestamp: float = 0.0) -> None:
+        meta, spec = pod.metadata, pod.spec
+        self.pod = pod
+        self.namespace = meta.namespace or "default"
+        self.name = meta.name
+        self.key = pod_key(self.namespace, self.name)
+        self.uid = meta.uid or self.key
+        self.labels = meta.labels
+        self.scheduler_name = spec.scheduler_name
+        self.priority = spec.priority or 0
+        self.node_name = spec.node_name
+        self.requests, self.nonzero = pod_requests(pod)
+        self.tolerations: tuple[Toleration, ...] = tuple(spec.tolerations)
+        self.host_ports: tuple[HostPort, ...] = tuple(
+            HostPort(p.host_ip, p.protocol, p.host_port)
+            for c in spec.containers
+            for p in c.ports
+            if p.host_port > 0
+        )
+        affinity = spec.affinity
+        node_aff = affinity.node_affinity if affinity else None
+        required = node_aff.required_during_scheduling_ignored_during_execution if node_aff else None
+        self.required_node_terms: tuple[NodeSelectorTerm, ...] | None = (
+            tuple(required.node_selector_terms) if required is not None else None
+        )
+        self.preferred_node_terms: tuple[PreferredSchedulingTerm, ...] = (
+            tuple(node_aff.preferred_during_scheduling_ignored_during_execution)
+            if node_aff
+            else ()
+        )
+        pa = affinity.pod_affinity if affinity else None
+        paa = affinity.pod_anti_affinity if affinity else None
+        self.affinity_terms: tuple[PodAffinityTerm, ...] = (
+            tuple(pa.required_during_scheduling_ignored_during_execution) if pa else ()
+        )
+        self.preferred_affinity_terms: tuple[WeightedPodAffinityTerm, ...] = (
+            tuple(pa.preferred_during_scheduling_ignored_during_execution) if pa else ()
+        )
+        self.anti_affinity_terms: tuple[PodAffinityTerm, ...] = (
+            tuple(paa.required_during_scheduling_ignored_during_execution) if paa else ()
+        )
+        self.preferred_anti_affinity_terms: tuple[WeightedPodAffinityTerm, ...] = (
+            tuple(paa.preferred_during_scheduling_ignored_during_execution) if paa else ()
+        )
+        self.spread_constraints: tuple[TopologySpreadConstraint, ...] = tuple(
+            spec.topology_spread_constraints
+        )
+        self.timestamp = timestamp
+        self.initial_attempt_time: float | None = None
+        self.attempts = 0
+
+    @property
+    def has_pod_affinity(self) -> bool:
+        return bool(
+            self.affinity_terms
+            or self.anti_affinity_terms
+            or self.preferred_affinity_terms
+            or self.preferred_anti_affinity_terms
+        )
+
+    def tolerates(self, taint: Taint) -> bool:
+        return any(t.tolerates(taint) for t in self.tolerations)
+
+    def __repr__(self) -> str:
+        return f"PodInfo({self.key})"

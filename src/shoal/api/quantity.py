@@ -1,0 +1,79 @@
+"""Kubernetes resource quantities ("500m", "2Gi", "1e3") parsed exactly.
+
+The scheduler never works with floats for resources: CPU is kept in millicores and
+everything else in whole base units, rounded up the way `resource.Quantity.MilliValue()`
+and `Value()` round in Kubernetes. Parsing uses `fractions.Fraction` so "0.1" is exact.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from functools import lru_cache
+
+__all__ = ["QuantityError", "parse_quantity", "to_milli", "to_units"]
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+# sign, digits with optional fraction, then a suffix: binary, decimal SI or exponent.
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|n|u|m|k|M|G|T|P|E|)$"
+)
+
+
+class QuantityError(ValueError):
+    """A string is not a valid Kubernetes quantity."""
+
+
+@lru_cache(maxsize=4096)
+def parse_quantity(text: str | int | float) -> Fraction:
+    """Parse a Kubernetes quantity into an exact rational number of base units."""
+    if isinstance(text, bool):
+        raise QuantityError(f"quantity {text!r} is a boolean, expected a number or a string")
+    if isinstance(text, int):
+        return Fraction(text)
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise QuantityError(f"quantity {text!r} is not finite")
+        return Fraction(str(text))
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise QuantityError(
+            f"quantity {text!r} is not valid: expected a number with an optional suffix "
+            "such as 500m, 2Gi, 1.5, 1e3"
+        )
+    value = Fraction(match["num"])
+    suffix = match["suffix"]
+    if suffix in _BINARY:
+        value *= _BINARY[suffix]
+    elif suffix[:1] in ("e", "E"):
+        exponent = int(suffix[1:])
+        if abs(exponent) > 30:
+            raise QuantityError(f"quantity {text!r} has an exponent out of range")
+        value *= Fraction(10) ** exponent
+    else:
+        value *= _DECIMAL[suffix]
+    return -value if match["sign"] == "-" else value
+
+
+def to_milli(text: str | int | float) -> int:
+    """Quantity in thousandths of a unit, rounded up (Kubernetes `MilliValue`)."""
+    return math.ceil(parse_quantity(text) * 1000)
+
+
+def to_units(text: str | int | float) -> int:
+    """Quantity in whole units, rounded up (Kubernetes `Value`)."""
+    return math.ceil(parse_quantity(text))

@@ -1,0 +1,1 @@
+"""Backends feed the scheduler core and carry out its decisions (simulator, Kubernetes)."""

@@ -1,0 +1,104 @@
+"""KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) as typed models.
+
+Field names and defaults follow the upstream v1 API; unknown fields are rejected so that
+a typo ("scoreingStrategy") is an error, not a silently ignored setting. Fields of the
+upstream API that concern only a real cluster (clientConnection, leaderElection, ...)
+are accepted and kept for the Kubernetes backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "EXTENSION_POINTS",
+    "KubeSchedulerConfiguration",
+    "Plugin",
+    "PluginConfig",
+    "PluginSet",
+    "Plugins",
+    "Profile",
+]
+
+API_VERSION = "kubescheduler.config.k8s.io/v1"
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+
+# Extension points in Plugins, in execution order (attribute names).
+EXTENSION_POINTS = (
+    "pre_enqueue",
+    "queue_sort",
+    "pre_filter",
+    "filter",
+    "post_filter",
+    "pre_score",
+    "score",
+    "reserve",
+    "permit",
+    "pre_bind",
+    "bind",
+    "post_bind",
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Plugin(_Model):
+    name: str = Field(min_length=1)
+    weight: int | None = Field(default=None, ge=0, le=100)
+
+
+class PluginSet(_Model):
+    enabled: list[Plugin] = Field(default_factory=list)
+    disabled: list[Plugin] = Field(default_factory=list)
+
+
+class Plugins(_Model):
+    pre_enqueue: PluginSet = Field(default_factory=PluginSet)
+    queue_sort: PluginSet = Field(default_factory=PluginSet)
+    pre_filter: PluginSet = Field(default_factory=PluginSet)
+    filter: PluginSet = Field(default_factory=PluginSet)
+    post_filter: PluginSet = Field(default_factory=PluginSet)
+    pre_score: PluginSet = Field(default_factory=PluginSet)
+    score: PluginSet = Field(default_factory=PluginSet)
+    reserve: PluginSet = Field(default_factory=PluginSet)
+    permit: PluginSet = Field(default_factory=PluginSet)
+    pre_bind: PluginSet = Field(default_factory=PluginSet)
+    bind: PluginSet = Field(default_factory=PluginSet)
+    post_bind: PluginSet = Field(default_factory=PluginSet)
+    multi_point: PluginSet = Field(default_factory=PluginSet)
+
+
+class PluginConfig(_Model):
+    name: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class Profile(_Model):
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    percentage_of_nodes_to_score: int | None = Field(default=None, ge=0, le=100)
+    plugins: Plugins = Field(default_factory=Plugins)
+    plugin_config: list[PluginConfig] = Field(default_factory=list)
+
+
+class KubeSchedulerConfiguration(_Model):
+    api_version: Literal["kubescheduler.config.k8s.io/v1"] = API_VERSION
+    kind: Literal["KubeSchedulerConfiguration"] = "KubeSchedulerConfiguration"
+    parallelism: int = Field(default=16, ge=1)
+    percentage_of_nodes_to_score: int | None = Field(default=None, ge=0, le=100)
+    pod_initial_backoff_seconds: int = Field(default=1, ge=1)
+    pod_max_backoff_seconds: int = Field(default=10, ge=1)
+    profiles: list[Profile] = Field(default_factory=lambda: [Profile()])
+    extenders: list[dict[str, Any]] = Field(default_factory=list)
+    # Accepted for the Kubernetes backend; the core does not read them.
+    leader_election: dict[str, Any] = Field(default_factory=dict)
+    client_connection: dict[str, Any] = Field(default_factory=dict)
+    delay_cache_until_active: bool = False
+    enable_profiling: bool | None = None
+    enable_contention_profiling: bool | None = None
+    health_z_bind_address: str | None = Field(default=None, alias="healthzBindAddress")
+    metrics_bind_address: str | None = None

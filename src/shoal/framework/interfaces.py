@@ -1,0 +1,181 @@
+"""The plugin contract: one protocol per extension point.
+
+A plugin is an object with a `name` that implements one or more of these protocols; the
+framework finds out which by the methods present. Contracts (what each point may do and
+return) follow kube-scheduler's `framework` package:
+
+* Filter and Score are *vectorised*: they receive the candidate node rows and return one
+  value per candidate (numpy arrays). To write a plain per-node function instead, see
+  `shoal.framework.adapters`.
+* Nothing a plugin receives may be mutated except its own CycleState entries.
+* PreBind, Bind and PostBind are coroutines: they run in the asynchronous binding cycle,
+  the only place where a plugin may wait on I/O (through `Handle.binder`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.status import Status
+from shoal.framework.types import Candidates, ClusterEvent, FilterResult, PreFilterResult
+
+if TYPE_CHECKING:
+    from shoal.framework.handle import Handle
+
+__all__ = [
+    "BindPlugin",
+    "EnqueueExtensions",
+    "FilterPlugin",
+    "NodeFilterStatuses",
+    "PermitPlugin",
+    "Plugin",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
+    "PreEnqueuePlugin",
+    "PreFilterPlugin",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "ReservePlugin",
+    "ScorePlugin",
+]
+
+Scores = NDArray[np.int64]
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    name: str
+
+
+@runtime_checkable
+class PreEnqueuePlugin(Plugin, Protocol):
+    """Called before a pod enters the active queue; non-success keeps it out (gated)."""
+
+    def pre_enqueue(self, pod: PodInfo) -> Status: ...
+
+
+@runtime_checkable
+class QueueSortPlugin(Plugin, Protocol):
+    """Orders the active queue. Exactly one per profile.
+
+    `sort_key` must be consistent with `less`: the queue uses the key (a tuple compared
+    lexicographically) because it is much faster than pairwise calls.
+    """
+
+    def less(self, a: PodInfo, b: PodInfo) -> bool: ...
+    def sort_key(self, pod: PodInfo) -> tuple[object, ...]: ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    """Runs once per cycle before Filter. SKIP turns off this plugin's Filter for the pod;
+    UNSCHEDULABLE(_AND_UNRESOLVABLE) rejects the pod on every node."""
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo
+    ) -> tuple[PreFilterResult | None, Status]: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    """Which candidate nodes can run the pod (one boolean per candidate, with reasons)."""
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult: ...
+
+
+class NodeFilterStatuses(Protocol):
+    """What PostFilter sees of the failed Filter run."""
+
+    def status_of(self, node: str) -> Status: ...
+    def unresolvable(self) -> NDArray[np.bool_]: ...
+
+
+class PostFilterResult:
+    """A PostFilter may nominate a node (preemption) for the pod's next attempt."""
+
+    __slots__ = ("nominated_node",)
+
+    def __init__(self, nominated_node: str = "") -> None:
+        self.nominated_node = nominated_node
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    """Runs only when no node passed Filter (e.g. preemption)."""
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, statuses: NodeFilterStatuses
+    ) -> tuple[PostFilterResult | None, Status]: ...
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    """Runs once before Score with the feasible nodes. SKIP turns off this plugin's Score."""
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status: ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    """Ranks feasible nodes; returns one integer per candidate.
+
+    The framework then calls `normalize_score` when the plugin defines it; afterwards
+    scores must be within 0..MAX_NODE_SCORE and are multiplied by the plugin's weight.
+    """
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Scores: ...
+
+
+@runtime_checkable
+class ScoreNormalizer(Protocol):
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: Candidates, scores: Scores
+    ) -> Scores: ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    """Reserve claims plugin-side state for the chosen node; Unreserve must undo it and
+    must be idempotent (it also runs for plugins whose Reserve was never called)."""
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    """Allow (SUCCESS), deny (UNSCHEDULABLE) or hold (WAIT, with a timeout in seconds)."""
+
+    def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]: ...
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class BindPlugin(Plugin, Protocol):
+    """Binds the pod, or returns SKIP to let the next Bind plugin do it."""
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class PostBindPlugin(Plugin, Protocol):
+    async def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+@runtime_checkable
+class EnqueueExtensions(Protocol):
+    """The cluster events after which pods this plugin rejected are worth retrying."""
+
+    def events_to_register(self) -> Sequence[ClusterEvent]: ...

@@ -1,0 +1,294 @@
+"""Framework: runs one profile's plugins at each extension point.
+
+Built from a profile's configuration (see `shoal.config`); knows nothing of queues or
+backends. The scheduler calls it in order: PreFilter -> Filter -> (PostFilter) ->
+PreScore -> Score -> Reserve -> Permit, then in the binding cycle PreBind -> Bind ->
+PostBind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.diagnosis import Diagnosis
+from shoal.framework.handle import Handle
+from shoal.framework.interfaces import (
+    BindPlugin,
+    EnqueueExtensions,
+    FilterPlugin,
+    NodeFilterStatuses,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScoreNormalizer,
+    ScorePlugin,
+)
+from shoal.framework.status import Code, Status
+from shoal.framework.types import (
+    MAX_NODE_SCORE,
+    Candidates,
+    ClusterEvent,
+    FilterResult,
+    PreFilterResult,
+)
+
+__all__ = ["MAX_PERMIT_TIMEOUT", "FilterOutcome", "Framework", "ProfilePlugins"]
+
+MAX_PERMIT_TIMEOUT = 15 * 60.0  # kube-scheduler caps Permit waits at 15 minutes
+
+
+@dataclass
+class ProfilePlugins:
+    """The enabled plugins of a profile, per extension point, in order."""
+
+    pre_enqueue: list[PreEnqueuePlugin] = field(default_factory=list)
+    queue_sort: QueueSortPlugin | None = None
+    pre_filter: list[PreFilterPlugin] = field(default_factory=list)
+    filter: list[FilterPlugin] = field(default_factory=list)
+    post_filter: list[PostFilterPlugin] = field(default_factory=list)
+    pre_score: list[PreScorePlugin] = field(default_factory=list)
+    score: list[tuple[ScorePlugin, int]] = field(default_factory=list)  # (plugin, weight)
+    reserve: list[ReservePlugin] = field(default_factory=list)
+    permit: list[PermitPlugin] = field(default_factory=list)
+    pre_bind: list[PreBindPlugin] = field(default_factory=list)
+    bind: list[BindPlugin] = field(default_factory=list)
+    post_bind: list[PostBindPlugin] = field(default_factory=list)
+
+    def all(self) -> list[Plugin]:
+        seen: dict[str, Plugin] = {}
+        groups: Sequence[Sequence[Plugin]] = (
+            self.pre_enqueue,
+            [self.queue_sort] if self.queue_sort else [],
+            self.pre_filter,
+            self.filter,
+            self.post_filter,
+            self.pre_score,
+            [p for p, _ in self.score],
+            self.reserve,
+            self.permit,
+            self.pre_bind,
+            self.bind,
+            self.post_bind,
+        )
+        for group in groups:
+            for plugin in group:
+                seen.setdefault(plugin.name, plugin)
+        return list(seen.values())
+
+
+@dataclass
+class FilterOutcome:
+    candidates: Candidates
+    passed: NDArray[np.bool_]
+    results: list[tuple[str, FilterResult]]
+
+
+class _Statuses(NodeFilterStatuses):
+    def __init__(self, diagnosis: Diagnosis, handle: Handle) -> None:
+        self._diagnosis = diagnosis
+        self._handle = handle
+
+    def status_of(self, node: str) -> Status:
+        row = self._handle.snapshot.row(node)
+        cands = self._diagnosis.candidates
+        if row is None or cands is None:
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "node not found")
+        where = np.flatnonzero(cands.rows == row)
+        if not len(where):
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "node was not a candidate")
+        i = int(where[0])
+        plugin = self._diagnosis.rejected_by[i]
+        if not plugin:
+            return Status()
+        assert self._diagnosis.unresolvable is not None
+        code = (
+            Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+            if self._diagnosis.unresolvable[i]
+            else Code.UNSCHEDULABLE
+        )
+        return Status(code, *self._diagnosis.node_reasons[i], plugin=plugin)
+
+    def unresolvable(self) -> NDArray[np.bool_]:
+        assert self._diagnosis.unresolvable is not None
+        return self._diagnosis.unresolvable
+
+
+class Framework:
+    """One profile (schedulerName) with its plugins, weights and tuning."""
+
+    def __init__(
+        self,
+        profile_name: str,
+        plugins: ProfilePlugins,
+        handle: Handle,
+        percentage_of_nodes_to_score: int | None = None,
+    ) -> None:
+        if plugins.queue_sort is None:
+            raise ValueError(f"profile {profile_name}: a QueueSort plugin is required")
+        if not plugins.bind:
+            raise ValueError(f"profile {profile_name}: at least one Bind plugin is required")
+        self.profile_name = profile_name
+        self.plugins = plugins
+        self.handle = handle
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
+        self.queue_sort: QueueSortPlugin = plugins.queue_sort
+        self._normalizers = {
+            p.name: p for p, _ in plugins.score if isinstance(p, ScoreNormalizer)
+        }
+
+    # ---- queueing ------------------------------------------------------------------
+
+    def run_pre_enqueue(self, pod: PodInfo) -> Status:
+        for plugin in self.plugins.pre_enqueue:
+            status = plugin.pre_enqueue(pod)
+            if not status.ok:
+                return status.with_plugin(plugin.name)
+        return Status()
+
+    def events_to_register(self) -> dict[str, list[ClusterEvent]]:
+        """Per plugin, the events worth retrying its rejections for."""
+        out: dict[str, list[ClusterEvent]] = {}
+        for plugin in self.plugins.all():
+            if isinstance(plugin, EnqueueExtensions):
+                out[plugin.name] = list(plugin.events_to_register())
+        return out
+
+    # ---- filtering -----------------------------------------------------------------
+
+    def run_pre_filter(
+        self, state: CycleState, pod: PodInfo
+    ) -> tuple[PreFilterResult | None, Status]:
+        merged: PreFilterResult | None = None
+        for plugin in self.plugins.pre_filter:
+            result, status = plugin.pre_filter(state, pod)
+            if status.code == Code.SKIP:
+                state.skip_filter.add(plugin.name)
+                continue
+            if not status.ok:
+                return None, status.with_plugin(plugin.name)
+            if result is not None:
+                merged = result.merge(merged)
+                if merged.node_names is not None and not merged.node_names:
+                    return merged, Status(
+                        Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                        "node(s) didn't satisfy plugin(s) [" + plugin.name + "]",
+                        plugin=plugin.name,
+                    )
+        return merged, Status()
+
+    def run_filters(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterOutcome:
+        passed = np.ones(nodes.size, dtype=bool)
+        results: list[tuple[str, FilterResult]] = []
+        for plugin in self.plugins.filter:
+            if plugin.name in state.skip_filter:
+                continue
+            result = plugin.filter(state, pod, nodes)
+            results.append((plugin.name, result))
+            passed &= result.passed
+        return FilterOutcome(nodes, passed, results)
+
+    def run_post_filter(
+        self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis
+    ) -> tuple[PostFilterResult | None, Status]:
+        statuses = _Statuses(diagnosis, self.handle)
+        last = Status(Code.UNSCHEDULABLE)
+        for plugin in self.plugins.post_filter:
+            result, status = plugin.post_filter(state, pod, statuses)
+            if status.ok:
+                return result, status.with_plugin(plugin.name)
+            if status.code != Code.UNSCHEDULABLE:
+                return result, status.with_plugin(plugin.name)
+            last = status.with_plugin(plugin.name)
+        return None, last
+
+    # ---- scoring -------------------------------------------------------------------
+
+    def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
+        for plugin in self.plugins.pre_score:
+            status = plugin.pre_score(state, pod, nodes)
+            if status.code == Code.SKIP:
+                state.skip_score.add(plugin.name)
+            elif not status.ok:
+                return status.with_plugin(plugin.name)
+        return Status()
+
+    def run_score(
+        self, state: CycleState, pod: PodInfo, nodes: Candidates
+    ) -> NDArray[np.int64]:
+        """Weighted sum of normalised plugin scores, one per candidate."""
+        total = np.zeros(nodes.size, dtype=np.int64)
+        for plugin, weight in self.plugins.score:
+            if plugin.name in state.skip_score:
+                continue
+            scores = plugin.score(state, pod, nodes)
+            normalizer = self._normalizers.get(plugin.name)
+            if normalizer is not None:
+                scores = normalizer.normalize_score(state, pod, nodes, scores)
+            if scores.shape != (nodes.size,):
+                raise ValueError(
+                    f"plugin {plugin.name} returned {scores.shape} scores for {nodes.size} nodes"
+                )
+            total += np.clip(scores, 0, MAX_NODE_SCORE).astype(np.int64) * weight
+        return total
+
+    # ---- reserve and permit --------------------------------------------------------
+
+    def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        for plugin in self.plugins.reserve:
+            status = plugin.reserve(state, pod, node)
+            if not status.ok:
+                return status.with_plugin(plugin.name)
+        return Status()
+
+    def run_unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        for plugin in reversed(self.plugins.reserve):
+            plugin.unreserve(state, pod, node)
+
+    def run_permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float, set[str]]:
+        """Returns the combined status; on WAIT also the timeout and the waiting plugins."""
+        waiting: set[str] = set()
+        timeout = MAX_PERMIT_TIMEOUT
+        for plugin in self.plugins.permit:
+            status, plugin_timeout = plugin.permit(state, pod, node)
+            if status.code == Code.WAIT:
+                waiting.add(plugin.name)
+                timeout = min(timeout, max(0.0, plugin_timeout))
+            elif not status.ok:
+                return status.with_plugin(plugin.name), 0.0, set()
+        if waiting:
+            return Status(Code.WAIT), timeout, waiting
+        return Status(), 0.0, set()
+
+    # ---- binding cycle -------------------------------------------------------------
+
+    async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        for plugin in self.plugins.pre_bind:
+            status = await plugin.pre_bind(state, pod, node)
+            if not status.ok:
+                return status.with_plugin(plugin.name)
+        return Status()
+
+    async def run_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        for plugin in self.plugins.bind:
+            status = await plugin.bind(state, pod, node)
+            if status.code != Code.SKIP:
+                return status.with_plugin(plugin.name)
+        return Status(Code.ERROR, "no bind plugin bound the pod")
+
+    async def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        for plugin in self.plugins.post_bind:
+            await plugin.post_bind(state, pod, node)

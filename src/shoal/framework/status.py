@@ -1,0 +1,67 @@
+"""Status: what an extension point returns, with kube-scheduler's codes."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = ["Code", "Status"]
+
+
+class Code(IntEnum):
+    """kube-scheduler framework status codes (same names, same meaning)."""
+
+    SUCCESS = 0
+    ERROR = 1  # internal error: the pod is retried with backoff
+    UNSCHEDULABLE = 2  # may fit after preemption or a cluster change
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 3  # preemption would not help on this node
+    WAIT = 4  # Permit only: hold the pod until allowed, denied or timed out
+    SKIP = 5  # PreFilter/PreScore: the plugin has nothing to do for this pod
+    PENDING = 6  # the pod waits for something outside the scheduler (e.g. gang members)
+
+
+class Status:
+    """A result code, human-readable reasons and the plugin that produced it."""
+
+    __slots__ = ("code", "plugin", "reasons")
+
+    def __init__(self, code: Code = Code.SUCCESS, *reasons: str, plugin: str = "") -> None:
+        self.code = code
+        self.reasons: tuple[str, ...] = reasons
+        self.plugin = plugin
+
+    @classmethod
+    def error(cls, message: str, plugin: str = "") -> Status:
+        return cls(Code.ERROR, message, plugin=plugin)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == Code.SUCCESS
+
+    @property
+    def rejected(self) -> bool:
+        return self.code in (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.PENDING)
+
+    @property
+    def message(self) -> str:
+        return ", ".join(self.reasons)
+
+    def with_plugin(self, plugin: str) -> Status:
+        if not self.plugin:
+            self.plugin = plugin
+        return self
+
+    def __repr__(self) -> str:
+        who = f" by {self.plugin}" if self.plugin else ""
+        why = f": {self.message}" if self.reasons else ""
+        return f"<Status {self.code.name}{who}{why}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Status):
+            return NotImplemented
+        return self.code == other.code and self.reasons == other.reasons
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.reasons))
+
+
+SUCCESS = Status()

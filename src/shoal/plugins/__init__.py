@@ -1,0 +1,80 @@
+"""In-tree plugins, one module each. Plugins never import each other.
+
+`IN_TREE` is the explicit registry literal; `DEFAULT_MULTI_POINT` is kube-scheduler's
+default profile (same order and weights), minus plugins that need volumes or images.
+"""
+
+from __future__ import annotations
+
+from shoal.framework.registry import PluginSpec, Registry
+from shoal.plugins import (
+    balanced_allocation,
+    default_binder,
+    node_affinity,
+    node_name,
+    node_ports,
+    node_resources_fit,
+    node_unschedulable,
+    priority_sort,
+    scheduling_gates,
+    taint_toleration,
+)
+from shoal.plugins.args import (
+    NodeAffinityArgs,
+    NodeResourcesBalancedAllocationArgs,
+    NodeResourcesFitArgs,
+)
+
+__all__ = ["DEFAULT_MULTI_POINT", "IN_TREE", "KUBE_PLUGINS_NOT_IN_SHOAL", "in_tree_registry"]
+
+IN_TREE: dict[str, PluginSpec] = {
+    scheduling_gates.NAME: PluginSpec(scheduling_gates.SchedulingGates.new),
+    priority_sort.NAME: PluginSpec(priority_sort.PrioritySort.new),
+    node_unschedulable.NAME: PluginSpec(node_unschedulable.NodeUnschedulable.new),
+    node_name.NAME: PluginSpec(node_name.NodeName.new),
+    taint_toleration.NAME: PluginSpec(taint_toleration.TaintToleration.new),
+    node_affinity.NAME: PluginSpec(node_affinity.NodeAffinity.new, NodeAffinityArgs),
+    node_ports.NAME: PluginSpec(node_ports.NodePorts.new),
+    node_resources_fit.NAME: PluginSpec(
+        node_resources_fit.NodeResourcesFit.new, NodeResourcesFitArgs
+    ),
+    balanced_allocation.NAME: PluginSpec(
+        balanced_allocation.BalancedAllocation.new, NodeResourcesBalancedAllocationArgs
+    ),
+    default_binder.NAME: PluginSpec(default_binder.DefaultBinder.new),
+}
+
+# (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.
+DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
+    (scheduling_gates.NAME, None),
+    (priority_sort.NAME, None),
+    (node_unschedulable.NAME, None),
+    (node_name.NAME, None),
+    (taint_toleration.NAME, 3),
+    (node_affinity.NAME, 2),
+    (node_ports.NAME, None),
+    (node_resources_fit.NAME, 1),
+    (balanced_allocation.NAME, 1),
+    (default_binder.NAME, None),
+]
+
+# kube-scheduler plugins a user may carry over from a kube config; Shoal explains why
+# they are not available instead of reporting a bare "unknown plugin".
+KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
+    "VolumeRestrictions": "Shoal does not model volumes",
+    "NodeVolumeLimits": "Shoal does not model volumes",
+    "VolumeBinding": "Shoal does not model volumes",
+    "VolumeZone": "Shoal does not model volumes",
+    "EBSLimits": "Shoal does not model volumes",
+    "GCEPDLimits": "Shoal does not model volumes",
+    "AzureDiskLimits": "Shoal does not model volumes",
+    "ImageLocality": "Shoal does not track container images on nodes",
+    "DynamicResources": "Shoal does not implement dynamic resource allocation",
+}
+
+
+def in_tree_registry() -> Registry:
+    registry = Registry()
+    for name, spec in IN_TREE.items():
+        registry.register(name, spec)
+    return registry

@@ -1,0 +1,131 @@
+"""Typed pluginConfig args (kubescheduler.config.k8s.io/v1 shapes, camelCase in YAML)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from shoal.api.objects import NodeSelector, TopologySpreadConstraint
+
+__all__ = [
+    "DefaultPreemptionArgs",
+    "InterPodAffinityArgs",
+    "NodeAffinityArgs",
+    "NodeResourcesBalancedAllocationArgs",
+    "NodeResourcesFitArgs",
+    "PodTopologySpreadArgs",
+    "ResourceSpec",
+    "ScoringStrategy",
+    "UtilizationShapePoint",
+]
+
+
+class Args(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ResourceSpec(Args):
+    name: str
+    weight: int = Field(default=1, ge=1, le=100)
+
+
+class UtilizationShapePoint(Args):
+    utilization: int = Field(ge=0, le=100)
+    score: int = Field(ge=0, le=10)
+
+
+class RequestedToCapacityRatioParam(Args):
+    shape: list[UtilizationShapePoint]
+
+    @field_validator("shape")
+    @classmethod
+    def _increasing(cls, shape: list[UtilizationShapePoint]) -> list[UtilizationShapePoint]:
+        if not shape:
+            raise ValueError("shape needs at least one point")
+        for a, b in zip(shape, shape[1:], strict=False):
+            if b.utilization <= a.utilization:
+                raise ValueError("shape utilization values must be strictly increasing")
+        return shape
+
+
+def _default_resources() -> list[ResourceSpec]:
+    return [ResourceSpec(name="cpu", weight=1), ResourceSpec(name="memory", weight=1)]
+
+
+class ScoringStrategy(Args):
+    type: Literal["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"] = (
+        "LeastAllocated"
+    )
+    resources: list[ResourceSpec] = Field(default_factory=_default_resources)
+    requested_to_capacity_ratio: RequestedToCapacityRatioParam | None = None
+
+    @model_validator(mode="after")
+    def _shape_needed(self) -> ScoringStrategy:
+        if self.type == "RequestedToCapacityRatio" and self.requested_to_capacity_ratio is None:
+            raise ValueError(
+                "scoringStrategy.requestedToCapacityRatio.shape is required for "
+                "type RequestedToCapacityRatio"
+            )
+        return self
+
+
+class NodeResourcesFitArgs(Args):
+    ignored_resources: list[str] = Field(default_factory=list)
+    ignored_resource_groups: list[str] = Field(default_factory=list)
+    scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy)
+
+
+class NodeResourcesBalancedAllocationArgs(Args):
+    resources: list[ResourceSpec] = Field(default_factory=_default_resources)
+
+
+class NodeAffinityArgs(Args):
+    added_affinity: dict[str, object] | None = None
+
+    def added_node_selector(self) -> NodeSelector | None:
+        """`addedAffinity.requiredDuringSchedulingIgnoredDuringExecution` decoded."""
+        import msgspec
+
+        if not self.added_affinity:
+            return None
+        raw = self.added_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        return None if raw is None else msgspec.convert(raw, NodeSelector)
+
+
+class PodTopologySpreadArgs(Args):
+    default_constraints: list[dict[str, object]] = Field(default_factory=list)
+    defaulting_type: Literal["System", "List"] = "System"
+
+    def constraints(self) -> list[TopologySpreadConstraint]:
+        import msgspec
+
+        return [msgspec.convert(c, TopologySpreadConstraint) for c in self.default_constraints]
+
+    @model_validator(mode="after")
+    def _valid(self) -> PodTopologySpreadArgs:
+        import msgspec
+
+        for i, raw in enumerate(self.default_constraints):
+            try:
+                constraint = msgspec.convert(raw, TopologySpreadConstraint)
+            except msgspec.ValidationError as err:
+                raise ValueError(f"defaultConstraints[{i}]: {err}") from None
+            if constraint.label_selector is not None:
+                raise ValueError(f"defaultConstraints[{i}].labelSelector must not be set")
+        if self.defaulting_type == "System" and self.default_constraints:
+            raise ValueError("defaultConstraints must be empty when defaultingType is System")
+        return self
+
+
+class InterPodAffinityArgs(Args):
+    hard_pod_affinity_weight: int = Field(default=1, ge=0, le=100)
+    ignore_preferred_terms_of_existing_pods: bool = False
+
+
+class DefaultPreemptionArgs(Args):
+    min_candidate_nodes_percentage: int = Field(default=10, ge=0, le=100)
+    min_candidate_nodes_absolute: int = Field(default=100, ge=0)

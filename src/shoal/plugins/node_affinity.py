@@ -1,0 +1,114 @@
+"""NodeAffinity (PreFilter, Filter, PreScore, Score): nodeSelector and required node
+affinity must match; preferred terms add their weights to a node's score.
+
+Selectors are evaluated on integer label columns for all candidate nodes at once
+(`shoal.state.labels`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.objects import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code, Status
+from shoal.framework.types import (
+    MAX_NODE_SCORE,
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+    FilterResult,
+    PreFilterResult,
+)
+from shoal.plugins.args import NodeAffinityArgs
+from shoal.plugins.normalize import default_normalize_score
+
+__all__ = ["NAME", "REASON", "NodeAffinity"]
+
+NAME = "NodeAffinity"
+REASON = "node(s) didn't match Pod's node affinity/selector"
+REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
+
+
+class NodeAffinity:
+    name = NAME
+
+    def __init__(self, handle: Handle, added: NodeSelector | None = None) -> None:
+        self.handle = handle
+        self.added = added
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        if not pod.pod.spec.node_selector and pod.required_node_terms is None and self.added is None:
+            return None, Status(Code.SKIP)
+        terms = pod.required_node_terms
+        if not terms:
+            return None, Status()
+        # metadata.name In [...] in every term narrows the candidates up front.
+        names: set[str] | None = set()
+        for term in terms:
+            term_names = _names_in(term)
+            if term_names is None:
+                names = None
+                break
+            assert names is not None
+            names |= term_names
+        if names is None:
+            return None, Status()
+        return PreFilterResult(frozenset(names)), Status()
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
+        snap = self.handle.snapshot
+        labels = snap.labels
+        names = snap.names[nodes.index]
+        passed = np.ones(nodes.size, dtype=bool)
+        if self.added is not None:
+            enforced = labels.terms_mask(tuple(self.added.node_selector_terms), names, nodes.index)
+            if not enforced.all():
+                return FilterResult.from_mask(enforced, REASON_ENFORCED,
+                                              Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        for key, value in pod.pod.spec.node_selector.items():
+            req = NodeSelectorRequirement(key=key, operator="In", values=[value])
+            passed &= labels.requirement_mask(req, nodes.index)
+        if pod.required_node_terms is not None:
+            passed &= labels.terms_mask(pod.required_node_terms, names, nodes.index)
+        return FilterResult.from_mask(passed, REASON, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
+        return Status() if pod.preferred_node_terms else Status(Code.SKIP)
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
+        snap = self.handle.snapshot
+        names = snap.names[nodes.index]
+        total = np.zeros(nodes.size, dtype=np.int64)
+        for term in pod.preferred_node_terms:
+            if term.weight == 0:
+                continue
+            matched = snap.labels.term_mask(term.preference, names, nodes.index)
+            total += matched.astype(np.int64) * term.weight
+        return total
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: Candidates, scores: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        return default_normalize_score(MAX_NODE_SCORE, False, scores)
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return [ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)]
+
+    @classmethod
+    def new(cls, args: NodeAffinityArgs | None, handle: Handle) -> NodeAffinity:
+        added = args.added_node_selector() if args is not None else None
+        return cls(handle, added)
+
+
+def _names_in(term: NodeSelectorTerm) -> set[str] | None:
+    for req in term.match_fields:
+        if req.key == "metadata.name" and req.operator == "In":
+            return set(req.values)
+    return None

@@ -1,0 +1,170 @@
+"""NodeResourcesFit (PreFilter, Filter, Score): the pod's requests must fit in the
+node's free allocatable; scoring is LeastAllocated (spread, the default), MostAllocated
+(bin-packing) or RequestedToCapacityRatio (a utilisation -> score curve), each with
+per-resource weights. Extended resources such as nvidia.com/gpu count like cpu.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.podinfo import PodInfo
+from shoal.api.resources import PODS, is_extended
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code, Status
+from shoal.framework.types import (
+    MAX_NODE_SCORE,
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+    Failure,
+    FilterResult,
+    PreFilterResult,
+)
+from shoal.plugins.args import NodeResourcesFitArgs
+from shoal.plugins.normalize import go_div
+from shoal.plugins.resource_allocation import allocatable_and_requested
+
+__all__ = ["NAME", "NodeResourcesFit", "broken_linear"]
+
+NAME = "NodeResourcesFit"
+_STATE_KEY = "PreFilter" + NAME
+MAX_CUSTOM_PRIORITY_SCORE = 10  # RequestedToCapacityRatio shape scores are 0..10
+MAX_UTILIZATION = 100
+
+Scorer = Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]], NDArray[np.int64]]
+
+
+def least_allocated(alloc: NDArray[np.int64], req: NDArray[np.int64]) -> NDArray[np.int64]:
+    free = alloc - req
+    safe = np.where(alloc == 0, 1, alloc)
+    score = (free * MAX_NODE_SCORE) // safe
+    return np.where((alloc == 0) | (req > alloc), 0, score)
+
+
+def most_allocated(alloc: NDArray[np.int64], req: NDArray[np.int64]) -> NDArray[np.int64]:
+    safe = np.where(alloc == 0, 1, alloc)
+    score = (np.minimum(req, alloc) * MAX_NODE_SCORE) // safe
+    return np.where(alloc == 0, 0, score)
+
+
+def broken_linear(shape: list[tuple[int, int]]) -> Callable[[NDArray[np.int64]], NDArray[np.int64]]:
+    """kube's buildBrokenLinearFunction over (utilization, score) points."""
+    utils = np.array([u for u, _ in shape], dtype=np.int64)
+    scores = np.array([s for _, s in shape], dtype=np.int64)
+
+    def fn(p: NDArray[np.int64]) -> NDArray[np.int64]:
+        i = np.searchsorted(utils, p, side="left")  # first point with p <= utilization
+        out = np.full(p.shape, scores[-1], dtype=np.int64)
+        inside = i < len(utils)
+        first = inside & (i == 0)
+        out[first] = scores[0]
+        mid = inside & (i > 0)
+        if mid.any():
+            j = i[mid]
+            du = utils[j] - utils[j - 1]
+            out[mid] = scores[j - 1] + go_div((scores[j] - scores[j - 1]) * (p[mid] - utils[j - 1]), du)
+        return out
+
+    return fn
+
+
+class NodeResourcesFit:
+    name = NAME
+
+    def __init__(self, handle: Handle, args: NodeResourcesFitArgs) -> None:
+        self.handle = handle
+        self.args = args
+        strategy = args.scoring_strategy
+        self.score_resources = [r.name for r in strategy.resources]
+        self.weights = np.array([r.weight for r in strategy.resources], dtype=np.int64)
+        self.strategy = strategy.type
+        self._ignored = set(args.ignored_resources)
+        self._ignored_groups = set(args.ignored_resource_groups)
+        self._shape: Callable[[NDArray[np.int64]], NDArray[np.int64]] | None = None
+        if strategy.requested_to_capacity_ratio is not None:
+            factor = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
+            self._shape = broken_linear(
+                [(p.utilization, p.score * factor) for p in strategy.requested_to_capacity_ratio.shape]
+            )
+
+    def _checked(self, resource: str) -> bool:
+        if not is_extended(resource):
+            return True
+        if resource in self._ignored:
+            return False
+        group = resource.split("/", 1)[0] if "/" in resource else ""
+        return group not in self._ignored_groups
+
+    # ---- PreFilter / Filter --------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        snap = self.handle.snapshot
+        vector = snap.pod_vector(pod)
+        cols = np.flatnonzero(vector)
+        if self._ignored or self._ignored_groups:
+            names = snap.resources
+            cols = np.array([c for c in cols if self._checked(names[c])], dtype=np.intp)
+        state.write(_STATE_KEY, (cols, vector[cols]))
+        return None, Status()
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
+        snap = self.handle.snapshot
+        cols, need = state.read(_STATE_KEY)
+        idx = nodes.index
+        free = snap.allocatable[idx][:, cols] - snap.requested[idx][:, cols]
+        fits = free >= need
+        passed = fits.all(axis=1)
+        if passed.all():
+            return FilterResult(passed)
+        failures = []
+        names = snap.resources
+        for j, col in enumerate(cols):
+            short = ~fits[:, j]
+            if short.any():
+                name = names[col]
+                reason = "Too many pods" if name == PODS else f"Insufficient {name}"
+                failures.append(Failure(reason, short, Code.UNSCHEDULABLE))
+        return FilterResult(passed, failures)
+
+    # ---- Score ---------------------------------------------------------------------
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
+        alloc, req, included = allocatable_and_requested(
+            self.handle.snapshot, pod, nodes, self.score_resources, use_requested=False
+        )
+        if self.strategy == "LeastAllocated":
+            per_resource = least_allocated(alloc, req)
+        elif self.strategy == "MostAllocated":
+            per_resource = most_allocated(alloc, req)
+        else:
+            assert self._shape is not None
+            safe = np.where(alloc == 0, 1, alloc)
+            util = np.where((alloc == 0) | (req > alloc), MAX_UTILIZATION,
+                            (req * MAX_UTILIZATION) // safe)
+            per_resource = self._shape(util)
+        # Resources with zero allocatable on a node do not count on that node.
+        weights = np.where((alloc > 0) & included, self.weights, 0)
+        weight_sum = weights.sum(axis=1)
+        total = (per_resource * weights).sum(axis=1)
+        safe_sum = np.where(weight_sum == 0, 1, weight_sum)
+        if self.strategy == "RequestedToCapacityRatio":
+            out = np.round(total / safe_sum).astype(np.int64)
+        else:
+            out = total // safe_sum
+        return np.where(weight_sum == 0, 0, out)
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return [
+            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN),
+            ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE),
+        ]
+
+    @classmethod
+    def new(cls, args: NodeResourcesFitArgs | None, handle: Handle) -> NodeResourcesFit:
+        return cls(handle, args or NodeResourcesFitArgs())

@@ -1,0 +1,49 @@
+"""NodeUnschedulable (Filter): skip cordoned nodes unless the pod tolerates the
+`node.kubernetes.io/unschedulable:NoSchedule` taint."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shoal.api.objects import Taint
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code
+from shoal.framework.types import (
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+    FilterResult,
+)
+
+__all__ = ["NAME", "REASON", "NodeUnschedulable"]
+
+NAME = "NodeUnschedulable"
+REASON = "node(s) were unschedulable"
+UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule")
+
+
+class NodeUnschedulable:
+    name = NAME
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
+        cordoned = self.handle.snapshot.unschedulable[nodes.index]
+        if not cordoned.any() or pod.tolerates(UNSCHEDULABLE_TAINT):
+            return FilterResult.all_pass(nodes.size)
+        return FilterResult.from_mask(~cordoned, REASON, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return [ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT
+                             | ActionType.UPDATE_NODE_CONDITION)]
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> NodeUnschedulable:
+        return cls(handle)

@@ -1,0 +1,117 @@
+"""TaintToleration (Filter, PreScore, Score): NoSchedule/NoExecute taints must be
+tolerated; untolerated PreferNoSchedule taints lower a node's score.
+
+Nodes share a few distinct taint lists, so tolerations are checked once per distinct
+list and the answer is broadcast to all nodes with `taint_set` codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.objects import Taint, Toleration
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code, Status
+from shoal.framework.types import (
+    MAX_NODE_SCORE,
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+    Failure,
+    FilterResult,
+)
+from shoal.plugins.normalize import default_normalize_score
+
+__all__ = ["NAME", "TaintToleration"]
+
+NAME = "TaintToleration"
+
+
+def first_untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Taint | None:
+    for taint in taints:
+        if taint.effect == "PreferNoSchedule":
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
+
+
+def count_intolerable_prefer(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> int:
+    relevant = [t for t in tolerations if t.effect in ("", "PreferNoSchedule")]
+    return sum(
+        1
+        for taint in taints
+        if taint.effect == "PreferNoSchedule" and not any(t.tolerates(taint) for t in relevant)
+    )
+
+
+class TaintToleration:
+    name = NAME
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
+        snap = self.handle.snapshot
+        sets = snap.taint_sets
+        if len(sets) == 1:  # no node has taints
+            return FilterResult.all_pass(nodes.size)
+        blocking = [first_untolerated(taints, pod.tolerations) for taints in sets]
+        if not any(blocking):
+            return FilterResult.all_pass(nodes.size)
+        set_ok = np.array([b is None for b in blocking])
+        codes = snap.taint_set[nodes.index]
+        passed = set_ok[codes]
+        failures = []
+        for set_id, taint in enumerate(blocking):
+            if taint is not None:
+                mask = codes == set_id
+                if mask.any():
+                    failures.append(
+                        Failure(
+                            f"node(s) had untolerated taint {taint}",
+                            mask,
+                            Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                        )
+                    )
+        return FilterResult(passed, _merge_same_reason(failures))
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
+        if len(self.handle.snapshot.taint_sets) == 1:
+            return Status(Code.SKIP)
+        return Status()
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
+        snap = self.handle.snapshot
+        per_set = np.array(
+            [count_intolerable_prefer(taints, pod.tolerations) for taints in snap.taint_sets],
+            dtype=np.int64,
+        )
+        return per_set[snap.taint_set[nodes.index]]
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: Candidates, scores: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        return default_normalize_score(MAX_NODE_SCORE, True, scores)
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return [ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT)]
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> TaintToleration:
+        return cls(handle)
+
+
+def _merge_same_reason(failures: list[Failure]) -> list[Failure]:
+    merged: dict[str, Failure] = {}
+    for f in failures:
+        prev = merged.get(f.reason)
+        merged[f.reason] = f if prev is None else Failure(f.reason, prev.nodes | f.nodes, f.code)
+    return list(merged.values())

@@ -1,0 +1,253 @@
+"""The scheduling queue: active, backoff and unschedulable pods (kube's PriorityQueue).
+
+* activeQ: pods ready to be tried, ordered by the profile's QueueSort key.
+* backoffQ: pods that failed recently; each waits 1 s, doubling per attempt up to 10 s.
+* unschedulable: pods rejected by plugins; a cluster event that one of those plugins
+  registered for moves them back (to backoffQ if their backoff has not expired yet).
+  Pods left there longer than `max_unschedulable_seconds` are retried anyway.
+* gated: pods a PreEnqueue plugin keeps out of the queue until they are updated.
+
+Time comes from the caller (`now`), never from the wall clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from shoal.api.podinfo import PodInfo
+from shoal.framework.status import Status
+from shoal.framework.types import ClusterEvent
+
+__all__ = ["QueueConfig", "QueuedPod", "SchedulingQueue"]
+
+SortKey = Callable[[PodInfo], tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    initial_backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 10.0
+    max_unschedulable_seconds: float = 300.0
+
+
+@dataclass(eq=False)
+class QueuedPod:
+    pod: PodInfo
+    added_at: float  # when it last (re-)entered the queue
+    attempts: int = 0
+    # Plugins that rejected the pod in its last attempt; events for them move it back.
+    rejected_by: frozenset[str] = frozenset()
+    gated_by: str = ""
+    last_status: Status | None = None
+    message: str = ""
+    # The move-request cycle counter seen when the pod was popped (see kube's
+    # moveRequestCycle): an event during its cycle sends it to backoff, not to sleep.
+    popped_cycle: int = -1
+
+
+@dataclass
+class SchedulingQueue:
+    sort_key: SortKey
+    config: QueueConfig = field(default_factory=QueueConfig)
+    # Per plugin, the events after which pods it rejected are worth retrying. Pods whose
+    # rejecting plugins registered nothing are moved by any event.
+    plugin_events: dict[str, list[ClusterEvent]] = field(default_factory=dict)
+    pre_enqueue: Callable[[PodInfo], Status] | None = None
+
+    def __post_init__(self) -> None:
+        self._entries: dict[str, QueuedPod] = {}
+        self._active: list[tuple[tuple[object, ...], int, str]] = []
+        self._in_active: set[str] = set()
+        self._backoff: list[tuple[float, int, str]] = []
+        self._in_backoff: set[str] = set()
+        self._unschedulable: dict[str, QueuedPod] = {}
+        self._gated: dict[str, QueuedPod] = {}
+        self._in_flight: set[str] = set()
+        self._seq = itertools.count()
+        self._cycle = 0
+        self._move_request_cycle = -1
+
+    # ---- intake --------------------------------------------------------------------
+
+    def add(self, pod: PodInfo, now: float) -> None:
+        entry = QueuedPod(pod, added_at=now)
+        if pod.initial_attempt_time is None:
+            pod.timestamp = pod.timestamp or now
+        self._entries[pod.uid] = entry
+        self._enqueue_checked(entry)
+
+    def update(self, pod: PodInfo, now: float) -> None:
+        """A queued pod changed; an unschedulable or gated one gets another try."""
+        entry = self._entries.get(pod.uid)
+        if entry is None:
+            self.add(pod, now)
+            return
+        pod.timestamp = entry.pod.timestamp
+        pod.attempts = entry.pod.attempts
+        pod.initial_attempt_time = entry.pod.initial_attempt_time
+        entry.pod = pod
+        if pod.uid in self._in_active or pod.uid in self._in_backoff:
+            if pod.uid in self._in_active:
+                self._push_active(entry)  # re-key; the stale heap item is skipped
+            return
+        if pod.uid in self._unschedulable or pod.uid in self._gated:
+            self._unschedulable.pop(pod.uid, None)
+            self._gated.pop(pod.uid, None)
+            self._enqueue_checked(entry)
+
+    def delete(self, uid: str) -> None:
+        self._entries.pop(uid, None)
+        self._in_active.discard(uid)
+        self._in_backoff.discard(uid)
+        self._unschedulable.pop(uid, None)
+        self._gated.pop(uid, None)
+        self._in_flight.discard(uid)
+
+    def _enqueue_checked(self, entry: QueuedPod) -> None:
+        if self.pre_enqueue is not None:
+            status = self.pre_enqueue(entry.pod)
+            if not status.ok:
+                entry.gated_by = status.plugin
+                entry.message = status.message
+                self._gated[entry.pod.uid] = entry
+                return
+        entry.gated_by = ""
+        self._push_active(entry)
+
+    def _push_active(self, entry: QueuedPod) -> None:
+        uid = entry.pod.uid
+        self._in_active.add(uid)
+        heapq.heappush(self._active, (self.sort_key(entry.pod), next(self._seq), uid))
+
+    # ---- popping -------------------------------------------------------------------
+
+    def pop(self) -> QueuedPod | None:
+        """The next pod to schedule, or None when the active queue is empty."""
+        while self._active:
+            _, _, uid = heapq.heappop(self._active)
+            if uid not in self._in_active:
+                continue  # stale: deleted, re-keyed or moved
+            self._in_active.discard(uid)
+            entry = self._entries[uid]
+            entry.attempts += 1
+            entry.pod.attempts = entry.attempts
+            entry.popped_cycle = self._cycle
+            self._cycle += 1
+            self._in_flight.add(uid)
+            return entry
+        return None
+
+    def __len__(self) -> int:
+        return len(self._in_active)
+
+    # ---- after an attempt ----------------------------------------------------------
+
+    def done(self, uid: str) -> None:
+        """The pod was scheduled (assumed) or has left; stop tracking it."""
+        self._in_flight.discard(uid)
+        self._entries.pop(uid, None)
+
+    def requeue_unschedulable(
+        self, entry: QueuedPod, now: float, rejected_by: frozenset[str], status: Status,
+        message: str = "",
+    ) -> None:
+        """The attempt failed. Errors back off; rejections wait for a useful event,
+        unless an event already arrived during the attempt."""
+        uid = entry.pod.uid
+        self._in_flight.discard(uid)
+        if uid not in self._entries:
+            return  # deleted while in flight
+        entry.added_at = now
+        entry.rejected_by = rejected_by
+        entry.last_status = status
+        entry.message = message
+        if not status.rejected or self._move_request_cycle >= entry.popped_cycle:
+            self._push_backoff(entry)
+        else:
+            self._unschedulable[uid] = entry
+
+    def _push_backoff(self, entry: QueuedPod) -> None:
+        uid = entry.pod.uid
+        self._in_backoff.add(uid)
+        heapq.heappush(self._backoff, (self.backoff_expiry(entry), next(self._seq), uid))
+
+    def backoff_duration(self, attempts: int) -> float:
+        duration = self.config.initial_backoff_seconds
+        for _ in range(1, attempts):
+            duration *= 2
+            if duration >= self.config.max_backoff_seconds:
+                return self.config.max_backoff_seconds
+        return min(duration, self.config.max_backoff_seconds)
+
+    def backoff_expiry(self, entry: QueuedPod) -> float:
+        return entry.added_at + self.backoff_duration(entry.attempts)
+
+    # ---- time and events -----------------------------------------------------------
+
+    def flush(self, now: float) -> None:
+        """Move pods whose backoff has expired to active, and long-unschedulable ones back."""
+        while self._backoff and self._backoff[0][0] <= now:
+            _, _, uid = heapq.heappop(self._backoff)
+            if uid in self._in_backoff:
+                self._in_backoff.discard(uid)
+                self._push_active(self._entries[uid])
+        limit = self.config.max_unschedulable_seconds
+        stale = [e for e in self._unschedulable.values() if now - e.added_at >= limit]
+        for entry in stale:
+            del self._unschedulable[entry.pod.uid]
+            self._activate_or_backoff(entry, now)
+
+    def on_event(self, event: ClusterEvent, now: float) -> int:
+        """A cluster event: retry the unschedulable pods it may help. Returns how many."""
+        self._move_request_cycle = self._cycle
+        moved = [e for e in self._unschedulable.values() if self._worth_retrying(e, event)]
+        for entry in moved:
+            del self._unschedulable[entry.pod.uid]
+            self._activate_or_backoff(entry, now)
+        return len(moved)
+
+    def _worth_retrying(self, entry: QueuedPod, event: ClusterEvent) -> bool:
+        if not entry.rejected_by:
+            return True
+        for plugin in entry.rejected_by:
+            events = self.plugin_events.get(plugin)
+            if events is None or any(e.matches(event) for e in events):
+                return True
+        return False
+
+    def _activate_or_backoff(self, entry: QueuedPod, now: float) -> None:
+        if self.backoff_expiry(entry) > now:
+            self._push_backoff(entry)
+        else:
+            self._push_active(entry)
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time at which `flush` would move a pod (for event-driven callers)."""
+        times = [t for t, _, uid in self._backoff[:1] if uid in self._in_backoff]
+        if self._backoff and not times:
+            live = [t for t, _, uid in self._backoff if uid in self._in_backoff]
+            times = [min(live)] if live else []
+        if self._unschedulable:
+            limit = self.config.max_unschedulable_seconds
+            times.append(min(e.added_at for e in self._unschedulable.values()) + limit)
+        return min(times) if times else None
+
+    # ---- inspection ----------------------------------------------------------------
+
+    def pending(self) -> Iterator[QueuedPod]:
+        """Every pod not yet scheduled (active, backoff, unschedulable, gated)."""
+        return iter(list(self._entries.values()))
+
+    def get(self, uid: str) -> QueuedPod | None:
+        return self._entries.get(uid)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "active": len(self._in_active),
+            "backoff": len(self._in_backoff),
+            "unschedulable": len(self._unschedulable),
+            "gated": len(self._gated),
+        }

@@ -1,0 +1,66 @@
+"""The sans-I/O scheduler: profiles, scheduling cycle, binding cycle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from shoal.config.types import KubeSchedulerConfiguration
+from shoal.framework.handle import Binder, Clock, Evictor, Handle
+from shoal.framework.registry import PluginSpec, Registry, load_entry_points
+from shoal.queue.scheduling_queue import QueueConfig
+from shoal.scheduler.listener import NullListener, SchedulerListener
+from shoal.scheduler.profiles import build_profiles
+from shoal.scheduler.scheduler import BindingTask, CycleResult, Scheduler
+from shoal.state.cluster import ClusterState
+from shoal.state.snapshot import Snapshot
+
+__all__ = [
+    "BindingTask",
+    "CycleResult",
+    "NullListener",
+    "Scheduler",
+    "SchedulerListener",
+    "default_registry",
+    "new_scheduler",
+]
+
+
+def default_registry(include_entry_points: bool = True) -> Registry:
+    """In-tree plugins plus third-party ones from the `shoal.plugins` entry points."""
+    from shoal.plugins import in_tree_registry
+
+    registry = in_tree_registry()
+    if include_entry_points:
+        registry = registry.merged(load_entry_points())
+    return registry
+
+
+def new_scheduler(
+    config: KubeSchedulerConfiguration,
+    *,
+    clock: Clock,
+    binder: Binder,
+    seed: int = 0,
+    cluster: ClusterState | None = None,
+    listener: SchedulerListener | None = None,
+    evictor: Evictor | None = None,
+    registry: Mapping[str, PluginSpec] | None = None,
+) -> Scheduler:
+    """Wire a scheduler: cluster state, snapshot, handle, profiles and queue."""
+    cluster = cluster or ClusterState()
+    handle = Handle(
+        cluster=cluster,
+        snapshot=Snapshot(cluster),
+        clock=clock,
+        rng=np.random.default_rng(seed),
+        binder=binder,
+        evictor=evictor,
+    )
+    profiles = build_profiles(config, registry or default_registry(), handle)
+    queue_config = QueueConfig(
+        initial_backoff_seconds=float(config.pod_initial_backoff_seconds),
+        max_backoff_seconds=float(config.pod_max_backoff_seconds),
+    )
+    return Scheduler(profiles, handle, queue_config, listener)

@@ -1,0 +1,387 @@
+"""The scheduler core: sans-I/O, driven by its backend.
+
+A backend (the simulator, or the Kubernetes backend) feeds observed objects in
+(`add_pod`, `add_node`, ...), calls `schedule_one()` while `has_work()`, runs the binding
+cycles it gets from `take_bindings()` (coroutines: awaited concurrently in a cluster,
+stepped to completion in the simulator) and calls `tick()` as time passes. Nothing here
+reads a clock, sleeps, or talks to the network.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.diagnosis import Diagnosis
+from shoal.framework.handle import Handle, WaitingPod
+from shoal.framework.runtime import FilterOutcome, Framework
+from shoal.framework.status import Code, Status
+from shoal.framework.types import ActionType, Candidates, ClusterEvent, EventResource
+from shoal.queue.scheduling_queue import QueueConfig, QueuedPod, SchedulingQueue
+from shoal.scheduler.listener import NullListener, SchedulerListener
+from shoal.state.cluster import ClusterState
+
+__all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+
+
+def num_feasible_nodes_to_find(num_nodes: int, percentage: int | None) -> int:
+    """kube-scheduler's numFeasibleNodesToFind (adaptive when percentage is 0/None)."""
+    if num_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_nodes
+    pct = percentage or 0
+    if pct == 0:
+        pct = max(50 - num_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    if pct >= 100:
+        return num_nodes
+    return max(num_nodes * pct // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+@dataclass
+class CycleResult:
+    pod: PodInfo
+    node: str | None
+    status: Status
+    message: str = ""
+    diagnosis: Diagnosis | None = None
+
+
+@dataclass(eq=False)
+class BindingTask:
+    pod: PodInfo
+    node: str
+    state: CycleState
+    framework: Framework
+    entry: QueuedPod
+    cancelled: bool = False
+
+
+class Scheduler:
+    def __init__(
+        self,
+        profiles: Mapping[str, Framework],
+        handle: Handle,
+        queue_config: QueueConfig | None = None,
+        listener: SchedulerListener | None = None,
+    ) -> None:
+        if not profiles:
+            raise ValueError("at least one profile is required")
+        self.profiles = dict(profiles)
+        self.handle = handle
+        self.cluster: ClusterState = handle.cluster
+        self.snapshot = handle.snapshot
+        self.clock = handle.clock
+        self.listener: SchedulerListener = listener or NullListener()
+        first = next(iter(self.profiles.values()))
+        plugin_events: dict[str, list[ClusterEvent]] = {}
+        for fwk in self.profiles.values():
+            plugin_events.update(fwk.events_to_register())
+        self.queue = SchedulingQueue(
+            sort_key=first.queue_sort.sort_key,
+            config=queue_config or QueueConfig(),
+            plugin_events=plugin_events,
+            pre_enqueue=self._pre_enqueue,
+        )
+        self.priority_classes: dict[str, PriorityClass] = {}
+        self._next_start_node_index = 0
+        self._ready: deque[BindingTask] = deque()
+        self._waiting: dict[str, BindingTask] = {}
+        self._binding: dict[str, BindingTask] = {}
+        self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
+
+    # ---- intake from the backend ---------------------------------------------------
+
+    def add_priority_class(self, pc: PriorityClass) -> None:
+        self.priority_classes[pc.metadata.name] = pc
+
+    def pod_info(self, pod: Pod, timestamp: float | None = None) -> PodInfo:
+        """Admission defaults (priority from priorityClassName), then derive PodInfo."""
+        spec = pod.spec
+        if spec.priority is None:
+            pc = self.priority_classes.get(spec.priority_class_name) if spec.priority_class_name else None
+            if pc is None and not spec.priority_class_name:
+                pc = next((c for c in self.priority_classes.values() if c.global_default), None)
+            if pc is not None:
+                spec.priority = pc.value
+        now = self.clock.now() if timestamp is None else timestamp
+        return PodInfo(pod, timestamp=now)
+
+    def is_ours(self, pod: PodInfo) -> bool:
+        return pod.scheduler_name in self.profiles
+
+    def add_pod(self, pod: Pod | PodInfo) -> PodInfo:
+        info = pod if isinstance(pod, PodInfo) else self.pod_info(pod)
+        now = self.clock.now()
+        self._pods[info.uid] = info
+        if info.node_name:
+            self.cluster.add_bound_pod(info, info.node_name)
+            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
+        elif self.is_ours(info):
+            self.queue.add(info, now)
+        return info
+
+    def update_pod(self, pod: Pod) -> PodInfo:
+        old = self._pods.get(pod.metadata.uid or f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}")
+        info = self.pod_info(pod, timestamp=old.timestamp if old else None)
+        if old is not None and not old.node_name and info.node_name:
+            # Our bind landed (or someone else bound it).
+            self.queue.delete(info.uid)
+        self._pods[info.uid] = info
+        if info.node_name:
+            self.cluster.add_bound_pod(info, info.node_name)
+            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL))
+        elif self.is_ours(info) and info.uid not in self._binding and info.uid not in self._waiting:
+            self.queue.update(info, self.clock.now())
+        return info
+
+    def delete_pod(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+        self.queue.delete(uid)
+        for tasks in (self._waiting, self._binding):
+            task = tasks.get(uid)
+            if task is not None:
+                task.cancelled = True
+        waiting = self.handle.waiting_pods.by_uid.pop(uid, None)
+        if waiting is not None:
+            task = self._waiting.pop(uid)
+            task.framework.run_unreserve(task.state, task.pod, task.node)
+        removed = self.cluster.remove_pod(uid)
+        if removed is not None:
+            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+
+    def add_node(self, node: Node) -> None:
+        self.cluster.add_node(node)
+        self._event(ClusterEvent(EventResource.NODE, ActionType.ADD))
+
+    def update_node(self, node: Node) -> None:
+        self.cluster.update_node(node)
+        self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
+
+    def delete_node(self, name: str) -> None:
+        self.cluster.remove_node(name)
+        self._event(ClusterEvent(EventResource.NODE, ActionType.DELETE))
+
+    def _event(self, event: ClusterEvent) -> None:
+        self.queue.on_event(event, self.clock.now())
+
+    def _pre_enqueue(self, pod: PodInfo) -> Status:
+        fwk = self.profiles.get(pod.scheduler_name)
+        return fwk.run_pre_enqueue(pod) if fwk is not None else Status()
+
+    # ---- driving -------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        return len(self.queue) > 0
+
+    def tick(self) -> None:
+        """Let time pass: expire backoffs and Permit waits."""
+        now = self.clock.now()
+        self.queue.flush(now)
+        for waiting in self.handle.waiting_pods:
+            if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
+                waiting.reject("", "rejected due to timeout after waiting at permit")
+        self._settle_waiting()
+
+    def next_wakeup(self) -> float | None:
+        """When `tick` next has something to do (None: only a new event can help)."""
+        times = [w.deadline for w in self.handle.waiting_pods if w.pending]
+        queue_time = self.queue.next_wakeup()
+        if queue_time is not None:
+            times.append(queue_time)
+        return min(times) if times else None
+
+    def take_bindings(self) -> list[BindingTask]:
+        """Binding cycles ready to run (the backend runs them, see `run_binding_cycle`)."""
+        self._settle_waiting()
+        tasks = list(self._ready)
+        self._ready.clear()
+        return tasks
+
+    def schedule_one(self) -> CycleResult | None:
+        """Run one scheduling cycle for the next pod in the active queue."""
+        entry = self.queue.pop()
+        if entry is None:
+            return None
+        pod = entry.pod
+        now = self.clock.now()
+        if pod.initial_attempt_time is None:
+            pod.initial_attempt_time = now
+        fwk = self.profiles[pod.scheduler_name]
+        self.snapshot.refresh()
+        state = CycleState()
+        node, status, diagnosis = self._schedule_pod(fwk, state, pod)
+        if node is None:
+            message = diagnosis.message() if diagnosis is not None else status.message
+            if diagnosis is not None and status.rejected and fwk.plugins.post_filter:
+                result, post_status = fwk.run_post_filter(state, pod, diagnosis)
+                if post_status.message:
+                    diagnosis.post_filter_message = post_status.message
+                    message = diagnosis.message()
+                if result is not None and result.nominated_node:
+                    pod.pod.status.nominated_node_name = result.nominated_node
+            rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
+            self.queue.requeue_unschedulable(entry, now, rejectors, status, message)
+            self.listener.pod_unschedulable(pod, status, message)
+            return CycleResult(pod, None, status, message, diagnosis)
+
+        # Assume, then Reserve and Permit (kube-scheduler's order).
+        self.cluster.assume(pod, node)
+        status = fwk.run_reserve(state, pod, node)
+        if not status.ok:
+            self._undo(fwk, state, pod, node, entry, status)
+            return CycleResult(pod, None, status, status.message)
+        status, timeout, waiting_on = fwk.run_permit(state, pod, node)
+        if status.code not in (Code.SUCCESS, Code.WAIT):
+            self._undo(fwk, state, pod, node, entry, status)
+            return CycleResult(pod, None, status, status.message)
+        task = BindingTask(pod, node, state, fwk, entry)
+        self.queue.done(pod.uid)
+        if status.code == Code.WAIT:
+            self._waiting[pod.uid] = task
+            self.handle.waiting_pods.by_uid[pod.uid] = WaitingPod(
+                pod, node, now + timeout, waiting_on
+            )
+        else:
+            self._ready.append(task)
+        return CycleResult(pod, node, status)
+
+    def _undo(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        node: str,
+        entry: QueuedPod,
+        status: Status,
+    ) -> None:
+        fwk.run_unreserve(state, pod, node)
+        self.cluster.forget(pod)
+        # The freed resources may let other pods fit.
+        self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+        if pod.uid in self._pods:
+            self.queue._entries[pod.uid] = entry
+            self.queue.requeue_unschedulable(
+                entry, self.clock.now(), frozenset({status.plugin}), status, status.message
+            )
+        self.listener.pod_bind_failed(pod, node, status)
+
+    def _settle_waiting(self) -> None:
+        for waiting in self.handle.waiting_pods:
+            task = self._waiting.get(waiting.pod.uid)
+            if task is None:
+                continue
+            if waiting.rejection is not None:
+                del self.handle.waiting_pods.by_uid[waiting.pod.uid]
+                del self._waiting[waiting.pod.uid]
+                self._undo(task.framework, task.state, task.pod, task.node, task.entry,
+                           waiting.rejection)
+            elif waiting.allowed:
+                del self.handle.waiting_pods.by_uid[waiting.pod.uid]
+                del self._waiting[waiting.pod.uid]
+                self._ready.append(task)
+
+    async def run_binding_cycle(self, task: BindingTask) -> Status:
+        """PreBind, Bind, PostBind for one assumed pod. Safe to run concurrently."""
+        fwk, pod, node = task.framework, task.pod, task.node
+        self._binding[pod.uid] = task
+        try:
+            status = await fwk.run_pre_bind(task.state, pod, node)
+            if status.ok and not task.cancelled:
+                status = await fwk.run_bind(task.state, pod, node)
+        except Exception as err:  # a plugin or the binder failed: never lose the pod
+            status = Status.error(f"binding failed: {err}")
+        finally:
+            self._binding.pop(pod.uid, None)
+        if task.cancelled:
+            self.cluster.forget(pod)
+            return Status(Code.ERROR, "pod was deleted while binding")
+        if not status.ok:
+            self._undo(fwk, task.state, pod, node, task.entry, status)
+            return status
+        self.cluster.confirm(pod.uid)
+        pod.node_name = node
+        self.listener.pod_bound(pod, node)
+        await fwk.run_post_bind(task.state, pod, node)
+        return status
+
+    # ---- the scheduling algorithm (kube's schedulePod) ----------------------------
+
+    def _schedule_pod(
+        self, fwk: Framework, state: CycleState, pod: PodInfo
+    ) -> tuple[str | None, Status, Diagnosis | None]:
+        snap = self.snapshot
+        n = snap.n
+        if n == 0:
+            return None, Status(Code.UNSCHEDULABLE, "no nodes available to schedule pods"), \
+                Diagnosis(0)
+        pre_result, status = fwk.run_pre_filter(state, pod)
+        if not status.ok:
+            if status.rejected:
+                diagnosis = Diagnosis(n, pre_filter_message=status.message)
+                if status.plugin:
+                    diagnosis.unschedulable_plugins.add(status.plugin)
+                return None, status, diagnosis
+            return None, status, None
+        if pre_result is not None and pre_result.node_names is not None:
+            rows = np.sort(snap._cluster.table.rows(pre_result.node_names))
+            candidates = Candidates.of(rows)
+        else:
+            candidates = Candidates.all(n)
+        outcome = fwk.run_filters(state, pod, candidates)
+        feasible = self._pick_feasible(fwk, outcome)
+        if feasible is None:
+            diagnosis = Diagnosis.from_filters(n, candidates, outcome.results)
+            return None, Status(Code.UNSCHEDULABLE, diagnosis.message()), diagnosis
+        if feasible.size == 1:
+            return str(snap.names[feasible.rows[0]]), Status(), None
+        status = fwk.run_pre_score(state, pod, feasible)
+        if not status.ok:
+            return None, status, None
+        scores = fwk.run_score(state, pod, feasible)
+        return str(snap.names[self._select_host(feasible, scores)]), Status(), None
+
+    def _pick_feasible(self, fwk: Framework, outcome: FilterOutcome) -> Candidates | None:
+        """The first numFeasibleNodesToFind passing nodes, starting where the last cycle
+        stopped (kube's nextStartNodeIndex rotation)."""
+        cands = outcome.candidates
+        positions = np.flatnonzero(outcome.passed)
+        if positions.size == 0:
+            return None
+        size = cands.size
+        start = self._next_start_node_index % size
+        limit = num_feasible_nodes_to_find(size, fwk.percentage_of_nodes_to_score)
+        if start:
+            split = int(np.searchsorted(positions, start))
+            positions = np.concatenate([positions[split:], positions[:split]])
+        if positions.size > limit:
+            positions = positions[:limit]
+            processed = int((positions[-1] - start) % size) + 1
+        else:
+            processed = size
+        self._next_start_node_index = (start + processed) % size
+        rows = positions if isinstance(cands.index, slice) else cands.rows[positions]
+        return Candidates.of(rows)
+
+    def _select_host(self, nodes: Candidates, scores: np.ndarray) -> int:
+        best = np.flatnonzero(scores == scores.max())
+        pick = best[0] if best.size == 1 else best[self.handle.rng.integers(best.size)]
+        return int(nodes.rows[pick])
+
+    # ---- inspection ----------------------------------------------------------------
+
+    def explain(self, uid: str) -> str:
+        """Why a pod is still pending, or "" if it is not."""
+        entry = self.queue.get(uid)
+        if entry is None:
+            return ""
+        if entry.gated_by:
+            return f"pod is gated by {entry.gated_by}: {entry.message}"
+        return entry.message

@@ -1,0 +1,214 @@
+"""The columnar node table: one row per node, one column per resource.
+
+Filter and Score plugins read whole columns (`allocatable[idx]`, `requested[idx]`) and
+compute results for every candidate node with numpy, never one node at a time. Rows are
+kept dense: removing a node moves the last row into its slot, so the live nodes are
+always rows `0..n-1` and "all nodes" is the cheap slice `0:n`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.objects import Node, Taint
+from shoal.api.podinfo import HostPort, PodInfo
+from shoal.api.resources import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    PODS,
+    ResourceList,
+    parse_resource_list,
+)
+from shoal.state.labels import LabelColumns
+
+__all__ = ["BASE_RESOURCES", "NodeTable"]
+
+BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
+_INITIAL_CAPACITY = 64
+
+
+class NodeTable:
+    """Node rows and resource columns. Mutated only by `ClusterState`."""
+
+    def __init__(self) -> None:
+        self.resources: list[str] = list(BASE_RESOURCES)
+        self.resource_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
+        self.n = 0
+        self._capacity = _INITIAL_CAPACITY
+        r = len(self.resources)
+        self.allocatable = np.zeros((self._capacity, r), dtype=np.int64)
+        self.requested = np.zeros((self._capacity, r), dtype=np.int64)
+        # Non-zero cpu/memory requests (kube-scheduler's scoring view of pods).
+        self.nonzero_requested = np.zeros((self._capacity, 2), dtype=np.int64)
+        self.unschedulable = np.zeros(self._capacity, dtype=bool)
+        self.taint_set = np.zeros(self._capacity, dtype=np.int32)
+        # Host ports in use per row, so NodePorts only looks at rows that have any.
+        self.host_port_count = np.zeros(self._capacity, dtype=np.int32)
+        self.names_array: NDArray[np.object_] = np.empty(self._capacity, dtype=object)
+        self.labels = LabelColumns(self._capacity)
+        self.names: list[str] = []
+        self.row_of: dict[str, int] = {}
+        self.nodes: list[Node] = []
+        self.pods: list[dict[str, PodInfo]] = []
+        self.host_ports: list[list[HostPort]] = []
+        # Distinct taint lists; set 0 is "no taints". Few distinct sets exist in practice,
+        # so taint checks are done once per set and broadcast to rows.
+        self.taint_sets: list[tuple[Taint, ...]] = [()]
+        self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
+        # Bumped whenever columns are reallocated or added: snapshots rebuild their views.
+        self.layout_version = 0
+        # Bumped on any change a scheduling decision could depend on.
+        self.generation = 0
+
+    # ---- resource columns ----------------------------------------------------------
+
+    def column(self, resource: str) -> int:
+        """Column of a resource, adding a zero column the first time it is seen."""
+        col = self.resource_index.get(resource)
+        if col is None:
+            col = len(self.resources)
+            self.resources.append(resource)
+            self.resource_index[resource] = col
+            pad = np.zeros((self._capacity, 1), dtype=np.int64)
+            self.allocatable = np.hstack([self.allocatable, pad])
+            self.requested = np.hstack([self.requested, pad])
+            self.layout_version += 1
+        return col
+
+    def vector(self, resources: ResourceList) -> NDArray[np.int64]:
+        """A dense request vector over the table's columns."""
+        index = self.resource_index
+        cols = [index[name] if name in index else self.column(name) for name in resources]
+        out = np.zeros(len(self.resources), dtype=np.int64)
+        out[cols] = list(resources.values())
+        return out
+
+    def pod_vector(self, pod: PodInfo) -> NDArray[np.int64]:
+        """The pod's requests plus one `pods` slot."""
+        vec = self.vector(pod.requests)
+        vec[self.resource_index[PODS]] += 1
+        return vec
+
+    # ---- rows ----------------------------------------------------------------------
+
+    def _grow(self) -> None:
+        cap = self._capacity * 2
+
+        def grown(a: NDArray[np.generic]) -> NDArray[np.generic]:
+            out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype)
+            out[: self._capacity] = a
+            return out
+
+        self.allocatable = grown(self.allocatable)  # type: ignore[assignment]
+        self.requested = grown(self.requested)  # type: ignore[assignment]
+        self.nonzero_requested = grown(self.nonzero_requested)  # type: ignore[assignment]
+        self.unschedulable = grown(self.unschedulable)  # type: ignore[assignment]
+        self.taint_set = grown(self.taint_set)  # type: ignore[assignment]
+        self.host_port_count = grown(self.host_port_count)  # type: ignore[assignment]
+        names = np.empty(cap, dtype=object)
+        names[: self._capacity] = self.names_array
+        self.names_array = names
+        self.labels.grow(cap)
+        self._capacity = cap
+        self.layout_version += 1
+
+    def add(self, node: Node) -> int:
+        if self.n == self._capacity:
+            self._grow()
+        row = self.n
+        self.n += 1
+        name = node.metadata.name
+        self.names.append(name)
+        self.names_array[row] = name
+        self.row_of[name] = row
+        self.nodes.append(node)
+        self.pods.append({})
+        self.host_ports.append([])
+        self.requested[row] = 0
+        self.nonzero_requested[row] = 0
+        self.host_port_count[row] = 0
+        self._write_node(row, node)
+        return row
+
+    def update(self, node: Node) -> int:
+        row = self.row_of[node.metadata.name]
+        self.nodes[row] = node
+        self._write_node(row, node)
+        return row
+
+    def _write_node(self, row: int, node: Node) -> None:
+        status = node.status
+        allocatable = parse_resource_list(status.allocatable or status.capacity)
+        self.allocatable[row] = 0
+        for resource, amount in allocatable.items():
+            col = self.column(resource)  # may widen the arrays: look it up first
+            self.allocatable[row, col] = amount
+        self.unschedulable[row] = node.spec.unschedulable
+        self.taint_set[row] = self._taint_set_id(tuple(node.spec.taints))
+        self.labels.set_row(row, node.metadata.labels)
+        self.generation += 1
+
+    def _taint_set_id(self, taints: tuple[Taint, ...]) -> int:
+        found = self._taint_set_ids.get(taints)
+        if found is None:
+            found = self._taint_set_ids[taints] = len(self.taint_sets)
+            self.taint_sets.append(taints)
+        return found
+
+    def remove(self, name: str) -> list[PodInfo]:
+        """Drop a node; returns the pods that were on it. The last row fills the gap."""
+        row = self.row_of.pop(name)
+        orphans = list(self.pods[row].values())
+        last = self.n - 1
+        if row != last:
+            for array in (
+                self.allocatable,
+                self.requested,
+                self.nonzero_requested,
+                self.unschedulable,
+                self.taint_set,
+                self.host_port_count,
+                self.names_array,
+            ):
+                array[row] = array[last]
+            self.labels.move_row(last, row)
+            for seq in (self.names, self.nodes, self.pods, self.host_ports):
+                seq[row] = seq[last]  # type: ignore[index]
+            self.row_of[self.names[row]] = row
+        else:
+            self.labels.clear_row(row)
+        for seq in (self.names, self.nodes, self.pods, self.host_ports):
+            seq.pop()  # type: ignore[attr-defined]
+        self.names_array[last] = None
+        self.n -= 1
+        self.generation += 1
+        return orphans
+
+    # ---- pods on rows --------------------------------------------------------------
+
+    def place(self, row: int, pod: PodInfo) -> None:
+        self.requested[row] += self.pod_vector(pod)
+        self.nonzero_requested[row, 0] += pod.nonzero[0]
+        self.nonzero_requested[row, 1] += pod.nonzero[1]
+        self.pods[row][pod.uid] = pod
+        if pod.host_ports:
+            self.host_ports[row].extend(pod.host_ports)
+            self.host_port_count[row] += len(pod.host_ports)
+        self.generation += 1
+
+    def unplace(self, row: int, pod: PodInfo) -> None:
+        self.requested[row] -= self.pod_vector(pod)
+        self.nonzero_requested[row, 0] -= pod.nonzero[0]
+        self.nonzero_requested[row, 1] -= pod.nonzero[1]
+        del self.pods[row][pod.uid]
+        for port in pod.host_ports:
+            self.host_ports[row].remove(port)
+        self.host_port_count[row] -= len(pod.host_ports)
+        self.generation += 1
+
+    def rows(self, names: Iterable[str]) -> NDArray[np.intp]:
+        return np.array([self.row_of[n] for n in names if n in self.row_of], dtype=np.intp)

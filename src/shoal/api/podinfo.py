@@ -155,14 +155,14 @@ class PodInfo:
         )
         affinity = spec.affinity
         node_aff = affinity.node_affinity if affinity else None
-        required = node_aff.required_during_scheduling_ignored_during_execution if node_aff else None
+        required = (
+            node_aff.required_during_scheduling_ignored_during_execution if node_aff else None
+        )
         self.required_node_terms: tuple[NodeSelectorTerm, ...] | None = (
             tuple(required.node_selector_terms) if required is not None else None
         )
         self.preferred_node_terms: tuple[PreferredSchedulingTerm, ...] = (
-            tuple(node_aff.preferred_during_scheduling_ignored_during_execution)
-            if node_aff
-            else ()
+            tuple(node_aff.preferred_during_scheduling_ignored_during_execution) if node_aff else ()
         )
         pa = affinity.pod_affinity if affinity else None
         paa = affinity.pod_anti_affinity if affinity else None

@@ -69,11 +69,13 @@ def parse_quantity(text: str | int | float) -> Fraction:
     return -value if match["sign"] == "-" else value
 
 
+@lru_cache(maxsize=4096)
 def to_milli(text: str | int | float) -> int:
     """Quantity in thousandths of a unit, rounded up (Kubernetes `MilliValue`)."""
     return math.ceil(parse_quantity(text) * 1000)
 
 
+@lru_cache(maxsize=4096)
 def to_units(text: str | int | float) -> int:
     """Quantity in whole units, rounded up (Kubernetes `Value`)."""
     return math.ceil(parse_quantity(text))

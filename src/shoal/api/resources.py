@@ -13,8 +13,8 @@ from shoal.api.quantity import QuantityError, to_milli, to_units
 
 __all__ = [
     "CPU",
-    "DEFAULT_MILLI_CPU_REQUEST",
     "DEFAULT_MEMORY_REQUEST",
+    "DEFAULT_MILLI_CPU_REQUEST",
     "EPHEMERAL_STORAGE",
     "GPU",
     "MEMORY",

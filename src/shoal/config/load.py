@@ -35,7 +35,9 @@ class ConfigError(ValueError):
         self.source = source
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{source}: {len(problems)} problem(s) in the scheduler configuration:\n{lines}")
+        super().__init__(
+            f"{source}: {len(problems)} problem(s) in the scheduler configuration:\n{lines}"
+        )
 
 
 def _camel(name: str) -> str:
@@ -53,7 +55,9 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def load_config(path: Path, registry: Mapping[str, Any] | None = None) -> KubeSchedulerConfiguration:
+def load_config(
+    path: Path, registry: Mapping[str, Any] | None = None
+) -> KubeSchedulerConfiguration:
     """Read a YAML/JSON file. Raises ConfigError listing every problem."""
     try:
         raw = yaml.safe_load(path.read_text())
@@ -84,7 +88,9 @@ def parse_config(
 
 def _hint(kind: str, message: str, loc: tuple[int | str, ...]) -> str:
     if kind == "extra_forbidden":
-        return f"unknown field {loc[-1]!r}: check the spelling against kubescheduler.config.k8s.io/v1"
+        return (
+            f"unknown field {loc[-1]!r}: check the spelling against kubescheduler.config.k8s.io/v1"
+        )
     return message
 
 
@@ -120,7 +126,9 @@ def semantic_problems(
             if name not in registry:
                 why = KUBE_PLUGINS_NOT_IN_SHOAL.get(name)
                 hint = f" ({why}); remove it" if why else _suggest(name, registry)
-                problems.append(Problem(f"{base}.plugins.{where}", f"unknown plugin {name!r}{hint}"))
+                problems.append(
+                    Problem(f"{base}.plugins.{where}", f"unknown plugin {name!r}{hint}")
+                )
         configured: set[str] = set()
         for j, pc in enumerate(profile.plugin_config):
             where = f"{base}.pluginConfig[{j}]"
@@ -129,7 +137,11 @@ def semantic_problems(
             configured.add(pc.name)
             spec = registry.get(pc.name)
             if spec is None:
-                problems.append(Problem(f"{where}.name", f"unknown plugin {pc.name!r}{_suggest(pc.name, registry)}"))
+                problems.append(
+                    Problem(
+                        f"{where}.name", f"unknown plugin {pc.name!r}{_suggest(pc.name, registry)}"
+                    )
+                )
                 continue
             if getattr(spec, "args", None) is None:
                 if pc.args:
@@ -139,7 +151,12 @@ def semantic_problems(
                 spec.parse_args(pc.args)
             except pydantic.ValidationError as err:
                 for e in err.errors():
-                    problems.append(Problem(f"{where}.args.{_loc(e['loc'])}".rstrip("."), _hint(e["type"], e["msg"], e["loc"])))
+                    problems.append(
+                        Problem(
+                            f"{where}.args.{_loc(e['loc'])}".rstrip("."),
+                            _hint(e["type"], e["msg"], e["loc"]),
+                        )
+                    )
         if any(p.path.startswith(base) for p in problems):
             continue
         try:
@@ -172,4 +189,8 @@ def _suggest(name: str, registry: Mapping[str, Any]) -> str:
     import difflib
 
     close = difflib.get_close_matches(name, list(registry), n=1)
-    return f"; did you mean {close[0]!r}?" if close else f"; known plugins: {', '.join(sorted(registry))}"
+    return (
+        f"; did you mean {close[0]!r}?"
+        if close
+        else f"; known plugins: {', '.join(sorted(registry))}"
+    )

@@ -23,7 +23,7 @@ __all__ = [
     "Profile",
 ]
 
-API_VERSION = "kubescheduler.config.k8s.io/v1"
+API_VERSION: Literal["kubescheduler.config.k8s.io/v1"] = "kubescheduler.config.k8s.io/v1"
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 
 # Extension points in Plugins, in execution order (attribute names).

@@ -26,7 +26,7 @@ from shoal.framework.status import Status
 from shoal.framework.types import Candidates, ClusterEvent, FilterResult, PreFilterResult
 
 if TYPE_CHECKING:
-    from shoal.framework.handle import Handle
+    pass
 
 __all__ = [
     "BindPlugin",

@@ -146,9 +146,8 @@ class Framework:
         self.handle = handle
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self.queue_sort: QueueSortPlugin = plugins.queue_sort
-        self._normalizers = {
-            p.name: p for p, _ in plugins.score if isinstance(p, ScoreNormalizer)
-        }
+        self.max_total_score = MAX_NODE_SCORE * sum(w for _, w in plugins.score)
+        self._normalizers = {p.name: p for p, _ in plugins.score if isinstance(p, ScoreNormalizer)}
 
     # ---- queueing ------------------------------------------------------------------
 
@@ -226,9 +225,7 @@ class Framework:
                 return status.with_plugin(plugin.name)
         return Status()
 
-    def run_score(
-        self, state: CycleState, pod: PodInfo, nodes: Candidates
-    ) -> NDArray[np.int64]:
+    def run_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
         """Weighted sum of normalised plugin scores, one per candidate."""
         total = np.zeros(nodes.size, dtype=np.int64)
         for plugin, weight in self.plugins.score:
@@ -242,8 +239,25 @@ class Framework:
                 raise ValueError(
                     f"plugin {plugin.name} returned {scores.shape} scores for {nodes.size} nodes"
                 )
-            total += np.clip(scores, 0, MAX_NODE_SCORE).astype(np.int64) * weight
+            if weight == 1:
+                total += scores
+            else:
+                total += scores * weight
         return total
+
+    def check_scores(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> None:
+        """Raise if a plugin's normalised scores leave 0..MAX_NODE_SCORE (a plugin bug)."""
+        for plugin, _ in self.plugins.score:
+            if plugin.name in state.skip_score:
+                continue
+            scores = plugin.score(state, pod, nodes)
+            normalizer = self._normalizers.get(plugin.name)
+            if normalizer is not None:
+                scores = normalizer.normalize_score(state, pod, nodes, scores)
+            if scores.size and (scores.min() < 0 or scores.max() > MAX_NODE_SCORE):
+                raise ValueError(
+                    f"plugin {plugin.name} returned scores outside 0..{MAX_NODE_SCORE}"
+                )
 
     # ---- reserve and permit --------------------------------------------------------
 
@@ -258,7 +272,9 @@ class Framework:
         for plugin in reversed(self.plugins.reserve):
             plugin.unreserve(state, pod, node)
 
-    def run_permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float, set[str]]:
+    def run_permit(
+        self, state: CycleState, pod: PodInfo, node: str
+    ) -> tuple[Status, float, set[str]]:
         """Returns the combined status; on WAIT also the timeout and the waiting plugins."""
         waiting: set[str] = set()
         timeout = MAX_PERMIT_TIMEOUT

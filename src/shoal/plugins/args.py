@@ -57,9 +57,7 @@ def _default_resources() -> list[ResourceSpec]:
 
 
 class ScoringStrategy(Args):
-    type: Literal["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"] = (
-        "LeastAllocated"
-    )
+    type: Literal["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"] = "LeastAllocated"
     resources: list[ResourceSpec] = Field(default_factory=_default_resources)
     requested_to_capacity_ratio: RequestedToCapacityRatioParam | None = None
 

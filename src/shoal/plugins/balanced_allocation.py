@@ -13,7 +13,13 @@ from shoal.api.podinfo import PodInfo
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
-from shoal.framework.types import MAX_NODE_SCORE, ActionType, Candidates, ClusterEvent, EventResource
+from shoal.framework.types import (
+    MAX_NODE_SCORE,
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+)
 from shoal.plugins.args import NodeResourcesBalancedAllocationArgs
 from shoal.plugins.resource_allocation import allocatable_and_requested
 
@@ -37,18 +43,22 @@ class BalancedAllocation:
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
         alloc, req, included = allocatable_and_requested(
+            state,
             self.handle.snapshot, pod, nodes, self.resources, use_requested=True
         )
-        counted = (alloc > 0) & included
-        safe = np.where(alloc == 0, 1, alloc)
-        fraction = np.minimum(req / safe, 1.0)
-        fraction = np.where(counted, fraction, 0.0)
+        counted = alloc > 0
+        fraction = np.minimum(req / np.where(counted, alloc, 1), 1.0)
+        fraction[~counted] = 0.0
         k = counted.sum(axis=1)
-        mean = fraction.sum(axis=1) / np.maximum(k, 1)
-        var = (np.where(counted, (fraction - mean[:, None]) ** 2, 0.0)).sum(axis=1) / np.maximum(k, 1)
-        std = np.sqrt(var)
-        # kube special-cases two resources as |f1 - f2| / 2, which equals the population std.
-        return ((1.0 - np.where(k >= 2, std, 0.0)) * MAX_NODE_SCORE).astype(np.int64)
+        if fraction.shape[1] == 2:
+            # kube's special case for two resources: |f1 - f2| / 2 (the population std).
+            std = np.abs(fraction[:, 0] - fraction[:, 1]) / 2
+        else:
+            mean = fraction.sum(axis=1) / np.maximum(k, 1)
+            dev = np.where(counted, (fraction - mean[:, None]) ** 2, 0.0)
+            std = np.sqrt(dev.sum(axis=1) / np.maximum(k, 1))
+        std = np.where(k >= 2, std, 0.0)
+        return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [
@@ -57,5 +67,7 @@ class BalancedAllocation:
         ]
 
     @classmethod
-    def new(cls, args: NodeResourcesBalancedAllocationArgs | None, handle: Handle) -> BalancedAllocation:
+    def new(
+        cls, args: NodeResourcesBalancedAllocationArgs | None, handle: Handle
+    ) -> BalancedAllocation:
         return cls(handle, args or NodeResourcesBalancedAllocationArgs())

@@ -44,7 +44,11 @@ class NodeAffinity:
         self.added = added
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        if not pod.pod.spec.node_selector and pod.required_node_terms is None and self.added is None:
+        if (
+            not pod.pod.spec.node_selector
+            and pod.required_node_terms is None
+            and self.added is None
+        ):
             return None, Status(Code.SKIP)
         terms = pod.required_node_terms
         if not terms:
@@ -70,8 +74,9 @@ class NodeAffinity:
         if self.added is not None:
             enforced = labels.terms_mask(tuple(self.added.node_selector_terms), names, nodes.index)
             if not enforced.all():
-                return FilterResult.from_mask(enforced, REASON_ENFORCED,
-                                              Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+                return FilterResult.from_mask(
+                    enforced, REASON_ENFORCED, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                )
         for key, value in pod.pod.spec.node_selector.items():
             req = NodeSelectorRequirement(key=key, operator="In", values=[value])
             passed &= labels.requirement_mask(req, nodes.index)

@@ -68,7 +68,9 @@ def broken_linear(shape: list[tuple[int, int]]) -> Callable[[NDArray[np.int64]],
         if mid.any():
             j = i[mid]
             du = utils[j] - utils[j - 1]
-            out[mid] = scores[j - 1] + go_div((scores[j] - scores[j - 1]) * (p[mid] - utils[j - 1]), du)
+            out[mid] = scores[j - 1] + go_div(
+                (scores[j] - scores[j - 1]) * (p[mid] - utils[j - 1]), du
+            )
         return out
 
     return fn
@@ -90,7 +92,10 @@ class NodeResourcesFit:
         if strategy.requested_to_capacity_ratio is not None:
             factor = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
             self._shape = broken_linear(
-                [(p.utilization, p.score * factor) for p in strategy.requested_to_capacity_ratio.shape]
+                [
+                    (p.utilization, p.score * factor)
+                    for p in strategy.requested_to_capacity_ratio.shape
+                ]
             )
 
     def _checked(self, resource: str) -> bool:
@@ -136,6 +141,7 @@ class NodeResourcesFit:
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
         alloc, req, included = allocatable_and_requested(
+            state,
             self.handle.snapshot, pod, nodes, self.score_resources, use_requested=False
         )
         if self.strategy == "LeastAllocated":
@@ -145,8 +151,9 @@ class NodeResourcesFit:
         else:
             assert self._shape is not None
             safe = np.where(alloc == 0, 1, alloc)
-            util = np.where((alloc == 0) | (req > alloc), MAX_UTILIZATION,
-                            (req * MAX_UTILIZATION) // safe)
+            util = np.where(
+                (alloc == 0) | (req > alloc), MAX_UTILIZATION, (req * MAX_UTILIZATION) // safe
+            )
             per_resource = self._shape(util)
         # Resources with zero allocatable on a node do not count on that node.
         weights = np.where((alloc > 0) & included, self.weights, 0)
@@ -161,7 +168,9 @@ class NodeResourcesFit:
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [
-            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN),
+            ClusterEvent(
+                EventResource.ASSIGNED_POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN
+            ),
             ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE),
         ]
 

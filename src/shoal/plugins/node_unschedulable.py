@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from shoal.api.objects import Taint
 from shoal.api.podinfo import PodInfo
 from shoal.framework.cycle_state import CycleState
@@ -41,8 +39,12 @@ class NodeUnschedulable:
         return FilterResult.from_mask(~cordoned, REASON, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
-        return [ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT
-                             | ActionType.UPDATE_NODE_CONDITION)]
+        return [
+            ClusterEvent(
+                EventResource.NODE,
+                ActionType.ADD | ActionType.UPDATE_NODE_TAINT | ActionType.UPDATE_NODE_CONDITION,
+            )
+        ]
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeUnschedulable:

@@ -13,13 +13,34 @@ from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU, MEMORY, is_extended
+from shoal.framework.cycle_state import CycleState
 from shoal.framework.types import Candidates
 from shoal.state.snapshot import Snapshot
 
 __all__ = ["allocatable_and_requested"]
 
+_NONZERO_COLUMN = {CPU: 0, MEMORY: 1}
+
+
+_ROWS_KEY = "shoal.resource_rows"
+
+
+def _candidate_rows(
+    state: CycleState, snap: Snapshot, nodes: Candidates
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Allocatable, requested and non-zero requested rows of the candidates, gathered
+    once per cycle and shared by every scoring plugin (they score the same nodes)."""
+    cached = state.get(_ROWS_KEY)
+    if cached is not None and cached[0] is nodes:
+        return cached[1]  # type: ignore[no-any-return]
+    rows = nodes.index
+    gathered = (snap.allocatable[rows], snap.requested[rows], snap.nonzero_requested[rows])
+    state.write(_ROWS_KEY, (nodes, gathered))
+    return gathered
+
 
 def allocatable_and_requested(
+    state: CycleState,
     snap: Snapshot,
     pod: PodInfo,
     nodes: Candidates,
@@ -29,23 +50,29 @@ def allocatable_and_requested(
     """(allocatable, requested-after-placing-the-pod, included) as [nodes, resources].
 
     `included[j]` is False for a resource that must not count (an extended resource the
-    pod does not request, or one no node has).
+    pod does not request, or one no node has); its columns are zero.
     """
-    idx = nodes.index
-    alloc = np.zeros((nodes.size, len(resources)), dtype=np.int64)
-    req = np.zeros((nodes.size, len(resources)), dtype=np.int64)
-    included = np.ones(len(resources), dtype=bool)
     index = snap.resource_index
-    for j, name in enumerate(resources):
-        col = index.get(name)
-        pod_request = pod.requests.get(name, 0)
-        if col is None or (pod_request == 0 and is_extended(name)):
-            included[j] = False
-            continue
-        alloc[:, j] = snap.allocatable[idx, col]
-        if not use_requested and name in (CPU, MEMORY):
-            k = 0 if name == CPU else 1
-            req[:, j] = snap.nonzero_requested[idx, k] + pod.nonzero[k]
-        else:
-            req[:, j] = snap.requested[idx, col] + pod_request
+    alloc_rows, requested_rows, nonzero_rows = _candidate_rows(state, snap, nodes)
+    included = np.array(
+        [r in index and (pod.requests.get(r, 0) > 0 or not is_extended(r)) for r in resources],
+        dtype=bool,
+    )
+    cols = [index.get(r, 0) for r in resources]
+    alloc = alloc_rows[:, cols]
+    if use_requested:
+        req = requested_rows[:, cols]
+        req += np.array([pod.requests.get(r, 0) for r in resources], dtype=np.int64)
+    else:
+        req = requested_rows[:, cols]
+        nonzero = [_NONZERO_COLUMN.get(r, -1) for r in resources]
+        pod_req = [pod.requests.get(r, 0) for r in resources]
+        for j, k in enumerate(nonzero):
+            if k >= 0:
+                req[:, j] = nonzero_rows[:, k]
+                pod_req[j] = pod.nonzero[k]
+        req += np.array(pod_req, dtype=np.int64)
+    if not included.all():
+        alloc[:, ~included] = 0
+        req[:, ~included] = 0
     return alloc, req, included

@@ -24,9 +24,7 @@ class SchedulingGates:
         if not gates:
             return Status()
         names = [g.get("name", "") for g in gates]
-        return Status(
-            Code.UNSCHEDULABLE_AND_UNRESOLVABLE, f"waiting for scheduling gates: {names}"
-        )
+        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, f"waiting for scheduling gates: {names}")
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [ClusterEvent(EventResource.POD, ActionType.UPDATE)]

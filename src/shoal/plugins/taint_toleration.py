@@ -34,7 +34,9 @@ __all__ = ["NAME", "TaintToleration"]
 NAME = "TaintToleration"
 
 
-def first_untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Taint | None:
+def first_untolerated(
+    taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]
+) -> Taint | None:
     for taint in taints:
         if taint.effect == "PreferNoSchedule":
             continue

@@ -151,7 +151,11 @@ class SchedulingQueue:
         self._entries.pop(uid, None)
 
     def requeue_unschedulable(
-        self, entry: QueuedPod, now: float, rejected_by: frozenset[str], status: Status,
+        self,
+        entry: QueuedPod,
+        now: float,
+        rejected_by: frozenset[str],
+        status: Status,
         message: str = "",
     ) -> None:
         """The attempt failed. Errors back off; rejections wait for a useful event,

@@ -90,9 +90,7 @@ def _implements(plugin: PluginInstance, point: str) -> bool:
     return callable(getattr(plugin, _METHOD[point], None))
 
 
-def _expand(
-    plugins: Plugins, instances: Mapping[str, PluginInstance]
-) -> dict[str, list[str]]:
+def _expand(plugins: Plugins, instances: Mapping[str, PluginInstance]) -> dict[str, list[str]]:
     """Per extension point, the ordered plugin names after multiPoint expansion."""
     out: dict[str, list[str]] = {}
     for point in EXTENSION_POINTS:

@@ -106,7 +106,11 @@ class Scheduler:
         """Admission defaults (priority from priorityClassName), then derive PodInfo."""
         spec = pod.spec
         if spec.priority is None:
-            pc = self.priority_classes.get(spec.priority_class_name) if spec.priority_class_name else None
+            pc = (
+                self.priority_classes.get(spec.priority_class_name)
+                if spec.priority_class_name
+                else None
+            )
             if pc is None and not spec.priority_class_name:
                 pc = next((c for c in self.priority_classes.values() if c.global_default), None)
             if pc is not None:
@@ -129,7 +133,9 @@ class Scheduler:
         return info
 
     def update_pod(self, pod: Pod) -> PodInfo:
-        old = self._pods.get(pod.metadata.uid or f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}")
+        old = self._pods.get(
+            pod.metadata.uid or f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+        )
         info = self.pod_info(pod, timestamp=old.timestamp if old else None)
         if old is not None and not old.node_name and info.node_name:
             # Our bind landed (or someone else bound it).
@@ -217,7 +223,11 @@ class Scheduler:
         fwk = self.profiles[pod.scheduler_name]
         self.snapshot.refresh()
         state = CycleState()
-        node, status, diagnosis = self._schedule_pod(fwk, state, pod)
+        try:
+            node, status, diagnosis = self._schedule_pod(fwk, state, pod)
+        except Exception as err:  # a plugin bug must not stop the scheduler
+            node, diagnosis = None, None
+            status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
         if node is None:
             message = diagnosis.message() if diagnosis is not None else status.message
             if diagnosis is not None and status.rejected and fwk.plugins.post_filter:
@@ -281,8 +291,9 @@ class Scheduler:
             if waiting.rejection is not None:
                 del self.handle.waiting_pods.by_uid[waiting.pod.uid]
                 del self._waiting[waiting.pod.uid]
-                self._undo(task.framework, task.state, task.pod, task.node, task.entry,
-                           waiting.rejection)
+                self._undo(
+                    task.framework, task.state, task.pod, task.node, task.entry, waiting.rejection
+                )
             elif waiting.allowed:
                 del self.handle.waiting_pods.by_uid[waiting.pod.uid]
                 del self._waiting[waiting.pod.uid]
@@ -320,8 +331,11 @@ class Scheduler:
         snap = self.snapshot
         n = snap.n
         if n == 0:
-            return None, Status(Code.UNSCHEDULABLE, "no nodes available to schedule pods"), \
-                Diagnosis(0)
+            return (
+                None,
+                Status(Code.UNSCHEDULABLE, "no nodes available to schedule pods"),
+                Diagnosis(0),
+            )
         pre_result, status = fwk.run_pre_filter(state, pod)
         if not status.ok:
             if status.rejected:
@@ -346,6 +360,8 @@ class Scheduler:
         if not status.ok:
             return None, status, None
         scores = fwk.run_score(state, pod, feasible)
+        if scores.max() > fwk.max_total_score or scores.min() < 0:
+            fwk.check_scores(state, pod, feasible)  # raises, naming the plugin
         return str(snap.names[self._select_host(feasible, scores)]), Status(), None
 
     def _pick_feasible(self, fwk: Framework, outcome: FilterOutcome) -> Candidates | None:

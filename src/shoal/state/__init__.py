@@ -5,4 +5,11 @@ from shoal.state.labels import LabelColumns
 from shoal.state.node_table import NodeTable
 from shoal.state.snapshot import Snapshot
 
-__all__ = ["ClusterState", "LabelColumns", "NodeTable", "PlacementObserver", "PodRecord", "Snapshot"]
+__all__ = [
+    "ClusterState",
+    "LabelColumns",
+    "NodeTable",
+    "PlacementObserver",
+    "PodRecord",
+    "Snapshot",
+]

@@ -100,12 +100,12 @@ class LabelColumns:
             numbers = self.numeric(req.key, index)
             bound = int(req.values[0])
             with np.errstate(invalid="ignore"):
-                return numbers > bound if op == "Gt" else numbers < bound
+                result: NDArray[np.bool_] = numbers > bound if op == "Gt" else numbers < bound
+            return result
         codes = self.column(req.key, index)
-        if op == "Exists":
-            return codes != MISSING
-        if op == "DoesNotExist":
-            return codes == MISSING
+        if op in ("Exists", "DoesNotExist"):
+            present: NDArray[np.bool_] = codes != MISSING
+            return present if op == "Exists" else ~present
         wanted = self.value_codes(req.key, req.values)
         inside = np.isin(codes, wanted) if wanted else np.zeros(codes.shape, dtype=bool)
         return inside if op == "In" else ~inside

@@ -9,6 +9,7 @@ always rows `0..n-1` and "all nodes" is the cheap slice `0:n`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +27,8 @@ from shoal.api.resources import (
 from shoal.state.labels import LabelColumns
 
 __all__ = ["BASE_RESOURCES", "NodeTable"]
+
+T = TypeVar("T", bound=np.generic)
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 _INITIAL_CAPACITY = 64
@@ -98,17 +101,17 @@ class NodeTable:
     def _grow(self) -> None:
         cap = self._capacity * 2
 
-        def grown(a: NDArray[np.generic]) -> NDArray[np.generic]:
+        def grown(a: NDArray[T]) -> NDArray[T]:
             out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype)
             out[: self._capacity] = a
             return out
 
-        self.allocatable = grown(self.allocatable)  # type: ignore[assignment]
-        self.requested = grown(self.requested)  # type: ignore[assignment]
-        self.nonzero_requested = grown(self.nonzero_requested)  # type: ignore[assignment]
-        self.unschedulable = grown(self.unschedulable)  # type: ignore[assignment]
-        self.taint_set = grown(self.taint_set)  # type: ignore[assignment]
-        self.host_port_count = grown(self.host_port_count)  # type: ignore[assignment]
+        self.allocatable = grown(self.allocatable)
+        self.requested = grown(self.requested)
+        self.nonzero_requested = grown(self.nonzero_requested)
+        self.unschedulable = grown(self.unschedulable)
+        self.taint_set = grown(self.taint_set)
+        self.host_port_count = grown(self.host_port_count)
         names = np.empty(cap, dtype=object)
         names[: self._capacity] = self.names_array
         self.names_array = names
@@ -176,13 +179,17 @@ class NodeTable:
             ):
                 array[row] = array[last]
             self.labels.move_row(last, row)
-            for seq in (self.names, self.nodes, self.pods, self.host_ports):
-                seq[row] = seq[last]  # type: ignore[index]
+            self.names[row] = self.names[last]
+            self.nodes[row] = self.nodes[last]
+            self.pods[row] = self.pods[last]
+            self.host_ports[row] = self.host_ports[last]
             self.row_of[self.names[row]] = row
         else:
             self.labels.clear_row(row)
-        for seq in (self.names, self.nodes, self.pods, self.host_ports):
-            seq.pop()  # type: ignore[attr-defined]
+        self.names.pop()
+        self.nodes.pop()
+        self.pods.pop()
+        self.host_ports.pop()
         self.names_array[last] = None
         self.n -= 1
         self.generation += 1

@@ -96,4 +96,7 @@ class Snapshot:
 
     def pod_vector(self, pod: PodInfo) -> NDArray[np.int64]:
         """The pod's requests over the snapshot's resource columns (incl. one pod slot)."""
-        return self._cluster.table.pod_vector(pod)
+        vector = self._cluster.table.pod_vector(pod)
+        # A resource no node has yet adds a (zero) column: rebuild the views to match.
+        self.refresh()
+        return vector

@@ -119,7 +119,8 @@ def main() -> None:
     args = parser.parse_args()
     r = run(args.nodes, args.init_pods, args.pods, args.seed)
     print(
-        f"SchedulingBasic {args.nodes} nodes / {args.init_pods} init pods / {args.pods} measured pods"
+        f"SchedulingBasic {args.nodes} nodes / {args.init_pods} init pods / "
+        f"{args.pods} measured pods"
     )
     print(f"  scheduled {int(r['scheduled'])} pods in {r['seconds']:.2f} s")
     print(

@@ -113,7 +113,8 @@ def semantic_problems(
             problems.append(
                 Problem(
                     f"{base}.schedulerName",
-                    f"{profile.scheduler_name!r} is already used by profiles[{seen[profile.scheduler_name]}]",
+                    f"{profile.scheduler_name!r} is already used by "
+                    f"profiles[{seen[profile.scheduler_name]}]",
                 )
             )
         seen.setdefault(profile.scheduler_name, i)

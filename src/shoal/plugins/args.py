@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -46,7 +47,7 @@ class RequestedToCapacityRatioParam(Args):
     def _increasing(cls, shape: list[UtilizationShapePoint]) -> list[UtilizationShapePoint]:
         if not shape:
             raise ValueError("shape needs at least one point")
-        for a, b in zip(shape, shape[1:], strict=False):
+        for a, b in pairwise(shape):
             if b.utilization <= a.utilization:
                 raise ValueError("shape utilization values must be strictly increasing")
         return shape

@@ -42,7 +42,7 @@ class BalancedAllocation:
         return Status()
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
-        alloc, req, included = allocatable_and_requested(
+        alloc, req, _ = allocatable_and_requested(
             state,
             self.handle.snapshot, pod, nodes, self.resources, use_requested=True
         )

@@ -85,11 +85,8 @@ class LabelColumns:
         if cached is None:
             table = np.array([_as_int(v) for v in self.values.get(key, [])] + [np.nan])
             codes = self.codes.get(key)
-            if codes is None:
-                cached = np.full(self._capacity, np.nan)
-            else:
-                # MISSING (-1) picks the trailing NaN.
-                cached = table[codes]
+            # MISSING (-1) picks the trailing NaN.
+            cached = np.full(self._capacity, np.nan) if codes is None else table[codes]
             self._numeric[key] = cached
         return cached[index]
 

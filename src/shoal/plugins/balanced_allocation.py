@@ -42,22 +42,29 @@ class BalancedAllocation:
         return Status()
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
-        alloc, req, _ = allocatable_and_requested(
-            state,
+        columns = allocatable_and_requested(
             self.handle.snapshot, pod, nodes, self.resources, use_requested=True
         )
-        counted = alloc > 0
-        fraction = np.minimum(req / np.where(counted, alloc, 1), 1.0)
-        fraction[~counted] = 0.0
-        k = counted.sum(axis=1)
-        if fraction.shape[1] == 2:
-            # kube's special case for two resources: |f1 - f2| / 2 (the population std).
-            std = np.abs(fraction[:, 0] - fraction[:, 1]) / 2
+        fractions = []
+        counted = []
+        for _, alloc, req in columns:
+            has = alloc > 0
+            fractions.append(np.where(has, np.minimum(req / np.where(has, alloc, 1), 1.0), 0.0))
+            counted.append(has)
+        if not fractions:
+            return np.full(nodes.size, MAX_NODE_SCORE, dtype=np.int64)
+        if len(fractions) == 2:
+            # kube's special case for two resources: |f1 - f2| / 2 (the population std),
+            # when both count on the node; with one or none the deviation is 0.
+            both = counted[0] & counted[1]
+            std = np.where(both, np.abs(fractions[0] - fractions[1]) / 2, 0.0)
         else:
-            mean = fraction.sum(axis=1) / np.maximum(k, 1)
-            dev = np.where(counted, (fraction - mean[:, None]) ** 2, 0.0)
-            std = np.sqrt(dev.sum(axis=1) / np.maximum(k, 1))
-        std = np.where(k >= 2, std, 0.0)
+            f = np.array(fractions)
+            c = np.array(counted)
+            k = c.sum(axis=0)
+            mean = f.sum(axis=0) / np.maximum(k, 1)
+            dev = np.where(c, (f - mean) ** 2, 0.0).sum(axis=0) / np.maximum(k, 1)
+            std = np.where(k >= 2, np.sqrt(dev), 0.0)
         return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:

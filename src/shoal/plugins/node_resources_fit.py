@@ -122,15 +122,16 @@ class NodeResourcesFit:
         snap = self.handle.snapshot
         cols, need = state.read(_STATE_KEY)
         idx = nodes.index
-        free = snap.allocatable[idx][:, cols] - snap.requested[idx][:, cols]
-        fits = free >= need
-        passed = fits.all(axis=1)
+        free = snap.free
+        # One contiguous column per requested resource (the table is column-major).
+        fits = [free[idx, col] >= amount for col, amount in zip(cols, need, strict=True)]
+        passed = np.logical_and.reduce(fits) if len(fits) > 1 else fits[0]
         if passed.all():
             return FilterResult(passed)
         failures = []
         names = snap.resources
         for j, col in enumerate(cols):
-            short = ~fits[:, j]
+            short = ~fits[j]
             if short.any():
                 name = names[col]
                 reason = "Too many pods" if name == PODS else f"Insufficient {name}"
@@ -140,25 +141,27 @@ class NodeResourcesFit:
     # ---- Score ---------------------------------------------------------------------
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
-        alloc, req, included = allocatable_and_requested(
-            state,
+        columns = allocatable_and_requested(
             self.handle.snapshot, pod, nodes, self.score_resources, use_requested=False
         )
-        if self.strategy == "LeastAllocated":
-            per_resource = least_allocated(alloc, req)
-        elif self.strategy == "MostAllocated":
-            per_resource = most_allocated(alloc, req)
-        else:
-            assert self._shape is not None
-            safe = np.where(alloc == 0, 1, alloc)
-            util = np.where(
-                (alloc == 0) | (req > alloc), MAX_UTILIZATION, (req * MAX_UTILIZATION) // safe
-            )
-            per_resource = self._shape(util)
-        # Resources with zero allocatable on a node do not count on that node.
-        weights = np.where((alloc > 0) & included, self.weights, 0)
-        weight_sum = weights.sum(axis=1)
-        total = (per_resource * weights).sum(axis=1)
+        total = np.zeros(nodes.size, dtype=np.int64)
+        weight_sum = np.zeros(nodes.size, dtype=np.int64)
+        for j, alloc, req in columns:
+            if self.strategy == "LeastAllocated":
+                per_resource = least_allocated(alloc, req)
+            elif self.strategy == "MostAllocated":
+                per_resource = most_allocated(alloc, req)
+            else:
+                assert self._shape is not None
+                safe = np.where(alloc == 0, 1, alloc)
+                util = np.where(
+                    (alloc == 0) | (req > alloc), MAX_UTILIZATION, (req * MAX_UTILIZATION) // safe
+                )
+                per_resource = self._shape(util)
+            # A resource with zero allocatable on a node does not count on that node.
+            weight = np.where(alloc > 0, self.weights[j], 0)
+            total += per_resource * weight
+            weight_sum += weight
         safe_sum = np.where(weight_sum == 0, 1, weight_sum)
         if self.strategy == "RequestedToCapacityRatio":
             out = np.round(total / safe_sum).astype(np.int64)

@@ -134,14 +134,41 @@ class SchedulingQueue:
             entry = self._entries[uid]
             entry.attempts += 1
             entry.pod.attempts = entry.attempts
-            entry.popped_cycle = self._cycle
+            # kube's Pop: the cycle counter moves first, so an event that arrived before
+            # this pop (moveRequestCycle < popped_cycle) does not count as "during" it.
             self._cycle += 1
+            entry.popped_cycle = self._cycle
             self._in_flight.add(uid)
             return entry
         return None
 
     def __len__(self) -> int:
         return len(self._in_active)
+
+    def take(self, uids: list[str]) -> list[QueuedPod]:
+        """Take these pods out of active, backoff and unschedulable (not gated or in
+        flight) to be tried together with the pod just popped (a gang)."""
+        taken = []
+        for uid in uids:
+            entry = self._entries.get(uid)
+            if entry is None or uid in self._in_flight or uid in self._gated:
+                continue
+            self._in_active.discard(uid)
+            self._in_backoff.discard(uid)
+            self._unschedulable.pop(uid, None)
+            entry.attempts += 1
+            entry.pod.attempts = entry.attempts
+            entry.popped_cycle = self._cycle
+            self._in_flight.add(uid)
+            taken.append(entry)
+        return taken
+
+    def regate(self, uids: list[str]) -> None:
+        """Re-run PreEnqueue for gated pods (their group may have become complete)."""
+        for uid in uids:
+            entry = self._gated.pop(uid, None)
+            if entry is not None:
+                self._enqueue_checked(entry)
 
     # ---- after an attempt ----------------------------------------------------------
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.podinfo import PodInfo
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
@@ -23,6 +24,8 @@ from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.runtime import FilterOutcome, Framework
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, Candidates, ClusterEvent, EventResource
+from shoal.gang.cycle import GangConfig, held_by_reservation, schedule_gang
+from shoal.gang.manager import GangManager
 from shoal.queue.scheduling_queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.scheduler.listener import NullListener, SchedulerListener
 from shoal.state.cluster import ClusterState
@@ -96,6 +99,9 @@ class Scheduler:
         self._waiting: dict[str, BindingTask] = {}
         self._binding: dict[str, BindingTask] = {}
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
+        self.gangs = GangManager.of(handle)
+        self.gang_config = GangConfig()
+        self._bad_group: dict[str, str] = {}  # uid -> why its group key is unusable
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -125,12 +131,40 @@ class Scheduler:
         info = pod if isinstance(pod, PodInfo) else self.pod_info(pod)
         now = self.clock.now()
         self._pods[info.uid] = info
+        self._join_group(info, now)
         if info.node_name:
             self.cluster.add_bound_pod(info, info.node_name)
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
         elif self.is_ours(info):
             self.queue.add(info, now)
         return info
+
+    def _join_group(self, info: PodInfo, now: float) -> None:
+        try:
+            ref = self.gangs.ref(info.pod)
+        except ValueError as err:
+            self._bad_group[info.uid] = f"pod {info.key}: invalid gang key: {err}"
+            return
+        if ref is None:
+            return
+        group = self.gangs.member_added(info, ref, now)
+        if not self.gangs.gate(group):
+            self.queue.regate([uid for uid in group.members if uid != info.uid])
+
+    def add_pod_group(self, obj: PodGroup | VolcanoPodGroup) -> None:
+        """A PodGroup object (scheduler-plugins or Volcano) was created or updated."""
+        group = self.gangs.add_pod_group(obj, self.clock.now())
+        self.queue.regate(list(group.members))
+
+    def finish_pod(self, uid: str, succeeded: bool = True) -> None:
+        """A bound pod ran to completion (Succeeded or Failed): free it, count it."""
+        self.gangs.member_finished(uid, succeeded)
+        self.delete_pod(uid)
+        if succeeded:
+            # Dependent gangs may now start.
+            for other in self.gangs.groups.values():
+                if other.depends_on and not self.gangs.gate(other):
+                    self.queue.regate(list(other.members))
 
     def update_pod(self, pod: Pod) -> PodInfo:
         old = self._pods.get(
@@ -150,6 +184,8 @@ class Scheduler:
 
     def delete_pod(self, uid: str) -> None:
         self._pods.pop(uid, None)
+        self._bad_group.pop(uid, None)
+        self.gangs.member_removed(uid)
         self.queue.delete(uid)
         for tasks in (self._waiting, self._binding):
             task = tasks.get(uid)
@@ -179,6 +215,14 @@ class Scheduler:
         self.queue.on_event(event, self.clock.now())
 
     def _pre_enqueue(self, pod: PodInfo) -> Status:
+        bad = self._bad_group.get(pod.uid)
+        if bad:
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, bad, plugin="Coscheduling")
+        group = self.gangs.group_of_uid(pod.uid)
+        if group is not None:
+            gate = self.gangs.gate(group)
+            if gate:
+                return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, gate, plugin="Coscheduling")
         fwk = self.profiles.get(pod.scheduler_name)
         return fwk.run_pre_enqueue(pod) if fwk is not None else Status()
 
@@ -221,6 +265,15 @@ class Scheduler:
         if pod.initial_attempt_time is None:
             pod.initial_attempt_time = now
         fwk = self.profiles[pod.scheduler_name]
+        held = held_by_reservation(self.gangs, pod, now, self.gang_config)
+        if held:
+            status = Status(Code.UNSCHEDULABLE, held, plugin="Coscheduling")
+            self.queue.requeue_unschedulable(entry, now, frozenset({"Coscheduling"}), status, held)
+            self.listener.pod_unschedulable(pod, status, held)
+            return CycleResult(pod, None, status, held)
+        group = self.gangs.group_of_uid(pod.uid)
+        if group is not None:
+            return schedule_gang(self, entry, group, fwk, self.gang_config)
         self.snapshot.refresh()
         state = CycleState()
         try:
@@ -249,9 +302,26 @@ class Scheduler:
             self._undo(fwk, state, pod, node, entry, status)
             return CycleResult(pod, None, status, status.message)
         status, timeout, waiting_on = fwk.run_permit(state, pod, node)
+        if not self._admit(entry, node, state, fwk, status, timeout, waiting_on, now):
+            return CycleResult(pod, None, status, status.message)
+        return CycleResult(pod, node, status)
+
+    def _admit(
+        self,
+        entry: QueuedPod,
+        node: str,
+        state: CycleState,
+        fwk: Framework,
+        status: Status,
+        timeout: float,
+        waiting_on: set[str],
+        now: float,
+    ) -> bool:
+        """After Permit: hand the assumed pod to binding (or to waiting), or undo it."""
+        pod = entry.pod
         if status.code not in (Code.SUCCESS, Code.WAIT):
             self._undo(fwk, state, pod, node, entry, status)
-            return CycleResult(pod, None, status, status.message)
+            return False
         task = BindingTask(pod, node, state, fwk, entry)
         self.queue.done(pod.uid)
         if status.code == Code.WAIT:
@@ -261,7 +331,7 @@ class Scheduler:
             )
         else:
             self._ready.append(task)
-        return CycleResult(pod, node, status)
+        return True
 
     def _undo(
         self,
@@ -274,6 +344,7 @@ class Scheduler:
     ) -> None:
         fwk.run_unreserve(state, pod, node)
         self.cluster.forget(pod)
+        self.gangs.member_unbound(pod.uid)
         # The freed resources may let other pods fit.
         self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
         if pod.uid in self._pods:
@@ -318,6 +389,7 @@ class Scheduler:
             self._undo(fwk, task.state, pod, node, task.entry, status)
             return status
         self.cluster.confirm(pod.uid)
+        self.gangs.member_bound(pod.uid)
         pod.node_name = node
         self.listener.pod_bound(pod, node)
         await fwk.run_post_bind(task.state, pod, node)
@@ -326,8 +398,14 @@ class Scheduler:
     # ---- the scheduling algorithm (kube's schedulePod) ----------------------------
 
     def _schedule_pod(
-        self, fwk: Framework, state: CycleState, pod: PodInfo
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        restrict: np.ndarray | None = None,
     ) -> tuple[str | None, Status, Diagnosis | None]:
+        """kube's schedulePod; `restrict` (a mask over node rows) limits the candidates
+        (topology-aware gang placement)."""
         snap = self.snapshot
         n = snap.n
         if n == 0:
@@ -346,7 +424,11 @@ class Scheduler:
             return None, status, None
         if pre_result is not None and pre_result.node_names is not None:
             rows = np.sort(snap._cluster.table.rows(pre_result.node_names))
+            if restrict is not None:
+                rows = rows[restrict[rows]]
             candidates = Candidates.of(rows)
+        elif restrict is not None:
+            candidates = Candidates.of(np.flatnonzero(restrict[:n]))
         else:
             candidates = Candidates.all(n)
         outcome = fwk.run_filters(state, pod, candidates)

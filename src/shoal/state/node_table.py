@@ -1,7 +1,11 @@
 """The columnar node table: one row per node, one column per resource.
 
 Filter and Score plugins read whole columns (`allocatable[idx]`, `requested[idx]`) and
-compute results for every candidate node with numpy, never one node at a time. Rows are
+compute results for every candidate node with numpy, never one node at a time. The
+resource arrays are indexed [row, resource] but stored column-major (Fortran order), so
+one resource over all nodes (`free[:n, cpu]`) is a contiguous vector: filters compare
+one contiguous column per requested resource instead of striding through rows.
+`free` (allocatable - requested) is kept up to date so the fit check is one compare. Rows are
 kept dense: removing a node moves the last row into its slot, so the live nodes are
 always rows `0..n-1` and "all nodes" is the cheap slice `0:n`.
 """
@@ -43,10 +47,11 @@ class NodeTable:
         self.n = 0
         self._capacity = _INITIAL_CAPACITY
         r = len(self.resources)
-        self.allocatable = np.zeros((self._capacity, r), dtype=np.int64)
-        self.requested = np.zeros((self._capacity, r), dtype=np.int64)
+        self.allocatable = np.zeros((self._capacity, r), dtype=np.int64, order="F")
+        self.requested = np.zeros((self._capacity, r), dtype=np.int64, order="F")
+        self.free = np.zeros((self._capacity, r), dtype=np.int64, order="F")
         # Non-zero cpu/memory requests (kube-scheduler's scoring view of pods).
-        self.nonzero_requested = np.zeros((self._capacity, 2), dtype=np.int64)
+        self.nonzero_requested = np.zeros((self._capacity, 2), dtype=np.int64, order="F")
         self.unschedulable = np.zeros(self._capacity, dtype=bool)
         self.taint_set = np.zeros(self._capacity, dtype=np.int32)
         # Host ports in use per row, so NodePorts only looks at rows that have any.
@@ -76,9 +81,9 @@ class NodeTable:
             col = len(self.resources)
             self.resources.append(resource)
             self.resource_index[resource] = col
-            pad = np.zeros((self._capacity, 1), dtype=np.int64)
-            self.allocatable = np.hstack([self.allocatable, pad])
-            self.requested = np.hstack([self.requested, pad])
+            self.allocatable = _widened(self.allocatable)
+            self.requested = _widened(self.requested)
+            self.free = _widened(self.free)
             self.layout_version += 1
         return col
 
@@ -102,12 +107,13 @@ class NodeTable:
         cap = self._capacity * 2
 
         def grown(a: NDArray[T]) -> NDArray[T]:
-            out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype)
+            out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype, order="F")
             out[: self._capacity] = a
             return out
 
         self.allocatable = grown(self.allocatable)
         self.requested = grown(self.requested)
+        self.free = grown(self.free)
         self.nonzero_requested = grown(self.nonzero_requested)
         self.unschedulable = grown(self.unschedulable)
         self.taint_set = grown(self.taint_set)
@@ -150,6 +156,7 @@ class NodeTable:
         for resource, amount in allocatable.items():
             col = self.column(resource)  # may widen the arrays: look it up first
             self.allocatable[row, col] = amount
+        self.free[row] = self.allocatable[row] - self.requested[row]
         self.unschedulable[row] = node.spec.unschedulable
         self.taint_set[row] = self._taint_set_id(tuple(node.spec.taints))
         self.labels.set_row(row, node.metadata.labels)
@@ -171,6 +178,7 @@ class NodeTable:
             for array in (
                 self.allocatable,
                 self.requested,
+                self.free,
                 self.nonzero_requested,
                 self.unschedulable,
                 self.taint_set,
@@ -198,7 +206,9 @@ class NodeTable:
     # ---- pods on rows --------------------------------------------------------------
 
     def place(self, row: int, pod: PodInfo) -> None:
-        self.requested[row] += self.pod_vector(pod)
+        vector = self.pod_vector(pod)
+        self.requested[row] += vector
+        self.free[row] -= vector
         self.nonzero_requested[row, 0] += pod.nonzero[0]
         self.nonzero_requested[row, 1] += pod.nonzero[1]
         self.pods[row][pod.uid] = pod
@@ -208,7 +218,9 @@ class NodeTable:
         self.generation += 1
 
     def unplace(self, row: int, pod: PodInfo) -> None:
-        self.requested[row] -= self.pod_vector(pod)
+        vector = self.pod_vector(pod)
+        self.requested[row] -= vector
+        self.free[row] += vector
         self.nonzero_requested[row, 0] -= pod.nonzero[0]
         self.nonzero_requested[row, 1] -= pod.nonzero[1]
         del self.pods[row][pod.uid]
@@ -219,3 +231,10 @@ class NodeTable:
 
     def rows(self, names: Iterable[str]) -> NDArray[np.intp]:
         return np.array([self.row_of[n] for n in names if n in self.row_of], dtype=np.intp)
+
+
+def _widened(a: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The array with one more (zero) resource column, still column-major."""
+    out = np.zeros((a.shape[0], a.shape[1] + 1), dtype=a.dtype, order="F")
+    out[:, :-1] = a
+    return out

@@ -32,6 +32,7 @@ class Snapshot:
 
     allocatable: NDArray[np.int64]
     requested: NDArray[np.int64]
+    free: NDArray[np.int64]
     nonzero_requested: NDArray[np.int64]
     unschedulable: NDArray[np.bool_]
     taint_set: NDArray[np.int32]
@@ -48,6 +49,7 @@ class Snapshot:
             self._layout = table.layout_version
             self.allocatable = _frozen(table.allocatable)  # type: ignore[assignment]
             self.requested = _frozen(table.requested)  # type: ignore[assignment]
+            self.free = _frozen(table.free)  # type: ignore[assignment]
             self.nonzero_requested = _frozen(table.nonzero_requested)  # type: ignore[assignment]
             self.unschedulable = _frozen(table.unschedulable)  # type: ignore[assignment]
             self.taint_set = _frozen(table.taint_set)  # type: ignore[assignment]

@@ -1,0 +1,93 @@
+"""Gang scheduling throughput at 5000 nodes (scheduler_perf-style shapes, in memory).
+
+Shapes: 1000 gangs x 3 pods, 10 gangs x 1000 pods, 1 gang x 5000 pods; minMember = gang
+size (all-or-nothing); nodes 4 cpu / 32Gi / 110 pods; pods 100m / 500Mi; default plugins.
+Prints pods/s per shape and how long the largest gang's decision took.
+  python bench/gang_scheduling.py [--nodes 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+from shoal.api.objects import (
+    Container,
+    Node,
+    NodeStatus,
+    ObjectMeta,
+    Pod,
+    PodSpec,
+    ResourceRequirements,
+)
+from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.config import KubeSchedulerConfiguration
+from shoal.scheduler import new_scheduler
+
+
+def make_node(i: int) -> Node:
+    return Node(
+        metadata=ObjectMeta(name=f"node-{i}", labels={"kubernetes.io/hostname": f"node-{i}"}),
+        status=NodeStatus(allocatable={"cpu": "4", "memory": "32Gi", "pods": "110"}),
+    )
+
+
+def make_pod(gang: str, i: int, size: int) -> Pod:
+    return Pod(
+        metadata=ObjectMeta(
+            name=f"{gang}-{i}",
+            namespace="gangs",
+            uid=f"{gang}-{i}",
+            labels={
+                "pod-group.scheduling.sigs.k8s.io/name": gang,
+                "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
+            },
+        ),
+        spec=PodSpec(
+            containers=[
+                Container(
+                    resources=ResourceRequirements(requests={"cpu": "100m", "memory": "500Mi"})
+                )
+            ]
+        ),
+    )
+
+
+def run_shape(nodes: int, gangs: int, size: int) -> tuple[float, float, int]:
+    """Returns (pods/s, slowest single gang decision in s, pods bound)."""
+    binder = MemoryBinder()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), binder=binder)
+    for i in range(nodes):
+        sched.add_node(make_node(i))
+    for g in range(gangs):
+        for i in range(size):
+            sched.add_pod(make_pod(f"g{g}", i, size))
+    slowest = 0.0
+    start = time.perf_counter()
+    while sched.has_work():
+        t0 = time.perf_counter()
+        sched.schedule_one()
+        for task in sched.take_bindings():
+            run_sync(sched.run_binding_cycle(task))
+        slowest = max(slowest, time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    return len(binder.bound) / elapsed, slowest, len(binder.bound)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=5000)
+    args = parser.parse_args()
+    print(f"Gang scheduling, {args.nodes} nodes, default plugins, all-or-nothing gangs")
+    for gangs, size in ((1000, 3), (10, 1000), (1, 5000)):
+        rate, slowest, bound = run_shape(args.nodes, gangs, size)
+        print(
+            f"  {gangs} gangs x {size} pods: {bound} bound, {rate:.0f} pods/s, "
+            f"slowest gang decision {slowest:.2f} s"
+        )
+    print(f"  peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Pod groups (gangs) and the keys that put a pod into one.
+
+Users arrive with the keys of the system they came from; all of them map to one
+`GroupRef` (namespace, name, minimum members):
+
+* scheduler-plugins: label `scheduling.x-k8s.io/pod-group`; minimum from the PodGroup
+  object's `spec.minMember`.
+* no-CRD labels: `pod-group.scheduling.sigs.k8s.io/name` and `.../min-available`.
+* Volcano: annotation `scheduling.k8s.io/group-name`; minimum from the Volcano PodGroup.
+* Koordinator: `gang.scheduling.koordinator.sh/name` and `.../min-available` (annotation
+  or label).
+* Kueue: label `kueue.x-k8s.io/pod-group-name`; minimum = annotation
+  `kueue.x-k8s.io/pod-group-total-count` (Kueue pod groups are all-or-nothing).
+* YuniKorn: annotation `yunikorn.apache.org/task-group-name` with the application id
+  label; minimum = the sum of minMember in `yunikorn.apache.org/task-groups`.
+
+Shoal's own annotations (on the pod or the PodGroup) add what the others lack:
+`shoal.dev/topology-required` / `shoal.dev/topology-preferred` (a node label key, e.g. a
+leaf-switch label: keep the gang inside one domain of that level, or span as few as
+possible) and `shoal.dev/depends-on` (comma-separated group names, optionally
+`namespace/name`, that must succeed before this group starts).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from shoal.api.objects import ObjectMeta, Pod
+from shoal.api.resources import parse_resource_list
+
+__all__ = [
+    "DEPENDS_ON",
+    "TOPOLOGY_PREFERRED",
+    "TOPOLOGY_REQUIRED",
+    "GroupRef",
+    "PodGroup",
+    "PodGroupSpec",
+    "PodGroupStatus",
+    "VolcanoPodGroup",
+    "group_of",
+]
+
+SCHEDULER_PLUGINS_LABEL = "scheduling.x-k8s.io/pod-group"
+LIGHT_NAME = "pod-group.scheduling.sigs.k8s.io/name"
+LIGHT_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
+VOLCANO_GROUP = "scheduling.k8s.io/group-name"
+KOORD_NAME = "gang.scheduling.koordinator.sh/name"
+KOORD_MIN = "gang.scheduling.koordinator.sh/min-available"
+KUEUE_NAME = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+YUNIKORN_TASK_GROUP = "yunikorn.apache.org/task-group-name"
+YUNIKORN_TASK_GROUPS = "yunikorn.apache.org/task-groups"
+YUNIKORN_APP_IDS = ("yunikorn.apache.org/app-id", "applicationId")
+TOPOLOGY_REQUIRED = "shoal.dev/topology-required"
+TOPOLOGY_PREFERRED = "shoal.dev/topology-preferred"
+DEPENDS_ON = "shoal.dev/depends-on"
+
+
+class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+class PodGroupSpec(_Base):
+    min_member: int = 1
+    min_resources: dict[str, str | int | float] = {}
+    schedule_timeout_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_member < 1:
+            raise ValueError(f"minMember {self.min_member} must be at least 1")
+        if self.schedule_timeout_seconds is not None and self.schedule_timeout_seconds < 1:
+            raise ValueError("scheduleTimeoutSeconds must be at least 1")
+        try:
+            parse_resource_list(self.min_resources)
+        except ValueError as err:
+            raise ValueError(f"minResources.{err}") from None
+
+
+class PodGroupStatus(_Base):
+    phase: Literal["", "Pending", "Scheduling", "Running", "Unknown", "Finished", "Failed"] = ""
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    schedule_start_time: str | None = None
+
+
+class PodGroup(_Base):
+    """scheduler-plugins `scheduling.x-k8s.io/v1alpha1` PodGroup."""
+
+    api_version: str = "scheduling.x-k8s.io/v1alpha1"
+    kind: str = "PodGroup"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodGroupSpec = msgspec.field(default_factory=PodGroupSpec)
+    status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
+
+
+class VolcanoPodGroupSpec(_Base):
+    min_member: int = 1
+    min_resources: dict[str, str | int | float] = {}
+    queue: str = ""
+    priority_class_name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.min_member < 0:
+            raise ValueError(f"minMember {self.min_member} must not be negative")
+        try:
+            parse_resource_list(self.min_resources)
+        except ValueError as err:
+            raise ValueError(f"minResources.{err}") from None
+
+
+class VolcanoPodGroup(_Base):
+    """Volcano `scheduling.volcano.sh/v1beta1` PodGroup, read as the same model."""
+
+    api_version: str = "scheduling.volcano.sh/v1beta1"
+    kind: str = "PodGroup"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: VolcanoPodGroupSpec = msgspec.field(default_factory=VolcanoPodGroupSpec)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """Which group a pod belongs to, as read from the pod alone."""
+
+    namespace: str
+    name: str
+    min_member: int | None  # None: comes from a PodGroup object
+    source: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _positive_int(raw: str, what: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{what} {raw!r} is not an integer") from None
+    if value < 1:
+        raise ValueError(f"{what} {value} must be at least 1")
+    return value
+
+
+def group_of(pod: Pod) -> GroupRef | None:
+    """The pod's group, from any supported key. Raises ValueError for a malformed key."""
+    meta = pod.metadata
+    labels, annotations = meta.labels, meta.annotations
+    ns = meta.namespace or "default"
+
+    def either(key: str) -> str | None:
+        return labels.get(key) or annotations.get(key)
+
+    if name := labels.get(SCHEDULER_PLUGINS_LABEL):
+        return GroupRef(ns, name, None, "scheduler-plugins")
+    if name := either(LIGHT_NAME):
+        raw = either(LIGHT_MIN)
+        minimum = _positive_int(raw, LIGHT_MIN) if raw else None
+        return GroupRef(ns, name, minimum, "pod-group labels")
+    if name := either(KOORD_NAME):
+        raw = either(KOORD_MIN)
+        minimum = _positive_int(raw, KOORD_MIN) if raw else None
+        return GroupRef(ns, name, minimum, "koordinator")
+    if name := either(KUEUE_NAME):
+        raw = either(KUEUE_TOTAL)
+        minimum = _positive_int(raw, KUEUE_TOTAL) if raw else None
+        return GroupRef(ns, name, minimum, "kueue")
+    if name := annotations.get(VOLCANO_GROUP):
+        return GroupRef(ns, name, None, "volcano")
+    if annotations.get(YUNIKORN_TASK_GROUP):
+        app = next((either(k) for k in YUNIKORN_APP_IDS if either(k)), None)
+        if app is None:
+            raise ValueError(f"{YUNIKORN_TASK_GROUP} needs an application id label")
+        minimum = None
+        raw_groups = annotations.get(YUNIKORN_TASK_GROUPS)
+        if raw_groups:
+            try:
+                groups = json.loads(raw_groups)
+                minimum = sum(int(g.get("minMember", 0)) for g in groups) or None
+            except (ValueError, TypeError, AttributeError):
+                raise ValueError(
+                    f"{YUNIKORN_TASK_GROUPS} is not a JSON list of task groups"
+                ) from None
+        return GroupRef(ns, app, minimum, "yunikorn")
+    return None

@@ -1,0 +1,272 @@
+"""GangManager: which pods form which group, and what state each group is in.
+
+The manager owns gang bookkeeping only; the all-or-nothing placement itself is done by
+the scheduler's gang cycle (`shoal.gang.cycle`), and the Coscheduling plugin is a thin
+adapter that asks the manager for queue order and admission (like scheduler-plugins'
+coscheduling plugin over its PodGroupManager).
+
+Phases: Pending (fewer than minMember pods exist, or a dependency has not succeeded),
+Scheduling (tried, fewer than minMember bound), Running (>= minMember bound),
+Finished (every member succeeded), Failed (a member failed, or the group did not reach
+minMember within scheduleTimeoutSeconds; it keeps being retried and leaves Failed when
+it is placed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from shoal.api.objects import Pod
+from shoal.api.podgroup import (
+    DEPENDS_ON,
+    TOPOLOGY_PREFERRED,
+    TOPOLOGY_REQUIRED,
+    GroupRef,
+    PodGroup,
+    VolcanoPodGroup,
+    group_of,
+)
+from shoal.api.podinfo import PodInfo
+from shoal.api.resources import ResourceList, parse_resource_list
+from shoal.framework.handle import Handle
+
+__all__ = ["DEFAULT_SCHEDULE_TIMEOUT", "GangManager", "Group"]
+
+DEFAULT_SCHEDULE_TIMEOUT = 60.0  # scheduler-plugins' default scheduleTimeoutSeconds
+SERVICE_KEY = "shoal.gangs"
+
+
+@dataclass(eq=False)
+class Group:
+    key: str
+    namespace: str
+    name: str
+    min_member: int = 1
+    min_resources: ResourceList = field(default_factory=dict)
+    schedule_timeout: float = DEFAULT_SCHEDULE_TIMEOUT
+    topology_key: str = ""
+    topology_required: bool = False
+    depends_on: tuple[str, ...] = ()
+    source: str = ""
+    has_object: bool = False  # backed by a PodGroup object
+    created: float = 0.0
+    members: dict[str, PodInfo] = field(default_factory=dict)
+    bound: set[str] = field(default_factory=set)
+    succeeded: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    phase: str = "Pending"
+    reason: str = ""
+    attempts: int = 0
+    first_failure: float | None = None
+    priority: int = 0
+
+    @property
+    def waiting_for_object(self) -> bool:
+        return self.source in ("scheduler-plugins", "volcano") and not self.has_object
+
+    def placed(self) -> int:
+        return len(self.bound)
+
+    def needed(self) -> int:
+        """Members still to place before the group counts as running."""
+        return max(0, self.min_member - len(self.bound) - len(self.succeeded))
+
+
+class GangManager:
+    def __init__(self) -> None:
+        self.groups: dict[str, Group] = {}
+        self._group_of_uid: dict[str, str] = {}
+        # Head-of-line reservation (see shoal.gang.cycle): the group holding it, until when.
+        self.blocking: str | None = None
+        self.blocking_until = 0.0
+        self.no_block_until: dict[str, float] = {}
+
+    @classmethod
+    def of(cls, handle: Handle) -> GangManager:
+        """The scheduler's shared manager (created on first use)."""
+        manager = handle.services.get(SERVICE_KEY)
+        if manager is None:
+            manager = handle.services[SERVICE_KEY] = cls()
+        assert isinstance(manager, GangManager)
+        return manager
+
+    # ---- objects -------------------------------------------------------------------
+
+    def _group(self, namespace: str, name: str, now: float) -> Group:
+        key = f"{namespace}/{name}"
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = Group(key, namespace, name, created=now)
+        return group
+
+    def add_pod_group(self, obj: PodGroup | VolcanoPodGroup, now: float) -> Group:
+        meta = obj.metadata
+        group = self._group(meta.namespace or "default", meta.name, now)
+        group.has_object = True
+        group.min_member = max(1, obj.spec.min_member)
+        group.min_resources = parse_resource_list(obj.spec.min_resources)
+        if isinstance(obj, PodGroup) and obj.spec.schedule_timeout_seconds:
+            group.schedule_timeout = float(obj.spec.schedule_timeout_seconds)
+        self._read_shoal_annotations(group, meta.annotations)
+        return group
+
+    def delete_pod_group(self, namespace: str, name: str) -> None:
+        group = self.groups.get(f"{namespace}/{name}")
+        if group is not None:
+            group.has_object = False
+
+    def _read_shoal_annotations(self, group: Group, annotations: dict[str, str]) -> None:
+        if key := annotations.get(TOPOLOGY_REQUIRED):
+            group.topology_key, group.topology_required = key, True
+        elif key := annotations.get(TOPOLOGY_PREFERRED):
+            group.topology_key, group.topology_required = key, False
+        if raw := annotations.get(DEPENDS_ON):
+            group.depends_on = tuple(
+                d if "/" in d else f"{group.namespace}/{d}"
+                for d in (part.strip() for part in raw.split(","))
+                if d
+            )
+
+    # ---- members -------------------------------------------------------------------
+
+    @staticmethod
+    def ref(pod: Pod) -> GroupRef | None:
+        """The pod's group reference; ValueError names the malformed key."""
+        return group_of(pod)
+
+    def member_added(self, pod: PodInfo, ref: GroupRef, now: float) -> Group:
+        group = self._group(ref.namespace, ref.name, now)
+        if ref.min_member is not None and not group.has_object:
+            group.min_member = ref.min_member
+        group.source = group.source or ref.source
+        if not group.has_object:
+            self._read_shoal_annotations(group, pod.pod.metadata.annotations)
+        group.members[pod.uid] = pod
+        group.priority = max(group.priority, pod.priority)
+        self._group_of_uid[pod.uid] = group.key
+        if pod.node_name:
+            group.bound.add(pod.uid)
+        self._update_phase(group)
+        return group
+
+    def member_bound(self, uid: str) -> None:
+        group = self.group_of_uid(uid)
+        if group is not None:
+            group.bound.add(uid)
+            self._update_phase(group)
+
+    def member_unbound(self, uid: str) -> None:
+        """An assumed member's binding failed."""
+        group = self.group_of_uid(uid)
+        if group is not None:
+            group.bound.discard(uid)
+            self._update_phase(group)
+
+    def member_finished(self, uid: str, succeeded: bool) -> None:
+        group = self.group_of_uid(uid)
+        if group is None:
+            return
+        group.bound.discard(uid)
+        group.members.pop(uid, None)
+        (group.succeeded if succeeded else group.failed).add(uid)
+        self._update_phase(group)
+
+    def member_removed(self, uid: str) -> None:
+        key = self._group_of_uid.pop(uid, None)
+        group = self.groups.get(key) if key else None
+        if group is None:
+            return
+        group.members.pop(uid, None)
+        group.bound.discard(uid)
+        if not group.members and not group.has_object and not group.succeeded:
+            del self.groups[group.key]
+            return
+        self._update_phase(group)
+
+    def group_of_uid(self, uid: str) -> Group | None:
+        key = self._group_of_uid.get(uid)
+        return self.groups.get(key) if key else None
+
+    # ---- admission and order -------------------------------------------------------
+
+    def gate(self, group: Group) -> str:
+        """Why the group cannot be tried yet ("" when it can)."""
+        if group.waiting_for_object:
+            return (
+                f"gang {group.key}: waiting for its PodGroup object "
+                f"(pods name it via {group.source} keys)"
+            )
+        existing = len(group.members) + len(group.succeeded)
+        if existing < group.min_member:
+            return (
+                f"gang {group.key}: {existing}/{group.min_member} members exist, "
+                f"waiting for {group.min_member - existing} more"
+            )
+        for dep in group.depends_on:
+            other = self.groups.get(dep)
+            if other is None or other.phase != "Finished":
+                state = "unknown" if other is None else other.phase
+                return f"gang {group.key}: waits for gang {dep} to succeed (now {state})"
+        return ""
+
+    def sort_key(self, pod: PodInfo) -> tuple[object, ...]:
+        """Coscheduling order: priority, then group (or pod) creation, then group name,
+        so a group's members sit together in the queue."""
+        group = self.group_of_uid(pod.uid)
+        if group is None:
+            return (-pod.priority, pod.timestamp, pod.key)
+        return (-max(pod.priority, group.priority), group.created, group.key)
+
+    def members_pending(self, group: Group) -> Iterable[PodInfo]:
+        return (p for uid, p in group.members.items() if uid not in group.bound)
+
+    # ---- outcomes ------------------------------------------------------------------
+
+    def attempt_failed(self, group: Group, reason: str, now: float) -> None:
+        group.attempts += 1
+        group.reason = reason
+        if group.first_failure is None:
+            group.first_failure = now
+        if now - group.first_failure >= group.schedule_timeout:
+            group.phase = "Failed"
+        elif group.phase not in ("Failed",):
+            group.phase = "Scheduling"
+
+    def attempt_succeeded(self, group: Group) -> None:
+        group.attempts = 0
+        group.first_failure = None
+        group.reason = ""
+        if self.blocking == group.key:
+            self.blocking = None
+        self._update_phase(group)
+
+    def _update_phase(self, group: Group) -> None:
+        if group.failed:
+            group.phase = "Failed"
+            group.reason = f"{len(group.failed)} member(s) failed"
+        elif group.members or group.succeeded:
+            done = len(group.succeeded)
+            if done >= group.min_member and not group.bound:
+                group.phase = "Finished"
+            elif len(group.bound) + done >= group.min_member:
+                group.phase = "Running"
+            elif self.gate(group):
+                group.phase = "Pending"
+            elif group.phase in ("Running", "Pending", ""):
+                group.phase = "Scheduling" if group.attempts else "Pending"
+
+    def status(self) -> dict[str, dict[str, object]]:
+        """Per group: phase, counts and reason (for reports and explanations)."""
+        return {
+            key: {
+                "phase": g.phase,
+                "minMember": g.min_member,
+                "members": len(g.members),
+                "running": len(g.bound),
+                "succeeded": len(g.succeeded),
+                "failed": len(g.failed),
+                "reason": g.reason,
+            }
+            for key, g in self.groups.items()
+        }

@@ -19,12 +19,28 @@ import yaml
 
 from shoal.api.errors import ManifestError
 from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 
-__all__ = ["KINDS", "decode", "iter_documents", "load_objects"]
+__all__ = ["GROUP_KINDS", "KINDS", "decode", "iter_documents", "kind_class", "load_objects"]
 
 T = TypeVar("T", bound=msgspec.Struct)
 
 KINDS: dict[str, type[msgspec.Struct]] = {"Pod": Pod, "Node": Node, "PriorityClass": PriorityClass}
+
+# Kinds whose meaning depends on the API group (two projects both call theirs PodGroup).
+GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
+    ("scheduling.x-k8s.io", "PodGroup"): PodGroup,
+    ("scheduling.sigs.k8s.io", "PodGroup"): PodGroup,
+    ("scheduling.volcano.sh", "PodGroup"): VolcanoPodGroup,
+}
+
+
+def kind_class(doc: Mapping[str, Any]) -> type[msgspec.Struct] | None:
+    """The model for a manifest, by apiVersion group and kind (None: not ours)."""
+    kind = str(doc.get("kind", ""))
+    group = str(doc.get("apiVersion", "")).rpartition("/")[0]
+    return GROUP_KINDS.get((group, kind)) or KINDS.get(kind)
+
 
 _PATH = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.S)
 
@@ -93,8 +109,7 @@ def load_objects(
             if not isinstance(doc, Mapping):
                 errors.append(ManifestError("document", "", "", "expected a mapping", where))
                 continue
-            kind = doc.get("kind")
-            cls = KINDS.get(str(kind))
+            cls = kind_class(doc)
             if cls is None:
                 continue  # other kinds are some other component's business
             try:

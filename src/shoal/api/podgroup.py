@@ -18,7 +18,11 @@ Shoal's own annotations (on the pod or the PodGroup) add what the others lack:
 `shoal.dev/topology-required` / `shoal.dev/topology-preferred` (a node label key, e.g. a
 leaf-switch label: keep the gang inside one domain of that level, or span as few as
 possible) and `shoal.dev/depends-on` (comma-separated group names, optionally
-`namespace/name`, that must succeed before this group starts).
+`namespace/name`, that must succeed before this group starts). For Spark-style jobs
+whose executors are created only after the driver runs, `shoal.dev/min-executors: N`
+with the group's minResources (driver + N executors) makes the scheduler check that the
+driver *and* N executors of shape (minResources - driver) / N would fit on real nodes
+before it places the driver.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from shoal.api.resources import parse_resource_list
 
 __all__ = [
     "DEPENDS_ON",
+    "MIN_EXECUTORS",
     "TOPOLOGY_PREFERRED",
     "TOPOLOGY_REQUIRED",
     "GroupRef",
@@ -58,6 +63,7 @@ YUNIKORN_APP_IDS = ("yunikorn.apache.org/app-id", "applicationId")
 TOPOLOGY_REQUIRED = "shoal.dev/topology-required"
 TOPOLOGY_PREFERRED = "shoal.dev/topology-preferred"
 DEPENDS_ON = "shoal.dev/depends-on"
+MIN_EXECUTORS = "shoal.dev/min-executors"
 
 
 class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):

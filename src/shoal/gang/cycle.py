@@ -24,8 +24,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
+from shoal.api.objects import Container, ObjectMeta, Pod, ResourceRequirements
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU, MEMORY
 from shoal.framework.cycle_state import CycleState
@@ -172,9 +174,16 @@ def schedule_gang(
         if first is not None:
             message += f"; {first.message()}"
         rejectors = frozenset(p for _, _, d in failed if d for p in d.unschedulable_plugins)
-        result = fail(message, Status(Code.UNSCHEDULABLE, message), rejectors)
-        _maybe_reserve(manager, group, config, now)
-        return result
+        return fail(message, Status(Code.UNSCHEDULABLE, message), rejectors)
+
+    if group.min_executors and placed:
+        missing = _missing_executors(sched, group, placed)
+        if missing:
+            for e, node, state in reversed(placed):
+                fwk.run_unreserve(state, e.pod, node)
+                sched.cluster.forget(e.pod)
+            message = f"gang {group.key}: {missing}"
+            return fail(message, Status(Code.UNSCHEDULABLE, message), frozenset({"Coscheduling"}))
 
     # Commit: Permit, then hand every placed member to binding.
     for e, node, state in placed:
@@ -192,32 +201,33 @@ def schedule_gang(
     return CycleResult(entry.pod, first_node, Status())
 
 
-def _maybe_reserve(manager: GangManager, group: Group, config: GangConfig, now: float) -> None:
-    if manager.blocking is not None and now < manager.blocking_until:
-        return
+def update_reservation(manager: GangManager, config: GangConfig, now: float) -> None:
+    """Start or end the head-of-line reservation. O(1): only the group that has been
+    failing the longest can take it."""
     if manager.blocking is not None:
-        manager.no_block_until[manager.blocking] = now + config.reservation_max
-        manager.blocking = None
-    if group.first_failure is None or now - group.first_failure < config.reservation_after:
+        group = manager.groups.get(manager.blocking)
+        over = now >= manager.blocking_until
+        if group is None or over or group.phase in ("Running", "Finished"):
+            manager.no_block_until[manager.blocking] = now + config.reservation_max
+            manager.release()
+        else:
+            return
+    oldest = next(iter(manager.failing), None)
+    if oldest is None:
         return
-    if now < manager.no_block_until.get(group.key, 0.0):
+    since = manager.failing[oldest]
+    if now - since < config.reservation_after or now < manager.no_block_until.get(oldest, 0.0):
         return
-    manager.blocking = group.key
+    manager.blocking = oldest
     manager.blocking_until = now + config.reservation_max
 
 
 def held_by_reservation(manager: GangManager, pod: PodInfo, now: float, config: GangConfig) -> str:
     """Why a pod outside the reserving gang is held back ("" if it is not)."""
+    update_reservation(manager, config, now)
     if manager.blocking is None:
         return ""
-    if now >= manager.blocking_until:
-        manager.no_block_until[manager.blocking] = now + config.reservation_max
-        manager.blocking = None
-        return ""
-    group = manager.groups.get(manager.blocking)
-    if group is None or group.phase in ("Running", "Finished"):
-        manager.blocking = None
-        return ""
+    group = manager.groups[manager.blocking]
     member = manager.group_of_uid(pod.uid)
     if member is group or pod.priority > group.priority:
         return ""
@@ -225,3 +235,58 @@ def held_by_reservation(manager: GangManager, pod: PodInfo, now: float, config: 
         f"held back: gang {group.key} has a head-of-line reservation until "
         f"t={manager.blocking_until:g}s"
     )
+
+
+def _missing_executors(
+    sched: Scheduler, group: Group, placed: list[tuple[QueuedPod, str, CycleState]]
+) -> str:
+    """Spark driver-first what-if: would `min_executors` executors of the shape left in
+    minResources fit next to what was just placed? Phantom executors are placed through
+    the normal filters and scores, then forgotten. Returns why not ("" if they fit)."""
+    existing = len(group.members) - 1  # members other than the driver already exist
+    count = group.min_executors - max(0, existing)
+    if count <= 0 or not group.min_resources:
+        return ""
+    driver = placed[0][0].pod
+    left = {
+        r: max(0, amount - sum(e.pod.requests.get(r, 0) for e, _, _ in placed))
+        for r, amount in group.min_resources.items()
+    }
+    shape = {r: -(-amount // count) for r, amount in left.items() if amount}
+    spec = msgspec.structs.replace(
+        driver.pod.spec,
+        containers=[
+            Container(
+                name="executor",
+                resources=ResourceRequirements(
+                    requests={r: (f"{v}m" if r == CPU else v) for r, v in shape.items()}
+                ),
+            )
+        ],
+        init_containers=[],
+        overhead={},
+        node_name="",
+    )
+    fwk = sched.profiles[driver.scheduler_name]
+    phantoms: list[PodInfo] = []
+    try:
+        for i in range(count):
+            meta = ObjectMeta(
+                name=f"{group.name}-phantom-executor-{i}",
+                namespace=group.namespace,
+                uid=f"shoal-phantom/{group.key}/{i}",
+                labels=dict(driver.labels),
+            )
+            phantom = PodInfo(Pod(metadata=meta, spec=spec), timestamp=driver.timestamp)
+            node, _, _ = sched._schedule_pod(fwk, CycleState(), phantom)
+            if node is None:
+                return (
+                    f"the driver fits but only {i}/{count} minimum executors would fit "
+                    f"(each {', '.join(f'{r}={v}' for r, v in shape.items())})"
+                )
+            sched.cluster.assume(phantom, node)
+            phantoms.append(phantom)
+    finally:
+        for phantom in phantoms:
+            sched.cluster.forget(phantom)
+    return ""

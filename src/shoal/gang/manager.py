@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from shoal.api.objects import Pod
 from shoal.api.podgroup import (
     DEPENDS_ON,
+    MIN_EXECUTORS,
     TOPOLOGY_PREFERRED,
     TOPOLOGY_REQUIRED,
     GroupRef,
@@ -48,6 +49,7 @@ class Group:
     topology_key: str = ""
     topology_required: bool = False
     depends_on: tuple[str, ...] = ()
+    min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
     source: str = ""
     has_object: bool = False  # backed by a PodGroup object
     created: float = 0.0
@@ -81,6 +83,9 @@ class GangManager:
         self.blocking: str | None = None
         self.blocking_until = 0.0
         self.no_block_until: dict[str, float] = {}
+        # Groups whose last attempt failed, oldest first failure first (dict order).
+        self.failing: dict[str, float] = {}
+        self.released = False  # a reservation ended: held pods are worth retrying
 
     @classmethod
     def of(cls, handle: Handle) -> GangManager:
@@ -121,6 +126,11 @@ class GangManager:
             group.topology_key, group.topology_required = key, True
         elif key := annotations.get(TOPOLOGY_PREFERRED):
             group.topology_key, group.topology_required = key, False
+        if raw := annotations.get(MIN_EXECUTORS):
+            try:
+                group.min_executors = max(0, int(raw))
+            except ValueError:
+                group.reason = f"annotation {MIN_EXECUTORS}={raw!r} is not an integer; ignored"
         if raw := annotations.get(DEPENDS_ON):
             group.depends_on = tuple(
                 d if "/" in d else f"{group.namespace}/{d}"
@@ -181,8 +191,17 @@ class GangManager:
         group.bound.discard(uid)
         if not group.members and not group.has_object and not group.succeeded:
             del self.groups[group.key]
+            self.failing.pop(group.key, None)
+            if self.blocking == group.key:
+                self.release()
             return
         self._update_phase(group)
+
+    def release(self) -> None:
+        """End the head-of-line reservation (if any)."""
+        if self.blocking is not None:
+            self.blocking = None
+            self.released = True
 
     def group_of_uid(self, uid: str) -> Group | None:
         key = self._group_of_uid.get(uid)
@@ -228,6 +247,7 @@ class GangManager:
         group.reason = reason
         if group.first_failure is None:
             group.first_failure = now
+            self.failing[group.key] = now
         if now - group.first_failure >= group.schedule_timeout:
             group.phase = "Failed"
         elif group.phase not in ("Failed",):
@@ -237,8 +257,9 @@ class GangManager:
         group.attempts = 0
         group.first_failure = None
         group.reason = ""
+        self.failing.pop(group.key, None)
         if self.blocking == group.key:
-            self.blocking = None
+            self.release()
         self._update_phase(group)
 
     def _update_phase(self, group: Group) -> None:

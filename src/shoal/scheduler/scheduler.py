@@ -24,7 +24,12 @@ from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.runtime import FilterOutcome, Framework
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, Candidates, ClusterEvent, EventResource
-from shoal.gang.cycle import GangConfig, held_by_reservation, schedule_gang
+from shoal.gang.cycle import (
+    GangConfig,
+    held_by_reservation,
+    schedule_gang,
+    update_reservation,
+)
 from shoal.gang.manager import GangManager
 from shoal.queue.scheduling_queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.scheduler.listener import NullListener, SchedulerListener
@@ -211,6 +216,12 @@ class Scheduler:
         self.cluster.remove_node(name)
         self._event(ClusterEvent(EventResource.NODE, ActionType.DELETE))
 
+    def _release_held(self) -> None:
+        """Pods held back by a gang reservation that just ended get another try."""
+        if self.gangs.released:
+            self.gangs.released = False
+            self._event(ClusterEvent(EventResource.WILDCARD, ActionType.ALL))
+
     def _event(self, event: ClusterEvent) -> None:
         self.queue.on_event(event, self.clock.now())
 
@@ -234,6 +245,8 @@ class Scheduler:
     def tick(self) -> None:
         """Let time pass: expire backoffs and Permit waits."""
         now = self.clock.now()
+        update_reservation(self.gangs, self.gang_config, now)
+        self._release_held()
         self.queue.flush(now)
         for waiting in self.handle.waiting_pods:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
@@ -243,6 +256,16 @@ class Scheduler:
     def next_wakeup(self) -> float | None:
         """When `tick` next has something to do (None: only a new event can help)."""
         times = [w.deadline for w in self.handle.waiting_pods if w.pending]
+        if self.gangs.blocking is not None:
+            times.append(self.gangs.blocking_until)
+        elif self.gangs.failing:
+            key, since = next(iter(self.gangs.failing.items()))
+            times.append(
+                max(
+                    since + self.gang_config.reservation_after,
+                    self.gangs.no_block_until.get(key, 0.0),
+                )
+            )
         queue_time = self.queue.next_wakeup()
         if queue_time is not None:
             times.append(queue_time)
@@ -273,7 +296,9 @@ class Scheduler:
             return CycleResult(pod, None, status, held)
         group = self.gangs.group_of_uid(pod.uid)
         if group is not None:
-            return schedule_gang(self, entry, group, fwk, self.gang_config)
+            outcome = schedule_gang(self, entry, group, fwk, self.gang_config)
+            self._release_held()
+            return outcome
         self.snapshot.refresh()
         state = CycleState()
         try:
@@ -481,5 +506,9 @@ class Scheduler:
         if entry is None:
             return ""
         if entry.gated_by:
-            return f"pod is gated by {entry.gated_by}: {entry.message}"
+            message = entry.message
+            group = self.gangs.group_of_uid(uid)
+            if group is not None and uid not in self._bad_group:
+                message = self.gangs.gate(group) or message  # membership may have grown
+            return f"pod is gated by {entry.gated_by}: {message}"
         return entry.message

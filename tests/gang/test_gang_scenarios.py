@@ -181,7 +181,7 @@ def test_dependent_job_waits_for_its_dependency() -> None:
     assert bound_of(h, "prep-") == 2
     assert bound_of(h, "train-") == 0
     assert "waits for gang ml/prep to succeed" in h.scheduler.explain("ml/train-0")
-    for uid, rec in list(h.scheduler.cluster.placed.items()):
+    for uid in list(h.scheduler.cluster.placed):
         h.scheduler.finish_pod(uid, succeeded=True)
     assert h.scheduler.gangs.groups["ml/prep"].phase == "Finished"
     h.run()

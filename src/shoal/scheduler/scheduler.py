@@ -180,6 +180,9 @@ class Scheduler:
             # Our bind landed (or someone else bound it).
             self.queue.delete(info.uid)
         self._pods[info.uid] = info
+        group = self.gangs.group_of_uid(info.uid)
+        if group is not None:
+            group.members[info.uid] = info
         if info.node_name:
             self.cluster.add_bound_pod(info, info.node_name)
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL))

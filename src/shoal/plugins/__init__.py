@@ -10,19 +10,23 @@ from shoal.framework.registry import PluginSpec, Registry
 from shoal.plugins import (
     balanced_allocation,
     default_binder,
+    inter_pod_affinity,
     node_affinity,
     node_name,
     node_ports,
     node_resources_fit,
     node_unschedulable,
+    pod_topology_spread,
     priority_sort,
     scheduling_gates,
     taint_toleration,
 )
 from shoal.plugins.args import (
+    InterPodAffinityArgs,
     NodeAffinityArgs,
     NodeResourcesBalancedAllocationArgs,
     NodeResourcesFitArgs,
+    PodTopologySpreadArgs,
 )
 
 __all__ = ["DEFAULT_MULTI_POINT", "IN_TREE", "KUBE_PLUGINS_NOT_IN_SHOAL", "in_tree_registry"]
@@ -37,6 +41,12 @@ IN_TREE: dict[str, PluginSpec] = {
     node_ports.NAME: PluginSpec(node_ports.NodePorts.new),
     node_resources_fit.NAME: PluginSpec(
         node_resources_fit.NodeResourcesFit.new, NodeResourcesFitArgs
+    ),
+    pod_topology_spread.NAME: PluginSpec(
+        pod_topology_spread.PodTopologySpread.new, PodTopologySpreadArgs
+    ),
+    inter_pod_affinity.NAME: PluginSpec(
+        inter_pod_affinity.InterPodAffinity.new, InterPodAffinityArgs
     ),
     balanced_allocation.NAME: PluginSpec(
         balanced_allocation.BalancedAllocation.new, NodeResourcesBalancedAllocationArgs
@@ -54,6 +64,8 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (node_affinity.NAME, 2),
     (node_ports.NAME, None),
     (node_resources_fit.NAME, 1),
+    (pod_topology_spread.NAME, 2),
+    (inter_pod_affinity.NAME, 2),
     (balanced_allocation.NAME, 1),
     (default_binder.NAME, None),
 ]

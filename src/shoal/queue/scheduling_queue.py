@@ -56,11 +56,17 @@ class SchedulingQueue:
     # rejecting plugins registered nothing are moved by any event.
     plugin_events: dict[str, list[ClusterEvent]] = field(default_factory=dict)
     pre_enqueue: Callable[[PodInfo], Status] | None = None
+    # Fair sharing between tenant queues: active pods are kept in one heap per
+    # partition (a leaf queue); `choose_partition` says which heap pops next.
+    partition_of: Callable[[PodInfo], int] | None = None
+    choose_partition: Callable[[], int] | None = None
+    on_active_delta: Callable[[int, int], None] | None = None  # (partition, +1/-1)
+    on_pending: Callable[[PodInfo, int], None] | None = None  # pod entered (+1) / left (-1)
 
     def __post_init__(self) -> None:
         self._entries: dict[str, QueuedPod] = {}
-        self._active: list[tuple[tuple[object, ...], int, str]] = []
-        self._in_active: set[str] = set()
+        self._active: dict[int, list[tuple[tuple[object, ...], int, str]]] = {0: []}
+        self._in_active: dict[str, int] = {}  # uid -> partition
         self._backoff: list[tuple[float, int, str]] = []
         self._in_backoff: set[str] = set()
         self._unschedulable: dict[str, QueuedPod] = {}
@@ -74,6 +80,8 @@ class SchedulingQueue:
 
     def add(self, pod: PodInfo, now: float) -> None:
         entry = QueuedPod(pod, added_at=now)
+        if self.on_pending is not None and pod.uid not in self._entries:
+            self.on_pending(pod, 1)
         if pod.initial_attempt_time is None:
             pod.timestamp = pod.timestamp or now
         self._entries[pod.uid] = entry
@@ -99,8 +107,10 @@ class SchedulingQueue:
             self._enqueue_checked(entry)
 
     def delete(self, uid: str) -> None:
-        self._entries.pop(uid, None)
-        self._in_active.discard(uid)
+        entry = self._entries.pop(uid, None)
+        if entry is not None and self.on_pending is not None:
+            self.on_pending(entry.pod, -1)
+        self._deactivate(uid)
         self._in_backoff.discard(uid)
         self._unschedulable.pop(uid, None)
         self._gated.pop(uid, None)
@@ -119,18 +129,36 @@ class SchedulingQueue:
 
     def _push_active(self, entry: QueuedPod) -> None:
         uid = entry.pod.uid
-        self._in_active.add(uid)
-        heapq.heappush(self._active, (self.sort_key(entry.pod), next(self._seq), uid))
+        partition = self.partition_of(entry.pod) if self.partition_of is not None else 0
+        if self._in_active.get(uid, partition) != partition:
+            self._deactivate(uid)
+        if uid not in self._in_active:
+            self._in_active[uid] = partition
+            if self.on_active_delta is not None:
+                self.on_active_delta(partition, 1)
+        heap = self._active.setdefault(partition, [])
+        heapq.heappush(heap, (self.sort_key(entry.pod), next(self._seq), uid))
+
+    def _deactivate(self, uid: str) -> None:
+        partition = self._in_active.pop(uid, None)
+        if partition is not None and self.on_active_delta is not None:
+            self.on_active_delta(partition, -1)
 
     # ---- popping -------------------------------------------------------------------
 
     def pop(self) -> QueuedPod | None:
         """The next pod to schedule, or None when the active queue is empty."""
-        while self._active:
-            _, _, uid = heapq.heappop(self._active)
+        while self._in_active:
+            partition = 0
+            if self.choose_partition is not None:
+                partition = self.choose_partition()
+            heap = self._active.get(partition) if partition >= 0 else None
+            if not heap:  # no preference, or nothing there: any partition with pods
+                heap = next(h for h in self._active.values() if h)
+            _, _, uid = heapq.heappop(heap)
             if uid not in self._in_active:
                 continue  # stale: deleted, re-keyed or moved
-            self._in_active.discard(uid)
+            self._deactivate(uid)
             entry = self._entries[uid]
             entry.attempts += 1
             entry.pod.attempts = entry.attempts
@@ -153,7 +181,7 @@ class SchedulingQueue:
             entry = self._entries.get(uid)
             if entry is None or uid in self._in_flight or uid in self._gated:
                 continue
-            self._in_active.discard(uid)
+            self._deactivate(uid)
             self._in_backoff.discard(uid)
             self._unschedulable.pop(uid, None)
             entry.attempts += 1
@@ -175,7 +203,17 @@ class SchedulingQueue:
     def done(self, uid: str) -> None:
         """The pod was scheduled (assumed) or has left; stop tracking it."""
         self._in_flight.discard(uid)
-        self._entries.pop(uid, None)
+        entry = self._entries.pop(uid, None)
+        if entry is not None and self.on_pending is not None:
+            self.on_pending(entry.pod, -1)
+
+    def readd(self, entry: QueuedPod) -> None:
+        """Track a pod again after its binding failed (it was `done`)."""
+        if entry.pod.uid not in self._entries:
+            self._entries[entry.pod.uid] = entry
+            self._in_flight.add(entry.pod.uid)
+            if self.on_pending is not None:
+                self.on_pending(entry.pod, 1)
 
     def requeue_unschedulable(
         self,

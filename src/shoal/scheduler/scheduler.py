@@ -376,7 +376,7 @@ class Scheduler:
         # The freed resources may let other pods fit.
         self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
         if pod.uid in self._pods:
-            self.queue._entries[pod.uid] = entry
+            self.queue.readd(entry)
             self.queue.requeue_unschedulable(
                 entry, self.clock.now(), frozenset({status.plugin}), status, status.message
             )
@@ -437,21 +437,22 @@ class Scheduler:
         snap = self.snapshot
         n = snap.n
         if n == 0:
-            return (
-                None,
-                Status(Code.UNSCHEDULABLE, "no nodes available to schedule pods"),
-                Diagnosis(0),
-            )
+            # kube's ErrNoNodesAvailable: not a FitError, the message says it all.
+            return None, Status(Code.UNSCHEDULABLE, "no nodes available to schedule pods"), None
         pre_result, status = fwk.run_pre_filter(state, pod)
         if not status.ok:
             if status.rejected:
                 diagnosis = Diagnosis(n, pre_filter_message=status.message)
                 if status.plugin:
                     diagnosis.unschedulable_plugins.add(status.plugin)
+                if pre_result is not None:
+                    diagnosis.unschedulable_plugins |= pre_result.plugins
                 return None, status, diagnosis
             return None, status, None
+        absent = 0  # nodes a PreFilterResult left out
         if pre_result is not None and pre_result.node_names is not None:
             rows = np.sort(snap._cluster.table.rows(pre_result.node_names))
+            absent = n - rows.size
             if restrict is not None:
                 rows = rows[restrict[rows]]
             candidates = Candidates.of(rows)
@@ -463,6 +464,11 @@ class Scheduler:
         feasible = self._pick_feasible(fwk, outcome)
         if feasible is None:
             diagnosis = Diagnosis.from_filters(n, candidates, outcome.results)
+            if absent and pre_result is not None:
+                # kube's AbsentNodesStatus for the nodes the PreFilter result excluded.
+                plugins = " ".join(sorted(pre_result.plugins))
+                diagnosis.reasons[f"node(s) didn't satisfy plugin(s) [{plugins}]"] += absent
+                diagnosis.unschedulable_plugins |= pre_result.plugins
             return None, Status(Code.UNSCHEDULABLE, diagnosis.message()), diagnosis
         if feasible.size == 1:
             return str(snap.names[feasible.rows[0]]), Status(), None

@@ -71,6 +71,8 @@ class NodeTable:
         self.layout_version = 0
         # Bumped on any change a scheduling decision could depend on.
         self.generation = 0
+        # Bumped only when a node is added, changed or removed (not on pod placement).
+        self.nodes_version = 0
 
     # ---- resource columns ----------------------------------------------------------
 
@@ -161,6 +163,7 @@ class NodeTable:
         self.taint_set[row] = self._taint_set_id(tuple(node.spec.taints))
         self.labels.set_row(row, node.metadata.labels)
         self.generation += 1
+        self.nodes_version += 1
 
     def _taint_set_id(self, taints: tuple[Taint, ...]) -> int:
         found = self._taint_set_ids.get(taints)
@@ -201,6 +204,7 @@ class NodeTable:
         self.names_array[last] = None
         self.n -= 1
         self.generation += 1
+        self.nodes_version += 1
         return orphans
 
     # ---- pods on rows --------------------------------------------------------------

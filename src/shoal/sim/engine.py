@@ -1,0 +1,314 @@
+"""The discrete-event loop: a virtual clock, an event heap and the sans-I/O scheduler.
+
+Each step handles every event due now (in the heap's fixed order), lets the scheduler
+expire backoffs, then runs scheduling cycles until it has no work; binding cycles are
+stepped to completion with `run_sync`. Then the clock jumps to the next event, the next
+scheduler wakeup (a backoff or Permit deadline) or, with `cycle_seconds`, to the end of
+the running cycle. Nothing reads the wall clock or global randomness, so the same
+scenario and seed always give the same results.
+
+The run stops at `until`, or when no events remain and no pod is waiting out a backoff
+(pods left unschedulable would only be retried by the queue's periodic flush, against
+a cluster that no longer changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from shoal.api.podinfo import PodInfo
+from shoal.backends.memory import ManualClock, run_sync
+from shoal.config.types import KubeSchedulerConfiguration
+from shoal.framework.handle import BindError
+from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
+from shoal.sim.events import (
+    BindingsDue,
+    Event,
+    EventQueue,
+    NodeAdd,
+    NodeRemove,
+    PodArrival,
+    PodFinish,
+)
+from shoal.sim.results import PodRecord, PodState, Recorder, Summary, UtilisationTracker, summarize
+from shoal.sim.scenario import Scenario
+from shoal.state.cluster import ClusterState
+
+__all__ = ["ProgressCallback", "SimOptions", "SimResult", "Simulation", "simulate"]
+
+ProgressCallback = Callable[[float, int, int], None]
+"""Called now and then with (virtual time, events handled, events scheduled so far)."""
+
+# With no events left, give up after this many scheduler wakeups that bound nothing
+# (a pod that keeps failing with errors would otherwise back off forever).
+MAX_IDLE_WAKEUPS = 1000
+PROGRESS_EVERY = 256
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    seed: int = 0
+    until: float | None = None
+    cycle_seconds: float = 0.0
+    config: KubeSchedulerConfiguration = field(default_factory=KubeSchedulerConfiguration)
+
+    def __post_init__(self) -> None:
+        if self.cycle_seconds < 0:
+            raise ValueError("cycle_seconds must be >= 0")
+        if self.until is not None and self.until < 0:
+            raise ValueError("until must be >= 0")
+
+
+@dataclass(frozen=True)
+class SimResult:
+    records: list[PodRecord]
+    summary: Summary
+    warnings: list[str]
+
+
+class SimBinder:
+    """Binds in memory; refuses a node that was removed while the pod was being bound."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self.cluster = cluster
+
+    async def bind(self, pod: PodInfo, node: str) -> None:
+        if node not in self.cluster.table.row_of:
+            raise BindError(f"node {node} no longer exists")
+
+
+class Simulation:
+    def __init__(
+        self,
+        scenario: Scenario,
+        options: SimOptions | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.options = options or SimOptions()
+        self.progress = progress
+        self.clock = ManualClock()
+        self.cluster = ClusterState()
+        self.recorder = Recorder(self.clock, self._bound)
+        self.scheduler: Scheduler = new_scheduler(
+            self.options.config,
+            clock=self.clock,
+            binder=SimBinder(self.cluster),
+            seed=self.options.seed,
+            cluster=self.cluster,
+            listener=self.recorder,
+        )
+        self.events = EventQueue()
+        self.utilisation = UtilisationTracker(self.cluster.table)
+        self.warnings: list[str] = []
+        self.cycles = 0
+        self.handled = 0
+        self._busy_until = 0.0
+        self._idle_wakeups = 0
+        self._steps = 0
+
+    # ---- setup ---------------------------------------------------------------------
+
+    def _load(self) -> None:
+        for pc in self.scenario.priority_classes:
+            self.scheduler.add_priority_class(pc)
+        for group in self.scenario.pod_groups:
+            self.scheduler.add_pod_group(group)
+        for node in self.scenario.nodes:
+            self.scheduler.add_node(node)
+        for change in self.scenario.node_changes:
+            if change.node is not None:
+                self.events.push(change.at, NodeAdd(change.node))
+            else:
+                self.events.push(change.at, NodeRemove(change.remove))
+        for source in self.scenario.pods:
+            self.events.push(source.time, PodArrival(source))
+
+    # ---- the loop ------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        self._load()
+        until = self.options.until
+        stop_reason = "no events left"
+        while True:
+            now = self.clock.now()
+            self._handle_due(now)
+            self.scheduler.tick()
+            self._run_bindings(self.scheduler.take_bindings())
+            if self.scheduler.has_work() and now >= self._busy_until:
+                self._schedule(now)
+                continue
+            nxt = self._next_time(now)
+            if nxt is None:
+                if self._idle_wakeups > MAX_IDLE_WAKEUPS:
+                    stop_reason = "pods kept failing with no events left"
+                break
+            if until is not None and nxt > until:
+                stop_reason = "reached --until"
+                break
+            self._advance(nxt)
+        if until is not None and self.clock.now() < until:
+            stop_reason += ", idle until --until"
+            self._advance(until)
+        self._report_progress(force=True)
+        return self._result(stop_reason)
+
+    def _handle_due(self, now: float) -> None:
+        while (t := self.events.peek_time()) is not None and t <= now:
+            _, event = self.events.pop()
+            self._dispatch(event)
+            self.handled += 1
+            self._idle_wakeups = 0
+
+    def _schedule(self, now: float) -> None:
+        cost = self.options.cycle_seconds
+        if cost == 0:
+            while self.scheduler.has_work():
+                self._note(self.scheduler.schedule_one())
+                self._run_bindings(self.scheduler.take_bindings())
+            return
+        self._note(self.scheduler.schedule_one())
+        self._busy_until = now + cost
+        tasks = self.scheduler.take_bindings()
+        if tasks:
+            self.events.push(self._busy_until, BindingsDue(tuple(tasks)))
+
+    def _note(self, result: CycleResult | None) -> None:
+        if result is None:
+            return
+        self.cycles += 1
+        record = self.recorder.records.get(result.pod.uid)
+        if record is not None:
+            record.attempts += 1
+
+    def _next_time(self, now: float) -> float | None:
+        times: list[float] = []
+        external = self.events.peek_time()
+        if external is not None:
+            times.append(external)
+        if self.scheduler.has_work() and self._busy_until > now:
+            times.append(self._busy_until)
+        if external is not None or self._retries_pending():
+            wake = self.scheduler.next_wakeup()
+            if wake is not None and wake > now:
+                times.append(wake)
+                if external is None:
+                    self._idle_wakeups += 1
+        if not times or self._idle_wakeups > MAX_IDLE_WAKEUPS:
+            return None
+        return min(times)
+
+    def _retries_pending(self) -> bool:
+        """Pods waiting out a backoff, at Permit or behind a gang reservation that will
+        end (not merely parked as unschedulable, which only a cluster change can help)."""
+        scheduler = self.scheduler
+        return (
+            scheduler.queue.counts()["backoff"] > 0
+            or len(scheduler.handle.waiting_pods) > 0
+            or scheduler.gangs.blocking is not None
+        )
+
+    def _advance(self, t: float) -> None:
+        now = self.clock.now()
+        self.utilisation.advance(t - now)
+        self.clock.advance_to(t)
+        self._report_progress()
+
+    def _report_progress(self, force: bool = False) -> None:
+        self._steps += 1
+        if self.progress is not None and (force or self._steps % PROGRESS_EVERY == 0):
+            self.progress(self.clock.now(), self.handled, self.events.scheduled)
+
+    # ---- events ----------------------------------------------------------------------
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, PodArrival):
+            self._arrive(event)
+        elif isinstance(event, PodFinish):
+            self._finish(event.uid)
+        elif isinstance(event, NodeAdd):
+            self.scheduler.add_node(event.node)
+        elif isinstance(event, NodeRemove):
+            self._remove_node(event.name)
+        else:
+            self._run_bindings(event.tasks)
+
+    def _arrive(self, event: PodArrival) -> None:
+        source = event.source
+        info = self.scheduler.add_pod(source.build())
+        record = self.recorder.arrived(info, source.duration)
+        if info.node_name:
+            record.prebound = True
+            self.recorder.mark_bound(record, info.node_name)
+            record.message = "bound by spec.nodeName"
+        elif not self.scheduler.is_ours(info):
+            profiles = ", ".join(sorted(self.scheduler.profiles))
+            record.message = (
+                f"spec.schedulerName {info.scheduler_name!r} matches no scheduler profile "
+                f"({profiles}); the simulator leaves it pending"
+            )
+
+    def _bound(self, record: PodRecord) -> None:
+        self._idle_wakeups = 0
+        if record.duration is not None:
+            self.events.push(self.clock.now() + record.duration, PodFinish(record.uid))
+
+    def _finish(self, uid: str) -> None:
+        record = self.recorder.records.get(uid)
+        if record is None or record.state is not PodState.RUNNING:
+            return  # evicted before it could finish
+        self.scheduler.finish_pod(uid, succeeded=True)
+        record.state = PodState.FINISHED
+        record.finished_at = self.clock.now()
+
+    def _remove_node(self, name: str) -> None:
+        now = self.clock.now()
+        if name not in self.cluster.table.row_of:
+            self.warnings.append(f"t={now:g}s: cannot remove node {name}: no such node")
+            return
+        for pod in self.cluster.pods_on(name):
+            record = self.recorder.records.get(pod.uid)
+            if record is None or record.state is not PodState.RUNNING:
+                continue  # assumed, not bound yet: its bind will fail and it is retried
+            self.scheduler.delete_pod(pod.uid)
+            self.events.cancel_finish(pod.uid)
+            record.state = PodState.EVICTED
+            record.finished_at = now
+            record.message = f"evicted: node {name} was removed at t={now:g}s"
+        self.scheduler.delete_node(name)
+
+    def _run_bindings(self, tasks: Iterable[BindingTask]) -> None:
+        for task in tasks:
+            run_sync(self.scheduler.run_binding_cycle(task))
+
+    # ---- results ---------------------------------------------------------------------
+
+    def _result(self, stop_reason: str) -> SimResult:
+        records = list(self.recorder.records.values())
+        for record in records:
+            if record.state is PodState.PENDING:
+                why = self.scheduler.explain(record.uid)
+                if why:
+                    record.message = why
+                elif not record.message:
+                    record.message = "not scheduled before the simulation stopped"
+        summary = summarize(
+            records,
+            end_time=self.clock.now(),
+            stop_reason=stop_reason,
+            not_arrived=self.events.pending_arrivals(),
+            rejected=len(self.scenario.errors),
+            cycles=self.cycles,
+            utilisation=self.utilisation,
+        )
+        return SimResult(records, summary, self.warnings)
+
+
+def simulate(
+    scenario: Scenario,
+    options: SimOptions | None = None,
+    progress: ProgressCallback | None = None,
+) -> SimResult:
+    """Run a scenario to the end (or to `options.until`)."""
+    return Simulation(scenario, options, progress).run()

@@ -1,0 +1,160 @@
+"""Read a simulation's inputs: the cluster and the workload, from files or the bundled example.
+
+Files are YAML (multi-document), JSON or JSON Lines, or directories of them; `kind: List`
+is flattened. Cluster and workload files are read the same way, in the order given:
+
+* `Node`: present from the start; `PriorityClass` and `PodGroup` (scheduler-plugins
+  `scheduling.x-k8s.io`, or Volcano `scheduling.volcano.sh`): known from the start;
+* `Pod`: arrives at its `sim.shoal.dev/arrival` annotation (a pod with `spec.nodeName` is
+  already bound when it arrives);
+* `Workload` (sim.shoal.dev/v1alpha1): generated pods and node events.
+
+Anything malformed is reported and skipped; the rest of the scenario still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shoal.api.errors import ManifestError
+from shoal.api.manifests import decode, iter_documents, kind_class
+from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.sim.workload import NodeChange, PodSource, expand_workload, pod_source
+
+__all__ = [
+    "EXAMPLE_FILES",
+    "Scenario",
+    "bundled_example",
+    "load_scenario",
+]
+
+SUFFIXES = (".yaml", ".yml", ".json", ".jsonl")
+EXAMPLE_FILES = ("cluster.yaml", "workload.yaml")
+
+
+@dataclass
+class Scenario:
+    nodes: list[Node] = field(default_factory=list)
+    priority_classes: list[PriorityClass] = field(default_factory=list)
+    pod_groups: list[PodGroup | VolcanoPodGroup] = field(default_factory=list)
+    pods: list[PodSource] = field(default_factory=list)
+    node_changes: list[NodeChange] = field(default_factory=list)
+    errors: list[ManifestError] = field(default_factory=list)
+
+
+def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
+    """Read every file (or directory) in order; the seed drives generated workloads."""
+    scenario = Scenario()
+    node_names: set[str] = set()
+    pod_keys: set[str] = set()
+    for where, doc in _documents(paths, scenario.errors):
+        kind = doc.get("kind")
+        cls = kind_class(doc)
+        try:
+            if cls is PodGroup or cls is VolcanoPodGroup:
+                group = decode(doc, cls, where)
+                assert isinstance(group, PodGroup | VolcanoPodGroup)
+                scenario.pod_groups.append(group)
+            elif cls is Node:
+                node = decode(doc, Node, where)
+                name = node.metadata.name
+                if not name:
+                    raise ManifestError("Node", "", "metadata.name", "a node needs a name", where)
+                if name in node_names:
+                    raise ManifestError(
+                        "Node", name, "metadata.name", "duplicate node name; rename one", where
+                    )
+                node_names.add(name)
+                scenario.nodes.append(node)
+            elif cls is PriorityClass:
+                scenario.priority_classes.append(decode(doc, PriorityClass, where))
+            elif cls is Pod:
+                _add_pods(scenario, pod_keys, [pod_source(doc, where)], where)
+            elif kind == "Workload":
+                pods, changes, errors = expand_workload(doc, where, seed)
+                scenario.errors.extend(errors)
+                _add_pods(scenario, pod_keys, pods, where)
+                scenario.node_changes.extend(changes)
+            else:
+                meta = doc.get("metadata")
+                name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+                raise ManifestError(
+                    str(kind or "object"),
+                    name,
+                    "kind",
+                    "not simulated (the simulator reads Node, PriorityClass, PodGroup, Pod "
+                    "and Workload); skipped — describe replicated pods with a Workload",
+                    where,
+                )
+        except ManifestError as err:
+            scenario.errors.append(err)
+    return scenario
+
+
+def _add_pods(scenario: Scenario, keys: set[str], pods: Iterable[PodSource], where: str) -> None:
+    for pod in pods:
+        for field_name, value in (("metadata.name", pod.key), ("metadata.uid", pod.uid)):
+            if value in keys:
+                scenario.errors.append(
+                    ManifestError(
+                        "Pod",
+                        pod.key,
+                        field_name,
+                        f"duplicate {field_name.split('.')[1]} {value!r}; rename one (skipped)",
+                        where,
+                    )
+                )
+                break
+        else:
+            keys.update((pod.key, pod.uid))
+            scenario.pods.append(pod)
+
+
+def _documents(
+    paths: Iterable[Path], errors: list[ManifestError]
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for path in _expand(paths, errors):
+        try:
+            documents = list(iter_documents(path))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, json.JSONDecodeError) as err:
+            errors.append(ManifestError("file", str(path), "", f"cannot be read: {err}"))
+            continue
+        for index, doc in enumerate(documents):
+            where = f"{path}#{index}"
+            if not isinstance(doc, Mapping):
+                errors.append(
+                    ManifestError("document", "", "", "expected a mapping (an object)", where)
+                )
+                continue
+            yield where, doc
+
+
+def _expand(paths: Iterable[Path], errors: list[ManifestError]) -> Iterator[Path]:
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.iterdir()):
+                if child.suffix in SUFFIXES:
+                    yield child
+        elif path.exists():
+            yield path
+        else:
+            errors.append(ManifestError("file", str(path), "", "does not exist"))
+
+
+@contextlib.contextmanager
+def bundled_example() -> Iterator[Sequence[Path]]:
+    """Paths of the bundled example (cluster first, then workload), as real files."""
+    root = importlib.resources.files("shoal.sim") / "examples"
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(importlib.resources.as_file(root / name)) for name in EXAMPLE_FILES
+        ]

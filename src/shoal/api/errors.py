@@ -15,5 +15,5 @@ class ManifestError(ValueError):
         self.problem = problem
         self.source = source
         where = f"{source}: " if source else ""
-        at = f" field {field}" if field else ""
-        super().__init__(f"{where}{kind} {name or '<unnamed>'}:{at}: {problem}")
+        at = f": field {field}" if field else ""
+        super().__init__(f"{where}{kind} {name or '<unnamed>'}{at}: {problem}")

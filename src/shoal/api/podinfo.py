@@ -32,7 +32,7 @@ from shoal.api.resources import (
     parse_resource_list,
 )
 
-__all__ = ["HostPort", "PodInfo", "pod_key", "pod_requests"]
+__all__ = ["HostPort", "PodInfo", "pod_key", "pod_requests", "qos_class"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,3 +199,23 @@ class PodInfo:
 
     def __repr__(self) -> str:
         return f"PodInfo({self.key})"
+
+
+def qos_class(pod: Pod) -> str:
+    """Kubernetes QoS class: Guaranteed (every container has cpu and memory limits equal
+    to its requests), BestEffort (no requests or limits at all), else Burstable."""
+    containers = [*pod.spec.containers, *pod.spec.init_containers]
+    requests_any = False
+    guaranteed = bool(containers)
+    for c in containers:
+        req = parse_resource_list(c.resources.requests)
+        lim = parse_resource_list(c.resources.limits)
+        if req or lim:
+            requests_any = True
+        for res in (CPU, MEMORY):
+            limit = lim.get(res)
+            if not limit or req.get(res, limit) != limit:
+                guaranteed = False
+    if not requests_any:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"

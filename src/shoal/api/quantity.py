@@ -38,7 +38,8 @@ class QuantityError(ValueError):
     """A string is not a valid Kubernetes quantity."""
 
 
-@lru_cache(maxsize=4096)
+# typed: True and 1 (or 1.0) are different keys, so booleans are always rejected.
+@lru_cache(maxsize=4096, typed=True)
 def parse_quantity(text: str | int | float) -> Fraction:
     """Parse a Kubernetes quantity into an exact rational number of base units."""
     if isinstance(text, bool):
@@ -49,7 +50,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
         if not math.isfinite(text):
             raise QuantityError(f"quantity {text!r} is not finite")
         return Fraction(str(text))
-    match = _QUANTITY.match(text.strip())
+    # No whitespace around the number (kube rejects " 1" and "1 " too).
+    match = _QUANTITY.fullmatch(text)
     if match is None:
         raise QuantityError(
             f"quantity {text!r} is not valid: expected a number with an optional suffix "
@@ -59,23 +61,23 @@ def parse_quantity(text: str | int | float) -> Fraction:
     suffix = match["suffix"]
     if suffix in _BINARY:
         value *= _BINARY[suffix]
-    elif suffix[:1] in ("e", "E"):
+    elif suffix in _DECIMAL:  # includes "E" (exa): only "E<digits>" is an exponent
+        value *= _DECIMAL[suffix]
+    else:
         exponent = int(suffix[1:])
         if abs(exponent) > 30:
             raise QuantityError(f"quantity {text!r} has an exponent out of range")
         value *= Fraction(10) ** exponent
-    else:
-        value *= _DECIMAL[suffix]
     return -value if match["sign"] == "-" else value
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)
 def to_milli(text: str | int | float) -> int:
     """Quantity in thousandths of a unit, rounded up (Kubernetes `MilliValue`)."""
     return math.ceil(parse_quantity(text) * 1000)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)
 def to_units(text: str | int | float) -> int:
     """Quantity in whole units, rounded up (Kubernetes `Value`)."""
     return math.ceil(parse_quantity(text))

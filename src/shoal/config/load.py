@@ -8,6 +8,7 @@ is one line naming the field path.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,11 +80,51 @@ def parse_config(
         problems = [
             Problem(_loc(e["loc"]), _hint(e["type"], e["msg"], e["loc"])) for e in err.errors()
         ]
+        # Report the semantic problems too (unknown plugins, bad args, duplicate names),
+        # checked on a copy without the structurally bad fields, so that one run lists
+        # every mistake in the file.
+        cleaned = _without_bad_fields(raw, err)
+        if cleaned is not None:
+            bad = [p.path for p in problems]
+            problems += [
+                p
+                for p in semantic_problems(cleaned, registry)
+                if not any(_within(p.path, path) for path in bad)
+            ]
         raise ConfigError(source, problems) from None
     problems = semantic_problems(config, registry)
     if problems:
         raise ConfigError(source, problems)
     return config
+
+
+def _within(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith((prefix + ".", prefix + "["))
+
+
+def _without_bad_fields(
+    raw: Mapping[str, Any], err: pydantic.ValidationError, rounds: int = 5
+) -> KubeSchedulerConfiguration | None:
+    """The configuration with every field that failed validation removed (so it takes its
+    default), or None when that is not possible (e.g. a bad list element)."""
+    data: Any = copy.deepcopy(dict(raw))
+    for _ in range(rounds):
+        for e in err.errors():
+            loc = e["loc"]
+            parent = data
+            for part in loc[:-1]:
+                try:
+                    parent = parent[part]
+                except (KeyError, IndexError, TypeError):
+                    return None
+            if not loc or not isinstance(parent, dict) or loc[-1] not in parent:
+                return None
+            del parent[loc[-1]]
+        try:
+            return KubeSchedulerConfiguration.model_validate(data)
+        except pydantic.ValidationError as again:
+            err = again
+    return None
 
 
 def _hint(kind: str, message: str, loc: tuple[int | str, ...]) -> str:

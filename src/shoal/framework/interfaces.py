@@ -44,6 +44,7 @@ __all__ = [
     "PreScorePlugin",
     "QueueSortPlugin",
     "ReservePlugin",
+    "ScoreNormalizer",
     "ScorePlugin",
 ]
 
@@ -136,6 +137,9 @@ class ScorePlugin(Plugin, Protocol):
 
 @runtime_checkable
 class ScoreNormalizer(Protocol):
+    """NormalizeScore: a ScorePlugin that also has this method gets its raw scores for all
+    feasible nodes and returns them mapped into 0..MAX_NODE_SCORE."""
+
     def normalize_score(
         self, state: CycleState, pod: PodInfo, nodes: Candidates, scores: Scores
     ) -> Scores: ...

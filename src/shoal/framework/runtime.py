@@ -180,12 +180,19 @@ class Framework:
             if not status.ok:
                 return None, status.with_plugin(plugin.name)
             if result is not None:
+                if result.node_names is not None:
+                    result = PreFilterResult(result.node_names, result.plugins | {plugin.name})
                 merged = result.merge(merged)
                 if merged.node_names is not None and not merged.node_names:
+                    # kube's RunPreFilterPlugins wording for an empty intersection.
+                    names = sorted(merged.plugins)
+                    message = (
+                        f"node(s) didn't satisfy plugin {names[0]}"
+                        if len(names) == 1
+                        else f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously"
+                    )
                     return merged, Status(
-                        Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                        "node(s) didn't satisfy plugin(s) [" + plugin.name + "]",
-                        plugin=plugin.name,
+                        Code.UNSCHEDULABLE_AND_UNRESOLVABLE, message, plugin=plugin.name
                     )
         return merged, Status()
 

@@ -101,13 +101,16 @@ class PreFilterResult:
     """A PreFilter may narrow the nodes worth filtering (None = all nodes)."""
 
     node_names: frozenset[str] | None = None
+    # The plugins that narrowed the nodes (filled in by the framework; kube's
+    # pluginsWithNodes): nodes left out are reported as not satisfying them.
+    plugins: frozenset[str] = frozenset()
 
     def merge(self, other: PreFilterResult | None) -> PreFilterResult:
         if other is None or other.node_names is None:
             return self
         if self.node_names is None:
             return other
-        return PreFilterResult(self.node_names & other.node_names)
+        return PreFilterResult(self.node_names & other.node_names, self.plugins | other.plugins)
 
 
 class EventResource(Flag):

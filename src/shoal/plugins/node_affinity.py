@@ -23,6 +23,7 @@ from shoal.framework.types import (
     Candidates,
     ClusterEvent,
     EventResource,
+    Failure,
     FilterResult,
     PreFilterResult,
 )
@@ -71,17 +72,22 @@ class NodeAffinity:
         labels = snap.labels
         names = snap.names[nodes.index]
         passed = np.ones(nodes.size, dtype=bool)
-        if self.added is not None:
-            enforced = labels.terms_mask(tuple(self.added.node_selector_terms), names, nodes.index)
-            if not enforced.all():
-                return FilterResult.from_mask(
-                    enforced, REASON_ENFORCED, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-                )
         for key, value in pod.pod.spec.node_selector.items():
             req = NodeSelectorRequirement(key=key, operator="In", values=[value])
             passed &= labels.requirement_mask(req, nodes.index)
         if pod.required_node_terms is not None:
             passed &= labels.terms_mask(pod.required_node_terms, names, nodes.index)
+        if self.added is not None:
+            enforced = labels.terms_mask(tuple(self.added.node_selector_terms), names, nodes.index)
+            if not enforced.all():
+                # Per node, kube checks the enforced affinity first, then the pod's own.
+                failures = [
+                    Failure(REASON_ENFORCED, ~enforced, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+                ]
+                own = enforced & ~passed
+                if own.any():
+                    failures.append(Failure(REASON, own, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+                return FilterResult(passed & enforced, failures)
         return FilterResult.from_mask(passed, REASON, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:

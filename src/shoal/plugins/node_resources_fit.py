@@ -130,7 +130,8 @@ class NodeResourcesFit:
             return FilterResult(passed)
         failures = []
         names = snap.resources
-        for j, col in enumerate(cols):
+        # kube lists "Too many pods" first, then the resources in column order.
+        for j, col in sorted(enumerate(cols), key=lambda jc: names[jc[1]] != PODS):
             short = ~fits[j]
             if short.any():
                 name = names[col]
@@ -160,11 +161,15 @@ class NodeResourcesFit:
                 per_resource = self._shape(util)
             # A resource with zero allocatable on a node does not count on that node.
             weight = np.where(alloc > 0, self.weights[j], 0)
+            if self.strategy == "RequestedToCapacityRatio":
+                # kube's RTCR scorer leaves resources that score 0 out of the average.
+                weight = np.where(per_resource > 0, weight, 0)
             total += per_resource * weight
             weight_sum += weight
         safe_sum = np.where(weight_sum == 0, 1, weight_sum)
         if self.strategy == "RequestedToCapacityRatio":
-            out = np.round(total / safe_sum).astype(np.int64)
+            # Go's math.Round: halves round away from zero (np.round would round to even).
+            out = np.floor(total / safe_sum + 0.5).astype(np.int64)
         else:
             out = total // safe_sum
         return np.where(weight_sum == 0, 0, out)

@@ -24,7 +24,9 @@ class SchedulingGates:
         if not gates:
             return Status()
         names = [g.get("name", "") for g in gates]
-        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, f"waiting for scheduling gates: {names}")
+        # Go's %v of a []string, as kube prints it: [a b]
+        message = f"waiting for scheduling gates: [{' '.join(names)}]"
+        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, message)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [ClusterEvent(EventResource.POD, ActionType.UPDATE)]

@@ -95,7 +95,11 @@ def _expand(plugins: Plugins, instances: Mapping[str, PluginInstance]) -> dict[s
     out: dict[str, list[str]] = {}
     for point in EXTENSION_POINTS:
         plugin_set: PluginSet = getattr(plugins, point)
-        enabled = list(dict.fromkeys(p.name for p in plugin_set.enabled))
+        enabled: list[str] = []
+        for p in plugin_set.enabled:
+            if p.name in enabled:  # kube's updatePluginList rejects double registration
+                raise ValueError(f"plugin {p.name!r} is enabled twice at {point}")
+            enabled.append(p.name)
         for name in enabled:
             if not _implements(instances[name], point):
                 raise ValueError(f"plugin {name!r} is enabled at {point} but does not implement it")
@@ -121,10 +125,11 @@ def _expand(plugins: Plugins, instances: Mapping[str, PluginInstance]) -> dict[s
 
 
 def _score_weights(plugins: Plugins) -> dict[str, int]:
+    """kube's getScoreWeights: the Score point's entry wins over multiPoint's; an unset
+    (or zero) weight is 1."""
     weights: dict[str, int] = {}
     for p in plugins.score.enabled + plugins.multi_point.enabled:
-        if p.name not in weights and p.weight:
-            weights[p.name] = p.weight
+        weights.setdefault(p.name, p.weight or 1)
     return weights
 
 

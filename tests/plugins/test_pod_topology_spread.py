@@ -724,9 +724,10 @@ def test_registered_in_default_profile() -> None:
     assert IN_TREE["PodTopologySpread"].args is PodTopologySpreadArgs
     names = [name for name, _ in DEFAULT_MULTI_POINT]
     fit = names.index("NodeResourcesFit")
-    assert names[fit + 1 : fit + 4] == [
+    assert names[fit + 1 : fit + 5] == [
         "PodTopologySpread",
         "InterPodAffinity",
+        "DefaultPreemption",
         "NodeResourcesBalancedAllocation",
     ]
     assert dict(DEFAULT_MULTI_POINT)["PodTopologySpread"] == 2

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from shoal.api.podinfo import PodInfo
 from shoal.framework.handle import BindError
 
-__all__ = ["ManualClock", "MemoryBinder", "run_sync"]
+if TYPE_CHECKING:
+    from shoal.scheduler.scheduler import Scheduler
+
+__all__ = ["Eviction", "ManualClock", "MemoryBinder", "MemoryEvictor", "run_sync"]
 
 T = TypeVar("T")
 
@@ -41,6 +45,37 @@ class MemoryBinder:
         if pod.uid in self.bound:
             raise BindError(f"pod {pod.key} is already bound to {self.bound[pod.uid]}")
         self.bound[pod.uid] = node
+
+
+@dataclass(frozen=True)
+class Eviction:
+    uid: str
+    pod: str  # namespace/name
+    node: str
+    reason: str
+    at: float
+
+
+class MemoryEvictor:
+    """Evicts by deleting the pod from the scheduler at once (the simulator's kubelet
+    honours evictions immediately) and records why. `on_evict` callbacks let the
+    simulator re-create evicted pods the way their controllers would."""
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        self.evictions: list[Eviction] = []
+        self.on_evict: list[Callable[[PodInfo, str], None]] = []
+
+    def evict(self, pod: PodInfo, reason: str) -> None:
+        sched = self.scheduler
+        if sched is None:
+            raise RuntimeError("MemoryEvictor is not attached to a scheduler")
+        record = sched.cluster.placed.get(pod.uid)
+        node = record.node if record is not None else ""
+        self.evictions.append(Eviction(pod.uid, pod.key, node, reason, sched.clock.now()))
+        sched.delete_pod(pod.uid)
+        for callback in self.on_evict:
+            callback(pod, reason)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

@@ -10,18 +10,23 @@ from shoal.framework.registry import PluginSpec, Registry
 from shoal.plugins import (
     balanced_allocation,
     default_binder,
+    default_preemption,
     inter_pod_affinity,
     node_affinity,
     node_name,
+    node_pools,
     node_ports,
     node_resources_fit,
     node_unschedulable,
     pod_topology_spread,
     priority_sort,
+    qos_sort,
+    queue_capacity,
     scheduling_gates,
     taint_toleration,
 )
 from shoal.plugins.args import (
+    DefaultPreemptionArgs,
     InterPodAffinityArgs,
     NodeAffinityArgs,
     NodeResourcesBalancedAllocationArgs,
@@ -51,6 +56,14 @@ IN_TREE: dict[str, PluginSpec] = {
     balanced_allocation.NAME: PluginSpec(
         balanced_allocation.BalancedAllocation.new, NodeResourcesBalancedAllocationArgs
     ),
+    default_preemption.NAME: PluginSpec(
+        default_preemption.DefaultPreemption.new, DefaultPreemptionArgs
+    ),
+    queue_capacity.NAME: PluginSpec(
+        queue_capacity.QueueCapacity.new, queue_capacity.QueueCapacityArgs
+    ),
+    node_pools.NAME: PluginSpec(node_pools.NodePools.new),
+    qos_sort.NAME: PluginSpec(qos_sort.QoSSort.new),
     default_binder.NAME: PluginSpec(default_binder.DefaultBinder.new),
 }
 
@@ -66,7 +79,11 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (node_resources_fit.NAME, 1),
     (pod_topology_spread.NAME, 2),
     (inter_pod_affinity.NAME, 2),
+    (default_preemption.NAME, None),
     (balanced_allocation.NAME, 1),
+    # Shoal's additions after kube-scheduler's defaults:
+    (node_pools.NAME, None),
+    (queue_capacity.NAME, None),
     (default_binder.NAME, None),
 ]
 

@@ -139,6 +139,18 @@ class SchedulingQueue:
         heap = self._active.setdefault(partition, [])
         heapq.heappush(heap, (self.sort_key(entry.pod), next(self._seq), uid))
 
+    def repartition(self) -> None:
+        """Partitions changed (the queue tree was replaced): re-file every active pod and
+        re-announce pending ones."""
+        active = [self._entries[uid] for uid in self._in_active if uid in self._entries]
+        self._active = {0: []}
+        self._in_active = {}
+        for entry in active:
+            self._push_active(entry)
+        if self.on_pending is not None:
+            for entry in self._entries.values():
+                self.on_pending(entry.pod, 1)
+
     def _deactivate(self, uid: str) -> None:
         partition = self._in_active.pop(uid, None)
         if partition is not None and self.on_active_delta is not None:
@@ -222,9 +234,11 @@ class SchedulingQueue:
         rejected_by: frozenset[str],
         status: Status,
         message: str = "",
+        retry_soon: bool = False,
     ) -> None:
         """The attempt failed. Errors back off; rejections wait for a useful event,
-        unless an event already arrived during the attempt."""
+        unless an event already arrived during the attempt or `retry_soon` (something
+        time-based, like a reclaim delay, will change the answer)."""
         uid = entry.pod.uid
         self._in_flight.discard(uid)
         if uid not in self._entries:
@@ -233,7 +247,7 @@ class SchedulingQueue:
         entry.rejected_by = rejected_by
         entry.last_status = status
         entry.message = message
-        if not status.rejected or self._move_request_cycle >= entry.popped_cycle:
+        if retry_soon or not status.rejected or self._move_request_cycle >= entry.popped_cycle:
             self._push_backoff(entry)
         else:
             self._unschedulable[uid] = entry

@@ -50,6 +50,11 @@ def new_scheduler(
 ) -> Scheduler:
     """Wire a scheduler: cluster state, snapshot, handle, profiles and queue."""
     cluster = cluster or ClusterState()
+    memory_evictor = None
+    if evictor is None:
+        from shoal.backends.memory import MemoryEvictor
+
+        evictor = memory_evictor = MemoryEvictor()
     handle = Handle(
         cluster=cluster,
         snapshot=Snapshot(cluster),
@@ -63,4 +68,7 @@ def new_scheduler(
         initial_backoff_seconds=float(config.pod_initial_backoff_seconds),
         max_backoff_seconds=float(config.pod_max_backoff_seconds),
     )
-    return Scheduler(profiles, handle, queue_config, listener)
+    scheduler = Scheduler(profiles, handle, queue_config, listener)
+    if memory_evictor is not None:
+        memory_evictor.scheduler = scheduler
+    return scheduler

@@ -10,13 +10,14 @@ reads a clock, sleeps, or talks to the network.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.api.podinfo import PodInfo
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
@@ -31,6 +32,7 @@ from shoal.gang.cycle import (
     update_reservation,
 )
 from shoal.gang.manager import GangManager
+from shoal.queues.manager import QueueManager
 from shoal.queue.scheduling_queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.scheduler.listener import NullListener, SchedulerListener
 from shoal.state.cluster import ClusterState
@@ -92,12 +94,19 @@ class Scheduler:
         plugin_events: dict[str, list[ClusterEvent]] = {}
         for fwk in self.profiles.values():
             plugin_events.update(fwk.events_to_register())
+        self.queues = QueueManager.of(handle)
+        self._base_sort_key = first.queue_sort.sort_key
         self.queue = SchedulingQueue(
-            sort_key=first.queue_sort.sort_key,
+            sort_key=self._sort_key,
             config=queue_config or QueueConfig(),
             plugin_events=plugin_events,
             pre_enqueue=self._pre_enqueue,
+            partition_of=self.queues.partition_of,
+            choose_partition=self._choose_partition,
+            on_active_delta=self.queues.on_active_delta,
+            on_pending=self.queues.on_pending,
         )
+        self.queues.on_install.append(self.queue.repartition)
         self.priority_classes: dict[str, PriorityClass] = {}
         self._next_start_node_index = 0
         self._ready: deque[BindingTask] = deque()
@@ -228,6 +237,45 @@ class Scheduler:
     def _event(self, event: ClusterEvent) -> None:
         self.queue.on_event(event, self.clock.now())
 
+    def _sort_key(self, pod: PodInfo) -> tuple[object, ...]:
+        return self.queues.order_key(pod, self._base_sort_key(pod))
+
+    def _choose_partition(self) -> int:
+        return self.queues.choose_partition(self.cluster.table)
+
+    # ---- tenant queues -------------------------------------------------------------
+
+    def apply_queues(
+        self,
+        queues: Iterable[Queue] = (),
+        elastic_quotas: Iterable[ElasticQuota] = (),
+        bindings: Iterable[QueueBinding] = (),
+        pools: Iterable[NodePool] = (),
+        deleted_queues: Iterable[str] = (),
+    ) -> list[str]:
+        """Validate and apply queue objects as one change. Returns the problems; when
+        there are any, nothing was applied (never half-applied)."""
+        queues, elastic_quotas = list(queues), list(elastic_quotas)
+        bindings, pools = list(bindings), list(pools)
+        if queues or elastic_quotas or deleted_queues:
+            problems = self.queues.apply(queues, elastic_quotas, deleted_queues)
+            if problems:
+                return problems
+        if bindings:
+            problems = self.queues.apply_bindings(bindings)
+            if problems:
+                return problems
+        if pools:
+            problems = self.queues.apply_pools(pools)
+            if problems:
+                return problems
+        self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
+        return []
+
+    def set_namespace_labels(self, namespace: str, labels: dict[str, str]) -> None:
+        self.queues.namespace_labels[namespace] = dict(labels)
+        self.queues._leaf_of.clear()
+
     def _pre_enqueue(self, pod: PodInfo) -> Status:
         bad = self._bad_group.get(pod.uid)
         if bad:
@@ -311,15 +359,21 @@ class Scheduler:
             status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
         if node is None:
             message = diagnosis.message() if diagnosis is not None else status.message
+            retry_soon = False
             if diagnosis is not None and status.rejected and fwk.plugins.post_filter:
                 result, post_status = fwk.run_post_filter(state, pod, diagnosis)
+                # PENDING: a PostFilter will act after a delay (e.g. reclaim), or has just
+                # freed room (preemption): retry after the backoff, not on an event.
+                retry_soon = post_status.code in (Code.PENDING, Code.SUCCESS)
                 if post_status.message:
                     diagnosis.post_filter_message = post_status.message
                     message = diagnosis.message()
                 if result is not None and result.nominated_node:
                     pod.pod.status.nominated_node_name = result.nominated_node
             rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
-            self.queue.requeue_unschedulable(entry, now, rejectors, status, message)
+            self.queue.requeue_unschedulable(
+                entry, now, rejectors, status, message, retry_soon=retry_soon
+            )
             self.listener.pod_unschedulable(pod, status, message)
             return CycleResult(pod, None, status, message, diagnosis)
 

@@ -24,7 +24,7 @@ import msgspec
 
 from shoal.api.objects import Node, Pod
 from shoal.api.podinfo import PodInfo, pod_key
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.backends.memory import ManualClock, MemoryBinder, MemoryEvictor, run_sync
 from shoal.config.load import parse_config
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.framework.registry import PluginSpec
@@ -40,8 +40,8 @@ class RunResult(NamedTuple):
     """Outcome of `SchedulerHarness.run`: unpack as `placements, messages = h.run()`."""
 
     placements: dict[str, str | None]
-    """Every pod added through the harness (and not deleted), by `namespace/name`: the
-    node it is bound to, or None while it is pending."""
+    """Every pod added through the harness (and not deleted or evicted), by
+    `namespace/name`: the node it is bound to, or None while it is pending."""
     messages: dict[str, str]
     """Pending pods only: why the last attempt failed (kube's FitError text for filter
     failures), or why the pod is gated."""
@@ -49,7 +49,8 @@ class RunResult(NamedTuple):
 
 @dataclass(frozen=True)
 class HarnessEvent:
-    """One thing that happened, in order: "bound", "unschedulable" or "bind_failed"."""
+    """One thing that happened, in order: "bound", "unschedulable", "bind_failed" or
+    "evicted" (preempted or reclaimed: the pod is deleted, as the API server would)."""
 
     kind: str
     pod: str
@@ -124,6 +125,23 @@ class SchedulerHarness:
         self.echo_binds = echo_binds
         self.cycles: list[CycleResult] = []
         self._uids: dict[str, str] = {}  # pod key -> uid, in the order pods were added
+        # Pods evicted by preemption or reclaim (they are deleted, as in Kubernetes).
+        self.evicted: dict[str, str] = {}  # pod key -> reason
+        evictor = self.scheduler.handle.evictor
+        if isinstance(evictor, MemoryEvictor):
+            evictor.on_evict.append(self._on_evict)
+
+    def _on_evict(self, pod: PodInfo, reason: str) -> None:
+        evictor = self.scheduler.handle.evictor
+        evictions = evictor.evictions if isinstance(evictor, MemoryEvictor) else []
+        node = evictions[-1].node if evictions and evictions[-1].uid == pod.uid else ""
+        self.evicted[pod.key] = reason
+        self._uids.pop(pod.key, None)
+        self._recorder.bound.pop(pod.key, None)
+        self._recorder.messages.pop(pod.key, None)
+        self._recorder.events.append(
+            HarnessEvent("evicted", pod.key, node, reason, self.clock.now())
+        )
 
     # ---- feeding objects -----------------------------------------------------------
 

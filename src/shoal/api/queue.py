@@ -1,0 +1,164 @@
+"""Multi-tenant capacity objects: Queue, QueueBinding, NodePool (Shoal's API group
+`shoal.dev/v1alpha1`), plus the shapes users bring: scheduler-plugins `ElasticQuota`
+(min/max per namespace) and the seed talk's Queue with `spec.resources.requests`
+(guaranteed) and `spec.resources.limits` (maximum). PodDisruptionBudget (policy/v1) is
+read for preemption.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from shoal.api.objects import LabelSelector, ObjectMeta
+from shoal.api.resources import parse_resource_list
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "QUEUE_LABEL",
+    "ElasticQuota",
+    "NodePool",
+    "PodDisruptionBudget",
+    "Queue",
+    "QueueBinding",
+    "QueueOrdering",
+]
+
+API_GROUP = "shoal.dev"
+DEFAULT_QUEUE = "default"
+QUEUE_LABEL = "shoal.dev/queue"  # explicit queue of a pod (wins over bindings)
+
+Quantity = str | int | float
+QueueOrdering = Literal["Priority", "FIFO", "QoS", "DRF"]
+
+
+class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+def _check(field: str, raw: dict[str, Quantity]) -> None:
+    try:
+        parse_resource_list(raw)
+    except ValueError as err:
+        raise ValueError(f"{field}.{err}") from None
+
+
+class QueueResources(_Base):
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+
+
+class QueueSpec(_Base):
+    parent: str = ""
+    weight: int = 1
+    guaranteed: dict[str, Quantity] = {}
+    max: dict[str, Quantity] | None = None
+    # The seed talk's shape: requests = guaranteed, limits = maximum.
+    resources: QueueResources | None = None
+    reclaimable: bool = True  # may others take back what this queue borrowed
+    priority: int = 0
+    ordering: QueueOrdering = "Priority"
+    pools: list[str] = []
+
+    def __post_init__(self) -> None:
+        if self.weight < 1:
+            raise ValueError(f"weight {self.weight} must be at least 1")
+        _check("guaranteed", self.guaranteed)
+        if self.max is not None:
+            _check("max", self.max)
+        if self.resources is not None:
+            _check("resources.requests", self.resources.requests)
+            _check("resources.limits", self.resources.limits)
+            if self.guaranteed or self.max is not None:
+                raise ValueError("use either resources or guaranteed/max, not both")
+
+
+class Queue(_Base):
+    api_version: str = "shoal.dev/v1alpha1"
+    kind: str = "Queue"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: QueueSpec = msgspec.field(default_factory=QueueSpec)
+
+    def guaranteed(self) -> dict[str, int]:
+        spec = self.spec
+        raw = spec.resources.requests if spec.resources is not None else spec.guaranteed
+        return parse_resource_list(raw)
+
+    def maximum(self) -> dict[str, int] | None:
+        spec = self.spec
+        if spec.resources is not None:
+            return parse_resource_list(spec.resources.limits) or None
+        return None if spec.max is None else parse_resource_list(spec.max)
+
+
+class QueueBindingSpec(_Base):
+    queue: str
+    namespaces: list[str] = []
+    namespace_selector: LabelSelector | None = None
+    max_pods: int | None = None
+    max_running_jobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.queue:
+            raise ValueError("queue must name a leaf queue")
+        for field, value in (("maxPods", self.max_pods), ("maxRunningJobs", self.max_running_jobs)):
+            if value is not None and value < 0:
+                raise ValueError(f"{field} {value} must not be negative")
+
+
+class QueueBinding(_Base):
+    api_version: str = "shoal.dev/v1alpha1"
+    kind: str = "QueueBinding"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: QueueBindingSpec = msgspec.field(
+        default_factory=lambda: QueueBindingSpec(queue=DEFAULT_QUEUE)
+    )
+
+
+class ElasticQuotaSpec(_Base):
+    min: dict[str, Quantity] = {}
+    max: dict[str, Quantity] = {}
+
+    def __post_init__(self) -> None:
+        _check("min", self.min)
+        _check("max", self.max)
+
+
+class ElasticQuota(_Base):
+    """scheduler-plugins `scheduling.x-k8s.io/v1alpha1` ElasticQuota: one per namespace,
+    read as a leaf queue `<namespace>` bound to that namespace."""
+
+    api_version: str = "scheduling.x-k8s.io/v1alpha1"
+    kind: str = "ElasticQuota"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ElasticQuotaSpec = msgspec.field(default_factory=ElasticQuotaSpec)
+
+
+class NodePoolSpec(_Base):
+    node_selector: dict[str, str] = {}
+    exclusive_to: list[str] = []  # queues that alone may use these nodes; empty = shared
+
+    def __post_init__(self) -> None:
+        if not self.node_selector:
+            raise ValueError("nodeSelector must select nodes by at least one label")
+
+
+class NodePool(_Base):
+    api_version: str = "shoal.dev/v1alpha1"
+    kind: str = "NodePool"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodePoolSpec = msgspec.field(default_factory=lambda: NodePoolSpec(node_selector={"": ""}))
+
+
+class PodDisruptionBudgetSpec(_Base):
+    selector: LabelSelector | None = None
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+
+
+class PodDisruptionBudget(_Base):
+    api_version: str = "policy/v1"
+    kind: str = "PodDisruptionBudget"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodDisruptionBudgetSpec = msgspec.field(default_factory=PodDisruptionBudgetSpec)

@@ -1,0 +1,92 @@
+"""DefaultPreemption (PostFilter): a pod that fits nowhere may preempt lower-priority
+pods, with kube-scheduler's victim choice (minimal set per node, PDB-aware node ranking)
+and a nominated node. With tenant queues configured, victims come from the preemptor's
+own leaf queue only: taking capacity across queues is reclaim's job (QueueCapacity),
+which respects guarantees. Pods with preemptionPolicy Never never preempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult
+from shoal.framework.status import Code, Status
+from shoal.gang.manager import GangManager
+from shoal.plugins.args import DefaultPreemptionArgs
+from shoal.queues.manager import QueueManager
+from shoal.preemption.budgets import DisruptionBudgets
+from shoal.preemption.victims import find_victims
+from shoal.state.cluster import PodRecord
+
+__all__ = ["NAME", "DefaultPreemption"]
+
+NAME = "DefaultPreemption"
+
+
+class DefaultPreemption:
+    name = NAME
+
+    def __init__(self, handle: Handle, args: DefaultPreemptionArgs) -> None:
+        self.handle = handle
+        self.args = args
+        self.gangs = GangManager.of(handle)
+        self.queues = QueueManager.of(handle)
+        self.pdbs = DisruptionBudgets.of(handle)
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, statuses: NodeFilterStatuses
+    ) -> tuple[PostFilterResult | None, Status]:
+        if pod.pod.spec.preemption_policy == "Never":
+            return None, Status(
+                Code.UNSCHEDULABLE, "preemption: not eligible due to preemptionPolicy=Never."
+            )
+        cluster = self.handle.cluster
+        choice = find_victims(
+            cluster,
+            self.gangs,
+            pod,
+            statuses,
+            self._pool(pod),
+            pdb_violations=lambda victims: self.pdbs.violations(victims, cluster),
+            max_candidates=max(
+                self.args.min_candidate_nodes_absolute,
+                cluster.table.n * self.args.min_candidate_nodes_percentage // 100,
+            ),
+        )
+        if choice is None:
+            return None, Status(
+                Code.UNSCHEDULABLE,
+                f"preemption: 0/{cluster.table.n} nodes are available: no lower-priority "
+                "pods whose removal would make room",
+            )
+        evictor = self.handle.evictor
+        if evictor is None:
+            raise RuntimeError("preemption needs an evictor (the backend provides one)")
+        for victim in choice.pods:
+            evictor.evict(
+                victim,
+                f"preempted by {pod.key} (priority {pod.priority} > {victim.priority}) "
+                f"on node {choice.node}",
+            )
+        return PostFilterResult(choice.node), Status(
+            Code.SUCCESS, f"preemption: evicted {len(choice.pods)} pod(s) on {choice.node}"
+        )
+
+    def _pool(self, pod: PodInfo) -> Iterable[PodRecord]:
+        leaf, error = self.queues.queue_of(pod)
+        many_queues = len(self.queues.tree.leaves) > 1
+        if many_queues and not error:
+            records = (self.handle.cluster.placed.get(u) for u in self.queues.placed_in({leaf}))
+            candidates: Iterable[PodRecord | None] = records
+        else:
+            candidates = self.handle.cluster.placed.values()
+        for record in candidates:
+            if record is not None and record.pod.priority < pod.priority:
+                yield record
+
+    @classmethod
+    def new(cls, args: DefaultPreemptionArgs | None, handle: Handle) -> DefaultPreemption:
+        return cls(handle, args or DefaultPreemptionArgs())

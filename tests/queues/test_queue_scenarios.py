@@ -1,0 +1,235 @@
+"""Multi-tenant scenarios: the seed's borrow-and-reclaim, limits, validation, pools."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from shoal.api.manifests import decode
+from shoal.api.objects import ObjectMeta
+from shoal.api.queue import NodePool, Queue, QueueBinding
+from shoal.testing import SchedulerHarness, make_node, make_pod
+
+GPU = "nvidia.com/gpu"
+
+
+def queue(
+    name: str,
+    parent: str = "",
+    weight: int = 1,
+    g: int | None = None,
+    m: int | None = None,
+    **spec: object,
+) -> Queue:
+    raw: dict[str, object] = {"parent": parent, "weight": weight, **spec}
+    if g is not None:
+        raw["guaranteed"] = {GPU: g}
+    if m is not None:
+        raw["max"] = {GPU: m}
+    return decode({"metadata": {"name": name}, "spec": raw}, Queue)
+
+
+def gpu_pod(name: str, q: str, gpus: int = 1, priority: int = 0):
+    return (
+        make_pod(name).labels({"shoal.dev/queue": q}).req({GPU: gpus}, cpu="1").priority(priority)
+    )
+
+
+def gpus_by_queue(h: SchedulerHarness) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for rec in h.scheduler.cluster.placed.values():
+        out[rec.pod.labels.get("shoal.dev/queue", "default")] += rec.pod.requests.get(GPU, 0)
+    return out
+
+
+def harness(reclaim_delay: float = 30.0) -> SchedulerHarness:
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "pluginConfig": [
+                    {"name": "QueueCapacity", "args": {"reclaimDelaySeconds": reclaim_delay}}
+                ],
+            }
+        ],
+    }
+    return SchedulerHarness(config)
+
+
+def test_seed_scenario_borrow_then_reclaim() -> None:
+    """User A (guaranteed 4 GPUs, max 6) and user B (guaranteed 6, max 8) on 10 GPUs."""
+    h = harness(reclaim_delay=30)
+    h.add_nodes(*(make_node(f"n{i}").capacity({GPU: 2}, cpu="16", memory="64Gi") for i in range(5)))
+    # The seed talk's Queue shape: requests = guaranteed, limits = maximum.
+    a = decode(
+        {
+            "metadata": {"name": "a"},
+            "spec": {"resources": {"requests": {GPU: 4}, "limits": {GPU: 6}}},
+        },
+        Queue,
+    )
+    b = decode(
+        {
+            "metadata": {"name": "b"},
+            "spec": {"resources": {"requests": {GPU: 6}, "limits": {GPU: 8}}},
+        },
+        Queue,
+    )
+    assert h.scheduler.apply_queues([a, b]) == []
+    h.add_pods(*(gpu_pod(f"a-{i}", "a") for i in range(8)))
+    h.run()
+    assert gpus_by_queue(h)["a"] == 6  # A alone grows to its max by borrowing
+    assert "queue a would exceed its max nvidia.com/gpu" in h.scheduler.explain("default/a-6")
+    h.advance(60)
+    h.add_pods(*(gpu_pod(f"b-{i}", "b") for i in range(6)))
+    h.run()
+    assert gpus_by_queue(h)["b"] == 4  # the free GPUs at once; reclaim waits for its delay
+    h.advance(60)
+    used = gpus_by_queue(h)
+    assert used["a"] == 4 and used["b"] == 6
+    evictions = h.scheduler.handle.evictor.evictions  # type: ignore[union-attr]
+    assert len(evictions) == 2
+    assert all("queue a is above its guarantee" in e.reason for e in evictions)
+    # No loop: nothing more is evicted as time passes.
+    h.advance(600)
+    assert len(h.scheduler.handle.evictor.evictions) == 2  # type: ignore[union-attr]
+    assert gpus_by_queue(h) == used
+
+
+def test_reclaim_never_takes_higher_priority_work_or_below_guarantee() -> None:
+    h = harness(reclaim_delay=0)
+    h.add_nodes(*(make_node(f"n{i}").capacity({GPU: 2}, cpu="16", memory="64Gi") for i in range(5)))
+    h.scheduler.apply_queues([queue("a", g=4, m=10), queue("b", g=6, m=10)])
+    h.add_pods(*(gpu_pod(f"a-{i}", "a", priority=100) for i in range(10)))
+    h.run()
+    assert gpus_by_queue(h)["a"] == 10
+    h.add_pods(*(gpu_pod(f"b-{i}", "b", priority=0) for i in range(6)))
+    h.advance(60)
+    assert gpus_by_queue(h)["b"] == 0  # A's pods have higher priority: never reclaimed
+    assert not h.scheduler.handle.evictor.evictions  # type: ignore[union-attr]
+
+
+def test_max_is_a_hard_cap_through_the_tree() -> None:
+    h = harness()
+    h.add_nodes(
+        *(make_node(f"n{i}").capacity({GPU: 8}, cpu="64", memory="256Gi") for i in range(4))
+    )
+    problems = h.scheduler.apply_queues(
+        [queue("org", g=8, m=10), queue("t1", parent="org", g=4), queue("t2", parent="org", g=4)]
+    )
+    assert problems == []
+    h.add_pods(
+        *(gpu_pod(f"x-{i}", "t1") for i in range(8)), *(gpu_pod(f"y-{i}", "t2") for i in range(8))
+    )
+    h.run()
+    used = gpus_by_queue(h)
+    assert used["t1"] + used["t2"] == 10
+    assert "queue org would exceed its max" in h.scheduler.explain(
+        next(uid for uid in h.scheduler._pods if uid not in h.scheduler.cluster.placed)
+    )
+
+
+@pytest.mark.parametrize(
+    ("queues", "fragment"),
+    [
+        (
+            [queue("p", g=4), queue("c1", parent="p", g=3), queue("c2", parent="p", g=3)],
+            "children's spec.guaranteed.nvidia.com/gpu add up to 6, more than its own guarantee 4",
+        ),
+        (
+            [queue("q", g=8, m=4)],
+            "spec.guaranteed.nvidia.com/gpu (8) exceeds spec.max.nvidia.com/gpu (4)",
+        ),
+        ([queue("x", parent="y"), queue("y", parent="x")], "spec.parent forms a cycle"),
+        ([queue("orphan", parent="nowhere")], "spec.parent 'nowhere' does not exist"),
+    ],
+)
+def test_invalid_trees_are_rejected_whole(queues: list[Queue], fragment: str) -> None:
+    h = harness()
+    assert h.scheduler.apply_queues([queue("keep", g=1)]) == []
+    problems = h.scheduler.apply_queues(queues)
+    assert any(fragment in p for p in problems), problems
+    # Nothing of the bad change was applied; the earlier tree is intact.
+    assert "keep" in h.scheduler.queues.tree.index
+    assert all(q.metadata.name not in h.scheduler.queues.tree.index for q in queues)
+
+
+def test_bindings_route_namespaces_and_unknown_queue_is_explained() -> None:
+    h = harness()
+    h.add_nodes(make_node("n0").capacity({GPU: 4}, cpu="16", memory="64Gi"))
+    assert h.scheduler.apply_queues([queue("research", g=2, m=2)]) == []
+    binding = QueueBinding(
+        metadata=ObjectMeta(name="r"),
+        spec=decode(
+            {"queue": "research", "namespaces": ["lab"]},
+            QueueBinding.__annotations__
+            and __import__("shoal.api.queue", fromlist=["QueueBindingSpec"]).QueueBindingSpec,
+        ),
+    )
+    assert h.scheduler.apply_queues(bindings=[binding]) == []
+    h.add_pods(*(make_pod(f"p{i}").namespace("lab").req({GPU: 1}) for i in range(3)))
+    h.add_pods(make_pod("lost").labels({"shoal.dev/queue": "nope"}).req({GPU: 1}))
+    h.run()
+    assert gpus_by_queue(h)["default"] == 2  # the lab pods count as research (label absent)
+    assert "queue 'nope' does not exist" in h.scheduler.explain("default/lost")
+    assert "queue research would exceed its max" in h.scheduler.explain(
+        next(
+            uid
+            for uid in h.scheduler._pods
+            if uid.startswith("lab/") and uid not in h.scheduler.cluster.placed
+        )
+    )
+    bad = QueueBinding(
+        metadata=ObjectMeta(name="bad"),
+        spec=decode(
+            {"queue": "ghost"},
+            __import__("shoal.api.queue", fromlist=["QueueBindingSpec"]).QueueBindingSpec,
+        ),
+    )
+    assert any("'ghost' does not exist" in p for p in h.scheduler.apply_queues(bindings=[bad]))
+
+
+def test_node_pools_exclusive_and_restricted() -> None:
+    h = harness()
+    h.add_nodes(
+        *(
+            make_node(f"own{i}").labels(pool="tenant-a").capacity({GPU: 1}, cpu="8", memory="32Gi")
+            for i in range(2)
+        ),
+        *(
+            make_node(f"shared{i}").labels(pool="shared").capacity({GPU: 1}, cpu="8", memory="32Gi")
+            for i in range(2)
+        ),
+    )
+    pools = [
+        NodePool(
+            metadata=ObjectMeta(name="a-hw"),
+            spec=decode(
+                {"nodeSelector": {"pool": "tenant-a"}, "exclusiveTo": ["a"]},
+                __import__("shoal.api.queue", fromlist=["NodePoolSpec"]).NodePoolSpec,
+            ),
+        ),
+        NodePool(
+            metadata=ObjectMeta(name="shared"),
+            spec=decode(
+                {"nodeSelector": {"pool": "shared"}},
+                __import__("shoal.api.queue", fromlist=["NodePoolSpec"]).NodePoolSpec,
+            ),
+        ),
+    ]
+    assert h.scheduler.apply_queues([queue("a"), queue("b", pools=["shared"])]) == []
+    assert h.scheduler.apply_queues(pools=pools) == []
+    h.add_pods(*(gpu_pod(f"b-{i}", "b") for i in range(3)))
+    h.run()
+    nodes = {rec.node for rec in h.scheduler.cluster.placed.values()}
+    assert nodes == {"shared0", "shared1"}
+    message = h.scheduler.explain("default/b-2")
+    assert "reserved for other queues" in message or "outside queue b's node pools" in message
+    h.add_pods(*(gpu_pod(f"a-{i}", "a") for i in range(2)))
+    h.run()
+    assert {
+        rec.node for rec in h.scheduler.cluster.placed.values() if rec.pod.name.startswith("a-")
+    } == {"own0", "own1"}

@@ -77,6 +77,18 @@ def simulate(
         Path | None,
         typer.Option("--out", "-o", dir_okay=False, help="Per-pod results: .jsonl or .csv."),
     ] = None,
+    queue_metrics: Annotated[
+        Path | None,
+        typer.Option(
+            "--queue-metrics",
+            dir_okay=False,
+            help="CSV of each queue's allocation vs fair share over time (with queues).",
+        ),
+    ] = None,
+    recreate_evicted: Annotated[
+        bool,
+        typer.Option(help="Re-create pods evicted by preemption/reclaim, as controllers do."),
+    ] = True,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar, no pending-pod table.")
     ] = False,
@@ -97,11 +109,15 @@ def simulate(
         _print_problems(errors, err)
         raise typer.Exit(2) from None
     options = SimOptions(
-        seed=seed, until=until, cycle_seconds=cycle_seconds, config=scheduler_config
+        seed=seed,
+        until=until,
+        cycle_seconds=cycle_seconds,
+        config=scheduler_config,
+        recreate_evicted=recreate_evicted,
     )
     paths = [*(cluster or []), *(workload or [])]
     try:
-        run(paths, options, console, out=out, quiet=quiet)
+        run(paths, options, console, out=out, queue_metrics=queue_metrics, quiet=quiet)
     except (ValueError, OSError) as err:
         errors.print(f"[red]error:[/] {escape(str(err))}")
         raise typer.Exit(2) from None

@@ -20,6 +20,13 @@ import yaml
 from shoal.api.errors import ManifestError
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.queue import (
+    ElasticQuota,
+    NodePool,
+    PodDisruptionBudget,
+    Queue,
+    QueueBinding,
+)
 
 __all__ = ["GROUP_KINDS", "KINDS", "decode", "iter_documents", "kind_class", "load_objects"]
 
@@ -32,6 +39,12 @@ GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("scheduling.x-k8s.io", "PodGroup"): PodGroup,
     ("scheduling.sigs.k8s.io", "PodGroup"): PodGroup,
     ("scheduling.volcano.sh", "PodGroup"): VolcanoPodGroup,
+    ("shoal.dev", "Queue"): Queue,
+    ("shoal.dev", "QueueBinding"): QueueBinding,
+    ("shoal.dev", "NodePool"): NodePool,
+    ("scheduling.x-k8s.io", "ElasticQuota"): ElasticQuota,
+    ("scheduling.sigs.k8s.io", "ElasticQuota"): ElasticQuota,
+    ("policy", "PodDisruptionBudget"): PodDisruptionBudget,
 }
 
 

@@ -16,9 +16,9 @@ from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult
 from shoal.framework.status import Code, Status
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import DefaultPreemptionArgs
-from shoal.queues.manager import QueueManager
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.preemption.victims import find_victims
+from shoal.queues.manager import QueueManager
 from shoal.state.cluster import PodRecord
 
 __all__ = ["NAME", "DefaultPreemption"]

@@ -30,8 +30,8 @@ from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource, PreFilterResult
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import Args
-from shoal.queues.manager import QueueManager
 from shoal.preemption.victims import find_victims
+from shoal.queues.manager import QueueManager
 from shoal.state.cluster import PodRecord
 
 __all__ = ["NAME", "QueueCapacity", "QueueCapacityArgs"]

@@ -295,13 +295,17 @@ class QueueManager:
         if error:
             return error
         binding = self.binding_of(pod.namespace)
-        if binding is not None and binding.spec.max_pods is not None:
-            if self.pods_per_namespace[pod.namespace] + 1 > binding.spec.max_pods:
-                return (
-                    f"QueueBinding {binding.metadata.name}: namespace {pod.namespace} already "
-                    f"runs {self.pods_per_namespace[pod.namespace]} pods (maxPods "
-                    f"{binding.spec.max_pods})"
-                )
+        limit = binding.spec.max_pods if binding is not None else None
+        if (
+            binding is not None
+            and limit is not None
+            and (self.pods_per_namespace[pod.namespace] + 1 > limit)
+        ):
+            return (
+                f"QueueBinding {binding.metadata.name}: namespace {pod.namespace} already "
+                f"runs {self.pods_per_namespace[pod.namespace]} pods (maxPods "
+                f"{binding.spec.max_pods})"
+            )
         tree = self.tree
         if not self._has_quota:
             return ""

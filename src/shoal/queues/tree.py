@@ -81,7 +81,7 @@ class QueueTree:
             raise TreeError(problems)
         self.default_queue = default_queue
         self.defs: dict[str, QueueDef] = {d.name: d for d in defs}
-        self.names: list[str] = ["<root>"] + sorted(self.defs)
+        self.names: list[str] = ["<root>", *sorted(self.defs)]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         self.parent = np.zeros(len(self.names), dtype=np.intp)
         for name, d in self.defs.items():
@@ -122,7 +122,9 @@ class QueueTree:
     @property
     def quota_mask(self) -> NDArray[np.bool_]:
         """Resources some queue guarantees or caps (the others are not under quota)."""
-        return (self.guaranteed[1:] > 0).any(axis=0) | (self.maximum[1:] < UNLIMITED).any(axis=0)
+        guaranteed = np.any(self.guaranteed[1:] > 0, axis=0)
+        capped = np.any(self.maximum[1:] < UNLIMITED, axis=0)
+        return np.asarray(guaranteed | capped, dtype=bool)
 
     def vector(self, requests: dict[str, int]) -> NDArray[np.int64]:
         """A request over the tree's quota resources (others do not count for quota)."""

@@ -17,8 +17,8 @@ import numpy as np
 
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
-from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.api.podinfo import PodInfo
+from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.handle import Handle, WaitingPod
@@ -32,8 +32,8 @@ from shoal.gang.cycle import (
     update_reservation,
 )
 from shoal.gang.manager import GangManager
-from shoal.queues.manager import QueueManager
 from shoal.queue.scheduling_queue import QueueConfig, QueuedPod, SchedulingQueue
+from shoal.queues.manager import QueueManager
 from shoal.scheduler.listener import NullListener, SchedulerListener
 from shoal.state.cluster import ClusterState
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from shoal.api.podinfo import PodInfo
-from shoal.backends.memory import ManualClock, run_sync
+from shoal.backends.memory import ManualClock, MemoryEvictor, run_sync
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.framework.handle import BindError
+from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.sim.events import (
     BindingsDue,
@@ -31,8 +34,10 @@ from shoal.sim.events import (
     PodArrival,
     PodFinish,
 )
+from shoal.sim.queue_metrics import QueueMonitor
 from shoal.sim.results import PodRecord, PodState, Recorder, Summary, UtilisationTracker, summarize
 from shoal.sim.scenario import Scenario
+from shoal.sim.workload import PodSource
 from shoal.state.cluster import ClusterState
 
 __all__ = ["ProgressCallback", "SimOptions", "SimResult", "Simulation", "simulate"]
@@ -51,6 +56,9 @@ class SimOptions:
     seed: int = 0
     until: float | None = None
     cycle_seconds: float = 0.0
+    # Re-create pods evicted by preemption or reclaim, as their controllers would.
+    recreate_evicted: bool = True
+    queue_sample_seconds: float = 60.0
     config: KubeSchedulerConfiguration = field(default_factory=KubeSchedulerConfiguration)
 
     def __post_init__(self) -> None:
@@ -65,6 +73,7 @@ class SimResult:
     records: list[PodRecord]
     summary: Summary
     warnings: list[str]
+    queues: QueueMonitor | None = None
 
 
 class SimBinder:
@@ -101,18 +110,35 @@ class Simulation:
         )
         self.events = EventQueue()
         self.utilisation = UtilisationTracker(self.cluster.table)
+        self.queue_monitor = QueueMonitor(
+            self.scheduler.queues, self.cluster.table, self.options.queue_sample_seconds
+        )
         self.warnings: list[str] = []
         self.cycles = 0
         self.handled = 0
         self._busy_until = 0.0
         self._idle_wakeups = 0
         self._steps = 0
+        self._recreated = 0
 
     # ---- setup ---------------------------------------------------------------------
 
     def _load(self) -> None:
         for pc in self.scenario.priority_classes:
             self.scheduler.add_priority_class(pc)
+        sc = self.scenario
+        if sc.queues or sc.elastic_quotas or sc.queue_bindings or sc.node_pools:
+            problems = self.scheduler.apply_queues(
+                sc.queues, sc.elastic_quotas, sc.queue_bindings, sc.node_pools
+            )
+            for problem in problems:
+                self.warnings.append(f"queue objects rejected (none applied): {problem}")
+        budgets = DisruptionBudgets.of(self.scheduler.handle)
+        for pdb in sc.disruption_budgets:
+            budgets.add(pdb)
+        evictor = self.scheduler.handle.evictor
+        if isinstance(evictor, MemoryEvictor):
+            evictor.on_evict.append(self._evicted)
         for group in self.scenario.pod_groups:
             self.scheduler.add_pod_group(group)
         for node in self.scenario.nodes:
@@ -211,6 +237,7 @@ class Simulation:
 
     def _advance(self, t: float) -> None:
         now = self.clock.now()
+        self.queue_monitor.maybe_sample(t)
         self.utilisation.advance(t - now)
         self.clock.advance_to(t)
         self._report_progress()
@@ -278,6 +305,31 @@ class Simulation:
             record.message = f"evicted: node {name} was removed at t={now:g}s"
         self.scheduler.delete_node(name)
 
+    def _evicted(self, pod: PodInfo, reason: str) -> None:
+        """Preempted or reclaimed: the pod is gone; its controller creates a new one."""
+        now = self.clock.now()
+        record = self.recorder.records.get(pod.uid)
+        if record is None:
+            return
+        self.events.cancel_finish(pod.uid)
+        record.state = PodState.EVICTED
+        record.finished_at = now
+        record.message = f"evicted at t={now:g}s: {reason}"
+        if not self.options.recreate_evicted:
+            return
+        self._recreated += 1
+        replacement = pod.pod
+        meta = msgspec.structs.replace(
+            replacement.metadata,
+            name=f"{pod.name}-r{self._recreated}",
+            uid="",
+            resource_version="",
+        )
+        spec = msgspec.structs.replace(replacement.spec, node_name="")
+        fresh = msgspec.structs.replace(replacement, metadata=meta, spec=spec)
+        source = PodSource(now, record.duration, pod.namespace, meta.name, pod=fresh)
+        self.events.push(now, PodArrival(source))
+
     def _run_bindings(self, tasks: Iterable[BindingTask]) -> None:
         for task in tasks:
             run_sync(self.scheduler.run_binding_cycle(task))
@@ -302,7 +354,10 @@ class Simulation:
             cycles=self.cycles,
             utilisation=self.utilisation,
         )
-        return SimResult(records, summary, self.warnings)
+        monitor = self.queue_monitor if self.queue_monitor.active else None
+        if monitor is not None:
+            monitor.sample(self.clock.now())
+        return SimResult(records, summary, self.warnings, monitor)
 
 
 def simulate(

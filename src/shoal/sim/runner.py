@@ -49,6 +49,7 @@ def run(
     console: Console,
     *,
     out: Path | None = None,
+    queue_metrics: Path | None = None,
     quiet: bool = False,
 ) -> tuple[Scenario, SimResult]:
     """Load `paths` (cluster files first; none: the bundled example), simulate, report.
@@ -71,6 +72,11 @@ def run(
         result.warnings,
         show_pending=not quiet,
     )
+    if result.queues is not None:
+        console.print(result.queues.summary_table())
+        if queue_metrics is not None:
+            result.queues.write_csv(queue_metrics)
+            console.print(f"Wrote queue metrics to {queue_metrics}", markup=False)
     if out is not None:
         write_results(out, result.records)
         console.print(f"Wrote {len(result.records)} pod record(s) to {out}", markup=False)

@@ -28,6 +28,7 @@ from shoal.api.errors import ManifestError
 from shoal.api.manifests import decode, iter_documents, kind_class
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
 from shoal.sim.workload import NodeChange, PodSource, expand_workload, pod_source
 
 __all__ = [
@@ -46,9 +47,24 @@ class Scenario:
     nodes: list[Node] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     pod_groups: list[PodGroup | VolcanoPodGroup] = field(default_factory=list)
+    # Tenant capacity objects (applied together; an invalid set is reported whole).
+    queues: list[Queue] = field(default_factory=list)
+    elastic_quotas: list[ElasticQuota] = field(default_factory=list)
+    queue_bindings: list[QueueBinding] = field(default_factory=list)
+    node_pools: list[NodePool] = field(default_factory=list)
+    disruption_budgets: list[PodDisruptionBudget] = field(default_factory=list)
     pods: list[PodSource] = field(default_factory=list)
     node_changes: list[NodeChange] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
+
+
+_CAPACITY_KINDS: dict[type, str] = {
+    Queue: "queues",
+    ElasticQuota: "elastic_quotas",
+    QueueBinding: "queue_bindings",
+    NodePool: "node_pools",
+    PodDisruptionBudget: "disruption_budgets",
+}
 
 
 def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
@@ -60,7 +76,10 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
         kind = doc.get("kind")
         cls = kind_class(doc)
         try:
-            if cls is PodGroup or cls is VolcanoPodGroup:
+            if cls in _CAPACITY_KINDS:
+                obj = decode(doc, cls, where)
+                getattr(scenario, _CAPACITY_KINDS[cls]).append(obj)
+            elif cls is PodGroup or cls is VolcanoPodGroup:
                 group = decode(doc, cls, where)
                 assert isinstance(group, PodGroup | VolcanoPodGroup)
                 scenario.pod_groups.append(group)
@@ -91,8 +110,9 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                     str(kind or "object"),
                     name,
                     "kind",
-                    "not simulated (the simulator reads Node, PriorityClass, PodGroup, Pod "
-                    "and Workload); skipped — describe replicated pods with a Workload",
+                    "not simulated (the simulator reads Node, PriorityClass, PodGroup, Queue, "
+                    "QueueBinding, NodePool, ElasticQuota, PodDisruptionBudget, Pod and "
+                    "Workload); skipped — describe replicated pods with a Workload",
                     where,
                 )
         except ManifestError as err:

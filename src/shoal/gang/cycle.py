@@ -151,6 +151,7 @@ def schedule_gang(
         if node is None:
             failed.append((e, status, diagnosis))
             continue
+        sched.cluster.clear_nomination(pod.uid)
         sched.cluster.assume(pod, node)
         status = fwk.run_reserve(state, pod, node)
         if not status.ok:

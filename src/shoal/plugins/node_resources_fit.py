@@ -125,6 +125,8 @@ class NodeResourcesFit:
         free = snap.free
         # One contiguous column per requested resource (the table is column-major).
         fits = [free[idx, col] >= amount for col, amount in zip(cols, need, strict=True)]
+        if self.handle.cluster.nominations:
+            self._leave_room_for_nominated(pod, nodes, cols, need, fits)
         passed = np.logical_and.reduce(fits) if len(fits) > 1 else fits[0]
         if passed.all():
             return FilterResult(passed)
@@ -138,6 +140,36 @@ class NodeResourcesFit:
                 reason = "Too many pods" if name == PODS else f"Insufficient {name}"
                 failures.append(Failure(reason, short, Code.UNSCHEDULABLE))
         return FilterResult(passed, failures)
+
+    def _leave_room_for_nominated(
+        self,
+        pod: PodInfo,
+        nodes: Candidates,
+        cols: NDArray[np.intp],
+        need: NDArray[np.int64],
+        fits: list[NDArray[np.bool_]],
+    ) -> None:
+        """Nominated pods (preemptors waiting for the room they freed) count as placed on
+        their node for pods of lower or equal priority (kube's addNominatedPods)."""
+        snap = self.handle.snapshot
+        reserved: dict[int, NDArray[np.int64]] = {}
+        for row, other in snap.nominated_against(pod):
+            vec = snap.pod_vector(other)[cols]
+            reserved[row] = reserved.get(row, 0) + vec
+        for row, vec in reserved.items():
+            if isinstance(nodes.index, slice):
+                if row >= nodes.size:
+                    continue
+                pos = row
+            else:
+                where = np.flatnonzero(nodes.rows == row)
+                if not where.size:
+                    continue
+                pos = int(where[0])
+            left = snap.free[row, cols] - vec
+            for j in range(len(cols)):
+                fits[j] = fits[j].copy() if not fits[j].flags.writeable else fits[j]
+                fits[j][pos] = bool(left[j] >= need[j])
 
     # ---- Score ---------------------------------------------------------------------
 

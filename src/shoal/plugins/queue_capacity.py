@@ -87,7 +87,7 @@ class QueueCapacity:
         over = self._over_guarantee(leaf, asked)
         if not over:
             return None, Status(Code.UNSCHEDULABLE)
-        pool = self._pool(over, pod)
+        pool = self._pool(over, pod, leaf, asked)
         cluster = self.handle.cluster
         path_mine = set(tree.paths[leaf].tolist())
 
@@ -136,12 +136,23 @@ class QueueCapacity:
             lf for lf in tree.leaves if lf != leaf and any(int(q) in over_q for q in tree.paths[lf])
         ]
 
-    def _pool(self, leaves: list[int], pod: PodInfo) -> Iterable[PodRecord]:
+    def _pool(
+        self, leaves: list[int], pod: PodInfo, leaf: int, asked: np.ndarray
+    ) -> Iterable[PodRecord]:
+        """Pods that may be taken one by one: not more important than the preemptor, and
+        whose own removal keeps every queue on their path (off the preemptor's path) at
+        or above its guarantee."""
         cluster = self.handle.cluster
-        wanted = set(leaves)
-        for uid in self.queues.placed_in(wanted):
+        queues, tree = self.queues, self.queues.tree
+        mine = set(tree.path_lists[leaf])
+        for uid in queues.placed_in(set(leaves)):
             record = cluster.placed.get(uid)
-            if record is not None and record.pod.priority <= pod.priority:
+            if record is None or record.pod.priority > pod.priority:
+                continue
+            vec = tree.vector(record.pod.requests)
+            path = [q for q in tree.path_lists[queues.placed_leaf(uid)] if q not in mine]
+            after = queues.usage[path] - vec
+            if np.all(after[:, asked] >= tree.guaranteed[path][:, asked]):
                 yield record
 
     def _evict(self, victim: PodInfo, reason: str) -> None:

@@ -83,7 +83,14 @@ def find_victims(
     rows = np.fromiter(victims_by_row, dtype=np.intp)
     for row in rows:
         freeable[row] = sum(table.pod_vector(p)[cols] for p in victims_by_row[int(row)])
-    could_fit = np.all(table.free[rows][:, cols] + freeable[rows] >= need[cols], axis=1)
+    # Room already promised to other nominated preemptors of equal or higher priority
+    # is not free (kube adds nominated pods before selecting victims).
+    free = table.free[:n][:, cols].copy()
+    for uid, (node, other) in cluster.nominations.items():
+        row = table.row_of.get(node)
+        if uid != pod.uid and row is not None and other.priority >= pod.priority:
+            free[row] -= table.pod_vector(other)[cols]
+    could_fit = np.all(free[rows] + freeable[rows] >= need[cols], axis=1)
     candidates = [
         int(r)
         for r in rows[could_fit]
@@ -91,9 +98,9 @@ def find_victims(
     ][:max_candidates]
     best: Victims | None = None
     for row in candidates:
-        chosen = _minimal_set(table.free[row, cols], need[cols], victims_by_row[row], cols, table)
-        if chosen is None:
-            continue
+        chosen = _minimal_set(free[row], need[cols], victims_by_row[row], cols, table)
+        if not chosen:
+            continue  # impossible, or no victim needed (then it is not preemption's job)
         expanded: dict[str, PodInfo] = {}
         for v in chosen:
             for u in _units(v, gangs, cluster):

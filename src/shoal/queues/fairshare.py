@@ -33,26 +33,31 @@ def dominant_shares(usage: NDArray[Any], capacity: NDArray[np.float64]) -> NDArr
     return frac.max(axis=-1) if frac.size else np.zeros(usage.shape[:-1])
 
 
-def choose_leaf(
-    manager: QueueManager, pending_under: NDArray[np.int64], capacity: NDArray[np.float64]
-) -> int:
-    """The leaf whose work goes next. `pending_under[q]` counts pending pods in q's
-    subtree; returns -1 if nothing is pending."""
+def choose_leaf(manager: QueueManager) -> int:
+    """The leaf whose work goes next, or -1 if nothing is pending. A walk from the root:
+    at each level the child with pending work and the lowest dominant share / weight
+    (unsaturated children first; ties by name). Pure Python over a few children per
+    level: shares are kept current by the manager as pods come and go."""
     tree = manager.tree
+    leaves = tree.leaves
+    active = manager.active_list
+    share = manager.share_list
+    saturated = manager.saturated_list
+    weight = tree.weight_list
+    names = tree.names
     node = 0
-    while node not in tree.leaves:
-        kids = [c for c in tree.children[node] if pending_under[c] > 0]
-        if not kids:
+    while node not in leaves:
+        best = -1
+        best_key: tuple[bool, float, str] | None = None
+        for c in tree.children_list[node]:
+            if active[c] <= 0:
+                continue
+            key = (saturated[c], share[c] / weight[c], names[c])
+            if best_key is None or key < best_key:
+                best, best_key = c, key
+        if best < 0:
             return -1
-        if len(kids) > 1:
-            idx = np.array(kids)
-            saturated = (manager.usage[idx] >= tree.maximum[idx]).any(axis=1)
-            open_kids = idx[~saturated] if not saturated.all() else idx
-            shares = dominant_shares(manager.usage[open_kids], capacity) / tree.weight[open_kids]
-            best = np.flatnonzero(shares == shares.min())
-            node = int(min(open_kids[best], key=lambda i: tree.names[int(i)]))
-        else:
-            node = kids[0]
+        node = best
     return node
 
 

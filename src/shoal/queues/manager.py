@@ -59,7 +59,9 @@ class QueueManager:
         self._leaf_of: dict[str, tuple[int, str]] = {}  # uid -> (leaf, error)
         self.pending = Counter[int]()  # leaf -> pods waiting (maintained by the scheduler)
         self.pending_sum = np.zeros_like(self.tree.guaranteed)  # leaf -> pending requests
-        self.active_under = np.zeros(len(self.tree.names), dtype=np.int64)  # per subtree
+        self.share_list = [0.0] * len(self.tree.names)  # dominant share per queue
+        self.saturated_list = [False] * len(self.tree.names)  # at its max somewhere
+        self.active_list = [0] * len(self.tree.names)  # active pods per subtree
         self.active_unqueued = 0  # active pods whose queue is unusable
         self.on_install: list[Callable[[], None]] = []
         self._capacity_key: tuple[int, int] = (-1, -1)
@@ -167,8 +169,11 @@ class QueueManager:
         self._by_leaf.clear()
         self.pending.clear()
         self.pending_sum = np.zeros_like(tree.guaranteed)
-        self.active_under = np.zeros(len(tree.names), dtype=np.int64)
         self.active_unqueued = 0
+        self.share_list = [0.0] * len(tree.names)
+        self.saturated_list = [False] * len(tree.names)
+        self.active_list = [0] * len(tree.names)
+        self._capacity_key = (-1, -1)
         self.pods_per_namespace.clear()
         for pod in placed:  # re-count under the new tree (a pod's queue may have changed)
             self.pod_placed(-1, pod)
@@ -227,8 +232,9 @@ class QueueManager:
         if partition <= 0:
             self.active_unqueued += delta
         else:
-            self.active_under[self.tree.paths[partition]] += delta
-        self.active_under[0] += delta
+            for q in self.tree.path_lists[partition]:
+                self.active_list[q] += delta
+        self.active_list[0] += delta
 
     def on_pending(self, pod: PodInfo, delta: int) -> None:
         leaf, error = self.queue_of(pod)
@@ -236,6 +242,19 @@ class QueueManager:
             return
         self.pending[leaf] += delta
         self.pending_sum[leaf] += self.tree.vector(pod.requests) * delta
+
+    def _refresh_shares(self, queues: NDArray[np.intp]) -> None:
+        """Dominant share and saturation of these queues (kept current for the HDRF walk)."""
+        cap = self._capacity
+        if len(cap) != self.usage.shape[1]:
+            return  # capacity not known yet: `capacity()` recomputes every queue
+        safe = np.where(cap > 0, cap, 1.0)
+        rows = self.usage[queues]
+        shares = np.where(cap > 0, rows / safe, 0.0).max(axis=1)
+        saturated: list[bool] = np.any(rows >= self.tree.maximum[queues], axis=1).tolist()
+        for q, s, sat in zip(queues.tolist(), shares.tolist(), saturated, strict=True):
+            self.share_list[q] = s
+            self.saturated_list[q] = sat
 
     def capacity(self, table: NodeTable) -> NDArray[np.float64]:
         """Cluster allocatable over the tree's resources (for dominant shares)."""
@@ -247,6 +266,7 @@ class QueueManager:
                 [float(table.allocatable[:n, c].sum()) if c >= 0 else 0.0 for c in cols]
             )
             self._capacity_key = key
+            self._refresh_shares(np.arange(1, len(self.tree.names), dtype=np.intp))
         return self._capacity
 
     def choose_partition(self, table: NodeTable) -> int:
@@ -258,7 +278,8 @@ class QueueManager:
             return next(iter(tree.leaves))
         from shoal.queues.fairshare import choose_leaf
 
-        return choose_leaf(self, self.active_under, self.capacity(table))
+        self.capacity(table)  # refreshes shares when nodes changed
+        return choose_leaf(self)
 
     def order_key(self, pod: PodInfo, base: tuple[object, ...]) -> tuple[object, ...]:
         """The queue's ordering policy applied to the profile's QueueSort key
@@ -366,7 +387,9 @@ class QueueManager:
         if error:
             return
         vec = self.tree.vector(pod.requests)
-        self.usage[self.tree.paths[leaf]] += vec
+        path = self.tree.paths[leaf]
+        self.usage[path] += vec
+        self._refresh_shares(path)
         self._placed[pod.uid] = _Placed(leaf, vec, pod)
         self._by_leaf.setdefault(leaf, set()).add(pod.uid)
         self.pods_per_namespace[pod.namespace] += 1
@@ -375,7 +398,9 @@ class QueueManager:
         rec = self._placed.pop(pod.uid, None)
         if rec is None:
             return
-        self.usage[self.tree.paths[rec.leaf]] -= rec.vector
+        path = self.tree.paths[rec.leaf]
+        self.usage[path] -= rec.vector
+        self._refresh_shares(path)
         self._by_leaf.get(rec.leaf, set()).discard(pod.uid)
         self.pods_per_namespace[rec.pod.namespace] -= 1
 

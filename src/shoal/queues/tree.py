@@ -100,6 +100,7 @@ class QueueTree:
                 path.append(j)
                 j = int(self.parent[j])
             self.paths[i] = np.array(path, dtype=np.intp)
+        self.path_lists: dict[int, list[int]] = {i: p.tolist() for i, p in self.paths.items()}
         # Quota resources, plus the ones fair share always looks at.
         resources: set[str] = {"cpu", "memory", "nvidia.com/gpu"}
         for d in defs:
@@ -119,12 +120,13 @@ class QueueTree:
             for res, amount in (d.maximum or {}).items():
                 self.maximum[i, self.resource_index[res]] = amount
 
-    @property
-    def quota_mask(self) -> NDArray[np.bool_]:
-        """Resources some queue guarantees or caps (the others are not under quota)."""
+        # Resources some queue guarantees or caps (the others are not under quota).
         guaranteed = np.any(self.guaranteed[1:] > 0, axis=0)
         capped = np.any(self.maximum[1:] < UNLIMITED, axis=0)
-        return np.asarray(guaranteed | capped, dtype=bool)
+        self.quota_mask: NDArray[np.bool_] = np.asarray(guaranteed | capped, dtype=bool)
+        # Plain lists for the per-pop fair-share walk (faster than numpy scalars).
+        self.weight_list: list[float] = self.weight.tolist()
+        self.children_list: list[list[int]] = [self.children[i] for i in range(q)]
 
     def vector(self, requests: dict[str, int]) -> NDArray[np.int64]:
         """A request over the tree's quota resources (others do not count for quota)."""

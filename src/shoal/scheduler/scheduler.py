@@ -201,6 +201,7 @@ class Scheduler:
 
     def delete_pod(self, uid: str) -> None:
         self._pods.pop(uid, None)
+        self.cluster.clear_nomination(uid)
         self._bad_group.pop(uid, None)
         self.gangs.member_removed(uid)
         self.queue.delete(uid)
@@ -370,6 +371,7 @@ class Scheduler:
                     message = diagnosis.message()
                 if result is not None and result.nominated_node:
                     pod.pod.status.nominated_node_name = result.nominated_node
+                    self.cluster.nominate(pod, result.nominated_node)
             rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
             self.queue.requeue_unschedulable(
                 entry, now, rejectors, status, message, retry_soon=retry_soon
@@ -378,6 +380,7 @@ class Scheduler:
             return CycleResult(pod, None, status, message, diagnosis)
 
         # Assume, then Reserve and Permit (kube-scheduler's order).
+        self.cluster.clear_nomination(pod.uid)
         self.cluster.assume(pod, node)
         status = fwk.run_reserve(state, pod, node)
         if not status.ok:

@@ -45,6 +45,15 @@ class ClusterState:
     # Pods bound to nodes we have not seen yet (informer order is not guaranteed).
     _waiting_for_node: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     observers: list[PlacementObserver] = field(default_factory=list)
+    # Pods that preempted room on a node and wait to be placed there (kube's nominator):
+    # uid -> (node, pod). Lower- or equal-priority pods treat that room as taken.
+    nominations: dict[str, tuple[str, PodInfo]] = field(default_factory=dict)
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        self.nominations[pod.uid] = (node, pod)
+
+    def clear_nomination(self, uid: str) -> None:
+        self.nominations.pop(uid, None)
 
     # ---- nodes -------------------------------------------------------------------
 

@@ -96,6 +96,17 @@ class Snapshot:
         table = self._cluster.table
         return np.flatnonzero(table.host_port_count[: table.n])
 
+    def nominated_against(self, pod: PodInfo) -> list[tuple[int, PodInfo]]:
+        """(row, pod) of nominated pods that `pod` must leave room for: other pods with
+        equal or higher priority that preempted room on a node and wait for it."""
+        out = []
+        for uid, (node, other) in self._cluster.nominations.items():
+            if uid != pod.uid and other.priority >= pod.priority:
+                row = self._cluster.table.row_of.get(node)
+                if row is not None:
+                    out.append((row, other))
+        return out
+
     def pod_vector(self, pod: PodInfo) -> NDArray[np.int64]:
         """The pod's requests over the snapshot's resource columns (incl. one pod slot)."""
         vector = self._cluster.table.pod_vector(pod)

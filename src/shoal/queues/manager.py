@@ -66,6 +66,7 @@ class QueueManager:
         self.on_install: list[Callable[[], None]] = []
         self._capacity_key: tuple[int, int] = (-1, -1)
         self._capacity = np.zeros(0)
+        self._capacity_list: list[float] = []
         self.pods_per_namespace = Counter[str]()
         self.version = 0  # bumped when the tree or bindings change
 
@@ -241,20 +242,28 @@ class QueueManager:
         if error:
             return
         self.pending[leaf] += delta
-        self.pending_sum[leaf] += self.tree.vector(pod.requests) * delta
+        if delta > 0:
+            self.pending_sum[leaf] += self.tree.vector(pod.requests)
+        else:
+            self.pending_sum[leaf] -= self.tree.vector(pod.requests)
 
-    def _refresh_shares(self, queues: NDArray[np.intp]) -> None:
-        """Dominant share and saturation of these queues (kept current for the HDRF walk)."""
-        cap = self._capacity
+    def _refresh_shares(self, queues: list[int]) -> None:
+        """Dominant share and saturation of these queues (kept current for the HDRF walk).
+        Plain Python: a path is a few queues over a few resources."""
+        cap = self._capacity_list
         if len(cap) != self.usage.shape[1]:
             return  # capacity not known yet: `capacity()` recomputes every queue
-        safe = np.where(cap > 0, cap, 1.0)
-        rows = self.usage[queues]
-        shares = np.where(cap > 0, rows / safe, 0.0).max(axis=1)
-        saturated: list[bool] = np.any(rows >= self.tree.maximum[queues], axis=1).tolist()
-        for q, s, sat in zip(queues.tolist(), shares.tolist(), saturated, strict=True):
-            self.share_list[q] = s
-            self.saturated_list[q] = sat
+        maximum = self.tree.maximum_lists
+        for q in queues:
+            share = 0.0
+            saturated = False
+            for used, c, m in zip(self.usage[q].tolist(), cap, maximum[q], strict=True):
+                if c > 0 and used / c > share:
+                    share = used / c
+                if used >= m:
+                    saturated = True
+            self.share_list[q] = share
+            self.saturated_list[q] = saturated
 
     def capacity(self, table: NodeTable) -> NDArray[np.float64]:
         """Cluster allocatable over the tree's resources (for dominant shares)."""
@@ -266,7 +275,8 @@ class QueueManager:
                 [float(table.allocatable[:n, c].sum()) if c >= 0 else 0.0 for c in cols]
             )
             self._capacity_key = key
-            self._refresh_shares(np.arange(1, len(self.tree.names), dtype=np.intp))
+            self._capacity_list = self._capacity.tolist()
+            self._refresh_shares(list(range(1, len(self.tree.names))))
         return self._capacity
 
     def choose_partition(self, table: NodeTable) -> int:
@@ -333,18 +343,26 @@ class QueueManager:
         vec = tree.vector(pod.requests)
         if extra is not None:
             vec = vec + extra
-        path = tree.paths[leaf]
-        after = self.usage[path] + vec
-        over = after > tree.maximum[path]
-        if over.any():
-            qi, ri = (int(x[0]) for x in np.nonzero(over))
-            q = int(path[qi])
-            res = tree.resources[ri]
-            return (
-                f"queue {tree.names[q]} would exceed its max {res}: uses "
-                f"{int(self.usage[q, ri])}, pod asks {int(vec[ri])}, max "
-                f"{int(tree.maximum[q, ri])}"
-            )
+        # Plain Python over the path: a few queues x a few resources, the common case
+        # being "fits" (numpy's per-call overhead would dominate here).
+        asked = vec.tolist()
+        maximum = tree.maximum_lists
+        for q in tree.path_lists[leaf]:
+            for k, (used, want, cap) in enumerate(
+                zip(self.usage[q].tolist(), asked, maximum[q], strict=True)
+            ):
+                if used + want > cap:
+                    return (
+                        f"queue {tree.names[q]} would exceed its max {tree.resources[k]}: "
+                        f"uses {used}, pod asks {want}, max {cap}"
+                    )
+        guaranteed = tree.guaranteed_lists[leaf]
+        quota = tree.quota_list
+        if not any(
+            want > 0 and quota[k] and used + want > guaranteed[k]
+            for k, (used, want) in enumerate(zip(self.usage[leaf].tolist(), asked, strict=True))
+        ):
+            return ""  # within its guarantee: no borrowing
         return self._borrow_check(leaf, vec, table)
 
     def _borrow_check(self, leaf: int, vec: NDArray[np.int64], table: NodeTable | None) -> str:
@@ -387,8 +405,9 @@ class QueueManager:
         if error:
             return
         vec = self.tree.vector(pod.requests)
-        path = self.tree.paths[leaf]
-        self.usage[path] += vec
+        path = self.tree.path_lists[leaf]
+        for q in path:
+            self.usage[q] += vec
         self._refresh_shares(path)
         self._placed[pod.uid] = _Placed(leaf, vec, pod)
         self._by_leaf.setdefault(leaf, set()).add(pod.uid)
@@ -398,8 +417,9 @@ class QueueManager:
         rec = self._placed.pop(pod.uid, None)
         if rec is None:
             return
-        path = self.tree.paths[rec.leaf]
-        self.usage[path] -= rec.vector
+        path = self.tree.path_lists[rec.leaf]
+        for q in path:
+            self.usage[q] -= rec.vector
         self._refresh_shares(path)
         self._by_leaf.get(rec.leaf, set()).discard(pod.uid)
         self.pods_per_namespace[rec.pod.namespace] -= 1

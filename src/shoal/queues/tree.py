@@ -126,14 +126,23 @@ class QueueTree:
         self.quota_mask: NDArray[np.bool_] = np.asarray(guaranteed | capped, dtype=bool)
         # Plain lists for the per-pop fair-share walk (faster than numpy scalars).
         self.weight_list: list[float] = self.weight.tolist()
+        self.maximum_lists: list[list[int]] = self.maximum.tolist()
+        self.guaranteed_lists: list[list[int]] = self.guaranteed.tolist()
+        self.quota_list: list[bool] = self.quota_mask.tolist()
+        self._vectors: dict[tuple[tuple[str, int], ...], NDArray[np.int64]] = {}
         self.children_list: list[list[int]] = [self.children[i] for i in range(q)]
 
     def vector(self, requests: dict[str, int]) -> NDArray[np.int64]:
-        """A request over the tree's quota resources (others do not count for quota)."""
-        out = np.zeros(len(self.resources), dtype=np.int64)
-        for res, k in self.resource_index.items():
-            out[k] = requests.get(res, 0)
-        return out
+        """A request over the tree's quota resources (others do not count for quota).
+        Cached by shape: workloads repeat a few request shapes. Do not mutate."""
+        key = tuple(requests.items())
+        vec = self._vectors.get(key)
+        if vec is None:
+            vec = np.array([requests.get(r, 0) for r in self.resources], dtype=np.int64)
+            vec.flags.writeable = False
+            if len(self._vectors) < 4096:
+                self._vectors[key] = vec
+        return vec
 
     def is_leaf(self, name: str) -> bool:
         i = self.index.get(name)

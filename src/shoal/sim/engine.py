@@ -74,6 +74,8 @@ class SimResult:
     summary: Summary
     warnings: list[str]
     queues: QueueMonitor | None = None
+    # Pod groups at the end: phase, counts and reason (shoal.gang.GangManager.status()).
+    groups: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 class SimBinder:
@@ -357,7 +359,7 @@ class Simulation:
         monitor = self.queue_monitor if self.queue_monitor.active else None
         if monitor is not None:
             monitor.sample(self.clock.now())
-        return SimResult(records, summary, self.warnings, monitor)
+        return SimResult(records, summary, self.warnings, monitor, self.scheduler.gangs.status())
 
 
 def simulate(

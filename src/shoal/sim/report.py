@@ -23,6 +23,7 @@ __all__ = [
     "print_errors",
     "print_report",
     "record_row",
+    "render_groups",
     "render_pending",
     "render_summary",
     "write_results",
@@ -174,3 +175,21 @@ def print_report(
     for warning in warnings:
         console.print(Text.assemble(("warning: ", "yellow"), warning))
     console.print(render_summary(summary))
+
+
+def render_groups(groups: dict[str, dict[str, object]]) -> Table:
+    """Pod groups (gangs) at the end of the run, with the reason for any not running."""
+    table = Table(title="Pod groups")
+    for column in ("group", "phase", "min", "members", "running", "succeeded", "reason"):
+        table.add_column(column, overflow="fold")
+    for key, g in sorted(groups.items()):
+        table.add_row(
+            key,
+            str(g["phase"]),
+            str(g["minMember"]),
+            str(g["members"]),
+            str(g["running"]),
+            str(g["succeeded"]),
+            str(g["reason"]),
+        )
+    return table

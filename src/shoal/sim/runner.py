@@ -11,7 +11,7 @@ from rich.console import Console
 from shoal.config import KubeSchedulerConfiguration, load_config
 from shoal.sim.engine import SimOptions, SimResult, simulate
 from shoal.sim.progress import progress_bar
-from shoal.sim.report import RESULT_SUFFIXES, print_report, write_results
+from shoal.sim.report import RESULT_SUFFIXES, print_report, render_groups, write_results
 from shoal.sim.scenario import Scenario, bundled_example, load_scenario
 
 __all__ = ["check_results_path", "load_scheduler_config", "run"]
@@ -72,6 +72,8 @@ def run(
         result.warnings,
         show_pending=not quiet,
     )
+    if result.groups:
+        console.print(render_groups(result.groups))
     if result.queues is not None:
         console.print(result.queues.summary_table())
         if queue_metrics is not None:

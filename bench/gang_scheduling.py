@@ -12,46 +12,24 @@ import argparse
 import resource
 import time
 
-from shoal.api.objects import (
-    Container,
-    Node,
-    NodeStatus,
-    ObjectMeta,
-    Pod,
-    PodSpec,
-    ResourceRequirements,
-)
+from shapes import default_node, default_pod
+
+from shoal.api.objects import Node, Pod
 from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
 from shoal.config import KubeSchedulerConfiguration
 from shoal.scheduler import new_scheduler
 
 
 def make_node(i: int) -> Node:
-    return Node(
-        metadata=ObjectMeta(name=f"node-{i}", labels={"kubernetes.io/hostname": f"node-{i}"}),
-        status=NodeStatus(allocatable={"cpu": "4", "memory": "32Gi", "pods": "110"}),
-    )
+    return default_node(i, {"kubernetes.io/hostname": f"node-{i}"})
 
 
 def make_pod(gang: str, i: int, size: int) -> Pod:
-    return Pod(
-        metadata=ObjectMeta(
-            name=f"{gang}-{i}",
-            namespace="gangs",
-            uid=f"{gang}-{i}",
-            labels={
-                "pod-group.scheduling.sigs.k8s.io/name": gang,
-                "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
-            },
-        ),
-        spec=PodSpec(
-            containers=[
-                Container(
-                    resources=ResourceRequirements(requests={"cpu": "100m", "memory": "500Mi"})
-                )
-            ]
-        ),
-    )
+    labels = {
+        "pod-group.scheduling.sigs.k8s.io/name": gang,
+        "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
+    }
+    return default_pod(f"{gang}-{i}", "gangs", labels)
 
 
 def run_shape(nodes: int, gangs: int, size: int) -> tuple[float, float, int]:

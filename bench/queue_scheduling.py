@@ -13,16 +13,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from shapes import default_node, default_pod
+
 from shoal.api.manifests import decode
-from shoal.api.objects import (
-    Container,
-    Node,
-    NodeStatus,
-    ObjectMeta,
-    Pod,
-    PodSpec,
-    ResourceRequirements,
-)
+from shoal.api.objects import Node, Pod
 from shoal.api.queue import Queue
 from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
 from shoal.config import KubeSchedulerConfiguration
@@ -30,24 +24,11 @@ from shoal.scheduler import new_scheduler
 
 
 def make_node(i: int) -> Node:
-    return Node(
-        metadata=ObjectMeta(name=f"node-{i}"),
-        status=NodeStatus(allocatable={"cpu": "4", "memory": "32Gi", "pods": "110"}),
-    )
+    return default_node(i)
 
 
 def make_pod(i: int, queue: str | None) -> Pod:
-    labels = {"shoal.dev/queue": queue} if queue else {}
-    return Pod(
-        metadata=ObjectMeta(name=f"p-{i}", namespace="bench", uid=f"p-{i}", labels=labels),
-        spec=PodSpec(
-            containers=[
-                Container(
-                    resources=ResourceRequirements(requests={"cpu": "100m", "memory": "500Mi"})
-                )
-            ]
-        ),
-    )
+    return default_pod(f"p-{i}", "bench", {"shoal.dev/queue": queue} if queue else None)
 
 
 def queue_tree(total_cpu: int) -> tuple[list[Queue], list[str]]:

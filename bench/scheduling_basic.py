@@ -19,50 +19,23 @@ import sys
 import time
 
 import numpy as np
+from shapes import default_node, default_pod
 
-from shoal.api.objects import (
-    Container,
-    Node,
-    NodeStatus,
-    ObjectMeta,
-    Pod,
-    PodSpec,
-    ResourceRequirements,
-)
+from shoal.api.objects import Node, Pod
 from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
 from shoal.config import KubeSchedulerConfiguration
 from shoal.scheduler import new_scheduler
 
 
 def make_node(i: int) -> Node:
-    return Node(
-        metadata=ObjectMeta(
-            name=f"node-{i}",
-            labels={
-                "kubernetes.io/hostname": f"node-{i}",
-                "topology.kubernetes.io/zone": f"zone-{i % 3}",
-            },
-        ),
-        status=NodeStatus(
-            capacity={"cpu": "4", "memory": "32Gi", "pods": "110"},
-            allocatable={"cpu": "4", "memory": "32Gi", "pods": "110"},
-        ),
+    return default_node(
+        i,
+        {"kubernetes.io/hostname": f"node-{i}", "topology.kubernetes.io/zone": f"zone-{i % 3}"},
     )
 
 
 def make_pod(prefix: str, i: int) -> Pod:
-    return Pod(
-        metadata=ObjectMeta(name=f"{prefix}-{i}", namespace="sched-test", uid=f"{prefix}-{i}"),
-        spec=PodSpec(
-            containers=[
-                Container(
-                    name="pause",
-                    image="registry.k8s.io/pause:3.10",
-                    resources=ResourceRequirements(requests={"cpu": "100m", "memory": "500Mi"}),
-                )
-            ]
-        ),
-    )
+    return default_pod(f"{prefix}-{i}", "sched-test")
 
 
 def run(nodes: int, init_pods: int, pods: int, seed: int = 0) -> dict[str, float]:

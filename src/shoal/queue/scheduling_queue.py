@@ -69,7 +69,7 @@ class SchedulingQueue:
         self._in_active: dict[str, int] = {}  # uid -> partition
         self._backoff: list[tuple[float, int, str]] = []
         self._in_backoff: set[str] = set()
-        self._unschedulable: dict[str, QueuedPod] = {}
+        self._unschedulable = _UnschedulablePods(self.plugin_events)
         self._gated: dict[str, QueuedPod] = {}
         self._in_flight: set[str] = set()
         self._seq = itertools.count()
@@ -102,7 +102,7 @@ class SchedulingQueue:
                 self._push_active(entry)  # re-key; the stale heap item is skipped
             return
         if pod.uid in self._unschedulable or pod.uid in self._gated:
-            self._unschedulable.pop(pod.uid, None)
+            self._unschedulable.remove(pod.uid)
             self._gated.pop(pod.uid, None)
             self._enqueue_checked(entry)
 
@@ -112,7 +112,7 @@ class SchedulingQueue:
             self.on_pending(entry.pod, -1)
         self._deactivate(uid)
         self._in_backoff.discard(uid)
-        self._unschedulable.pop(uid, None)
+        self._unschedulable.remove(uid)
         self._gated.pop(uid, None)
         self._in_flight.discard(uid)
 
@@ -195,7 +195,7 @@ class SchedulingQueue:
                 continue
             self._deactivate(uid)
             self._in_backoff.discard(uid)
-            self._unschedulable.pop(uid, None)
+            self._unschedulable.remove(uid)
             entry.attempts += 1
             entry.pod.attempts = entry.attempts
             entry.popped_cycle = self._cycle
@@ -250,7 +250,7 @@ class SchedulingQueue:
         if retry_soon or not status.rejected or self._move_request_cycle >= entry.popped_cycle:
             self._push_backoff(entry)
         else:
-            self._unschedulable[uid] = entry
+            self._unschedulable.add(entry)
 
     def _push_backoff(self, entry: QueuedPod) -> None:
         uid = entry.pod.uid
@@ -278,28 +278,16 @@ class SchedulingQueue:
                 self._in_backoff.discard(uid)
                 self._push_active(self._entries[uid])
         limit = self.config.max_unschedulable_seconds
-        stale = [e for e in self._unschedulable.values() if now - e.added_at >= limit]
-        for entry in stale:
-            del self._unschedulable[entry.pod.uid]
+        for entry in self._unschedulable.pop_older_than(now - limit):
             self._activate_or_backoff(entry, now)
 
     def on_event(self, event: ClusterEvent, now: float) -> int:
         """A cluster event: retry the unschedulable pods it may help. Returns how many."""
         self._move_request_cycle = self._cycle
-        moved = [e for e in self._unschedulable.values() if self._worth_retrying(e, event)]
+        moved = self._unschedulable.take_for(event)
         for entry in moved:
-            del self._unschedulable[entry.pod.uid]
             self._activate_or_backoff(entry, now)
         return len(moved)
-
-    def _worth_retrying(self, entry: QueuedPod, event: ClusterEvent) -> bool:
-        if not entry.rejected_by:
-            return True
-        for plugin in entry.rejected_by:
-            events = self.plugin_events.get(plugin)
-            if events is None or any(e.matches(event) for e in events):
-                return True
-        return False
 
     def _activate_or_backoff(self, entry: QueuedPod, now: float) -> None:
         if self.backoff_expiry(entry) > now:
@@ -313,9 +301,9 @@ class SchedulingQueue:
         if self._backoff and not times:
             live = [t for t, _, uid in self._backoff if uid in self._in_backoff]
             times = [min(live)] if live else []
-        if self._unschedulable:
-            limit = self.config.max_unschedulable_seconds
-            times.append(min(e.added_at for e in self._unschedulable.values()) + limit)
+        oldest = self._unschedulable.oldest()
+        if oldest is not None:
+            times.append(oldest.added_at + self.config.max_unschedulable_seconds)
         return min(times) if times else None
 
     # ---- inspection ----------------------------------------------------------------
@@ -334,3 +322,77 @@ class SchedulingQueue:
             "unschedulable": len(self._unschedulable),
             "gated": len(self._gated),
         }
+
+
+class _UnschedulablePods:
+    """Pods rejected by plugins, indexed by the rejecting plugin so a cluster event only
+    looks at pods it could help, and kept in arrival order so the oldest is first."""
+
+    ANY = "*"  # pods worth retrying on any event
+
+    def __init__(self, plugin_events: dict[str, list[ClusterEvent]]) -> None:
+        self._plugin_events = plugin_events
+        self._entries: dict[str, QueuedPod] = {}
+        self._by_plugin: dict[str, set[str]] = {}
+        self._interested: dict[ClusterEvent, list[str]] = {}
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _keys(self, entry: QueuedPod) -> list[str]:
+        # A pod rejected by a plugin that registered no events is retried on any event.
+        rejected = entry.rejected_by
+        if not rejected or any(p not in self._plugin_events for p in rejected):
+            return [self.ANY]
+        return list(rejected)
+
+    def add(self, entry: QueuedPod) -> None:
+        uid = entry.pod.uid
+        self.remove(uid)
+        self._entries[uid] = entry
+        for key in self._keys(entry):
+            self._by_plugin.setdefault(key, set()).add(uid)
+
+    def remove(self, uid: str) -> QueuedPod | None:
+        entry = self._entries.pop(uid, None)
+        if entry is not None:
+            for key in self._keys(entry):
+                self._by_plugin.get(key, set()).discard(uid)
+        return entry
+
+    def oldest(self) -> QueuedPod | None:
+        return next(iter(self._entries.values()), None)
+
+    def pop_older_than(self, cutoff: float) -> list[QueuedPod]:
+        out = []
+        for uid, entry in list(self._entries.items()):
+            if entry.added_at > cutoff:
+                break  # arrival order: the rest are newer
+            self.remove(uid)
+            out.append(entry)
+        return out
+
+    def take_for(self, event: ClusterEvent) -> list[QueuedPod]:
+        """Remove and return the pods this event may help, oldest first."""
+        if not self._entries:
+            return []
+        plugins = self._interested.get(event)
+        if plugins is None:
+            plugins = [
+                p
+                for p, events in self._plugin_events.items()
+                if any(e.matches(event) for e in events)
+            ]
+            self._interested[event] = plugins
+        uids: set[str] = set(self._by_plugin.get(self.ANY, ()))
+        for p in plugins:
+            uids |= self._by_plugin.get(p, set())
+        if not uids:
+            return []
+        taken = [e for uid, e in self._entries.items() if uid in uids]
+        for entry in taken:
+            self.remove(entry.pod.uid)
+        return taken

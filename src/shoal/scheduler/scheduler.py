@@ -94,6 +94,16 @@ class Scheduler:
         plugin_events: dict[str, list[ClusterEvent]] = {}
         for fwk in self.profiles.values():
             plugin_events.update(fwk.events_to_register())
+        # The gang cycle rejects as "Coscheduling" (group-level reasons): worth retrying
+        # when capacity frees, nodes change, or groups or queues change.
+        plugin_events.setdefault(
+            "Coscheduling",
+            [
+                ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE),
+                ClusterEvent(EventResource.POD_GROUP | EventResource.QUEUE, ActionType.ALL),
+            ],
+        )
         self.queues = QueueManager.of(handle)
         self._base_sort_key = first.queue_sort.sort_key
         self.queue = SchedulingQueue(
@@ -416,6 +426,7 @@ class Scheduler:
             )
         else:
             self._ready.append(task)
+            self._binding[pod.uid] = task  # tracked until its binding cycle ends
         return True
 
     def _undo(
@@ -454,13 +465,16 @@ class Scheduler:
                 del self.handle.waiting_pods.by_uid[waiting.pod.uid]
                 del self._waiting[waiting.pod.uid]
                 self._ready.append(task)
+                self._binding[waiting.pod.uid] = task
 
     async def run_binding_cycle(self, task: BindingTask) -> Status:
         """PreBind, Bind, PostBind for one assumed pod. Safe to run concurrently."""
         fwk, pod, node = task.framework, task.pod, task.node
         self._binding[pod.uid] = task
         try:
-            status = await fwk.run_pre_bind(task.state, pod, node)
+            status = Status()
+            if not task.cancelled:
+                status = await fwk.run_pre_bind(task.state, pod, node)
             if status.ok and not task.cancelled:
                 status = await fwk.run_bind(task.state, pod, node)
         except Exception as err:  # a plugin or the binder failed: never lose the pod
@@ -468,6 +482,8 @@ class Scheduler:
         finally:
             self._binding.pop(pod.uid, None)
         if task.cancelled:
+            # Deleted while binding: release what Reserve claimed, then the cache entry.
+            fwk.run_unreserve(task.state, pod, node)
             self.cluster.forget(pod)
             return Status(Code.ERROR, "pod was deleted while binding")
         if not status.ok:
@@ -476,6 +492,8 @@ class Scheduler:
         self.cluster.confirm(pod.uid)
         self.gangs.member_bound(pod.uid)
         pod.node_name = node
+        # A pod landing may satisfy others' (anti-)affinity or spread rules.
+        self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
         self.listener.pod_bound(pod, node)
         await fwk.run_post_bind(task.state, pod, node)
         return status

@@ -148,5 +148,10 @@ def version() -> None:
     typer.echo(f"shoal {__version__}")
 
 
+# `shoal run` (the Kubernetes backend) lives in its own module.
+from shoal.backends.kube.cli import register as _register_kube  # noqa: E402
+
+_register_kube(app)
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,15 @@
+{{- define "shoal.name" -}}shoal{{- end -}}
+
+{{- define "shoal.labels" -}}
+app.kubernetes.io/name: shoal
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "shoal.selector" -}}
+app.kubernetes.io/name: shoal
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "shoal.serviceAccount" -}}{{ .Values.serviceAccount.name | default "shoal" }}{{- end -}}

@@ -1,0 +1,211 @@
+"""Prometheus metrics, with kube-scheduler's names where a counterpart exists.
+
+kube-scheduler names (same meaning, same labels):
+
+* `scheduler_schedule_attempts_total{result, profile}`: result is `scheduled`,
+  `unschedulable` or `error`.
+* `scheduler_scheduling_attempt_duration_seconds{result, profile}`.
+* `scheduler_pod_scheduling_attempts`: attempts a pod needed until it was scheduled.
+* `scheduler_pending_pods{queue}`: `active`, `backoff`, `unschedulable`, `gated`.
+* `leader_election_master_status{name}`: 1 while this replica holds the lease.
+* `rest_client_requests_total{code, method, host}`,
+  `rest_client_request_duration_seconds{verb, host}` and
+  `rest_client_rate_limiter_duration_seconds{verb, host}` (`host` is the client's name:
+  `scheduler`, `events`, `leader-election`).
+
+Shoal's own:
+
+* `shoal_binds_total{result}` (`bound`, `conflict`, `gone`, `error`, and `skipped`:
+  the informer already showed the pod bound or gone) and
+  `shoal_binding_duration_seconds{result}`.
+* `shoal_evictions_total{result}` (`evicted`, `blocked`, `gone`, `error`).
+* `shoal_gang_groups{phase}` and `shoal_gang_pods{state}` (`members`, `running`).
+* `shoal_queue_pending_pods{queue}`: pending pods per tenancy queue.
+* `shoal_invalid_objects_total{resource}`: objects from the API that could not be read.
+* `shoal_informer_operations_total{resource, operation}`: list, relist, watch,
+  expired, list_error, watch_error.
+* `shoal_events_dropped_total`: events not written because the recorder fell behind.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from shoal.api.podinfo import PodInfo
+    from shoal.scheduler import Scheduler
+
+__all__ = ["QUEUE_KEYS", "SchedulerMetrics", "queue_of", "register_scheduler_collector"]
+
+# Where a pod names its tenancy queue (Shoal's own key first, then other projects').
+QUEUE_KEYS = ("shoal.dev/queue", "kueue.x-k8s.io/queue-name", "scheduling.volcano.sh/queue-name")
+
+_ATTEMPT_BUCKETS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0)
+_REQUEST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+
+class SchedulerMetrics:
+    """The metric objects, registered in their own registry (one per scheduler)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.schedule_attempts = Counter(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding start).",
+            ["result", "profile"],
+            buckets=_ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.pod_scheduling_attempts = Histogram(
+            "scheduler_pod_scheduling_attempts",
+            "Number of attempts to successfully schedule a pod.",
+            buckets=(1, 2, 4, 8, 16),
+            registry=r,
+        )
+        self.binds = Counter("shoal_binds", "Bind requests, by the result.", ["result"], registry=r)
+        self.bind_duration = Histogram(
+            "shoal_binding_duration_seconds",
+            "Time from the start of a binding cycle to its end, rate limiting included.",
+            ["result"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.evictions = Counter(
+            "shoal_evictions", "Eviction requests, by the result.", ["result"], registry=r
+        )
+        self.invalid_objects = Counter(
+            "shoal_invalid_objects",
+            "Objects from the API that could not be read.",
+            ["resource"],
+            registry=r,
+        )
+        self.informer_operations = Counter(
+            "shoal_informer_operations",
+            "Informer lists, relists, watches and failures.",
+            ["resource", "operation"],
+            registry=r,
+        )
+        self.events_dropped = Counter(
+            "shoal_events_dropped", "Events not written: the recorder fell behind.", registry=r
+        )
+        self.leader = Gauge(
+            "leader_election_master_status",
+            "1 while this replica is the leader, 0 otherwise.",
+            ["name"],
+            registry=r,
+        )
+        self.rest_requests = Counter(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            ["code", "method", "host"],
+            registry=r,
+        )
+        self.rest_latency = Histogram(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds, by verb and host.",
+            ["verb", "host"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.rate_limiter_latency = Histogram(
+            "rest_client_rate_limiter_duration_seconds",
+            "Client-side rate limiter latency in seconds, by verb and host.",
+            ["verb", "host"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+
+    # ---- hooks (KubeClient's RequestObserver, the informers' observer) --------------
+
+    def request_done(self, client: str, method: str, code: int, seconds: float) -> None:
+        self.rest_requests.labels(str(code) if code else "<error>", method, client).inc()
+        self.rest_latency.labels(method, client).observe(seconds)
+
+    def rate_limited(self, client: str, seconds: float) -> None:
+        self.rate_limiter_latency.labels("any", client).observe(seconds)
+
+    def informer_event(self, resource: str, what: str) -> None:
+        if what != "bookmark":
+            self.informer_operations.labels(resource, what).inc()
+
+
+def queue_of(pod: PodInfo) -> str:
+    """The tenancy queue a pod names ("" when none)."""
+    meta = pod.pod.metadata
+    for key in QUEUE_KEYS:
+        value = meta.labels.get(key) or meta.annotations.get(key)
+        if value:
+            return value
+    return ""
+
+
+class _SchedulerCollector(Collector):
+    """Reads queue and gang state at scrape time (on the event loop: no locking)."""
+
+    def __init__(
+        self, scheduler: Callable[[], Scheduler | None], queue_name: Callable[[PodInfo], str]
+    ) -> None:
+        self._scheduler = scheduler
+        self._queue_name = queue_name
+
+    def collect(self) -> Iterable[Metric]:
+        scheduler = self._scheduler()
+        pending = GaugeMetricFamily(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type.",
+            labels=["queue"],
+        )
+        groups = GaugeMetricFamily(
+            "shoal_gang_groups", "Pod groups (gangs), by phase.", labels=["phase"]
+        )
+        gang_pods = GaugeMetricFamily(
+            "shoal_gang_pods", "Pods in gangs: members known, members running.", labels=["state"]
+        )
+        per_queue = GaugeMetricFamily(
+            "shoal_queue_pending_pods",
+            "Pending pods per tenancy queue (pods naming no queue are under '').",
+            labels=["queue"],
+        )
+        if scheduler is not None:
+            for queue, count in scheduler.queue.counts().items():
+                pending.add_metric([queue], count)
+            phases: Tally[str] = Tally()
+            members = running = 0
+            for status in scheduler.gangs.status().values():
+                phases[str(status["phase"])] += 1
+                members += int(str(status["members"]))
+                running += int(str(status["running"]))
+            for phase in ("Pending", "Scheduling", "Running", "Finished", "Failed"):
+                groups.add_metric([phase], phases.get(phase, 0))
+            gang_pods.add_metric(["members"], members)
+            gang_pods.add_metric(["running"], running)
+            queues: Tally[str] = Tally(self._queue_name(e.pod) for e in scheduler.queue.pending())
+            for queue, count in sorted(queues.items()):
+                per_queue.add_metric([queue], count)
+        yield pending
+        yield groups
+        yield gang_pods
+        yield per_queue
+
+
+def register_scheduler_collector(
+    registry: CollectorRegistry,
+    scheduler: Callable[[], Scheduler | None],
+    queue_name: Callable[[PodInfo], str] = queue_of,
+) -> None:
+    """Export the scheduler's queue and gang state from `registry`."""
+    registry.register(_SchedulerCollector(scheduler, queue_name))

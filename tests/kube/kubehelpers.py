@@ -1,0 +1,185 @@
+"""Helpers for the Kubernetes backend tests: objects, a running backend, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from shoal.backends.kube.backend import KubeBackend, KubeOptions
+from shoal.backends.kube.client import connect
+from shoal.backends.kube.fake_apiserver import FakeApiServer
+from shoal.backends.kube.informer import InformerSettings
+from shoal.backends.kube.leader import LeaderSettings
+from shoal.config import KubeSchedulerConfiguration, parse_config
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+SCHEDULER = "shoal"
+
+
+def async_test(timeout: float = 30.0) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, T]]:
+    """Run an async test function in a fresh event loop, with an overall time limit."""
+
+    def wrap(fn: Callable[P, Awaitable[T]]) -> Callable[P, T]:
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> T:
+            async def main() -> T:
+                return await asyncio.wait_for(fn(*args, **kwargs), timeout)  # type: ignore[arg-type]
+
+            return asyncio.run(main())
+
+        return run
+
+    return wrap
+
+
+def config(*names: str) -> KubeSchedulerConfiguration:
+    return parse_config({"profiles": [{"schedulerName": n} for n in (names or (SCHEDULER,))]})
+
+
+def node(name: str, cpu: str = "4", memory: str = "8Gi", **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+        },
+    }
+
+
+def pod(
+    name: str,
+    cpu: str = "500m",
+    memory: str = "256Mi",
+    *,
+    scheduler: str = SCHEDULER,
+    namespace: str = "default",
+    node_selector: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    node_name: str = "",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [
+            {
+                "name": "c",
+                "image": "busybox",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            }
+        ],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if node_name:
+        spec["nodeName"] = node_name
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def fast_options(identity: str = "shoal-test", **overrides: Any) -> KubeOptions:
+    values: dict[str, Any] = {
+        "identity": identity,
+        "qps": 0.0,  # unlimited unless a test sets it
+        "burst": 1,
+        "request_timeout": 2.0,
+        "leader_elect": False,
+        "leader": LeaderSettings(
+            name="shoal",
+            namespace="kube-system",
+            identity=identity,
+            lease_duration=1.2,
+            renew_deadline=0.8,
+            retry_period=0.15,
+        ),
+        "informer": InformerSettings(
+            watch_timeout=30.0,
+            read_timeout=5.0,
+            list_timeout=5.0,
+            backoff_initial=0.05,
+            backoff_max=0.5,
+            absent_retry=0.5,
+        ),
+        "max_idle_seconds": 0.1,
+        "event_repeat_seconds": 60.0,
+        "shutdown_grace_seconds": 1.0,
+    }
+    values.update(overrides)
+    return KubeOptions(**values)
+
+
+@contextlib.asynccontextmanager
+async def backend(
+    api: FakeApiServer,
+    tmp_path: Path,
+    options: KubeOptions | None = None,
+    scheduler_config: KubeSchedulerConfiguration | None = None,
+    *,
+    graceful: bool = True,
+) -> AsyncIterator[tuple[KubeBackend, asyncio.Task[None]]]:
+    """A running backend against `api`; stopped (or killed) on exit."""
+    options = options or fast_options()
+    kubeconfig = api.kubeconfig(tmp_path / f"kubeconfig-{options.identity}")
+    connection = await connect(str(kubeconfig))
+    kube = KubeBackend(scheduler_config or config(), connection, options)
+    task = asyncio.create_task(kube.run())
+    try:
+        yield kube, task
+    finally:
+        if graceful and not task.done():
+            kube.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 5)
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        await connection.close()
+
+
+async def eventually(
+    check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        await asyncio.sleep(interval)
+
+
+def bound_pods(api: FakeApiServer) -> dict[str, str]:
+    """namespace/name -> node, for every bound pod."""
+    out = {}
+    for p in api.pods():
+        node_name = (p.get("spec") or {}).get("nodeName")
+        if node_name:
+            out[f"{p['metadata']['namespace']}/{p['metadata']['name']}"] = node_name
+    return out
+
+
+def events_for(api: FakeApiServer, name: str, reason: str = "") -> list[dict[str, Any]]:
+    return [
+        e
+        for e in api.list_objects("events.k8s.io", "events")
+        if e.get("regarding", {}).get("name") == name and (not reason or e.get("reason") == reason)
+    ]
+
+
+def condition(api_pod: dict[str, Any] | None, kind: str = "PodScheduled") -> dict[str, Any] | None:
+    if api_pod is None:
+        return None
+    return next(
+        (c for c in (api_pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind),
+        None,
+    )

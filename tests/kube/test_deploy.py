@@ -1,0 +1,176 @@
+"""Deployment artifacts: generated CRDs are current and structural, the RBAC rules are
+minimal (everything the backend does is allowed, every rule is used), the Helm chart
+and the plain manifests agree."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubehelpers import async_test, bound_pods, events_for, eventually, fast_options, node, pod
+from kubehelpers import backend as running
+
+from shoal.backends.kube.crds import CRDS, main, render
+from shoal.backends.kube.fake_apiserver import FakeApiServer
+from shoal.backends.kube.leader import LeaderSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "shoal"
+
+
+def test_checked_in_crds_are_generated_from_the_models() -> None:
+    assert main([str(DEPLOY / "crds"), str(CHART / "crds"), "--check"]) == 0
+    assert {p.name for p in (DEPLOY / "crds").glob("*.yaml")} == set(render())
+
+
+def _walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out = [(path, schema)]
+    for name, child in (schema.get("properties") or {}).items():
+        out += _walk(child, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        out += _walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        out += _walk(schema["additionalProperties"], f"{path}{{}}")
+    return out
+
+
+def test_crd_schemas_are_structural() -> None:
+    for spec in CRDS:
+        crd = yaml.safe_load(render()[f"{spec.resource.plural}.{spec.resource.group}.yaml"])
+        version = crd["spec"]["versions"][0]
+        schema = version["schema"]["openAPIV3Schema"]
+        assert schema["properties"]["metadata"] == {"type": "object"}
+        for path, node_schema in _walk(schema):
+            text = repr(node_schema)
+            assert "$ref" not in text and "title" not in node_schema, path
+            if node_schema.get("x-kubernetes-int-or-string"):
+                assert node_schema["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+                continue
+            assert node_schema.get("type") in (
+                "object",
+                "array",
+                "string",
+                "integer",
+                "number",
+                "boolean",
+            ), (
+                spec.resource.name,
+                path,
+            )
+            assert "anyOf" not in node_schema, path
+        for field, extra in spec.validation.items():
+            target = schema
+            for part in field.split("."):
+                target = target["properties"][part]
+            assert extra.items() <= target.items()
+
+
+def _rules(documents: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for d in documents if d and d["kind"] == kind for r in d["rules"]]
+
+
+def _untemplate(text: str) -> str:
+    """Make a Helm template parseable: drop directive-only lines, blank inline ones."""
+    lines = [line for line in text.splitlines() if not re.fullmatch(r"\s*\{\{-?.*-?\}\}\s*", line)]
+    return re.sub(r"\{\{-?[^}]*\}\}", "x", "\n".join(lines))
+
+
+def test_helm_chart_matches_the_plain_manifests() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["name"] == "shoal"
+    assert values["profiles"] == [{"schedulerName": "shoal"}]
+    plain = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    templated = list(
+        yaml.safe_load_all(_untemplate((CHART / "templates" / "rbac.yaml").read_text()))
+    )
+    assert _rules(templated, "ClusterRole") == _rules(plain, "ClusterRole")
+    for template in (CHART / "templates").glob("*.yaml"):
+        list(yaml.safe_load_all(_untemplate(template.read_text())))  # parses
+    deployment = next(
+        d
+        for d in yaml.safe_load_all((DEPLOY / "deployment.yaml").read_text())
+        if d["kind"] == "Deployment"
+    )
+    pod_spec = deployment["spec"]["template"]["spec"]
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+    container = pod_spec["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "USER 65532" in dockerfile
+
+
+def _allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str, name: str) -> bool:
+    for rule in rules:
+        if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            names = rule.get("resourceNames")
+            if not names or name in names:
+                return True
+    return False
+
+
+@async_test(timeout=60)
+async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path: Path) -> None:
+    documents = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    cluster_rules = _rules(documents, "ClusterRole")
+    lease_rules = _rules(documents, "Role")
+    async with FakeApiServer() as api:
+        for text in render().values():
+            api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+        # Other projects' CRDs that Shoal reads when they are installed.
+        api.register("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True)
+        api.register("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
+        api.register("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True)
+        api.create("v1", "nodes", node("n1", cpu="2"))
+        victim = pod("victim", cpu="2", node_name="n1", scheduler="x")
+        api.create("v1", "pods", victim)
+        api.set_pod_phase("default", "victim", "Running")
+        urgent = pod("urgent", cpu="2")
+        urgent["spec"]["priority"] = 10
+        api.create("v1", "pods", urgent)
+        api.create("v1", "pods", pod("too-big", cpu="100"))
+        options = fast_options(
+            "rbac",
+            leader_elect=True,
+            event_repeat_seconds=0.0,
+            leader=LeaderSettings(
+                identity="rbac",
+                name="shoal",
+                namespace="shoal-system",
+                lease_duration=1.0,
+                renew_deadline=0.6,
+                retry_period=0.1,
+            ),
+        )
+        async with running(api, tmp_path, options):
+            await eventually(lambda: bound_pods(api).get("default/urgent") == "n1", timeout=15)
+            await eventually(lambda: len(events_for(api, "too-big", "FailedScheduling")) >= 1)
+            await eventually(
+                lambda: any(r.resource == "events" and r.verb == "patch" for r in api.requests),
+                timeout=15,
+                what="an event series update",
+            )
+            await asyncio.sleep(0.3)  # a few lease renewals
+    used: set[tuple[str, str, str]] = set()
+    for r in api.requests:
+        if "(rbac)" not in r.user_agent:
+            continue
+        resource = f"{r.resource}/{r.subresource}" if r.subresource else r.resource
+        rules = lease_rules if r.resource == "leases" else cluster_rules
+        if r.resource == "leases":
+            assert r.namespace == "shoal-system"
+        assert _allowed(rules, r.group, resource, r.verb, r.name), r
+        used.add((r.group, resource, r.verb))
+    granted = {
+        (g, res, v)
+        for rule in cluster_rules + lease_rules
+        for g in rule["apiGroups"]
+        for res in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert granted - used == set(), "granted but never used"

@@ -125,13 +125,22 @@ def test_queues_max_guarantee_and_no_reclaim_loops(tree, nodes, seed) -> None:
                 ),
                 default=0,
             )
-            others_over = [
-                p
-                for p in blockers
-                if int(q.usage[tree_.index[p.labels["shoal.dev/queue"]], k])
-                > guarantee[p.labels["shoal.dev/queue"]]
-                and p.priority <= mine
-            ]
+            # A pod reclaim may take: no more important than ours, and removing it keeps
+            # every queue on its path (off ours) at or above its guarantee.
+            mine_path = set(tree_.path_lists[tree_.index[name]])
+
+            def takeable(p, mine: int = mine, mine_path: set[int] = mine_path) -> bool:  # type: ignore[no-untyped-def]
+                if p.priority > mine:
+                    return False
+                leaf = tree_.index[p.labels["shoal.dev/queue"]]
+                need = p.requests.get(GPU, 0)
+                return all(
+                    int(q.usage[x, k]) - need >= int(tree_.guaranteed[x, k])
+                    for x in tree_.path_lists[leaf]
+                    if x not in mine_path
+                )
+
+            others_over = [p for p in blockers if takeable(p)]
             assert not others_over, (name, used, wanted)
         assert (
             tree_.maximum[tree_.index[name], k] >= UNLIMITED

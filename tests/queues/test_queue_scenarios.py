@@ -233,3 +233,37 @@ def test_node_pools_exclusive_and_restricted() -> None:
     assert {
         rec.node for rec in h.scheduler.cluster.placed.values() if rec.pod.name.startswith("a-")
     } == {"own0", "own1"}
+
+
+def test_binding_limits_running_jobs_per_namespace() -> None:
+    from shoal.api.queue import QueueBindingSpec
+
+    h = harness()
+    h.add_nodes(make_node("n0").capacity({GPU: 8}, cpu="64", memory="256Gi"))
+    assert h.scheduler.apply_queues([queue("lab-q")]) == []
+    spec = decode({"queue": "lab-q", "namespaces": ["lab"], "maxRunningJobs": 2}, QueueBindingSpec)
+    assert (
+        h.scheduler.apply_queues(
+            bindings=[QueueBinding(metadata=ObjectMeta(name="lab"), spec=spec)]
+        )
+        == []
+    )
+    light = "pod-group.scheduling.sigs.k8s.io/"
+    gang = [
+        make_pod(f"g-{i}")
+        .namespace("lab")
+        .labels({light + "name": "g", light + "min-available": "2"})
+        .req(cpu="1")
+        for i in range(2)
+    ]
+    h.add_pods(
+        *gang,
+        make_pod("solo").namespace("lab").req(cpu="1"),
+        make_pod("third").namespace("lab").req(cpu="1"),
+    )
+    h.run()
+    placed = {k for k, n in h.result().placements.items() if n}
+    # The gang counts as one job: the gang plus one solo pod run; the next job waits.
+    assert {"lab/g-0", "lab/g-1"} <= placed and len(placed) == 3
+    waiting = ({"lab/solo", "lab/third"} - placed).pop()
+    assert "already runs 2 jobs (maxRunningJobs 2)" in h.scheduler.explain(waiting)

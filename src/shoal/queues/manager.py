@@ -68,6 +68,10 @@ class QueueManager:
         self._capacity = np.zeros(0)
         self._capacity_list: list[float] = []
         self.pods_per_namespace = Counter[str]()
+        # Running jobs per namespace: job key -> placed pods (a job is a pod group, or a
+        # pod on its own). `job_of` is wired by the scheduler to the gang manager.
+        self.jobs_per_namespace: dict[str, Counter[str]] = {}
+        self.job_of: Callable[[PodInfo], str] = lambda pod: pod.uid
         self.version = 0  # bumped when the tree or bindings change
 
     @classmethod
@@ -176,6 +180,7 @@ class QueueManager:
         self.active_list = [0] * len(tree.names)
         self._capacity_key = (-1, -1)
         self.pods_per_namespace.clear()
+        self.jobs_per_namespace.clear()
         for pod in placed:  # re-count under the new tree (a pod's queue may have changed)
             self.pod_placed(-1, pod)
         self.version += 1
@@ -337,6 +342,14 @@ class QueueManager:
                 f"runs {self.pods_per_namespace[pod.namespace]} pods (maxPods "
                 f"{binding.spec.max_pods})"
             )
+        jobs_limit = binding.spec.max_running_jobs if binding is not None else None
+        if binding is not None and jobs_limit is not None:
+            running = self.jobs_per_namespace.get(pod.namespace, Counter())
+            if self.job_of(pod) not in running and len(running) + 1 > jobs_limit:
+                return (
+                    f"QueueBinding {binding.metadata.name}: namespace {pod.namespace} already "
+                    f"runs {len(running)} jobs (maxRunningJobs {jobs_limit})"
+                )
         tree = self.tree
         if not self._has_quota:
             return ""
@@ -412,6 +425,7 @@ class QueueManager:
         self._placed[pod.uid] = _Placed(leaf, vec, pod)
         self._by_leaf.setdefault(leaf, set()).add(pod.uid)
         self.pods_per_namespace[pod.namespace] += 1
+        self.jobs_per_namespace.setdefault(pod.namespace, Counter())[self.job_of(pod)] += 1
 
     def pod_unplaced(self, row: int, pod: PodInfo) -> None:
         rec = self._placed.pop(pod.uid, None)
@@ -423,6 +437,12 @@ class QueueManager:
         self._refresh_shares(path)
         self._by_leaf.get(rec.leaf, set()).discard(pod.uid)
         self.pods_per_namespace[rec.pod.namespace] -= 1
+        jobs = self.jobs_per_namespace.get(rec.pod.namespace)
+        if jobs is not None:
+            job = self.job_of(rec.pod)
+            jobs[job] -= 1
+            if jobs[job] <= 0:
+                del jobs[job]
 
     def row_moved(self, src: int, dst: int) -> None:
         pass

@@ -105,6 +105,7 @@ class Scheduler:
             ],
         )
         self.queues = QueueManager.of(handle)
+        self.queues.job_of = self._job_of
         self._base_sort_key = first.queue_sort.sort_key
         self.queue = SchedulingQueue(
             sort_key=self._sort_key,
@@ -247,6 +248,10 @@ class Scheduler:
 
     def _event(self, event: ClusterEvent) -> None:
         self.queue.on_event(event, self.clock.now())
+
+    def _job_of(self, pod: PodInfo) -> str:
+        group = self.gangs.group_of_uid(pod.uid)
+        return group.key if group is not None else pod.uid
 
     def _sort_key(self, pod: PodInfo) -> tuple[object, ...]:
         return self.queues.order_key(pod, self._base_sort_key(pod))

@@ -153,5 +153,9 @@ from shoal.backends.kube.cli import register as _register_kube  # noqa: E402
 
 _register_kube(app)
 
+from shoal.experiments.openb.cli import experiment_app  # noqa: E402
+
+app.add_typer(experiment_app, name="experiment")
+
 if __name__ == "__main__":
     app()

@@ -7,10 +7,18 @@ default profile (same order and weights), minus plugins that need volumes or ima
 from __future__ import annotations
 
 from shoal.framework.registry import PluginSpec, Registry
-from shoal.plugins import (
+from shoal.plugins import (  # GPU sharing and placement policies
     balanced_allocation,
     default_binder,
     default_preemption,
+    gpu_best_fit,
+    gpu_clustering,
+    gpu_dot_product,
+    gpu_fgd,
+    gpu_frag_blend,
+    gpu_packing,
+    gpu_random,
+    gpu_share,
     inter_pod_affinity,
     node_affinity,
     node_name,
@@ -65,6 +73,16 @@ IN_TREE: dict[str, PluginSpec] = {
     node_pools.NAME: PluginSpec(node_pools.NodePools.new),
     qos_sort.NAME: PluginSpec(qos_sort.QoSSort.new),
     default_binder.NAME: PluginSpec(default_binder.DefaultBinder.new),
+    gpu_share.NAME: PluginSpec(gpu_share.GpuShare.new),
+    gpu_random.NAME: PluginSpec(gpu_random.GpuRandom.new),
+    gpu_dot_product.NAME: PluginSpec(gpu_dot_product.GpuDotProduct.new),
+    gpu_clustering.NAME: PluginSpec(gpu_clustering.GpuClustering.new),
+    gpu_packing.NAME: PluginSpec(gpu_packing.GpuPacking.new),
+    gpu_best_fit.NAME: PluginSpec(gpu_best_fit.GpuBestFit.new),
+    gpu_fgd.NAME: PluginSpec(gpu_fgd.GpuFragmentation.new, gpu_fgd.GpuFragmentationArgs),
+    gpu_frag_blend.NAME: PluginSpec(
+        gpu_frag_blend.GpuFragBlend.new, gpu_frag_blend.GpuFragBlendArgs
+    ),
 }
 
 # (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.

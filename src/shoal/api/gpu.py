@@ -1,0 +1,196 @@
+"""GPU requests of pods and GPU devices of nodes (whole GPUs and GPU sharing).
+
+A node has `count` GPU devices of one model; each device has 1000 milli-GPU. A pod asks
+for `count` devices and `milli` per device: whole GPUs (`milli == 1000`) or a share of
+one device (`milli < 1000`), optionally restricted to some GPU models.
+
+Keys read (the ones GPU-sharing deployments use in the field, see docs/gpu-sharing.md):
+
+Pod
+  * `resources.requests["nvidia.com/gpu"]`: whole GPUs (NVIDIA device plugin).
+  * annotation `alibabacloud.com/gpu-milli`: milli-GPU per device, 1..1000 (Alibaba's
+    GPU-sharing scheduler, and the openb trace artifact).
+  * annotation `alibabacloud.com/gpu-count`: number of devices (default: the
+    `nvidia.com/gpu` request, else 1 when `gpu-milli` is set).
+  * annotation `alibabacloud.com/gpu-card-model`: allowed models, `|`-separated.
+  * annotation `shoal.dev/gpu-index` (or `alibabacloud.com/gpu-index`): device indices
+    of a pod that is already bound (written by Shoal at bind time).
+
+Node
+  * allocatable (or capacity) `nvidia.com/gpu` or `alibabacloud.com/gpu-count`: devices.
+  * label `alibabacloud.com/gpu-card-model` or `nvidia.com/gpu.product`: the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shoal.api.objects import Node
+from shoal.api.podinfo import PodInfo
+from shoal.api.quantity import QuantityError, to_units
+from shoal.api.resources import GPU
+
+__all__ = [
+    "ANNOTATION_GPU_COUNT",
+    "ANNOTATION_GPU_INDEX",
+    "ANNOTATION_GPU_INDEX_ALIBABA",
+    "ANNOTATION_GPU_MILLI",
+    "ANNOTATION_GPU_MODEL",
+    "GPU_MILLI",
+    "LABEL_GPU_MODEL",
+    "LABEL_GPU_PRODUCT",
+    "NO_GPU",
+    "RESOURCE_GPU_COUNT",
+    "GpuRequest",
+    "GpuRequestError",
+    "format_gpu_index",
+    "node_gpus",
+    "parse_gpu_index",
+    "pod_gpu_index",
+    "pod_gpu_request",
+]
+
+GPU_MILLI = 1000
+"""Milli-GPU of one whole device."""
+
+ANNOTATION_GPU_MILLI = "alibabacloud.com/gpu-milli"
+ANNOTATION_GPU_COUNT = "alibabacloud.com/gpu-count"
+ANNOTATION_GPU_MODEL = "alibabacloud.com/gpu-card-model"
+ANNOTATION_GPU_INDEX = "shoal.dev/gpu-index"
+"""Written on the pod at bind time: comma-separated device indices ("0,3")."""
+ANNOTATION_GPU_INDEX_ALIBABA = "alibabacloud.com/gpu-index"
+"""Read for pods bound by Alibaba's GPU-sharing scheduler: dash-separated ("0-3")."""
+LABEL_GPU_MODEL = "alibabacloud.com/gpu-card-model"
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+RESOURCE_GPU_COUNT = "alibabacloud.com/gpu-count"
+
+
+class GpuRequestError(ValueError):
+    """A pod's GPU annotations or requests are inconsistent."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """`count` devices with `milli` free milli-GPU each, on a node of one of `models`."""
+
+    count: int
+    milli: int
+    models: frozenset[str] | None = None  # None: any model
+
+    @property
+    def total_milli(self) -> int:
+        return self.count * self.milli
+
+    @property
+    def shared(self) -> bool:
+        """A fraction of a device (milli < 1000)."""
+        return self.count > 0 and self.milli < GPU_MILLI
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def allows(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+    @property
+    def affinity(self) -> str:
+        """The pod's GPU kind: "no-gpu", "share-gpu" or "<count>-gpu"."""
+        if not self.count:
+            return "no-gpu"
+        return "share-gpu" if self.shared else f"{self.count}-gpu"
+
+
+NO_GPU = GpuRequest(0, 0)
+
+
+def _int(value: str, key: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return to_units(value)
+    except QuantityError:
+        raise GpuRequestError(f"annotation {key}={value!r} is not a number") from None
+
+
+def parse_models(text: str) -> frozenset[str] | None:
+    models = frozenset(m.strip() for m in text.split("|") if m.strip())
+    return models or None
+
+
+def pod_gpu_request(pod: PodInfo) -> GpuRequest:
+    """The pod's GPU request; raises GpuRequestError when it is inconsistent."""
+    annotations = pod.pod.metadata.annotations
+    requested = pod.requests.get(GPU, 0)
+    milli_text = annotations.get(ANNOTATION_GPU_MILLI)
+    count_text = annotations.get(ANNOTATION_GPU_COUNT)
+    if milli_text is None and count_text is None and not requested:
+        return NO_GPU
+    if count_text is not None:
+        count = _int(count_text, ANNOTATION_GPU_COUNT)
+    elif requested:
+        count = requested
+    else:
+        count = 1
+    milli = GPU_MILLI if milli_text is None else _int(milli_text, ANNOTATION_GPU_MILLI)
+    if count < 0:
+        raise GpuRequestError(f"{ANNOTATION_GPU_COUNT} must not be negative, got {count}")
+    if not 0 <= milli <= GPU_MILLI:
+        raise GpuRequestError(f"{ANNOTATION_GPU_MILLI} must be within 0..1000, got {milli}")
+    if requested and count_text is not None and requested != count:
+        raise GpuRequestError(
+            f"{ANNOTATION_GPU_COUNT}={count} disagrees with the {GPU} request {requested}"
+        )
+    if count == 0 or milli == 0:
+        if count == 0 and milli_text is not None and milli > 0:
+            raise GpuRequestError(f"{ANNOTATION_GPU_MILLI} is set but {ANNOTATION_GPU_COUNT}=0")
+        return NO_GPU
+    model_text = annotations.get(ANNOTATION_GPU_MODEL, "")
+    return GpuRequest(count, milli, parse_models(model_text))
+
+
+def parse_gpu_index(text: str) -> tuple[int, ...]:
+    """Device indices from "0,3" (Shoal) or "0-3" (Alibaba); raises ValueError."""
+    sep = "," if "," in text else "-"
+    parts = [p.strip() for p in text.split(sep) if p.strip()]
+    indices = tuple(int(p) for p in parts)
+    if any(i < 0 for i in indices):
+        raise ValueError(f"negative GPU index in {text!r}")
+    return indices
+
+
+def format_gpu_index(devices: tuple[int, ...] | list[int]) -> str:
+    return ",".join(str(int(d)) for d in devices)
+
+
+def pod_gpu_index(pod: PodInfo) -> tuple[int, ...] | None:
+    """Device indices recorded on the pod (None if none or unreadable)."""
+    annotations = pod.pod.metadata.annotations
+    text = annotations.get(ANNOTATION_GPU_INDEX) or annotations.get(ANNOTATION_GPU_INDEX_ALIBABA)
+    if not text:
+        return None
+    try:
+        return parse_gpu_index(text)
+    except ValueError:
+        return None
+
+
+def node_gpus(node: Node) -> tuple[int, str]:
+    """(device count, model) of a node; the model is "" when unknown."""
+    status = node.status
+    count = 0
+    for resources in (status.allocatable, status.capacity):
+        for key in (GPU, RESOURCE_GPU_COUNT):
+            if key in resources:
+                try:
+                    count = to_units(resources[key])
+                except QuantityError:
+                    count = 0
+                break
+        else:
+            continue
+        break
+    labels = node.metadata.labels
+    model = labels.get(LABEL_GPU_MODEL) or labels.get(LABEL_GPU_PRODUCT) or ""
+    return max(count, 0), model

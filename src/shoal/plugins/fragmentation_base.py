@@ -1,0 +1,117 @@
+"""Shared machinery of the fragmentation-driven GPU policies (GpuFragmentation and
+GpuFragBlend): plugin args (the target workload), learning the workload online when none
+is given, the cached scorer and the device plans of GPU shares. Not a plugin itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from shoal.api.gpu import GpuRequest
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.types import MAX_NODE_SCORE, Candidates
+from shoal.state.gpu_devices import GpuDevices, request_of
+from shoal.state.gpu_frag import FragmentationModel, FragScorer, TargetShape, TargetWorkload
+
+__all__ = [
+    "FragmentationPolicy",
+    "GpuFragmentationArgs",
+    "TargetShapeArgs",
+    "pod_shape",
+]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class TargetShapeArgs(_Args):
+    """One task shape of the target workload (`weight`: its popularity, e.g. a count)."""
+
+    cpu_milli: int = Field(ge=0)
+    gpu_milli: int = Field(default=0, ge=0, le=1000)
+    gpu_count: int = Field(default=0, ge=0)
+    models: list[str] = Field(default_factory=list)
+    memory_mib: int = Field(default=0, ge=0)
+    weight: float = Field(default=1.0, ge=0)
+
+    def shape(self) -> TargetShape:
+        return TargetShape(
+            self.cpu_milli,
+            self.gpu_milli,
+            self.gpu_count,
+            tuple(sorted(self.models)),
+            self.memory_mib * 2**20,
+        )
+
+
+class GpuFragmentationArgs(_Args):
+    target_workload: list[TargetShapeArgs] = Field(default_factory=list)
+    coverage: float = Field(default=0.95, gt=0, le=1)
+
+    def workload(self) -> TargetWorkload | None:
+        if not self.target_workload:
+            return None
+        return TargetWorkload.from_weights((t.shape(), t.weight) for t in self.target_workload)
+
+
+def pod_shape(pod: PodInfo, request: GpuRequest, memory: bool = False) -> TargetShape:
+    """The pod as a task shape (cpu as kube scores it: 100m when unset)."""
+    models = tuple(sorted(request.models)) if request.models else ()
+    mem = int(pod.requests.get("memory", 0)) if memory else 0
+    return TargetShape(int(pod.nonzero[0]), request.milli, request.count, models, mem)
+
+
+class FragmentationPolicy:
+    """Shared machinery of the fragmentation-driven policies: target workload (given or
+    learned), the cached scorer, and device plans for GPU shares."""
+
+    measure = "fgd"
+    use_memory = False
+
+    def __init__(self, handle: Handle, args: GpuFragmentationArgs) -> None:
+        self.handle = handle
+        self.devices = GpuDevices.of(handle)
+        self.args = args
+        workload = args.workload()
+        self._learning = workload is None
+        self._seen: Counter[TargetShape] = Counter()
+        self._refit_at = 1
+        self.scorer = self._scorer(workload or TargetWorkload((), ()))
+
+    def _scorer(self, workload: TargetWorkload) -> FragScorer:
+        model = FragmentationModel(workload, self.devices.models, self.measure)
+        return FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
+
+    def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
+        raise NotImplementedError
+
+    def _learn(self, shape: TargetShape) -> None:
+        self._seen[shape] += 1
+        total = self._seen.total()
+        if total >= self._refit_at:
+            self._refit_at = total * 2
+            self.scorer = self._scorer(TargetWorkload.from_counts(self._seen, self.args.coverage))
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
+        request = request_of(state, pod)
+        if not request and not pod.requests:
+            return np.full(nodes.size, MAX_NODE_SCORE, dtype=np.int64)
+        shape = pod_shape(pod, request, self.use_memory)
+        if self._learning:
+            self._learn(shape)
+        per_device = request.shared and request.count == 1
+        rows = nodes.rows
+        scores, devices = self.scorer.score(rows, shape, per_device)
+        if per_device:
+            self.devices.plan(pod.uid, rows, devices)
+        return scores

@@ -1,0 +1,126 @@
+"""GpuShare (PreFilter, Filter, Reserve, PreBind): device-level GPU feasibility.
+
+A pod asking for `count` devices with `milli` milli-GPU each (see `shoal.api.gpu`) fits a
+node whose model is allowed and which has `count` devices with at least `milli` free each:
+a GPU share needs one device with enough free milli, a k-GPU pod k fully free devices.
+
+The devices are picked when the pod is assumed on the chosen node (`GpuDevices`, following
+the plan of the GPU placement policy that scored the node); Reserve checks that it got
+them, PreBind records them on the pod as `shoal.dev/gpu-index: "0,3"` so that the device
+plugin on the node can expose exactly those devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shoal.api.gpu import ANNOTATION_GPU_INDEX, GpuRequestError, format_gpu_index, pod_gpu_request
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code, Status
+from shoal.framework.types import (
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+    Failure,
+    FilterResult,
+    PreFilterResult,
+)
+from shoal.state.gpu_devices import GpuDevices, remember_request, request_of
+
+__all__ = [
+    "NAME",
+    "REASON_MODEL",
+    "REASON_NO_GPU",
+    "REASON_SHARE",
+    "REASON_WHOLE",
+    "GpuShare",
+]
+
+NAME = "GpuShare"
+REASON_NO_GPU = "node(s) didn't have any GPU"
+REASON_MODEL = "node(s) didn't have the requested GPU model"
+REASON_SHARE = "Insufficient GPU milli on any single device"
+REASON_WHOLE = "Insufficient free GPU devices"
+
+
+class GpuShare:
+    name = NAME
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+        self.devices = GpuDevices.of(handle)
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        try:
+            request = pod_gpu_request(pod)
+        except GpuRequestError as err:
+            return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, f"invalid GPU request: {err}")
+        remember_request(state, pod, request)
+        if not request:
+            return None, Status(Code.SKIP)
+        return None, Status()
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
+        request = request_of(state, pod)
+        devices = self.devices
+        idx = nodes.index
+        count = devices.count[idx]
+        enough = devices.enough(request, idx)
+        has_gpu = count > 0
+        allowed = devices.model_allowed(request, idx)
+        passed = enough & has_gpu
+        if allowed is not None:
+            passed &= allowed
+        if passed.all():
+            return FilterResult(passed)
+        failures = []
+        no_gpu = ~has_gpu
+        if no_gpu.any():
+            failures.append(Failure(REASON_NO_GPU, no_gpu, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+        wrong_model = has_gpu & ~allowed if allowed is not None else np.zeros_like(has_gpu)
+        if wrong_model.any():
+            failures.append(Failure(REASON_MODEL, wrong_model, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+        short = has_gpu & ~wrong_model & ~enough
+        if short.any():
+            reason = REASON_SHARE if request.shared else REASON_WHOLE
+            failures.append(Failure(reason, short, Code.UNSCHEDULABLE))
+        return FilterResult(passed, failures)
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        request = request_of(state, pod)
+        if not request:
+            return Status()
+        held = self.devices.devices_of(pod.uid)
+        if not held:
+            return Status(Code.UNSCHEDULABLE, f"no GPU device on {node} can hold the pod")
+        return Status()
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        # The devices go back when the scheduler forgets the assumed pod (pod_unplaced).
+        return None
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        held = self.devices.devices_of(pod.uid)
+        if held:
+            meta = pod.pod.metadata
+            meta.annotations = {**meta.annotations, ANNOTATION_GPU_INDEX: format_gpu_index(held)}
+        return Status()
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return [
+            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
+            ClusterEvent(
+                EventResource.NODE,
+                ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE | ActionType.UPDATE_NODE_LABEL,
+            ),
+        ]
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> GpuShare:
+        return cls(handle)

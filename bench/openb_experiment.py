@@ -1,7 +1,7 @@
 """Speed of the openb experiment on the real scheduler (needs ../shared/traces/openb).
 
 Prints the seconds of one run (default trace, ~10.6k pods after inflation, 1213 nodes,
-FGD) and of the whole 6 policies x 10 seeds sweep on default with local workers.
+FGD, then FragBlend) and of the whole 6 policies x 10 seeds sweep on default with local workers.
   python bench/openb_experiment.py [--sweep] [--workers 2]
 """
 
@@ -31,6 +31,12 @@ def main() -> None:
     print(
         f"one run: default / FGD / seed 42: {result.pods} pods, {len(trace.nodes)} nodes, "
         f"{one:.1f} s (target < 10 s), unallocated {result.unallocated:.2f} %"
+    )
+    start = time.perf_counter()
+    blend = run_one(trace, "FragBlend", seed=42)
+    print(
+        f"one run: default / FragBlend / seed 42: {time.perf_counter() - start:.1f} s, "
+        f"unallocated {blend.unallocated:.2f} %"
     )
     if args.sweep:
         start = time.perf_counter()

@@ -1,110 +1,80 @@
-"""GpuFragBlend (Score): fragmentation-aware placement that also sees cpu and memory.
+"""GpuFragBlend (Score): FGD's fragmentation, with a fill term that sees cpu and memory
+as the tie-breaker ("FragBlend", see docs/gpu-sharing.md).
 
-(Experimental variant knobs are plugin args; see docs/gpu-sharing.md for the policy.)
+FGD counts a node's free GPU as usable by a task shape as soon as one copy of the shape
+fits. That misses GPUs stranded by the other resources: a node with 8 free GPUs and 30
+free cpu cores can host only two of the trace's typical 12-core 1-GPU tasks, and a cpu-only
+pod placed on a GPU-rich node takes cores its GPUs will need. The fill term measures, per
+shape, the GPU that would stay unused if the node were filled with copies of the shape
+(copies limited by whole devices, cpu and memory).
+
+The node's fragmentation is `mix[0]` x FGD's term + `mix[1]` x the fill term. The default
+16:1 keeps FGD in charge: the fill term decides between nodes whose FGD gains are (nearly)
+equal, which is most of them once a cluster fills up, and overrides FGD only when it
+sees far more stranded GPU. The score is FGD's sigmoid, floor(100 * sigmoid(gain / T)),
+gain = F_before - F_after in milli-GPU, with T = 500 instead of FGD's 1000: scores are
+integers, and at T = 1000 gains within ~40 milli-GPU of each other collapse into one
+score, which hides exactly the small differences the fill term adds. (With FGD's term
+alone a finer T is worse: its ties, broken in a random node order, spread load. The
+sensitivity measurements are in docs/gpu-sharing.md.)
+
+Shares pick their device the same way as FGD (the best-scoring device, lowest index among
+equals). Target workload: as GpuFragmentation (plugin args, or learned online); with
+`memory`, target shapes carry a memory request and pods are matched with theirs.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE
 from shoal.plugins.fragmentation_base import FragmentationPolicy, GpuFragmentationArgs
+from shoal.state.gpu_frag import FragmentationModel, FragScorer, TargetWorkload
 
-__all__ = ["NAME", "GpuFragBlend", "GpuFragBlendArgs"]
+__all__ = ["DEFAULT_MIX", "DEFAULT_TEMPERATURE", "NAME", "GpuFragBlend", "GpuFragBlendArgs"]
 
 NAME = "GpuFragBlend"
+DEFAULT_MIX = (16, 1)
+"""Weights of the FGD term and the fill term."""
+DEFAULT_TEMPERATURE = 500.0
+"""The sigmoid scale (milli-GPU) turning fragmentation gains into scores."""
 
 
 class GpuFragBlendArgs(GpuFragmentationArgs):
-    measure: Literal["fgd", "fill", "blend", "blend-gpu", "blend-cpu"] = "blend"
+    mix: tuple[int, int] = DEFAULT_MIX
     memory: bool = True
-    temperature: float = Field(default=1000.0, gt=0)
-    exact_device: bool = False
-    mix: tuple[int, int] = (1, 1)
-    lex: bool = False
-    split: bool = False
+    temperature: float = Field(default=DEFAULT_TEMPERATURE, gt=0)
+
+    @field_validator("mix")
+    @classmethod
+    def _weights(cls, mix: tuple[int, int]) -> tuple[int, int]:
+        if min(mix) < 0 or sum(mix) == 0:
+            raise ValueError("mix weights must be >= 0 and not both 0")
+        return mix
 
 
 class GpuFragBlend(FragmentationPolicy):
     name = NAME
+    measure = "blend"
 
     def __init__(self, handle: Handle, args: GpuFragBlendArgs) -> None:
-        self.measure = args.measure
+        self.blend_args = args
         self.use_memory = args.memory
-        self.temperature = args.temperature
-        self.exact_device = args.exact_device
         super().__init__(handle, args)
 
-    def _scorer(self, workload):  # type: ignore[no-untyped-def]
-        from shoal.state.gpu_frag import FragmentationModel, FragScorer
-
-        model = FragmentationModel(workload, self.devices.models, self.measure, self.args.mix)  # type: ignore[attr-defined]
-        scorer = FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
-        scorer.exact_device = self.exact_device
-        return scorer
-
-    def score(self, state, pod, nodes):  # type: ignore[no-untyped-def]
-        if self.args.split:  # type: ignore[attr-defined]
-            from shoal.state.gpu_devices import request_of
-            from shoal.state.gpu_frag import FragmentationModel, FragScorer
-
-            if not hasattr(self, "_fgd_scorer"):
-                wl = self.scorer.model.workload
-                self._fgd_scorer = FragScorer(
-                    self.devices,
-                    self.handle.snapshot,
-                    FragmentationModel(wl, self.devices.models, "fgd"),
-                    self.score_of,
-                )
-                self._blend_scorer = self.scorer
-            request = request_of(state, pod)
-            self.scorer = self._blend_scorer if not request else self._fgd_scorer
-            return super().score(state, pod, nodes)
-        if not self.args.lex:  # type: ignore[attr-defined]
-            return super().score(state, pod, nodes)
-        from shoal.plugins.fragmentation_base import pod_shape
-        from shoal.state.gpu_devices import request_of
-        from shoal.state.gpu_frag import FragmentationModel, FragScorer, best_per_row
-
-        if not hasattr(self, "_fill"):
-            wl = self.scorer.model.workload
-            self._fgd = FragScorer(
-                self.devices,
-                self.handle.snapshot,
-                FragmentationModel(wl, self.devices.models, "fgd"),
-                self.score_of,
+    def _scorer(self, workload: TargetWorkload) -> FragScorer:
+        if not self.blend_args.memory:
+            workload = TargetWorkload(
+                tuple(s.without_memory() for s in workload.shapes), workload.weights
             )
-            self._fill = FragScorer(
-                self.devices,
-                self.handle.snapshot,
-                FragmentationModel(wl, self.devices.models, "fill"),
-                self.score_of,
-            )
-        request = request_of(state, pod)
-        shape = pod_shape(pod, request, self.use_memory)
-        per_device = request.shared and request.count == 1
-        rows = nodes.rows
-        pos, dev, g1 = self._fgd.gains(rows, shape, per_device)
-        _, _, g2 = self._fill.gains(rows, shape, per_device)
-        s1 = self.score_of(g1)
-        key = s1 * 10**9 + np.round(g2).astype(np.int64) + 10**8
-        bestkey, device = best_per_row(len(rows), pos, dev, key)
-        if per_device:
-            self.devices.plan(pod.uid, rows, device)
-        top = bestkey // 10**9
-        out = top.copy()
-        m = top.max()
-        sel = top == m
-        out[sel & (bestkey < bestkey[sel].max())] = max(m - 1, 0)
-        return out
+        model = FragmentationModel(workload, self.devices.models, "blend", self.blend_args.mix)
+        return FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
 
     def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
-        sig = 1.0 / (1.0 + np.exp(-gain / self.temperature))
+        sig = 1.0 / (1.0 + np.exp(-gain / self.blend_args.temperature))
         return (sig * MAX_NODE_SCORE).astype(np.int64)
 
     @classmethod

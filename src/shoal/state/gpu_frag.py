@@ -56,6 +56,9 @@ class TargetShape:
     def is_gpu(self) -> bool:
         return self.gpu_count > 0 and self.gpu_milli > 0
 
+    def without_memory(self) -> TargetShape:
+        return TargetShape(self.cpu_milli, self.gpu_milli, self.gpu_count, self.models)
+
 
 @dataclass(frozen=True)
 class TargetWorkload:
@@ -113,7 +116,7 @@ def _less_key(shape: TargetShape) -> tuple[int, int, int, str]:
     return (shape.cpu_milli, shape.gpu_milli, shape.gpu_count, "|".join(shape.models))
 
 
-MEASURES = ("fgd", "fill", "blend", "blend-gpu", "blend-cpu")
+MEASURES = ("fgd", "fill", "blend")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +141,9 @@ class FragmentationModel:
     * "fgd": the published definition (module docstring); memory is ignored;
     * "fill": the GPU that would stay unused if the node were filled with copies of m:
       copies = min(sum_g floor(R_g / d_m) // k_m, cpu_left // cpu_m, mem_left // mem_m)
-      (0 when the model is not allowed), F_n(m) = sum_g R_g - copies * k_m * d_m;
-    * "blend": the sum of both (weights are doubled accordingly).
+      (0 when the model is not allowed or m is CPU-only; memory only limits shapes that
+      carry one), F_n(m) = sum_g R_g - copies * k_m * d_m;
+    * "blend": mix[0] x the "fgd" term + mix[1] x the "fill" term.
 
     Call `refresh_models` when node states use new model codes.
     """
@@ -162,15 +166,14 @@ class FragmentationModel:
         self.count = np.array([s.gpu_count for s in shapes], dtype=np.int64)
         self.weight = np.array(workload.weights, dtype=np.int64)
         self.gpu_shape = np.array([s.is_gpu for s in shapes], dtype=bool)
-        self.mix = mix if measure.startswith("blend") else ((1, 0) if measure == "fgd" else (0, 1))
+        self.mix = {"fgd": (1, 0), "fill": (0, 1)}.get(measure, mix)
         self.total_weight = int(self.weight.sum()) * sum(self.mix)
         # Distinct per-device demands: sums over devices are taken once per demand.
         demands = sorted({int(d) for d in self.milli[self.gpu_shape]})
         self.demands = np.array(demands or [GPU_MILLI], dtype=np.int64)
         index = {d: i for i, d in enumerate(demands)}
-        self.demand_of = np.array(
-            [index.get(int(d), 0) for d in self.milli], dtype=np.intp
-        )  # shape -> demand column
+        # shape -> its demand column
+        self.demand_of = np.array([index.get(int(d), 0) for d in self.milli], dtype=np.intp)
         self._per_copy = self.count * self.milli
         self._cpu_div = np.maximum(self.cpu, 1)
         self._mem_div = np.maximum(self.memory, 1)
@@ -181,7 +184,7 @@ class FragmentationModel:
 
     def refresh_models(self, models: list[str]) -> None:
         """Rebuild the shape x model table (the last column is "no model")."""
-        if models == self._models and self.allowed.shape[1] == len(models) + 1:
+        if models == self._models:
             return
         self._models = list(models)
         allowed = np.zeros((len(self.workload.shapes), len(models) + 1), dtype=bool)
@@ -207,37 +210,17 @@ class FragmentationModel:
         if self.mix[0]:
             ge = free[:, None, :] >= self.demands[None, :, None]  # [B, D, W]
             usable = np.where(ge, free[:, None, :], 0).sum(axis=2)  # [B, D]
-            devices = ge.sum(axis=2)  # [B, D]
-            fits = devices[:, self.demand_of] >= self.count[None, :]
+            fits = ge.sum(axis=2)[:, self.demand_of] >= self.count[None, :]
             fits &= states.cpu_left[:, None] >= self.cpu[None, :]
             fits &= allowed
-            satisfied += self.mix[0] * (np.where(fits, usable[:, self.demand_of], 0) @ self.weight)
-        if self.mix[1] and self.measure == "blend-cpu":
-            ge = free[:, None, :] >= self.demands[None, :, None]
-            fits_gpu = ge.sum(axis=2)[:, self.demand_of] >= self.count[None, :]
-            usable_gpu = np.where(ge, free[:, None, :], 0).sum(axis=2)[:, self.demand_of]
-            cap = (
-                np.minimum(
-                    states.cpu_left[:, None] // self._cpu_div[None, :],
-                    np.where(
-                        self.memory > 0, states.mem_left[:, None] // self._mem_div[None, :], 1 << 40
-                    ),
-                )
-                * self._per_copy[None, :]
-            )
-            usable_c = np.where(fits_gpu & allowed, np.minimum(usable_gpu, cap), 0)
-            satisfied += self.mix[1] * (usable_c @ self.weight)
-        elif self.mix[1]:
+            usable_m = np.where(fits, usable[:, self.demand_of], 0)
+            satisfied += self.mix[0] * (usable_m @ self.weight)
+        if self.mix[1]:
             per_device = (free[:, None, :] // self.demands[None, :, None]).sum(axis=2)  # [B, D]
             copies = per_device[:, self.demand_of] // self._count_div[None, :]
-            if self.measure != "blend-gpu":
-                copies = np.minimum(copies, states.cpu_left[:, None] // self._cpu_div[None, :])
-                copies = np.minimum(
-                    copies,
-                    np.where(
-                        self.memory > 0, states.mem_left[:, None] // self._mem_div[None, :], copies
-                    ),
-                )
+            copies = np.minimum(copies, states.cpu_left[:, None] // self._cpu_div[None, :])
+            by_memory = states.mem_left[:, None] // self._mem_div[None, :]
+            copies = np.minimum(copies, np.where(self.memory > 0, by_memory, copies))
             copies = np.where(allowed, np.maximum(copies, 0), 0)
             satisfied += self.mix[1] * ((copies * self._per_copy[None, :]) @ self.weight)
         result: NDArray[np.int64] = total * self.total_weight - satisfied
@@ -337,7 +320,6 @@ class FragScorer:
         self.snapshot = snapshot
         self.model = model
         self.score_of = score_of
-        self.exact_device = False
         self._models_seen = -1
         self._cap = -1
         self._before = np.zeros(0, dtype=np.int64)
@@ -415,15 +397,7 @@ class FragScorer:
         stale = rows[entry.version[rows] != version[rows]]
         if len(stale):
             pos, dev, gain = self.gains(stale, shape, per_device)
-            if self.exact_device and per_device:
-                exact = np.round(gain * 1000).astype(np.int64)
-                _, device = best_per_row(len(stale), pos, dev, exact)
-                chosen = np.zeros(len(stale), dtype=np.float64)
-                sel = device[pos] == dev
-                chosen[pos[sel]] = gain[sel]
-                best = self.score_of(chosen)
-            else:
-                best, device = best_per_row(len(stale), pos, dev, self.score_of(gain))
+            best, device = best_per_row(len(stale), pos, dev, self.score_of(gain))
             entry.score[stale] = best
             entry.device[stale] = device
             entry.version[stale] = version[stale]

@@ -15,7 +15,7 @@ experiment_app = typer.Typer(
     help="Reproducible studies on the real scheduler.", no_args_is_help=True
 )
 
-ALL_POLICIES = "Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD"
+ALL_POLICIES = "Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,FragBlend"
 
 
 @experiment_app.command("openb")
@@ -93,6 +93,72 @@ def openb(
         out_dir.mkdir(parents=True, exist_ok=True)
         write_curves_csv(summaries, out_dir / "curves.csv")
         write_svg(summaries, out_dir / "curves.svg", title=", ".join(names))
+
+
+@experiment_app.command("openb-replay")
+def openb_replay(
+    trace: Annotated[str, typer.Option(help="Trace name.")] = "default",
+    trace_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace-dir",
+            file_okay=False,
+            help="Folder of openb-format CSVs (default: ../shared/traces/openb).",
+        ),
+    ] = None,
+    policy: Annotated[str, typer.Option(help="Policies, comma-separated.")] = ALL_POLICIES,
+    speedup: Annotated[
+        float, typer.Option(help="Divide arrival times by this (1: the trace as recorded).")
+    ] = 1.0,
+    seed: Annotated[int, typer.Option(help="Scheduler seed.")] = 0,
+    workers: Annotated[int | None, typer.Option(help="Local worker processes.")] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="Write replay.csv (samples over time) and replay-*.svg plots here.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON.")] = False,
+) -> None:
+    """Dynamic replay: pods arrive at their creation time and leave after their lifetime;
+    unallocated GPU % and pending time over time per policy."""
+    from shoal.experiments.openb.replay import (
+        format_replay_table,
+        replay_policies,
+        write_replay_csv,
+        write_replay_svgs,
+    )
+    from shoal.experiments.openb.trace import TraceError, find_trace_dir, load_trace
+
+    folder = find_trace_dir(trace_dir)
+    if folder is None:
+        typer.echo(
+            "error: no openb trace found; pass --trace-dir or run "
+            "`shoal experiment download-openb DIR`",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        load_trace(folder, trace)
+        results = replay_policies(
+            str(folder),
+            trace,
+            [p.strip() for p in policy.split(",") if p.strip()],
+            seed=seed,
+            speedup=speedup,
+            workers=workers,
+        )
+    except (TraceError, ValueError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        typer.echo(format_replay_table(results))
+    if out_dir is not None:
+        write_replay_csv(results, out_dir / "replay.csv")
+        write_replay_svgs(results, out_dir, title=f"{trace}, arrivals / {speedup:g}")
 
 
 @experiment_app.command("download-openb")

@@ -34,10 +34,10 @@ a5e479c6444b1d83eef848159cf00c3cfa13441b2d1e2c113c391b91f1cc5b11  openb_pod_list
 """
 
 
-def expected_sums(text: str = SHA256SUMS) -> dict[str, str]:
-    """file name -> sha256 from `sha256sum` output."""
+def expected_sums(text: str | None = None) -> dict[str, str]:
+    """file name -> sha256 from `sha256sum` output (default: the pinned SHA256SUMS)."""
     sums: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in (SHA256SUMS if text is None else text).splitlines():
         if line.strip():
             digest, name = line.split(maxsplit=1)
             sums[name.strip().lstrip("*")] = digest.lower()
@@ -88,7 +88,7 @@ def download(
         partial.write_bytes(data)
         partial.replace(target)
         log(f"fetched  {name} ({len(data)} bytes)")
-    (dest / "SHA256SUMS").write_text(SHA256SUMS)
+    (dest / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))
     return dest
 
 

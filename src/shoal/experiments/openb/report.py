@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,10 +22,12 @@ from shoal.experiments.openb.runner import RunResult
 
 __all__ = [
     "REFERENCE",
+    "Line",
     "Summary",
     "format_table",
     "summarize",
     "write_curves_csv",
+    "write_lines_svg",
     "write_svg",
 ]
 
@@ -73,7 +76,8 @@ def summarize(results: Iterable[RunResult]) -> list[Summary]:
         curves = np.array(
             [[np.nan if v is None else 100.0 - v for v in r.curve] for r in runs], dtype=float
         )
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # bins no pod fell into
             mean_curve = np.nanmean(curves, axis=0) if len(curves) else np.array([])
         failures = [r.first_failure for r in runs if r.first_failure is not None]
         out.append(
@@ -125,15 +129,52 @@ _COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
 
 def write_svg(summaries: Sequence[Summary], path: Path, title: str = "") -> Path:
     """Unallocated GPU % against arrived workload %, one line per policy."""
+    lines = [
+        Line(
+            f"{s.policy} ({s.mean:.2f})",
+            [(float(a), v) for a, v in enumerate(s.curve) if v is not None],
+        )
+        for s in summaries
+    ]
+    return write_lines_svg(
+        lines,
+        path,
+        title=title,
+        x_label="arrived workload (% of GPU capacity)",
+        y_label="unallocated GPU (%)",
+        x_max=float(MAX_BIN),
+        x_step=10.0,
+    )
+
+
+@dataclass
+class Line:
+    label: str
+    points: list[tuple[float, float]]
+
+
+def write_lines_svg(
+    lines: Sequence[Line],
+    path: Path,
+    *,
+    title: str = "",
+    x_label: str = "",
+    y_label: str = "",
+    x_max: float | None = None,
+    x_step: float | None = None,
+) -> Path:
+    """A line plot (one line per entry, legend on the right) as a standalone SVG."""
     width, height = 760, 440
-    left, right, top, bottom = 60, 170, 40, 50
+    left, right, top, bottom = 60, 190, 40, 50
     plot_w, plot_h = width - left - right, height - top - bottom
-    x_max = MAX_BIN
-    values = [v for s in summaries for v in s.curve if v is not None]
-    y_max = max(10.0, math.ceil(max(values, default=100.0) / 10.0) * 10.0)
+    xs = [x for line in lines for x, _ in line.points]
+    ys = [y for line in lines for _, y in line.points]
+    x_top = x_max if x_max is not None else max(max(xs, default=1.0), 1e-9)
+    x_tick = x_step if x_step is not None else _nice_step(x_top)
+    y_max = max(10.0, math.ceil(max(ys, default=100.0) / 10.0) * 10.0)
 
     def x(v: float) -> float:
-        return left + v / x_max * plot_w
+        return left + v / x_top * plot_w
 
     def y(v: float) -> float:
         return top + (1.0 - v / y_max) * plot_h
@@ -144,13 +185,13 @@ def write_svg(summaries: Sequence[Summary], path: Path, title: str = "") -> Path
         f'<rect width="{width}" height="{height}" fill="white"/>',
         f'<text x="{left}" y="22" font-size="14">{escape(title)}</text>',
     ]
-    for tick in range(0, x_max + 1, 10):
+    for tick in np.arange(0.0, x_top + x_tick / 2, x_tick).tolist():
         parts.append(
             f'<line x1="{x(tick):.1f}" y1="{top}" x2="{x(tick):.1f}" y2="{top + plot_h}" '
             'stroke="#eee"/>'
         )
         parts.append(
-            f'<text x="{x(tick):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{tick}</text>'
+            f'<text x="{x(tick):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{tick:g}</text>'
         )
     step = 10 if y_max > 40 else 5
     for y_tick in np.arange(0, y_max + 0.1, step).tolist():
@@ -166,15 +207,15 @@ def write_svg(summaries: Sequence[Summary], path: Path, title: str = "") -> Path
     )
     parts.append(
         f'<text x="{left + plot_w / 2}" y="{height - 12}" text-anchor="middle">'
-        "arrived workload (% of GPU capacity)</text>"
+        f"{escape(x_label)}</text>"
     )
     parts.append(
         f'<text transform="translate(16,{top + plot_h / 2}) rotate(-90)" text-anchor="middle">'
-        "unallocated GPU (%)</text>"
+        f"{escape(y_label)}</text>"
     )
-    for i, s in enumerate(summaries):
+    for i, line in enumerate(lines):
         color = _COLORS[i % len(_COLORS)]
-        points = " ".join(f"{x(a):.1f},{y(v):.1f}" for a, v in enumerate(s.curve) if v is not None)
+        points = " ".join(f"{x(a):.1f},{y(v):.1f}" for a, v in line.points)
         parts.append(
             f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{points}"/>'
         )
@@ -183,10 +224,18 @@ def write_svg(summaries: Sequence[Summary], path: Path, title: str = "") -> Path
             f'<line x1="{left + plot_w + 12}" y1="{ly - 4}" x2="{left + plot_w + 36}" '
             f'y2="{ly - 4}" stroke="{color}" stroke-width="2"/>'
         )
-        parts.append(
-            f'<text x="{left + plot_w + 42}" y="{ly}">{escape(s.policy)} ({s.mean:.2f})</text>'
-        )
+        parts.append(f'<text x="{left + plot_w + 42}" y="{ly}">{escape(line.label)}</text>')
     parts.append("</svg>")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts) + "\n")
     return path
+
+
+def _nice_step(span: float) -> float:
+    """A 1/2/5 x 10^k tick step giving 5-10 ticks over `span`."""
+    raw = span / 8.0
+    magnitude = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    for factor in (1.0, 2.0, 5.0, 10.0):
+        if raw <= factor * magnitude:
+            return factor * magnitude
+    return 10.0 * magnitude

@@ -149,6 +149,17 @@ def test_fgd_on_default_matches_the_paper_for_one_seed() -> None:
     assert abs(result.unallocated - 4.77) < 1.0  # 10-seed mean 4.77, seed sd ~0.2
 
 
+@needs_trace
+def test_frag_blend_strands_fewer_gpus_than_fgd_on_default() -> None:
+    # Seed 42: FGD 5.04 %, FragBlend 4.20 % (10-seed means 4.78 and 4.20, sd <= 0.17).
+    assert TRACE_DIR is not None
+    trace = load_trace(TRACE_DIR, "default")
+    fgd = run_one(trace, "FGD", seed=42)
+    blend = run_one(trace, "FragBlend", seed=42)
+    assert blend.unallocated < fgd.unallocated
+    assert blend.unallocated <= 4.29
+
+
 def test_cli_json_on_any_trace_folder(tiny_trace: Path) -> None:
     import json
 

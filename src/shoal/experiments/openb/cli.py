@@ -17,23 +17,29 @@ experiment_app = typer.Typer(
 
 ALL_POLICIES = "Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,FragBlend"
 
+# Options shared by the experiment commands.
+TraceDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace-dir",
+        file_okay=False,
+        help="Folder of openb-format CSVs (default: ../shared/traces/openb).",
+    ),
+]
+PolicyOption = Annotated[str, typer.Option(help="Policies, comma-separated.")]
+WorkersOption = Annotated[int | None, typer.Option(help="Local worker processes.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print results as JSON.")]
+
 
 @experiment_app.command("openb")
 def openb(
     trace: Annotated[
         str, typer.Option(help="Trace name(s), comma-separated, or 'all'.")
     ] = "default",
-    trace_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--trace-dir",
-            file_okay=False,
-            help="Folder of openb-format CSVs (default: ../shared/traces/openb).",
-        ),
-    ] = None,
-    policy: Annotated[str, typer.Option(help="Policies, comma-separated.")] = ALL_POLICIES,
+    trace_dir: TraceDirOption = None,
+    policy: PolicyOption = ALL_POLICIES,
     seeds: Annotated[str, typer.Option(help="Seeds: 42-51 or 42,43.")] = "42-51",
-    workers: Annotated[int | None, typer.Option(help="Local worker processes.")] = None,
+    workers: WorkersOption = None,
     ray_address: Annotated[
         str | None, typer.Option(help="Run the sweep on this Ray cluster (shoal[ray]).")
     ] = None,
@@ -41,7 +47,7 @@ def openb(
         Path | None,
         typer.Option(file_okay=False, help="Write curves.csv and curves.svg here."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """The published static-packing protocol: unallocated GPU % per policy and seed."""
     from shoal.experiments.openb.report import (
@@ -98,20 +104,13 @@ def openb(
 @experiment_app.command("openb-replay")
 def openb_replay(
     trace: Annotated[str, typer.Option(help="Trace name.")] = "default",
-    trace_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--trace-dir",
-            file_okay=False,
-            help="Folder of openb-format CSVs (default: ../shared/traces/openb).",
-        ),
-    ] = None,
-    policy: Annotated[str, typer.Option(help="Policies, comma-separated.")] = ALL_POLICIES,
+    trace_dir: TraceDirOption = None,
+    policy: PolicyOption = ALL_POLICIES,
     speedup: Annotated[
         float, typer.Option(help="Divide arrival times by this (1: the trace as recorded).")
     ] = 1.0,
     seed: Annotated[int, typer.Option(help="Scheduler seed.")] = 0,
-    workers: Annotated[int | None, typer.Option(help="Local worker processes.")] = None,
+    workers: WorkersOption = None,
     out_dir: Annotated[
         Path | None,
         typer.Option(
@@ -119,7 +118,7 @@ def openb_replay(
             help="Write replay.csv (samples over time) and replay-*.svg plots here.",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Dynamic replay: pods arrive at their creation time and leave after their lifetime;
     unallocated GPU % and pending time over time per policy."""

@@ -43,7 +43,8 @@ def test_replay_waits_for_capacity_instead_of_dropping(small: Path) -> None:
     # needs a device: p2 waits until p1 leaves at 10 + 40 = 50 s.
     assert result.waited >= 1 and result.max_pending_seconds > 0
     assert 0.0 <= result.min_unallocated <= result.mean_unallocated <= 100.0
-    assert result.samples and all(0 <= pending <= 5 for _, _, pending in result.samples)
+    assert result.samples and all(0 <= pending <= 5 for _, _, pending, _ in result.samples)
+    assert max(wait for *_, wait in result.samples) > 0  # p2's wait shows up over time
     # p2 is a GPU pod: some time was spent with it pending and GPUs idle around it.
     assert result.pending_seconds > 0 and 0.0 <= result.stranded_while_pending <= 100.0
     faster = replay(trace, "FGD", speedup=10)
@@ -149,7 +150,11 @@ def test_cli_replay_writes_csv_and_plots(small: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "unallocated % while pending" in result.output
-    assert (out / "replay.csv").read_text().startswith("policy,time_s,unallocated_pct")
+    assert (
+        (out / "replay.csv")
+        .read_text()
+        .startswith("policy,time_s,unallocated_pct,pending_pods,mean_wait_s")
+    )
     for name in ("replay-unallocated.svg", "replay-pending.svg"):
         svg = (out / name).read_text()
         assert svg.startswith("<svg") and svg.count("<polyline") == 2

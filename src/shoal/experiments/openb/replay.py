@@ -65,8 +65,9 @@ class ReplayResult:
     mean_pending_seconds: float  # over scheduled pods
     p95_pending_seconds: float
     max_pending_seconds: float
-    # (time s, unallocated GPU %, pending pods) at regular sample times
-    samples: list[tuple[float, float, int]] = field(default_factory=list)
+    # (time s, unallocated GPU %, pending pods, mean wait s of the pods that arrived since
+    # the previous sample and were placed) at regular sample times
+    samples: list[tuple[float, float, int, float]] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,11 +166,21 @@ def replay(
     # Sample until the last pod is placed (pods still wait after the last arrival).
     horizon = max(last_arrival, bound[-1] if bound else 0.0) or end
     grid = np.linspace(0.0, horizon, max(2, samples)) if horizon > 0 else np.array([0.0])
+    placed = sorted(
+        (r.arrival, r.time_to_schedule) for r in records if r.time_to_schedule is not None
+    )
+    placed_arrival = [a for a, _ in placed]
+    wait_sums = np.concatenate(([0.0], np.cumsum([w for _, w in placed])))
     series = []
+    previous = -math.inf
     for t in grid:
         i = max(0, bisect_right(log.times, t) - 1)
         pending = bisect_right(arrivals, t) - bisect_right(bound, t)
-        series.append((float(t), float(100.0 - 100.0 * log.alloc[i] / capacity), int(pending)))
+        lo, hi = bisect_right(placed_arrival, previous), bisect_right(placed_arrival, t)
+        wait = float((wait_sums[hi] - wait_sums[lo]) / (hi - lo)) if hi > lo else 0.0
+        unallocated = float(100.0 - 100.0 * log.alloc[i] / capacity)
+        series.append((float(t), unallocated, int(pending), wait))
+        previous = t
     return ReplayResult(
         trace=trace.name,
         policy=policy_name(policy),
@@ -269,16 +280,17 @@ def format_replay_table(results: list[ReplayResult]) -> str:
 
 
 def write_replay_csv(results: list[ReplayResult], path: Any) -> Any:
-    """Columns: policy, time_s, unallocated_pct, pending_pods."""
+    """Columns: policy, time_s, unallocated_pct, pending_pods, mean_wait_s (of the pods
+    that arrived since the previous sample)."""
     import csv
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["policy", "time_s", "unallocated_pct", "pending_pods"])
+        writer.writerow(["policy", "time_s", "unallocated_pct", "pending_pods", "mean_wait_s"])
         for r in results:
-            for t, unalloc, pending in r.samples:
-                writer.writerow([r.policy, f"{t:.1f}", f"{unalloc:.3f}", pending])
+            for t, unalloc, pending, wait in r.samples:
+                writer.writerow([r.policy, f"{t:.1f}", f"{unalloc:.3f}", pending, f"{wait:.1f}"])
     return path
 
 
@@ -289,11 +301,11 @@ def write_replay_svgs(results: list[ReplayResult], out_dir: Path, title: str = "
     unallocated = [
         Line(
             f"{r.policy} ({r.stranded_while_pending:.1f})",
-            [(t / 60.0, u) for t, u, _ in r.samples],
+            [(t / 60.0, u) for t, u, _, _ in r.samples],
         )
         for r in results
     ]
-    pending = [Line(r.policy, [(t / 60.0, float(p)) for t, _, p in r.samples]) for r in results]
+    pending = [Line(r.policy, [(t / 60.0, float(p)) for t, _, p, _ in r.samples]) for r in results]
     return [
         write_lines_svg(
             unallocated,

@@ -31,6 +31,21 @@ WorkersOption = Annotated[int | None, typer.Option(help="Local worker processes.
 JsonOption = Annotated[bool, typer.Option("--json", help="Print results as JSON.")]
 
 
+def _trace_folder(trace_dir: Path | None) -> Path:
+    """The openb folder to read (--trace-dir or ../shared/traces/openb); exit 2 if none."""
+    from shoal.experiments.openb.trace import find_trace_dir
+
+    folder = find_trace_dir(trace_dir)
+    if folder is None:
+        typer.echo(
+            "error: no openb trace found; pass --trace-dir or run "
+            "`shoal experiment download-openb DIR`",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return folder
+
+
 @experiment_app.command("openb")
 def openb(
     trace: Annotated[
@@ -57,16 +72,9 @@ def openb(
         write_svg,
     )
     from shoal.experiments.openb.runner import parse_seeds, run_sweep
-    from shoal.experiments.openb.trace import TraceError, find_trace_dir, list_traces
+    from shoal.experiments.openb.trace import TraceError, list_traces
 
-    folder = find_trace_dir(trace_dir)
-    if folder is None:
-        typer.echo(
-            "error: no openb trace found; pass --trace-dir or run "
-            "`shoal experiment download-openb DIR`",
-            err=True,
-        )
-        raise typer.Exit(2)
+    folder = _trace_folder(trace_dir)
     try:
         names = list_traces(folder) if trace == "all" else [t.strip() for t in trace.split(",")]
         results = run_sweep(
@@ -128,16 +136,9 @@ def openb_replay(
         write_replay_csv,
         write_replay_svgs,
     )
-    from shoal.experiments.openb.trace import TraceError, find_trace_dir, load_trace
+    from shoal.experiments.openb.trace import TraceError, load_trace
 
-    folder = find_trace_dir(trace_dir)
-    if folder is None:
-        typer.echo(
-            "error: no openb trace found; pass --trace-dir or run "
-            "`shoal experiment download-openb DIR`",
-            err=True,
-        )
-        raise typer.Exit(2)
+    folder = _trace_folder(trace_dir)
     try:
         load_trace(folder, trace)
         results = replay_policies(

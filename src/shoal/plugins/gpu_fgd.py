@@ -24,13 +24,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.framework.handle import Handle
-from shoal.framework.types import MAX_NODE_SCORE
 from shoal.plugins.fragmentation_base import (
     FragmentationPolicy,
     GpuFragmentationArgs,
     TargetShapeArgs,
     pod_shape,
 )
+from shoal.state.gpu_frag import sigmoid_scores
 
 __all__ = [
     "NAME",
@@ -48,7 +48,7 @@ class GpuFragmentation(FragmentationPolicy):
     measure = "fgd"
 
     def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
-        return ((1.0 / (1.0 + np.exp(-gain / 1000.0))) * MAX_NODE_SCORE).astype(np.int64)
+        return sigmoid_scores(gain)
 
     @classmethod
     def new(cls, args: GpuFragmentationArgs | None, handle: Handle) -> GpuFragmentation:

@@ -30,9 +30,13 @@ from numpy.typing import NDArray
 from pydantic import Field, field_validator
 
 from shoal.framework.handle import Handle
-from shoal.framework.types import MAX_NODE_SCORE
 from shoal.plugins.fragmentation_base import FragmentationPolicy, GpuFragmentationArgs
-from shoal.state.gpu_frag import FragmentationModel, FragScorer, TargetWorkload
+from shoal.state.gpu_frag import (
+    FragmentationModel,
+    FragScorer,
+    TargetWorkload,
+    sigmoid_scores,
+)
 
 __all__ = ["DEFAULT_MIX", "DEFAULT_TEMPERATURE", "NAME", "GpuFragBlend", "GpuFragBlendArgs"]
 
@@ -61,6 +65,7 @@ class GpuFragBlend(FragmentationPolicy):
     measure = "blend"
 
     def __init__(self, handle: Handle, args: GpuFragBlendArgs) -> None:
+        # Set before the base class builds the scorer (it calls `_scorer`); typed as ours.
         self.blend_args = args
         self.use_memory = args.memory
         super().__init__(handle, args)
@@ -70,12 +75,11 @@ class GpuFragBlend(FragmentationPolicy):
             workload = TargetWorkload(
                 tuple(s.without_memory() for s in workload.shapes), workload.weights
             )
-        model = FragmentationModel(workload, self.devices.models, "blend", self.blend_args.mix)
+        model = FragmentationModel(workload, self.devices.models, self.measure, self.blend_args.mix)
         return FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
 
     def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
-        sig = 1.0 / (1.0 + np.exp(-gain / self.blend_args.temperature))
-        return (sig * MAX_NODE_SCORE).astype(np.int64)
+        return sigmoid_scores(gain, self.blend_args.temperature)
 
     @classmethod
     def new(cls, args: GpuFragBlendArgs | None, handle: Handle) -> GpuFragBlend:

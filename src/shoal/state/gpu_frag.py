@@ -267,10 +267,10 @@ def after_states(
     return np.arange(n, dtype=np.intp), np.full(n, -1, dtype=np.intp), after
 
 
-def sigmoid_scores(gain: NDArray[np.float64]) -> NDArray[np.int64]:
-    """FGD's score: floor(100 * sigmoid(gain / 1000)) for a fragmentation decrease
-    `gain` in milli-GPU."""
-    return ((1.0 / (1.0 + np.exp(-gain / 1000.0))) * 100).astype(np.int64)
+def sigmoid_scores(gain: NDArray[np.float64], scale: float = 1000.0) -> NDArray[np.int64]:
+    """FGD's score: floor(100 * sigmoid(gain / scale)) for a fragmentation decrease
+    `gain` in milli-GPU (FGD's scale is 1000)."""
+    return ((1.0 / (1.0 + np.exp(-gain / scale))) * 100).astype(np.int64)
 
 
 def best_per_row(

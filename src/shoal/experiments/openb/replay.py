@@ -119,13 +119,15 @@ def replay(
     plugin = policy_plugin(policy)
     config = experiment_config(policy, target_workload(trace, memory=plugin in _MEMORY_ARGS))
     scenario = Scenario(nodes=[node_manifest(n) for n in trace.nodes])
-    gpu_pods = {f"{i}-{row.name}" for i, row in enumerate(trace.pods) if row.total_milli}
+    gpu_pods: set[str] = set()
     for i, row in enumerate(trace.pods):
         created = float(row.creation_time or 0)
         lifetime = None
         if row.deletion_time is not None:
             lifetime = max(0.0, float(row.deletion_time) - created)
         uid = f"{i}-{row.name}"
+        if row.total_milli:
+            gpu_pods.add(uid)
         scenario.pods.append(
             PodSource(
                 time=created / speedup,
@@ -178,8 +180,7 @@ def replay(
         pending = bisect_right(arrivals, t) - bisect_right(bound, t)
         lo, hi = bisect_right(placed_arrival, previous), bisect_right(placed_arrival, t)
         wait = float((wait_sums[hi] - wait_sums[lo]) / (hi - lo)) if hi > lo else 0.0
-        unallocated = float(100.0 - 100.0 * log.alloc[i] / capacity)
-        series.append((float(t), unallocated, int(pending), wait))
+        series.append((float(t), float(unalloc[i]), int(pending), wait))
         previous = t
     return ReplayResult(
         trace=trace.name,

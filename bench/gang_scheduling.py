@@ -15,8 +15,8 @@ import time
 from shapes import default_node, default_pod
 
 from shoal.api.objects import Node, Pod
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
 from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.scheduler import new_scheduler
 
 

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal.backends.kube.backend import KubeBackend, KubeOptions
-from shoal.backends.kube.client import ApiError, ClientSettings, KubeClient, connect
-from shoal.backends.kube.informer import InformerSettings
-from shoal.backends.kube.resources import NAMESPACES, NODES, PODS
 from shoal.config import parse_config
+from shoal.drivers.kube.backend import KubeBackend, KubeOptions
+from shoal.drivers.kube.client import ApiError, ClientSettings, KubeClient, connect
+from shoal.drivers.kube.informer import InformerSettings
+from shoal.drivers.kube.resources import NAMESPACES, NODES, PODS
 
 RUN = uuid.uuid4().hex[:6]
 LABEL = "shoal.dev/bench"
@@ -69,7 +69,7 @@ async def fake_cluster() -> AsyncIterator[str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "shoal.backends.kube.fake_apiserver",
+        "shoal.testing.fake_apiserver",
         "--kubeconfig",
         str(kubeconfig),
         "--bookmark-interval",

@@ -34,8 +34,10 @@ from shoal.api.objects import (
     ResourceRequirements,
 )
 from shoal.api.podinfo import PodInfo
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.framework import (
     Candidates,
     Code,
@@ -49,8 +51,6 @@ from shoal.framework import (
     per_node_score,
 )
 from shoal.scheduler import default_registry, new_scheduler
-from shoal.state.cluster import ClusterState
-from shoal.state.snapshot import Snapshot
 
 KEY = "example.com/tier"
 REASON = "node(s) had a different tier"

@@ -18,8 +18,8 @@ from shapes import default_node, default_pod
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod
 from shoal.api.queue import Queue
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
 from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.scheduler import new_scheduler
 
 

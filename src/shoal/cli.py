@@ -149,7 +149,7 @@ def version() -> None:
 
 
 # `shoal run` (the Kubernetes backend) lives in its own module.
-from shoal.backends.kube.cli import register as _register_kube  # noqa: E402
+from shoal.drivers.kube.cli import register as _register_kube  # noqa: E402
 
 _register_kube(app)
 

@@ -17,8 +17,8 @@ from shoal.api.objects import (
     PodSpec,
     ResourceRequirements,
 )
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
 from shoal.config import KubeSchedulerConfiguration, parse_config
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.scheduler import Scheduler, default_registry, new_scheduler
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-profiles.yaml"

@@ -143,7 +143,7 @@ POINT_NAMES = {
 
 def default_plugin_table() -> str:
     """The table of docs/configuration.md, computed from the default profile."""
-    from shoal.backends.memory import ManualClock, MemoryBinder
+    from shoal.drivers.memory import ManualClock, MemoryBinder
     from shoal.scheduler import new_scheduler
 
     sched = new_scheduler(

@@ -24,8 +24,8 @@ from shoal.api.objects import (
     PodSpec,
     ResourceRequirements,
 )
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
 from shoal.config import ConfigError, load_config, parse_config
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.framework import Code, CycleState, Registry
 from shoal.framework import registry as registry_module
 from shoal.scheduler import Scheduler, default_registry, new_scheduler

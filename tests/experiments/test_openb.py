@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shoal.cache.gpu_devices import GpuDevices
+from shoal.cache.gpu_frag import FragmentationModel, NodeStates
 from shoal.experiments.openb.protocol import target_workload
 from shoal.experiments.openb.runner import (
     build_scheduler,
@@ -18,8 +20,6 @@ from shoal.experiments.openb.runner import (
     run_one,
 )
 from shoal.experiments.openb.trace import TraceError, find_trace_dir, load_trace, node_manifest
-from shoal.state.gpu_devices import GpuDevices
-from shoal.state.gpu_frag import FragmentationModel, NodeStates
 
 POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -94,7 +94,7 @@ def test_sharing_pod_reserves_a_device_and_records_it(tiny_trace: Path) -> None:
     for row in trace.nodes:
         sched.add_node(node_manifest(row))
     share = next(p for p in trace.pods if p.num_gpu == 1 and p.gpu_milli == 500)
-    from shoal.backends.memory import run_sync
+    from shoal.drivers.memory import run_sync
 
     placed = []
     for k in range(2):

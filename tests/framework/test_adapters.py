@@ -17,8 +17,10 @@ from shoal.api.objects import (
     Taint,
 )
 from shoal.api.podinfo import PodInfo
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.framework import (
     MAX_NODE_SCORE,
     ActionType,
@@ -45,8 +47,6 @@ from shoal.framework import (
     per_node_score,
 )
 from shoal.scheduler import Scheduler, default_registry, new_scheduler
-from shoal.state.cluster import ClusterState
-from shoal.state.snapshot import Snapshot
 
 # ---- small builders (kept local: these tests only need nodes with labels) ------------
 

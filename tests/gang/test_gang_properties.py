@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.backends.memory import run_sync
+from shoal.drivers.memory import run_sync
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
 LIGHT_NAME = "pod-group.scheduling.sigs.k8s.io/name"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.cache.gpu_devices import GpuDevices
 from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.framework.status import Code
 from shoal.plugins.gpu_share import (
     REASON_MODEL,
@@ -13,7 +14,6 @@ from shoal.plugins.gpu_share import (
     GpuShare,
 )
 from shoal.scheduler import new_scheduler
-from shoal.state.gpu_devices import GpuDevices
 from shoal.testing.builders import make_node
 from shoal.testing.plugin_env import make_handle, run_filter
 

@@ -8,6 +8,7 @@ The pod asks for 0.3 GPU and 4 cpu.
 
 from __future__ import annotations
 
+from shoal.cache.gpu_devices import GpuDevices
 from shoal.framework.handle import Handle
 from shoal.plugins.fragmentation_base import GpuFragmentationArgs, TargetShapeArgs
 from shoal.plugins.gpu_best_fit import GpuBestFit
@@ -17,7 +18,6 @@ from shoal.plugins.gpu_fgd import GpuFragmentation
 from shoal.plugins.gpu_frag_blend import GpuFragBlend, GpuFragBlendArgs
 from shoal.plugins.gpu_packing import GpuPacking
 from shoal.plugins.gpu_random import GpuRandom
-from shoal.state.gpu_devices import GpuDevices
 from shoal.testing.plugin_env import make_handle, run_score
 
 from .helpers import cpu_pod, gpu_node, gpu_pod

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from shoal.backends.kube.backend import KubeBackend, KubeOptions
-from shoal.backends.kube.client import connect
-from shoal.backends.kube.fake_apiserver import FakeApiServer
-from shoal.backends.kube.informer import InformerSettings
-from shoal.backends.kube.leader import LeaderSettings
 from shoal.config import KubeSchedulerConfiguration, parse_config
+from shoal.drivers.kube.backend import KubeBackend, KubeOptions
+from shoal.drivers.kube.client import connect
+from shoal.drivers.kube.informer import InformerSettings
+from shoal.drivers.kube.leader import LeaderSettings
+from shoal.testing.fake_apiserver import FakeApiServer
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -20,8 +20,8 @@ from kubehelpers import (
 )
 from kubehelpers import backend as running
 
-from shoal.backends.kube.backend import KubeBackend
-from shoal.backends.kube.fake_apiserver import FakeApiServer, Fault
+from shoal.drivers.kube.backend import KubeBackend
+from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 
 @async_test()
@@ -249,7 +249,7 @@ async def test_killed_mid_run_the_next_instance_loses_no_pod_and_binds_none_twic
 def _install_crds(api: FakeApiServer) -> None:
     import yaml
 
-    from shoal.backends.kube.crds import render
+    from shoal.drivers.kube.crds import render
 
     for text in render().values():
         api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))

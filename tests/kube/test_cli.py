@@ -17,7 +17,7 @@ import aiohttp
 import yaml
 from kubehelpers import async_test, bound_pods, eventually, node, pod
 
-from shoal.backends.kube.fake_apiserver import FakeApiServer, Fault
+from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 SHOAL = [sys.executable, "-c", "from shoal.cli import app; app()"]
 

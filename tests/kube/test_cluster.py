@@ -21,10 +21,10 @@ import pytest
 from kubehelpers import async_test, eventually, fast_options
 
 from shoal.api.quantity import to_milli
-from shoal.backends.kube.backend import KubeBackend
-from shoal.backends.kube.client import ApiError, ClientSettings, KubeClient, connect
-from shoal.backends.kube.resources import EVENTS, NAMESPACES, NODES, PODS
 from shoal.config import parse_config
+from shoal.drivers.kube.backend import KubeBackend
+from shoal.drivers.kube.client import ApiError, ClientSettings, KubeClient, connect
+from shoal.drivers.kube.resources import EVENTS, NAMESPACES, NODES, PODS
 
 pytestmark = [
     pytest.mark.cluster,

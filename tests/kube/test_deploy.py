@@ -13,9 +13,9 @@ import yaml
 from kubehelpers import async_test, bound_pods, events_for, eventually, fast_options, node, pod
 from kubehelpers import backend as running
 
-from shoal.backends.kube.crds import CRDS, main, render
-from shoal.backends.kube.fake_apiserver import FakeApiServer
-from shoal.backends.kube.leader import LeaderSettings
+from shoal.drivers.kube.crds import CRDS, main, render
+from shoal.drivers.kube.leader import LeaderSettings
+from shoal.testing.fake_apiserver import FakeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

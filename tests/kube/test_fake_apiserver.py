@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 from kubehelpers import async_test, node, pod
 
-from shoal.backends.kube.fake_apiserver import FakeApiServer, Fault
+from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 PODS = "/api/v1/namespaces/default/pods"
 

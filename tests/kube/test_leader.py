@@ -12,9 +12,9 @@ import pytest
 from kubehelpers import async_test, bound_pods, eventually, fast_options, node, pod
 from kubehelpers import backend as running
 
-from shoal.backends.kube.client import ClientSettings, KubeClient, connect
-from shoal.backends.kube.fake_apiserver import FakeApiServer, Fault
-from shoal.backends.kube.leader import LeaderElector, LeaderSettings, LeadershipLost
+from shoal.drivers.kube.client import ClientSettings, KubeClient, connect
+from shoal.drivers.kube.leader import LeaderElector, LeaderSettings, LeadershipLost
+from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 LEASE = dict(lease_duration=1.0, renew_deadline=0.6, retry_period=0.1)
 

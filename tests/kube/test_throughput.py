@@ -14,7 +14,7 @@ from typing import Any
 from kubehelpers import async_test, eventually, fast_options, node, pod
 from kubehelpers import backend as running
 
-from shoal.backends.kube.fake_apiserver import FakeApiServer
+from shoal.testing.fake_apiserver import FakeApiServer
 
 
 @async_test(timeout=60)

@@ -15,14 +15,14 @@ from kubehelpers import async_test, config, pod
 
 from shoal.api.objects import Pod
 from shoal.api.podinfo import PodInfo
-from shoal.backends.kube.backend import KubeOptions, parse_duration
-from shoal.backends.kube.client import ClientSettings, RateLimiter, connect
-from shoal.backends.kube.fake_apiserver import FakeApiServer
-from shoal.backends.kube.informer import Informer, InformerSettings
-from shoal.backends.kube.logs import JsonFormatter
-from shoal.backends.kube.resources import PODGROUPS, PODS, ResourceKind
-from shoal.backends.kube.status import PodStatusWriter, _StatusUpdate
 from shoal.config import parse_config
+from shoal.drivers.kube.backend import KubeOptions, parse_duration
+from shoal.drivers.kube.client import ClientSettings, RateLimiter, connect
+from shoal.drivers.kube.informer import Informer, InformerSettings
+from shoal.drivers.kube.logs import JsonFormatter
+from shoal.drivers.kube.resources import PODGROUPS, PODS, ResourceKind
+from shoal.drivers.kube.status import PodStatusWriter, _StatusUpdate
+from shoal.testing.fake_apiserver import FakeApiServer
 
 
 class FakeClock:

@@ -26,8 +26,16 @@ from shoal.api.objects import (
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.selectors import label_selector_matches, selector_key
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.cache.cluster import ClusterState
+from shoal.cache.pod_topology import (
+    REQUIRED_ANTI_AFFINITY,
+    SERVICE_NAME,
+    PodMatcher,
+    PodTopologyIndex,
+)
+from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code
@@ -41,14 +49,6 @@ from shoal.plugins.inter_pod_affinity import (
     InterPodAffinity,
 )
 from shoal.scheduler import new_scheduler
-from shoal.state.cluster import ClusterState
-from shoal.state.pod_topology import (
-    REQUIRED_ANTI_AFFINITY,
-    SERVICE_NAME,
-    PodMatcher,
-    PodTopologyIndex,
-)
-from shoal.state.snapshot import Snapshot
 
 HOST = "kubernetes.io/hostname"
 OK = Code.SUCCESS

@@ -29,8 +29,10 @@ from shoal.api.objects import (
     TopologySpreadConstraint,
 )
 from shoal.api.podinfo import PodInfo
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code
@@ -43,8 +45,6 @@ from shoal.plugins.pod_topology_spread import (
     PodTopologySpread,
 )
 from shoal.scheduler import new_scheduler
-from shoal.state.cluster import ClusterState
-from shoal.state.snapshot import Snapshot
 
 HOST = "kubernetes.io/hostname"
 OK = Code.SUCCESS

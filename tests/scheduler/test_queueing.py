@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
-from shoal.queue.scheduling_queue import SchedulingQueue
+from shoal.scheduling_queue.queue import SchedulingQueue
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
 

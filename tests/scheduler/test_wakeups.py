@@ -69,7 +69,7 @@ def test_pod_deleted_while_binding_is_unreserved() -> None:
     sched.schedule_one()
     (task,) = sched.take_bindings()
     sched.delete_pod(task.pod.uid)  # deleted between Reserve and the bind
-    from shoal.backends.memory import run_sync
+    from shoal.drivers.memory import run_sync
 
     status = run_sync(sched.run_binding_cycle(task))
     assert not status.ok

@@ -32,7 +32,7 @@ cycles with the default plugins, throughput falls from 1,700-2,700 to 90-145 pod
 Use the adapter for prototypes, small clusters and rules that are hard to vectorise;
 move hot plugins to columns.
 
-Neighbours: reads `shoal.state.Snapshot` rows, produces `shoal.framework.types` values;
+Neighbours: reads `shoal.cache.Snapshot` rows, produces `shoal.framework.types` values;
 plugins build on this module, never the other way round.
 """
 
@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 
 from shoal.api.objects import Node, Taint
 from shoal.api.podinfo import PodInfo
+from shoal.cache.snapshot import Snapshot
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.registry import PluginSpec
@@ -59,7 +60,6 @@ from shoal.framework.types import (
     Failure,
     FilterResult,
 )
-from shoal.state.snapshot import Snapshot
 
 __all__ = [
     "NodeFilterFn",

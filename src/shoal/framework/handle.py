@@ -13,9 +13,9 @@ from typing import Protocol
 import numpy as np
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
 from shoal.framework.status import Code, Status
-from shoal.state.cluster import ClusterState
-from shoal.state.snapshot import Snapshot
 
 __all__ = ["BindError", "Binder", "Clock", "Evictor", "Handle", "WaitingPod", "WaitingPods"]
 

@@ -37,7 +37,7 @@ from shoal.framework.status import Code, Status
 from shoal.framework.types import Candidates
 from shoal.gang.manager import GangManager, Group
 from shoal.gang.topology import choose_domains, members_per_node
-from shoal.queue.scheduling_queue import QueuedPod
+from shoal.scheduling_queue.queue import QueuedPod
 
 if TYPE_CHECKING:
     from shoal.scheduler.scheduler import CycleResult, Scheduler

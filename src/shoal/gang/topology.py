@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from shoal.state.labels import MISSING
-from shoal.state.snapshot import Snapshot
+from shoal.cache.labels import MISSING
+from shoal.cache.snapshot import Snapshot
 
 __all__ = ["DomainChoice", "choose_domains", "members_per_node"]
 

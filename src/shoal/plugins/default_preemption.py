@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import PodRecord
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult
@@ -18,8 +19,7 @@ from shoal.gang.manager import GangManager
 from shoal.plugins.args import DefaultPreemptionArgs
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.preemption.victims import find_victims
-from shoal.queues.manager import QueueManager
-from shoal.state.cluster import PodRecord
+from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "DefaultPreemption"]
 

@@ -17,10 +17,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.gpu_devices import MAX_SPEC_CPU, MAX_SPEC_GPU, GpuDevices, cpu_left, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
-from shoal.state.gpu_devices import MAX_SPEC_CPU, MAX_SPEC_GPU, GpuDevices, cpu_left, request_of
 
 __all__ = ["NAME", "GpuDotProduct"]
 

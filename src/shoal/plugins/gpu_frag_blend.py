@@ -29,14 +29,14 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field, field_validator
 
-from shoal.framework.handle import Handle
-from shoal.plugins.fragmentation_base import FragmentationPolicy, GpuFragmentationArgs
-from shoal.state.gpu_frag import (
+from shoal.cache.gpu_frag import (
     FragmentationModel,
     FragScorer,
     TargetWorkload,
     sigmoid_scores,
 )
+from shoal.framework.handle import Handle
+from shoal.plugins.fragmentation_base import FragmentationPolicy, GpuFragmentationArgs
 
 __all__ = ["DEFAULT_MIX", "DEFAULT_TEMPERATURE", "NAME", "GpuFragBlend", "GpuFragBlendArgs"]
 

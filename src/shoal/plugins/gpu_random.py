@@ -13,11 +13,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Status
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
-from shoal.state.gpu_devices import GpuDevices, request_of
 
 __all__ = ["NAME", "GpuRandom"]
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, GpuRequestError, format_gpu_index, pod_gpu_request
 from shoal.api.podinfo import PodInfo
+from shoal.cache.gpu_devices import GpuDevices, remember_request, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
@@ -31,7 +32,6 @@ from shoal.framework.types import (
     FilterResult,
     PreFilterResult,
 )
-from shoal.state.gpu_devices import GpuDevices, remember_request, request_of
 
 __all__ = [
     "NAME",

@@ -43,6 +43,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.labels import MISSING
+from shoal.cache.pod_topology import (
+    PREFERRED_AFFINITY,
+    PREFERRED_ANTI_AFFINITY,
+    REQUIRED_AFFINITY,
+    REQUIRED_ANTI_AFFINITY,
+    PodMatcher,
+    PodTopologyIndex,
+    per_node,
+    resolve_term,
+    sum_by_domain,
+)
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
@@ -57,18 +69,6 @@ from shoal.framework.types import (
     PreFilterResult,
 )
 from shoal.plugins.args import InterPodAffinityArgs
-from shoal.state.labels import MISSING
-from shoal.state.pod_topology import (
-    PREFERRED_AFFINITY,
-    PREFERRED_ANTI_AFFINITY,
-    REQUIRED_AFFINITY,
-    REQUIRED_ANTI_AFFINITY,
-    PodMatcher,
-    PodTopologyIndex,
-    per_node,
-    resolve_term,
-    sum_by_domain,
-)
 
 __all__ = [
     "NAME",

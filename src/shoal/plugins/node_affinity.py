@@ -2,7 +2,7 @@
 affinity must match; preferred terms add their weights to a node's score.
 
 Selectors are evaluated on integer label columns for all candidate nodes at once
-(`shoal.state.labels`).
+(`shoal.cache.labels`).
 """
 
 from __future__ import annotations

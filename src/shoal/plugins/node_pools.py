@@ -30,7 +30,7 @@ from shoal.framework.types import (
     FilterResult,
     PreFilterResult,
 )
-from shoal.queues.manager import QueueManager
+from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "NodePools"]
 

@@ -55,6 +55,8 @@ from shoal.api.selectors import (
     selector_from_labels,
     selector_key,
 )
+from shoal.cache.labels import MISSING
+from shoal.cache.pod_topology import PodMatcher, PodTopologyIndex, per_node, sum_by_domain
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
@@ -69,8 +71,6 @@ from shoal.framework.types import (
     PreFilterResult,
 )
 from shoal.plugins.args import PodTopologySpreadArgs
-from shoal.state.labels import MISSING
-from shoal.state.pod_topology import PodMatcher, PodTopologyIndex, per_node, sum_by_domain
 
 __all__ = [
     "HOSTNAME_KEY",

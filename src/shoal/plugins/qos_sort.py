@@ -9,7 +9,7 @@ from typing import Any
 from shoal.api.podinfo import PodInfo
 from shoal.framework.handle import Handle
 from shoal.gang.manager import GangManager
-from shoal.queues.manager import qos_rank
+from shoal.tenancy.manager import qos_rank
 
 __all__ = ["NAME", "QoSSort"]
 

@@ -1,6 +1,6 @@
 """QueueCapacity (PreFilter, PostFilter): tenant queues' limits and reclaim.
 
-A thin plugin over `shoal.queues.manager.QueueManager` (the CapacityScheduling plugin of
+A thin plugin over `shoal.tenancy.manager.QueueManager` (the CapacityScheduling plugin of
 scheduler-plugins, generalised to a queue tree):
 
 * PreFilter: the pod is admitted only if every queue on its path stays within its
@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import Field
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import PodRecord
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult
@@ -31,8 +32,7 @@ from shoal.framework.types import ActionType, ClusterEvent, EventResource, PreFi
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import Args
 from shoal.preemption.victims import find_victims
-from shoal.queues.manager import QueueManager
-from shoal.state.cluster import PodRecord
+from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "QueueCapacity", "QueueCapacityArgs"]
 

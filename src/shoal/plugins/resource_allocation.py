@@ -16,8 +16,8 @@ from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU, MEMORY, is_extended
+from shoal.cache.snapshot import Snapshot
 from shoal.framework.types import Candidates
-from shoal.state.snapshot import Snapshot
 
 __all__ = ["ResourceColumns", "allocatable_and_requested"]
 

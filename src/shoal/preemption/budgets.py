@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
 from shoal.api.selectors import label_selector_matches
+from shoal.cache.cluster import ClusterState
 from shoal.framework.handle import Handle
-from shoal.state.cluster import ClusterState
 
 __all__ = ["DisruptionBudgets"]
 

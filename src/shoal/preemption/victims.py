@@ -21,9 +21,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.framework.interfaces import NodeFilterStatuses
 from shoal.gang.manager import GangManager
-from shoal.state.cluster import ClusterState, PodRecord
 
 __all__ = ["Victims", "find_victims"]
 

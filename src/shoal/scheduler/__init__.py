@@ -6,15 +6,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.framework.handle import Binder, Clock, Evictor, Handle
 from shoal.framework.registry import PluginSpec, Registry, load_entry_points
-from shoal.queue.scheduling_queue import QueueConfig
 from shoal.scheduler.listener import NullListener, SchedulerListener
 from shoal.scheduler.profiles import build_profiles
 from shoal.scheduler.scheduler import BindingTask, CycleResult, Scheduler
-from shoal.state.cluster import ClusterState
-from shoal.state.snapshot import Snapshot
+from shoal.scheduling_queue.queue import QueueConfig
 
 __all__ = [
     "BindingTask",
@@ -52,7 +52,7 @@ def new_scheduler(
     cluster = cluster or ClusterState()
     memory_evictor = None
     if evictor is None:
-        from shoal.backends.memory import MemoryEvictor
+        from shoal.drivers.memory import MemoryEvictor
 
         evictor = memory_evictor = MemoryEvictor()
     handle = Handle(

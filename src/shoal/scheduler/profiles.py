@@ -192,8 +192,8 @@ def build_profiles(
 
 
 def _scratch_handle() -> Handle:
-    from shoal.state.cluster import ClusterState
-    from shoal.state.snapshot import Snapshot
+    from shoal.cache.cluster import ClusterState
+    from shoal.cache.snapshot import Snapshot
 
     class _NoBinder:
         async def bind(self, pod: Any, node: str) -> None:

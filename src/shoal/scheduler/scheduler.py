@@ -19,6 +19,7 @@ from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
+from shoal.cache.cluster import ClusterState
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.handle import Handle, WaitingPod
@@ -32,10 +33,9 @@ from shoal.gang.cycle import (
     update_reservation,
 )
 from shoal.gang.manager import GangManager
-from shoal.queue.scheduling_queue import QueueConfig, QueuedPod, SchedulingQueue
-from shoal.queues.manager import QueueManager
 from shoal.scheduler.listener import NullListener, SchedulerListener
-from shoal.state.cluster import ClusterState
+from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
+from shoal.tenancy.manager import QueueManager
 
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
 

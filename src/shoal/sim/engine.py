@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from shoal.api.podinfo import PodInfo
-from shoal.backends.memory import ManualClock, MemoryEvictor, run_sync
+from shoal.cache.cluster import ClusterState
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryEvictor, run_sync
 from shoal.framework.handle import BindError
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
@@ -38,7 +39,6 @@ from shoal.sim.queue_metrics import QueueMonitor
 from shoal.sim.results import PodRecord, PodState, Recorder, Summary, UtilisationTracker, summarize
 from shoal.sim.scenario import Scenario
 from shoal.sim.workload import PodSource
-from shoal.state.cluster import ClusterState
 
 __all__ = ["ProgressCallback", "SimOptions", "SimResult", "Simulation", "simulate"]
 

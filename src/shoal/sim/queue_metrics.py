@@ -2,7 +2,7 @@
 
 Sampled on the virtual clock every `interval` seconds while the simulation runs: per
 queue, its dominant share of the cluster (allocation) and its weighted HDRF fair share
-(`shoal.queues.fairshare.fair_shares`), and over the leaf queues with demand, Jain's
+(`shoal.tenancy.fairshare.fair_shares`), and over the leaf queues with demand, Jain's
 fairness index of allocation / fair share (1.0 = every queue exactly at its fair share).
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from shoal.queues.fairshare import dominant_shares, fair_shares, jain_index
-from shoal.queues.manager import QueueManager
-from shoal.state.node_table import NodeTable
+from shoal.cache.node_table import NodeTable
+from shoal.tenancy.fairshare import dominant_shares, fair_shares, jain_index
+from shoal.tenancy.manager import QueueManager
 
 __all__ = ["QueueMonitor", "QueueSample"]
 

@@ -10,9 +10,9 @@ import numpy as np
 
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import PODS
+from shoal.cache.node_table import NodeTable
 from shoal.framework.handle import Clock
 from shoal.framework.status import Status
-from shoal.state.node_table import NodeTable
 
 __all__ = [
     "PodRecord",

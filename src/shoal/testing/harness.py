@@ -24,9 +24,9 @@ import msgspec
 
 from shoal.api.objects import Node, Pod
 from shoal.api.podinfo import PodInfo, pod_key
-from shoal.backends.memory import ManualClock, MemoryBinder, MemoryEvictor, run_sync
 from shoal.config.load import parse_config
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, MemoryEvictor, run_sync
 from shoal.framework.registry import PluginSpec
 from shoal.framework.status import Status
 from shoal.scheduler import new_scheduler

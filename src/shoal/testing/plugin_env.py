@@ -22,14 +22,14 @@ import numpy as np
 
 from shoal.api.objects import Node, Pod
 from shoal.api.podinfo import PodInfo
-from shoal.backends.memory import ManualClock, MemoryBinder
+from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
+from shoal.drivers.memory import ManualClock, MemoryBinder
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import Plugin
 from shoal.framework.status import Code, Status
 from shoal.framework.types import Candidates, PreFilterResult
-from shoal.state.cluster import ClusterState
-from shoal.state.snapshot import Snapshot
 from shoal.testing.builders import NodeBuilder, PodBuilder
 
 __all__ = ["FilterReport", "as_pod_info", "make_handle", "run_filter", "run_score"]

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.gpu_devices import GpuDevices
 from shoal.experiments.openb.protocol import target_workload
 from shoal.experiments.openb.runner import (
     _MEMORY_ARGS,
@@ -36,7 +37,6 @@ from shoal.experiments.openb.trace import NAMESPACE, Trace, node_manifest, pod_m
 from shoal.sim.engine import SimOptions, Simulation
 from shoal.sim.scenario import Scenario
 from shoal.sim.workload import PodSource
-from shoal.state.gpu_devices import GpuDevices
 
 __all__ = [
     "ReplayResult",

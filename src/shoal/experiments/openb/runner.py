@@ -26,8 +26,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from shoal.backends.memory import ManualClock, MemoryBinder, run_sync
+from shoal.cache.cluster import ClusterState
+from shoal.cache.gpu_devices import GpuDevices
+from shoal.cache.gpu_frag import TargetWorkload
+from shoal.cache.snapshot import Snapshot
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
 from shoal.experiments.openb.protocol import (
     DEFAULT_RATIO,
     bin_curve,
@@ -37,13 +41,9 @@ from shoal.experiments.openb.protocol import (
 from shoal.experiments.openb.trace import Trace, load_trace, node_manifest, pod_manifest
 from shoal.framework.handle import Handle
 from shoal.framework.types import Candidates
-from shoal.queue.scheduling_queue import QueueConfig
 from shoal.scheduler import Scheduler, default_registry
 from shoal.scheduler.profiles import build_profiles
-from shoal.state.cluster import ClusterState
-from shoal.state.gpu_devices import GpuDevices
-from shoal.state.gpu_frag import TargetWorkload
-from shoal.state.snapshot import Snapshot
+from shoal.scheduling_queue.queue import QueueConfig
 
 __all__ = [
     "POLICIES",

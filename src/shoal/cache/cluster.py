@@ -1,0 +1,167 @@
+"""ClusterState: the scheduler's cache of nodes and the pods placed on them.
+
+Backends feed it what they observe (node and pod add/update/delete); the scheduler
+*assumes* a pod onto a node at Reserve, before the bind is confirmed, and *forgets* it
+if binding fails. Bound pods count wherever they came from, including pods bound by
+another scheduler or created with `spec.nodeName`.
+
+Observers (e.g. the pod-topology index used by affinity and spread plugins) subscribe to
+pod placement and node row changes so their counters stay incremental.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from shoal.api.objects import Node
+from shoal.api.podinfo import PodInfo
+from shoal.cache.node_table import NodeTable
+
+__all__ = ["ClusterState", "PlacementObserver", "PodRecord"]
+
+
+class PlacementObserver(Protocol):
+    """Told about every pod that starts or stops occupying a node row."""
+
+    def pod_placed(self, row: int, pod: PodInfo) -> None: ...
+    def pod_unplaced(self, row: int, pod: PodInfo) -> None: ...
+    def row_moved(self, src: int, dst: int) -> None: ...
+    def node_changed(self, row: int) -> None: ...
+
+
+@dataclass(slots=True)
+class PodRecord:
+    pod: PodInfo
+    node: str
+    assumed: bool  # True until the backend confirms the bind
+
+
+@dataclass
+class ClusterState:
+    table: NodeTable = field(default_factory=NodeTable)
+    # uid -> where the pod is (assumed or bound), whether or not its node is known yet.
+    placed: dict[str, PodRecord] = field(default_factory=dict)
+    # Pods bound to nodes we have not seen yet (informer order is not guaranteed).
+    _waiting_for_node: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
+    observers: list[PlacementObserver] = field(default_factory=list)
+    # Pods that preempted room on a node and wait to be placed there (kube's nominator):
+    # uid -> (node, pod). Lower- or equal-priority pods treat that room as taken.
+    nominations: dict[str, tuple[str, PodInfo]] = field(default_factory=dict)
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        self.nominations[pod.uid] = (node, pod)
+
+    def clear_nomination(self, uid: str) -> None:
+        self.nominations.pop(uid, None)
+
+    # ---- nodes -------------------------------------------------------------------
+
+    def add_node(self, node: Node) -> None:
+        name = node.metadata.name
+        if name in self.table.row_of:
+            self.update_node(node)
+            return
+        row = self.table.add(node)
+        for obs in self.observers:
+            obs.node_changed(row)
+        for pod in self._waiting_for_node.pop(name, {}).values():
+            self._occupy(row, pod)
+
+    def update_node(self, node: Node) -> None:
+        if node.metadata.name not in self.table.row_of:
+            self.add_node(node)
+            return
+        row = self.table.update(node)
+        for obs in self.observers:
+            obs.node_changed(row)
+
+    def remove_node(self, name: str) -> list[PodInfo]:
+        """Remove a node. Its pods stay recorded (they still exist in the API) until deleted."""
+        if name not in self.table.row_of:
+            return []
+        row = self.table.row_of[name]
+        for pod in list(self.table.pods[row].values()):
+            for obs in self.observers:
+                obs.pod_unplaced(row, pod)
+        last = self.table.n - 1
+        pods = self.table.remove(name)
+        if row != last:
+            for obs in self.observers:
+                obs.row_moved(last, row)
+        self._waiting_for_node[name] = {p.uid: p for p in pods}
+        return pods
+
+    def node(self, name: str) -> Node | None:
+        row = self.table.row_of.get(name)
+        return None if row is None else self.table.nodes[row]
+
+    # ---- pods --------------------------------------------------------------------
+
+    def assume(self, pod: PodInfo, node: str) -> None:
+        """Count the pod on the node before its binding is confirmed (Reserve)."""
+        if pod.uid in self.placed:
+            raise ValueError(f"pod {pod.key} is already placed on {self.placed[pod.uid].node}")
+        self.placed[pod.uid] = PodRecord(pod, node, assumed=True)
+        self._attach(pod, node)
+
+    def forget(self, pod: PodInfo) -> None:
+        """Undo `assume` after a failed bind or a rejected Permit."""
+        record = self.placed.get(pod.uid)
+        if record is None or not record.assumed:
+            return
+        del self.placed[pod.uid]
+        self._detach(record.pod, record.node)
+
+    def confirm(self, uid: str) -> None:
+        """The backend has seen the bind land."""
+        record = self.placed.get(uid)
+        if record is not None:
+            record.assumed = False
+
+    def add_bound_pod(self, pod: PodInfo, node: str) -> None:
+        """A pod observed with spec.nodeName set (bound by us, by others, or static)."""
+        record = self.placed.get(pod.uid)
+        if record is not None:
+            if record.node == node:
+                record.assumed = False
+                if record.pod is not pod:
+                    self._detach(record.pod, node)
+                    record.pod = pod
+                    self._attach(pod, node)
+                return
+            self._detach(record.pod, record.node)
+        self.placed[pod.uid] = PodRecord(pod, node, assumed=False)
+        self._attach(pod, node)
+
+    def remove_pod(self, uid: str) -> PodInfo | None:
+        record = self.placed.pop(uid, None)
+        if record is None:
+            return None
+        self._detach(record.pod, record.node)
+        return record.pod
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        row = self.table.row_of.get(node)
+        return [] if row is None else list(self.table.pods[row].values())
+
+    def _attach(self, pod: PodInfo, node: str) -> None:
+        row = self.table.row_of.get(node)
+        if row is None:
+            self._waiting_for_node.setdefault(node, {})[pod.uid] = pod
+            return
+        self._occupy(row, pod)
+
+    def _occupy(self, row: int, pod: PodInfo) -> None:
+        self.table.place(row, pod)
+        for obs in self.observers:
+            obs.pod_placed(row, pod)
+
+    def _detach(self, pod: PodInfo, node: str) -> None:
+        row = self.table.row_of.get(node)
+        if row is None:
+            self._waiting_for_node.get(node, {}).pop(pod.uid, None)
+            return
+        self.table.unplace(row, pod)
+        for obs in self.observers:
+            obs.pod_unplaced(row, pod)

@@ -1,0 +1,341 @@
+"""GPU devices per node row, kept current by cluster placement events.
+
+`GpuDevices` is a `PlacementObserver` shared by the GPU plugins (`Handle.services`):
+
+* `free[row, i]`: free milli-GPU of device `i` of the node in `row` (0 past its last
+  device), `count[row]` devices, `model[row]` a code into `models` (-1: no model label);
+* `kinds[row, k]`: how many GPU pods of each kind ("share-gpu", "1-gpu", ...) the node
+  runs (GpuClustering reads it);
+* `version[row]`: bumped on every change of the row (a pod placed or removed, the node
+  updated or moved), so policies can cache per-node results and recompute stale rows only.
+
+Which devices a pod takes is decided when the pod is placed on a row (`pod_placed`, fired
+by `ClusterState.assume` right after host selection): the device plan a Score plugin
+published for that pod and row (`plan`), else the indices recorded on the pod
+(`shoal.dev/gpu-index`, for pods bound elsewhere), else the default: the tightest device
+that fits for a GPU share, the lowest-index free devices for whole GPUs. `pod_unplaced`
+gives the devices back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.gpu import (
+    GPU_MILLI,
+    NO_GPU,
+    GpuRequest,
+    GpuRequestError,
+    node_gpus,
+    pod_gpu_index,
+    pod_gpu_request,
+)
+from shoal.api.podinfo import PodInfo
+from shoal.api.resources import CPU
+from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
+from shoal.framework.cycle_state import CycleState
+
+G = TypeVar("G", bound=np.generic)
+
+__all__ = [
+    "MAX_SPEC_CPU",
+    "MAX_SPEC_GPU",
+    "SERVICE_NAME",
+    "Assignment",
+    "GpuDevices",
+    "cpu_left",
+    "remember_request",
+    "request_of",
+]
+
+SERVICE_NAME = "shoal.gpu_devices"
+"""The key of the shared device table in `Handle.services`."""
+
+_REQUEST_KEY = "shoal.gpu_request"
+
+MAX_SPEC_CPU = 128_000
+"""Normalisation constants of the published policies: the largest node (milli-cpu)..."""
+MAX_SPEC_GPU = 8_000
+"""...and milli-GPU (8 devices)."""
+
+
+def cpu_left(snapshot: Snapshot, index: slice | NDArray[np.intp]) -> NDArray[np.int64]:
+    """Unrequested milli-cpu of the indexed nodes."""
+    col = snapshot.resource_index[CPU]
+    left: NDArray[np.int64] = snapshot.allocatable[index, col] - snapshot.requested[index, col]
+    return left
+
+
+class _HasClusterAndServices(Protocol):
+    cluster: ClusterState
+    services: dict[str, object]
+
+
+def remember_request(state: CycleState, pod: PodInfo, request: GpuRequest) -> None:
+    """Store the pod's parsed request for this cycle (read back by `request_of`)."""
+    state.write(_REQUEST_KEY, (pod, request))
+
+
+def request_of(state: CycleState | None, pod: PodInfo) -> GpuRequest:
+    """The pod's GPU request, parsed once per cycle (NO_GPU if it is invalid: GpuShare's
+    PreFilter rejects such pods with the parse error)."""
+    if state is not None:
+        found = state.get(_REQUEST_KEY)
+        if found is not None and found[0] is pod:
+            return found[1]  # type: ignore[no-any-return]
+    try:
+        request = pod_gpu_request(pod)
+    except GpuRequestError:
+        request = NO_GPU
+    if state is not None:
+        state.write(_REQUEST_KEY, (pod, request))
+    return request
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Devices a placed pod holds (empty when none could be found: overcommitted)."""
+
+    row: int
+    devices: tuple[int, ...]
+    milli: int
+    kind: int
+
+
+class GpuDevices:
+    """Row-aligned GPU device state; see the module docstring."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self.cluster = cluster
+        self._capacity = 0
+        self.width = 0
+        self.free: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        self.count: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self.model: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self.version: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        # Per row: the largest free milli of a device, and the number of fully free devices.
+        self.max_free: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self.full: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self.kinds: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        self.kind_index: dict[str, int] = {}
+        self.models: list[str] = []
+        self._model_code: dict[str, int] = {}
+        self._names: list[str | None] = []
+        self._tick = 0
+        self.assigned: dict[str, Assignment] = {}
+        self.allocated_milli = 0
+        self._plan: tuple[str, NDArray[np.intp], NDArray[np.int64]] | None = None
+
+    # ---- creation ------------------------------------------------------------------
+
+    @classmethod
+    def of(cls, handle: _HasClusterAndServices) -> GpuDevices:
+        """The handle's shared device table, created and subscribed on first use."""
+        found = handle.services.get(SERVICE_NAME)
+        if isinstance(found, GpuDevices):
+            return found
+        devices = cls(handle.cluster)
+        table = handle.cluster.table
+        for row in range(table.n):
+            devices.node_changed(row)
+            for pod in table.pods[row].values():
+                devices.pod_placed(row, pod)
+        handle.cluster.observers.append(devices)
+        handle.services[SERVICE_NAME] = devices
+        return devices
+
+    # ---- storage -------------------------------------------------------------------
+
+    def _ensure(self, rows: int, width: int = 0) -> None:
+        width = max(width, self.width)
+        if rows <= self._capacity and width <= self.width:
+            return
+        cap = max(rows, self._capacity * 2, 64) if rows > self._capacity else self._capacity
+        free = np.zeros((cap, width), dtype=np.int32)
+        free[: self._capacity, : self.width] = self.free
+        self.free = free
+        self.count = _grow(self.count, cap, 0)
+        self.model = _grow(self.model, cap, -1)
+        self.version = _grow(self.version, cap, 0)
+        self.max_free = _grow(self.max_free, cap, 0)
+        self.full = _grow(self.full, cap, 0)
+        kinds = np.zeros((cap, self.kinds.shape[1]), dtype=np.int32)
+        kinds[: self._capacity] = self.kinds
+        self.kinds = kinds
+        self._names += [None] * (cap - self._capacity)
+        self._capacity = cap
+        self.width = width
+
+    def _kind(self, name: str) -> int:
+        k = self.kind_index.get(name)
+        if k is None:
+            k = self.kind_index[name] = len(self.kind_index)
+            pad = np.zeros((self._capacity, 1), dtype=np.int32)
+            self.kinds = np.hstack([self.kinds, pad])
+        return k
+
+    def model_code(self, model: str) -> int:
+        """The code of a model name (-1 for "" and for models no node has)."""
+        return self._model_code.get(model, -1) if model else -1
+
+    def _bump(self, row: int) -> None:
+        self._tick += 1
+        self.version[row] = self._tick
+
+    def _summarize(self, row: int) -> None:
+        free = self.free[row]
+        self.max_free[row] = free.max() if len(free) else 0
+        self.full[row] = int((free == GPU_MILLI).sum())
+
+    @property
+    def capacity_milli(self) -> int:
+        n = self.cluster.table.n
+        return int(self.count[:n].sum()) * GPU_MILLI
+
+    # ---- device plans --------------------------------------------------------------
+
+    def plan(self, uid: str, rows: NDArray[np.intp], choice: NDArray[np.int64]) -> None:
+        """Publish the devices the pod would take on each of `rows` (sorted ascending);
+        `choice[i]` holds the device indices for `rows[i]`. Replaces any earlier plan."""
+        self._plan = (uid, rows, choice.reshape(len(rows), -1))
+
+    def _planned(self, row: int, pod: PodInfo) -> tuple[int, ...] | None:
+        plan = self._plan
+        if plan is None or plan[0] != pod.uid:
+            return None
+        self._plan = None
+        rows, choice = plan[1], plan[2]
+        i = int(np.searchsorted(rows, row))
+        if i >= len(rows) or rows[i] != row:
+            return None
+        return tuple(int(d) for d in choice[i])
+
+    def default_choice(self, row: int, request: GpuRequest) -> tuple[int, ...]:
+        """Tightest-fitting devices for a share, lowest-index free devices otherwise."""
+        free = self.free[row, : self.count[row]]
+        fits = np.flatnonzero(free >= request.milli)
+        if len(fits) < request.count:
+            return ()
+        if request.shared:
+            fits = fits[np.argsort(free[fits], kind="stable")]
+        return tuple(int(d) for d in fits[: request.count])
+
+    def _valid(self, row: int, devices: tuple[int, ...] | None, request: GpuRequest) -> bool:
+        if devices is None or len(devices) != request.count or len(set(devices)) != len(devices):
+            return False
+        n = int(self.count[row])
+        return all(0 <= d < n and self.free[row, d] >= request.milli for d in devices)
+
+    # ---- PlacementObserver ---------------------------------------------------------
+
+    def pod_placed(self, row: int, pod: PodInfo) -> None:
+        self._bump(row)
+        request = request_of(None, pod)
+        if not request:
+            return
+        devices = self._planned(row, pod)
+        if not self._valid(row, devices, request):
+            devices = pod_gpu_index(pod)
+            if not self._valid(row, devices, request):
+                devices = self.default_choice(row, request)
+        assert devices is not None
+        kind = self._kind(request.affinity)
+        self.kinds[row, kind] += 1
+        if devices:
+            self.free[row, list(devices)] -= request.milli
+            self.allocated_milli += request.milli * len(devices)
+            self._summarize(row)
+        self.assigned[pod.uid] = Assignment(row, devices, request.milli, kind)
+
+    def pod_unplaced(self, row: int, pod: PodInfo) -> None:
+        self._bump(row)
+        found = self.assigned.pop(pod.uid, None)
+        if found is None:
+            return
+        self.kinds[row, found.kind] -= 1
+        if found.devices:
+            self.free[row, list(found.devices)] += found.milli
+            self.allocated_milli -= found.milli * len(found.devices)
+            self._summarize(row)
+
+    def row_moved(self, src: int, dst: int) -> None:
+        for array in (self.free, self.count, self.model, self.kinds, self.max_free, self.full):
+            array[dst] = array[src]
+        for array in (self.free, self.count, self.kinds, self.max_free, self.full):
+            array[src] = 0
+        self.model[src] = -1
+        self._names[dst] = self._names[src]
+        self._names[src] = None
+        self._bump(dst)
+        self._bump(src)
+        for uid, found in list(self.assigned.items()):
+            if found.row == src:
+                self.assigned[uid] = Assignment(dst, found.devices, found.milli, found.kind)
+
+    def node_changed(self, row: int) -> None:
+        table = self.cluster.table
+        node = table.nodes[row]
+        count, model = node_gpus(node)
+        self._ensure(max(row + 1, table.n), count)
+        self._bump(row)
+        name = node.metadata.name
+        if model and model not in self._model_code:
+            self._model_code[model] = len(self.models)
+            self.models.append(model)
+        self.model[row] = self.model_code(model)
+        if self._names[row] == name and self.count[row] == count:
+            self._summarize(row)
+            return
+        self._names[row] = name
+        self.count[row] = count
+        self.free[row] = 0
+        self.free[row, :count] = GPU_MILLI
+        # Pods already on the row keep their devices where they still exist.
+        for uid, found in list(self.assigned.items()):
+            if found.row != row:
+                continue
+            kept = tuple(d for d in found.devices if d < count)
+            if kept:
+                self.free[row, list(kept)] -= found.milli
+            self.allocated_milli -= found.milli * (len(found.devices) - len(kept))
+            self.assigned[uid] = Assignment(row, kept, found.milli, found.kind)
+        self._summarize(row)
+
+    # ---- queries -------------------------------------------------------------------
+
+    def devices_of(self, uid: str) -> tuple[int, ...] | None:
+        found = self.assigned.get(uid)
+        return None if found is None else found.devices
+
+    def enough(self, request: GpuRequest, index: slice | NDArray[np.intp]) -> NDArray[np.bool_]:
+        """Which nodes have `request.count` devices with `request.milli` free each."""
+        if request.count == 1:
+            return self.max_free[index] >= request.milli
+        if request.milli >= GPU_MILLI:
+            return self.full[index] >= request.count
+        fits: NDArray[np.bool_] = (self.free[index] >= request.milli).sum(axis=1) >= request.count
+        return fits
+
+    def total_free(self, index: slice | NDArray[np.intp]) -> NDArray[np.int64]:
+        total: NDArray[np.int64] = self.free[index].sum(axis=1, dtype=np.int64)
+        return total
+
+    def model_allowed(
+        self, request: GpuRequest, index: slice | NDArray[np.intp]
+    ) -> NDArray[np.bool_] | None:
+        """Which nodes have an allowed model (None: the pod accepts any model)."""
+        if request.models is None:
+            return None
+        codes = [self._model_code[m] for m in request.models if m in self._model_code]
+        return np.isin(self.model[index], codes)
+
+
+def _grow(array: NDArray[G], cap: int, fill: int) -> NDArray[G]:
+    out = np.full(cap, fill, dtype=array.dtype)
+    out[: len(array)] = array
+    return out

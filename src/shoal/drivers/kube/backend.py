@@ -1,0 +1,722 @@
+"""The Kubernetes backend: informers -> scheduler core -> binder pool.
+
+    API server ──list+watch──> informers ──add/update/delete──> Scheduler (sans-I/O core)
+        ^                                                           │ schedule_one()
+        │                                                           v
+        ├──── pods/binding <──── binding cycles (asyncio tasks) <── take_bindings()
+        ├──── pods/status, events <── KubeListener (PodStatusWriter, EventRecorder)
+        └──── Lease <── LeaderElector (only the leader runs the scheduling loop)
+
+Everything runs on one asyncio event loop, so the core is only ever touched from one
+thread and needs no locks: informer handlers feed it between scheduling cycles, the
+scheduling loop yields to the loop every few milliseconds, and binding cycles are
+awaited concurrently (bounded by the binder's concurrency and the client's QPS).
+
+Restart safety. Nothing the scheduler must not lose lives only in its memory:
+
+* Scheduling starts only after every informer delivered its first list, so the cache
+  holds every bound pod (bound by anyone: kube-scheduler, `spec.nodeName`, an earlier
+  Shoal) before the first decision; pending pods are found in the same list.
+* An assumed pod exists only in memory until its Binding is accepted. If Shoal dies
+  before that, the pod is still pending in the API and the next leader schedules it; if
+  it dies after, the pod is bound in the API and the next leader counts it.
+* A pod is never bound twice: the Binding carries the pod's UID and the API server
+  refuses a pod that already has a node (409). A bind that timed out but landed is seen
+  bound by the informer; a retry of it gets 409, and the pod is dropped from the queue.
+* While a pod's binding cycle is in flight, informer updates for it are held back and
+  applied when the cycle ends, so the core never requeues a pod it has assumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shoal.api.errors import ManifestError
+from shoal.api.manifests import decode
+from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
+from shoal.api.queue import PodDisruptionBudget
+from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
+from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
+from shoal.drivers.kube.informer import Informer, InformerSettings
+from shoal.drivers.kube.leader import LeaderElector, LeaderSettings, LeadershipLost
+from shoal.drivers.kube.resources import (
+    ELASTIC_QUOTAS,
+    ELASTIC_QUOTAS_SIGS,
+    NAMESPACES,
+    NODE_POOLS,
+    NODES,
+    PDBS,
+    PODGROUPS,
+    PODGROUPS_SIGS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUE_BINDINGS,
+    QUEUES,
+    VOLCANO_PODGROUPS,
+    ResourceKind,
+    object_key,
+    object_ref,
+)
+from shoal.drivers.kube.status import EventRecorder, KubeListener, PodStatusWriter
+from shoal.drivers.kube.tenancy import TenancySync
+from shoal.framework.registry import PluginSpec
+from shoal.preemption.budgets import DisruptionBudgets
+from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
+from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
+from shoal.web.server import Check
+
+__all__ = [
+    "WATCHED",
+    "KubeBackend",
+    "KubeOptions",
+    "WallClock",
+    "Watched",
+]
+
+log = logging.getLogger("shoal.kube")
+
+
+class WallClock:
+    """Seconds on a monotonic clock (the scheduler only compares and subtracts)."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+
+# ---- what is watched, and what each kind does to the scheduler ------------------------
+
+Upsert = Callable[["KubeBackend", Any, JSON], None]  # backend, decoded object, raw object
+Remove = Callable[["KubeBackend", str, str], None]  # backend, namespace, name
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A kind the backend watches: its resource, and how objects reach the core.
+
+    Pods and nodes are handled by the backend itself (`upsert` None); every other kind
+    is decoded with `kind.model` (an undecodable object is reported, not applied) and
+    handed to `upsert` / `remove`. Watching a new kind is one `Watched(...)` entry in
+    `WATCHED`.
+    """
+
+    kind: ResourceKind
+    upsert: Upsert | None = None
+    remove: Remove | None = None
+
+
+def _priority_class(b: KubeBackend, pc: PriorityClass, raw: JSON) -> None:
+    b.scheduler.add_priority_class(pc)
+
+
+def _priority_class_gone(b: KubeBackend, namespace: str, name: str) -> None:
+    b.scheduler.priority_classes.pop(name, None)
+
+
+def _pod_group(b: KubeBackend, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
+    b.scheduler.add_pod_group(group)
+
+
+def _pod_group_gone(b: KubeBackend, namespace: str, name: str) -> None:
+    b.scheduler.gangs.delete_pod_group(namespace or "default", name)
+
+
+def _pdb(b: KubeBackend, pdb: PodDisruptionBudget, raw: JSON) -> None:
+    DisruptionBudgets.of(b.scheduler.handle).add(pdb)
+
+
+def _pdb_gone(b: KubeBackend, namespace: str, name: str) -> None:
+    DisruptionBudgets.of(b.scheduler.handle).remove(namespace or "default", name)
+
+
+def _namespace(b: KubeBackend, namespace: JSON, raw: JSON) -> None:
+    meta = raw.get("metadata") or {}
+    b.scheduler.set_namespace_labels(str(meta.get("name", "")), dict(meta.get("labels") or {}))
+
+
+def _namespace_gone(b: KubeBackend, namespace: str, name: str) -> None:
+    b.scheduler.set_namespace_labels(name, {})
+
+
+def _tenancy(kind: ResourceKind) -> Watched:
+    def upsert(b: KubeBackend, obj: Any, raw: JSON) -> None:
+        b.tenancy.upsert(kind, obj, raw)
+
+    def remove(b: KubeBackend, namespace: str, name: str) -> None:
+        b.tenancy.remove(kind, namespace, name)
+
+    return Watched(kind, upsert, remove)
+
+
+WATCHED: list[Watched] = [
+    Watched(NODES),
+    Watched(PODS),
+    Watched(PRIORITY_CLASSES, _priority_class, _priority_class_gone),
+    Watched(PDBS, _pdb, _pdb_gone),
+    Watched(NAMESPACES, _namespace, _namespace_gone),
+    Watched(PODGROUPS, _pod_group, _pod_group_gone),
+    Watched(PODGROUPS_SIGS, _pod_group, _pod_group_gone),
+    Watched(VOLCANO_PODGROUPS, _pod_group, _pod_group_gone),
+    _tenancy(QUEUES),
+    _tenancy(QUEUE_BINDINGS),
+    _tenancy(NODE_POOLS),
+    _tenancy(ELASTIC_QUOTAS),
+    _tenancy(ELASTIC_QUOTAS_SIGS),
+]
+
+
+# ---- options ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    identity: str = "shoal"
+    qps: float = 50.0
+    burst: int = 100
+    bind_concurrency: int = 64
+    request_timeout: float = 10.0
+    leader_elect: bool = True
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    informer: InformerSettings = field(default_factory=InformerSettings)
+    max_idle_seconds: float = 1.0  # tick at least this often when idle
+    yield_every_seconds: float = 0.005  # let I/O run at least this often while busy
+    event_repeat_seconds: float = 60.0
+    shutdown_grace_seconds: float = 5.0
+    watched: tuple[Watched, ...] = ()  # empty: WATCHED
+
+    @staticmethod
+    def from_config(config: KubeSchedulerConfiguration, **overrides: Any) -> KubeOptions:
+        """Defaults from KubeSchedulerConfiguration's clientConnection and
+        leaderElection (kube's field names and duration strings), then overrides."""
+        client = config.client_connection
+        election = config.leader_election
+        values: dict[str, Any] = {}
+        if "qps" in client:
+            values["qps"] = float(client["qps"])
+        if "burst" in client:
+            values["burst"] = int(client["burst"])
+        if "leaderElect" in election:
+            values["leader_elect"] = bool(election["leaderElect"])
+        leader = LeaderSettings(
+            name=str(election.get("resourceName", "shoal")),
+            namespace=str(election.get("resourceNamespace", "kube-system")),
+            lease_duration=parse_duration(election.get("leaseDuration", "15s")),
+            renew_deadline=parse_duration(election.get("renewDeadline", "10s")),
+            retry_period=parse_duration(election.get("retryPeriod", "2s")),
+        )
+        values["leader"] = leader
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return KubeOptions(**values)
+
+
+def parse_duration(value: object) -> float:
+    """A Go duration ("15s", "1m30s", "500ms") or a number of seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    total, number = 0.0, ""
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = next(
+            (u for u in ("ms", "us", "µs", "ns", "h", "m", "s") if text.startswith(u, i)), None
+        )
+        if unit is None or not number:
+            raise ValueError(f"invalid duration {value!r}")
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number:
+        raise ValueError(f"invalid duration {value!r}: missing unit")
+    return total
+
+
+# ---- the backend -----------------------------------------------------------------------
+
+
+class KubeBackend:
+    def __init__(
+        self,
+        config: KubeSchedulerConfiguration,
+        connection: Connection,
+        options: KubeOptions | None = None,
+        *,
+        metrics: SchedulerMetrics | None = None,
+        registry: Mapping[str, PluginSpec] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.options = options or KubeOptions()
+        opts = self.options
+        self.metrics = metrics or SchedulerMetrics()
+        connection.observer = connection.observer or self.metrics
+        agent = f"shoal/{_version()} ({opts.identity})"
+
+        def settings(qps: float, burst: int) -> ClientSettings:
+            return ClientSettings(
+                qps=qps, burst=burst, timeout=opts.request_timeout, user_agent=agent
+            )
+
+        # Separate clients (connection pools, rate limiters), as kube-scheduler has.
+        self.client: KubeClient = connection.client("scheduler", settings(opts.qps, opts.burst))
+        self.events_client = connection.client("events", settings(opts.qps, opts.burst))
+        self.leader_client = connection.client("leader-election", settings(0, 1))
+        self.connection = connection
+
+        self.events = EventRecorder(
+            self.events_client,
+            opts.identity,
+            self.metrics,
+            repeat_after=opts.event_repeat_seconds,
+        )
+        self.status = PodStatusWriter(self.client, self.lookup_pod)
+        self.listener = KubeListener(self.status, self.events, self.metrics)
+        self.binder = KubeBinder(
+            self.client,
+            self.lookup_pod,
+            self.metrics,
+            concurrency=opts.bind_concurrency,
+            timeout=opts.request_timeout,
+        )
+        self.evictor = KubeEvictor(self.client, self.events, self.metrics)
+        self.clock = WallClock()
+        self.scheduler: Scheduler = new_scheduler(
+            config,
+            clock=self.clock,
+            binder=self.binder,
+            seed=seed,
+            listener=self.listener,
+            evictor=self.evictor,
+            registry=registry,
+        )
+        register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
+        self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)
+
+        self.watched: dict[str, Watched] = {}
+        self.informers: dict[str, Informer] = {}
+        for watched in opts.watched or tuple(WATCHED):
+            self.watched[watched.kind.name] = watched
+            self.informers[watched.kind.name] = Informer(
+                self.client, watched.kind, self, opts.informer, observer=self.metrics
+            )
+        self.pods = self.informers[PODS.name]
+
+        self.elector: LeaderElector | None = None
+        if opts.leader_elect:
+            self.elector = LeaderElector(
+                self.leader_client,
+                LeaderSettings(
+                    name=opts.leader.name,
+                    namespace=opts.leader.namespace,
+                    identity=opts.identity,
+                    lease_duration=opts.leader.lease_duration,
+                    renew_deadline=opts.leader.renew_deadline,
+                    retry_period=opts.leader.retry_period,
+                ),
+                on_change=self._leader_changed,
+            )
+        self.leading = False
+        self.events.enabled = False
+        # Pod uids handed to the scheduler, with what of them scheduling depends on.
+        self._known: dict[str, tuple[object, ...]] = {}
+        self._inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
+        self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
+        self._bind_tasks: set[asyncio.Task[None]] = set()
+        self._invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._background: list[asyncio.Task[Any]] = []
+        self._loop_beat = time.monotonic()
+        self.cycles = 0
+        self.bound = 0
+        self.started = False
+        self.crashed: BaseException | None = None
+
+    # ---- lookups -------------------------------------------------------------------
+
+    def lookup_pod(self, key: str) -> JSON | None:
+        """The informer's latest copy of a pod, by `namespace/name`."""
+        return self.pods.store.get(key)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers.values())
+
+    # ---- health ----------------------------------------------------------------------
+
+    def healthz(self) -> list[Check]:
+        checks = [Check("ping", True)]
+        if self.crashed is not None:
+            checks.append(Check("scheduler", False, f"crashed: {self.crashed}"))
+        if self.elector is not None and self.leading:
+            overdue = time.monotonic() - self.elector.last_renew
+            limit = self.options.leader.renew_deadline + self.options.leader.retry_period
+            checks.append(
+                Check("leaderElection", overdue < limit, f"lease not renewed for {overdue:.1f}s")
+            )
+        if self.leading:
+            stalled = time.monotonic() - self._loop_beat
+            checks.append(
+                Check("schedulingLoop", stalled < 60, f"no scheduling loop pass for {stalled:.0f}s")
+            )
+        return checks
+
+    def readyz(self) -> list[Check]:
+        waiting = [n for n, i in self.informers.items() if not i.synced.is_set()]
+        return [
+            *self.healthz(),
+            Check("informerSync", not waiting, "waiting for " + ", ".join(waiting)),
+        ]
+
+    # ---- running -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch, win the lease, schedule. Returns after `stop()`; raises LeadershipLost
+        when the lease is lost (the process should exit and be restarted as a standby)."""
+        self.started = True
+        tasks = [
+            asyncio.create_task(i.run(), name=f"informer-{n}") for n, i in self.informers.items()
+        ]
+        tasks.append(asyncio.create_task(self.status.run(), name="status-writer"))
+        tasks.append(asyncio.create_task(self.events.run(), name="event-recorder"))
+        self._background = tasks
+        stop = asyncio.create_task(self._stopping.wait())
+        schedule: asyncio.Task[None] | None = None
+        hold: asyncio.Task[None] | None = None
+        try:
+            await self._until(self._wait_synced(), stop)
+            if self._stopping.is_set():
+                return
+            self.tenancy.ready = True
+            self.tenancy.apply()
+            log.info(
+                "caches synced: %d nodes, %d pods",
+                len(self.informers[NODES.name].store),
+                len(self.pods.store),
+                extra={"identity": self.options.identity},
+            )
+            if self.elector is not None:
+                await self._until(self.elector.acquire(), stop)
+                if self._stopping.is_set():
+                    return
+                hold = asyncio.create_task(self.elector.hold(), name="lease-renewal")
+            else:
+                self._leader_changed(True)
+            schedule = asyncio.create_task(self._schedule_loop(), name="scheduling-loop")
+            waiters: set[asyncio.Task[Any]] = {stop, schedule}
+            if hold is not None:
+                waiters.add(hold)
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if hold is not None and hold in done:
+                self._leader_changed(False)
+                hold.result()  # raises LeadershipLost
+            if schedule in done:
+                schedule.result()  # a crash of the loop itself
+        except LeadershipLost:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self.crashed = err
+            log.exception("the scheduler stopped on an unexpected error")
+            raise
+        finally:
+            clean = self._stopping.is_set()
+            for loop_task in (schedule, hold):
+                if loop_task is not None:
+                    loop_task.cancel()
+            if clean:
+                await self._drain()
+                if self.elector is not None:
+                    await self.elector.release()
+            for task in [*self._bind_tasks, *tasks, stop]:
+                task.cancel()
+            await asyncio.gather(*self._bind_tasks, *tasks, stop, return_exceptions=True)
+            self._leader_changed(False)
+
+    def stop(self) -> None:
+        """Ask `run` to return: finish in-flight binds (briefly), release the lease."""
+        self._stopping.set()
+
+    async def _until(self, coro: Any, stop: asyncio.Task[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        else:
+            task.result()
+
+    async def _wait_synced(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
+
+    async def _drain(self) -> None:
+        if not self._bind_tasks:
+            return
+        _, pending = await asyncio.wait(
+            set(self._bind_tasks), timeout=self.options.shutdown_grace_seconds
+        )
+        if pending:
+            log.warning("%d binds still in flight at shutdown", len(pending))
+
+    def _leader_changed(self, leading: bool) -> None:
+        self.leading = leading
+        self.events.enabled = leading
+        self.metrics.leader.labels(self.options.leader.name).set(1 if leading else 0)
+        if leading:
+            for kind, raw, message in list(self._invalid.values()):
+                self._report_invalid(kind, raw, message, log_it=False)
+
+    # ---- the scheduling loop -----------------------------------------------------------
+
+    async def _schedule_loop(self) -> None:
+        s = self.scheduler
+        opts = self.options
+        while True:
+            self._loop_beat = time.monotonic()
+            self._wake.clear()
+            s.tick()
+            self._launch(s.take_bindings())
+            slice_start = time.perf_counter()
+            while s.has_work():
+                self._schedule_one()
+                if time.perf_counter() - slice_start > opts.yield_every_seconds:
+                    await asyncio.sleep(0)
+                    self._loop_beat = time.monotonic()
+                    slice_start = time.perf_counter()
+            wake = s.next_wakeup()
+            delay = opts.max_idle_seconds
+            if wake is not None:
+                delay = min(delay, max(0.0, wake - self.clock.now()))
+            if delay > 0 and not self._wake.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+            else:
+                await asyncio.sleep(0)
+
+    def _schedule_one(self) -> None:
+        started = time.perf_counter()
+        try:
+            result = self.scheduler.schedule_one()
+        except Exception:
+            log.exception("a scheduling cycle failed")
+            self.metrics.schedule_attempts.labels("error", "").inc()
+            return
+        self._launch(self.scheduler.take_bindings())
+        if result is None:
+            return
+        self.cycles += 1
+        self._record_attempt(result, time.perf_counter() - started)
+
+    def _record_attempt(self, result: CycleResult, seconds: float) -> None:
+        if result.node is not None:
+            outcome = "scheduled"
+        elif result.status.rejected:
+            outcome = "unschedulable"
+        else:
+            outcome = "error"
+        profile = result.pod.scheduler_name
+        self.metrics.schedule_attempts.labels(outcome, profile).inc()
+        self.metrics.attempt_duration.labels(outcome, profile).observe(seconds)
+        if result.node is None:
+            log.debug(
+                "pod %s not scheduled: %s",
+                result.pod.key,
+                result.message,
+                extra={"pod": result.pod.key, "reason": result.message},
+            )
+
+    def _launch(self, tasks: list[BindingTask]) -> None:
+        for task in tasks:
+            self._inflight[task.pod.uid] = task
+            job = asyncio.create_task(self._bind(task))
+            self._bind_tasks.add(job)
+            job.add_done_callback(self._bind_tasks.discard)
+
+    async def _bind(self, task: BindingTask) -> None:
+        uid = task.pod.uid
+        try:
+            status = await self.scheduler.run_binding_cycle(task)
+            if status.ok:
+                self.bound += 1
+                log.info(
+                    "bound pod %s to %s",
+                    task.pod.key,
+                    task.node,
+                    extra={"pod": task.pod.key, "node": task.node},
+                )
+        finally:
+            self._inflight.pop(uid, None)
+            latest = self._deferred.pop(uid, None)
+            if latest is not None:
+                self._apply_pod(latest)
+            self._wake.set()
+
+    # ---- informer handlers -------------------------------------------------------------
+
+    def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
+        if kind.name == PODS.name:
+            uid = str((new.get("metadata") or {}).get("uid", ""))
+            old_uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
+            if old is not None and old_uid and old_uid != uid:
+                # Deleted and recreated under the same name while we were not watching.
+                self.on_delete(kind, old)
+            if uid in self._inflight:
+                self._deferred[uid] = new
+                return
+            self._apply_pod(new)
+        elif kind.name == NODES.name:
+            node = self._decode(kind, new, Node)
+            if node is not None:
+                name = node.metadata.name
+                if name in self.scheduler.cluster.table.row_of:
+                    self.scheduler.update_node(node)
+                else:
+                    self.scheduler.add_node(node)
+        else:
+            watched = self.watched.get(kind.name)
+            if watched is not None and watched.upsert is not None:
+                obj = new if kind.model is None else self._decode(kind, new, kind.model)
+                if obj is not None:
+                    try:
+                        watched.upsert(self, obj, new)
+                    except ValueError as err:
+                        self._report_invalid(kind, new, str(err))
+        self._wake.set()
+
+    def on_delete(self, kind: ResourceKind, old: JSON) -> None:
+        meta = old.get("metadata") or {}
+        self._invalid.pop((kind.name, object_key(old)), None)
+        if kind.name == PODS.name:
+            uid = str(meta.get("uid", ""))
+            if uid in self._inflight:
+                self.scheduler.delete_pod(uid)  # cancels the binding cycle
+                self._known.pop(uid, None)
+                self._deferred.pop(uid, None)
+            else:
+                self._delete_pod(uid)
+        elif kind.name == NODES.name:
+            self.scheduler.delete_node(str(meta.get("name", "")))
+        else:
+            watched = self.watched.get(kind.name)
+            if watched is not None and watched.remove is not None:
+                watched.remove(self, str(meta.get("namespace", "")), str(meta.get("name", "")))
+        self._wake.set()
+
+    def _decode(self, kind: ResourceKind, raw: JSON, model: type[Any]) -> Any:
+        try:
+            obj = decode(raw, model)
+        except ManifestError as err:
+            self._report_invalid(kind, raw, str(err))
+            return None
+        self._invalid.pop((kind.name, object_key(raw)), None)
+        return obj
+
+    def _clear_invalid(self, kind: ResourceKind, raw: JSON) -> None:
+        self._invalid.pop((kind.name, object_key(raw)), None)
+
+    def _report_invalid(
+        self, kind: ResourceKind, raw: JSON, message: str, log_it: bool = True
+    ) -> None:
+        """A bad object: an event on it (leader only), a log line, a metric. Once per
+        resourceVersion; the scheduler carries on with everything else."""
+        key = (kind.name, object_key(raw))
+        rv = str((raw.get("metadata") or {}).get("resourceVersion", ""))
+        seen = self._invalid.get(key)
+        if log_it and seen is not None and seen[2] == message and _rv(seen[1]) == rv:
+            return
+        self._invalid[key] = (kind, raw, message)
+        if log_it:
+            self.metrics.invalid_objects.labels(kind.name).inc()
+            log.warning(
+                "ignoring invalid %s %s: %s",
+                kind.kind,
+                object_key(raw),
+                message,
+                extra={"resource": kind.name, "object": object_key(raw), "error": message},
+            )
+        controller = next(iter(self.scheduler.profiles), "shoal")
+        self.events.record(
+            object_ref(kind, raw), "Warning", "InvalidObject", "Reading", message, controller
+        )
+
+    def _apply_pod(self, raw: JSON) -> None:
+        uid = str((raw.get("metadata") or {}).get("uid", ""))
+        relevant = _scheduling_relevant(raw)
+        if self._known.get(uid) == relevant:
+            # Only status or bookkeeping changed (e.g. our own PodScheduled=False
+            # patch): not a reason to retry the pod, as kube-scheduler's isPodUpdated.
+            return
+        pod: Pod | None = self._decode(PODS, raw, Pod)
+        if pod is None:
+            return
+        s = self.scheduler
+        known = uid in self._known
+        phase = pod.status.phase
+        if phase in ("Succeeded", "Failed"):
+            if not known and phase == "Succeeded" and pod.spec.node_name and _in_gang(pod):
+                # A finished gang member still counts for its group (dependencies),
+                # also after a restart.
+                s.add_pod(pod)
+                known = True
+            if known:
+                s.finish_pod(uid, succeeded=phase == "Succeeded")
+                self._known.pop(uid, None)
+            return
+        if pod.metadata.deletion_timestamp and not pod.spec.node_name:
+            self._delete_pod(uid)  # being deleted: not worth scheduling
+            return
+        if not pod.spec.node_name and pod.spec.scheduler_name not in s.profiles:
+            return  # another scheduler's pending pod
+        if known:
+            s.update_pod(pod)
+        else:
+            s.add_pod(pod)
+        self._known[uid] = relevant
+
+    def _delete_pod(self, uid: str) -> None:
+        if uid in self._known:
+            self._known.pop(uid, None)
+            self.scheduler.delete_pod(uid)
+
+
+def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
+    """What of a pod the scheduler reads: spec, labels, annotations, deletion, phase
+    (status conditions, nominations and resourceVersions are not)."""
+    meta = raw.get("metadata") or {}
+    return (
+        raw.get("spec"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("deletionTimestamp"),
+        (raw.get("status") or {}).get("phase"),
+    )
+
+
+def _in_gang(pod: Pod) -> bool:
+    try:
+        return group_of(pod) is not None
+    except ValueError:
+        return False
+
+
+def _rv(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def _version() -> str:
+    from shoal import __version__
+
+    return __version__

@@ -1,0 +1,172 @@
+"""Binding through `pods/binding` and evicting through `pods/eviction`.
+
+`KubeBinder` is the core's `Binder`. Binds run concurrently, at most `concurrency` at a
+time, and each goes through the scheduler client's rate limiter (QPS/burst). Before it
+posts, it checks the informer's latest copy of the pod: a pod that is gone, has another
+UID or is already bound is not bound again. The Binding carries the pod's UID as a
+precondition, and the API server refuses to bind a pod that already has a node (409
+Conflict), so a pod can never be bound twice, by us or anyone else, whatever our cache
+says. Every failure raises `BindError`; the core then forgets the assumed pod and
+requeues it (or drops it, when the informer says it is bound or gone).
+
+`KubeEvictor` is the core's `Evictor`: evictions go through the Eviction API so the
+API server enforces PodDisruptionBudgets; a 429 (the budget allows no disruption now)
+is retried a few times with a delay, then given up and reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from shoal.api.podinfo import PodInfo
+from shoal.drivers.kube.client import JSON, ApiError, KubeClient
+from shoal.drivers.kube.resources import PODS
+from shoal.drivers.kube.status import EventRecorder, pod_ref
+from shoal.framework.handle import BindError
+from shoal.web.metrics import SchedulerMetrics
+
+__all__ = ["KubeBinder", "KubeEvictor"]
+
+log = logging.getLogger("shoal.kube.binder")
+
+
+class KubeBinder:
+    def __init__(
+        self,
+        client: KubeClient,
+        lookup: Callable[[str], JSON | None],
+        metrics: SchedulerMetrics,
+        *,
+        concurrency: int = 64,
+        timeout: float = 10.0,
+    ) -> None:
+        self.client = client
+        self.lookup = lookup
+        self.metrics = metrics
+        self.timeout = timeout
+        self._slots = asyncio.Semaphore(concurrency)
+        self.in_flight = 0
+
+    def _precheck(self, pod: PodInfo) -> None:
+        latest = self.lookup(pod.key)
+        if latest is None:
+            raise BindError(f"pod {pod.key} no longer exists")
+        meta = latest.get("metadata") or {}
+        if meta.get("uid") != pod.uid:
+            raise BindError(f"pod {pod.key} was replaced (uid {meta.get('uid')})")
+        if meta.get("deletionTimestamp"):
+            raise BindError(f"pod {pod.key} is being deleted")
+        node = (latest.get("spec") or {}).get("nodeName")
+        if node:
+            raise BindError(f"pod {pod.key} is already bound to {node}")
+
+    async def bind(self, pod: PodInfo, node: str) -> None:
+        started = time.monotonic()
+        result = "error"
+        try:
+            self._precheck(pod)
+            async with self._slots:
+                self._precheck(pod)  # the wait for a slot may have been long
+                self.in_flight += 1
+                try:
+                    await self.client.request(
+                        "POST",
+                        PODS.path(pod.namespace, pod.name, "binding"),
+                        body={
+                            "apiVersion": "v1",
+                            "kind": "Binding",
+                            "metadata": {
+                                "name": pod.name,
+                                "namespace": pod.namespace,
+                                "uid": pod.uid,
+                            },
+                            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+                        },
+                        timeout=self.timeout,
+                    )
+                finally:
+                    self.in_flight -= 1
+            result = "bound"
+        except BindError:
+            result = "skipped"
+            raise
+        except ApiError as err:
+            result = "conflict" if err.conflict else "gone" if err.not_found else "error"
+            raise BindError(
+                f"pod {pod.key} to {node}: {err.status} {err.reason}: {err.message}"
+            ) from None
+        finally:
+            self.metrics.binds.labels(result).inc()
+            self.metrics.bind_duration.labels(result).observe(time.monotonic() - started)
+
+
+class KubeEvictor:
+    def __init__(
+        self,
+        client: KubeClient,
+        events: EventRecorder,
+        metrics: SchedulerMetrics,
+        *,
+        retries: int = 3,
+        retry_delay: float = 5.0,
+    ) -> None:
+        self.client = client
+        self.events = events
+        self.metrics = metrics
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self._tasks: set[asyncio.Task[str]] = set()
+
+    def evict(self, pod: PodInfo, reason: str) -> None:
+        """Start an eviction (the core's Evictor protocol is fire-and-forget)."""
+        task = asyncio.get_running_loop().create_task(self.evict_now(pod, reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def evict_now(self, pod: PodInfo, reason: str) -> str:
+        """Evict; returns `evicted`, `blocked` (by a PodDisruptionBudget), `gone` or
+        `error`."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": pod.uid}},
+        }
+        result = "error"
+        for attempt in range(self.retries + 1):
+            try:
+                await self.client.request(
+                    "POST", PODS.path(pod.namespace, pod.name, "eviction"), body=body
+                )
+                result = "evicted"
+                self.events.record(
+                    pod_ref(pod), "Normal", "Preempted", "Preempting", reason, pod.scheduler_name
+                )
+                break
+            except ApiError as err:
+                if err.not_found or err.conflict:
+                    result = "gone"
+                    break
+                result = "blocked" if err.status == 429 else "error"
+                if not err.retryable or attempt == self.retries:
+                    log.warning(
+                        "evicting pod %s failed: %s",
+                        pod.key,
+                        err,
+                        extra={"pod": pod.key, "error": str(err)},
+                    )
+                    self.events.record(
+                        pod_ref(pod),
+                        "Warning",
+                        "EvictionFailed",
+                        "Preempting",
+                        f"{reason}: eviction refused: {err.message}",
+                        pod.scheduler_name,
+                    )
+                    break
+                await asyncio.sleep(self.retry_delay)
+        self.metrics.evictions.labels(result).inc()
+        return result

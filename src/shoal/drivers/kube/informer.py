@@ -1,0 +1,280 @@
+"""List+watch informers with client-go's resourceVersion discipline.
+
+An informer lists a resource (in pages), hands every object to its handler, then
+watches from the list's resourceVersion with bookmarks on:
+
+* every event and every BOOKMARK advances the resourceVersion it resumes from;
+* a watch that ends (server timeout, dropped connection, API error) is resumed from
+  that resourceVersion after an exponential backoff with jitter (none after a clean
+  server-side timeout);
+* `410 Gone` ("too old resource version", as an HTTP status or an ERROR event) means
+  events were compacted away: the informer relists and diffs the new list against its
+  store, so objects deleted while it was not looking are reported deleted;
+* an optional kind (a CRD) that is not installed (404 on list) is marked absent and
+  looked for again later, without holding up readiness.
+
+Handlers run synchronously on the event loop; they must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shoal.drivers.kube.client import JSON, ApiError, KubeClient
+from shoal.drivers.kube.resources import ResourceKind, object_key
+
+__all__ = ["Backoff", "Informer", "InformerHandler", "InformerSettings", "WatchExpired"]
+
+log = logging.getLogger("shoal.kube.informer")
+
+
+class InformerHandler(Protocol):
+    def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None: ...
+
+    def on_delete(self, kind: ResourceKind, old: JSON) -> None: ...
+
+
+class InformerObserver(Protocol):
+    def informer_event(self, resource: str, what: str) -> None:
+        """`what`: list, relist, watch, watch_error, expired, bookmark."""
+
+
+class WatchExpired(Exception):
+    """The resourceVersion we resume from is older than the server keeps (410 Gone)."""
+
+
+@dataclass(frozen=True)
+class InformerSettings:
+    page_size: int = 500
+    watch_timeout: float = 300.0  # server-side timeoutSeconds, randomized up to 2x
+    read_timeout: float = 90.0  # silence (no event, no bookmark) that counts as dead
+    list_timeout: float = 60.0
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    absent_retry: float = 60.0  # how often to look again for an absent optional kind
+
+
+class Backoff:
+    """Exponential backoff with jitter; `reset` after a success."""
+
+    def __init__(self, initial: float, maximum: float, rng: random.Random | None = None) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        base = min(self.maximum, self.initial * float(2**self.failures))
+        self.failures += 1
+        return base * (1.0 + 0.2 * self._rng.random())
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.next())
+
+
+class Informer:
+    def __init__(
+        self,
+        client: KubeClient,
+        kind: ResourceKind,
+        handler: InformerHandler,
+        settings: InformerSettings | None = None,
+        observer: InformerObserver | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        self.client = client
+        self.kind = kind
+        self.handler = handler
+        self.settings = settings or InformerSettings()
+        self.observer = observer
+        self.namespace = namespace
+        self.store: dict[str, JSON] = {}
+        self.resource_version = ""
+        self.synced = asyncio.Event()  # the first list was delivered (or the kind is absent)
+        self.absent = False
+        self.lists = 0
+        self.watches = 0
+        self.last_error = ""
+        self._backoff = Backoff(self.settings.backoff_initial, self.settings.backoff_max)
+
+    def _note(self, what: str) -> None:
+        if self.observer is not None:
+            self.observer.informer_event(self.kind.name, what)
+
+    # ---- the loop ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """List, then watch forever (until cancelled)."""
+        while True:
+            try:
+                await self._list()
+            except ApiError as err:
+                if err.not_found and self.kind.optional:
+                    if not self.absent:
+                        log.info(
+                            "resource %s is not served (CRD not installed); will look again",
+                            self.kind.name,
+                            extra={"resource": self.kind.name},
+                        )
+                    self.absent = True
+                    self.synced.set()
+                    await asyncio.sleep(self.settings.absent_retry)
+                    continue
+                self._failed("list", err)
+                await self._backoff.sleep()
+                continue
+            self.absent = False
+            self._backoff.reset()
+            await self._watch_until_expired()
+            self._note("relist")
+
+    def _failed(self, what: str, err: Exception) -> None:
+        self.last_error = str(err)
+        self._note(f"{what}_error")
+        log.warning(
+            "%s %s failed: %s",
+            what,
+            self.kind.name,
+            err,
+            extra={"resource": self.kind.name, "error": str(err)},
+        )
+
+    async def _list(self) -> None:
+        items: list[JSON] = []
+        query: dict[str, str] = {"limit": str(self.settings.page_size)}
+        resource_version = ""
+        path = self.kind.path(self.namespace)
+        while True:
+            page = await self.client.request(
+                "GET", path, query=query, timeout=self.settings.list_timeout
+            )
+            meta = page.get("metadata") or {}
+            if not resource_version:
+                resource_version = str(meta.get("resourceVersion", ""))
+            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            token = meta.get("continue")
+            if not token:
+                break
+            query = {"limit": str(self.settings.page_size), "continue": str(token)}
+        self.lists += 1
+        self._note("list")
+        self._replace(items)
+        self.resource_version = resource_version
+        self.synced.set()
+
+    def _replace(self, items: list[JSON]) -> None:
+        """Deliver a full list: deletions for what vanished, upserts for what changed."""
+        fresh: dict[str, JSON] = {}
+        for item in items:
+            item.setdefault("apiVersion", self.kind.api_version)
+            item.setdefault("kind", self.kind.kind)
+            fresh[object_key(item)] = item
+        old_store = self.store
+        self.store = fresh
+        for key, gone in old_store.items():
+            if key not in fresh:
+                self._deliver(self.handler.on_delete, self.kind, gone)
+        for key, obj in fresh.items():
+            old = old_store.get(key)
+            if old is None or _rv(old) != _rv(obj):
+                self._deliver(self.handler.on_upsert, self.kind, old, obj)
+
+    def _deliver(self, fn: Callable[..., None], *args: Any) -> None:
+        """Call a handler; its bugs are logged, never allowed to stop the informer."""
+        try:
+            fn(*args)
+        except Exception:
+            log.exception(
+                "handler for %s failed", self.kind.name, extra={"resource": self.kind.name}
+            )
+
+    async def _watch_until_expired(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                events = await self._watch_once()
+            except WatchExpired:
+                self._note("expired")
+                log.info(
+                    "watch of %s expired at resourceVersion %s; relisting",
+                    self.kind.name,
+                    self.resource_version,
+                    extra={"resource": self.kind.name},
+                )
+                return
+            except ApiError as err:
+                if err.gone:
+                    self._note("expired")
+                    return
+                self._failed("watch", err)
+                await self._backoff.sleep()
+                continue
+            if events == 0 and time.monotonic() - started < 1.0:
+                await self._backoff.sleep()  # a server that closes watches at once
+            else:
+                self._backoff.reset()
+
+    async def _watch_once(self) -> int:
+        timeout = self.settings.watch_timeout * (1.0 + random.random())
+        query = {
+            "watch": "1",
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(max(1, int(timeout))),
+        }
+        self.watches += 1
+        self._note("watch")
+        count = 0
+        async with (
+            self.client.stream(
+                self.kind.path(self.namespace), query, read_timeout=self.settings.read_timeout
+            ) as lines,
+            aclosing(lines),
+        ):
+            async for event in lines:
+                self._apply(event)
+                count += 1
+        return count
+
+    def _apply(self, event: JSON) -> None:
+        kind = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return
+        if kind == "ERROR":
+            code = int(obj.get("code", 0) or 0)
+            message = str(obj.get("message", ""))
+            if code == 410:
+                raise WatchExpired(message)
+            raise ApiError(code, str(obj.get("reason", "")), message, method="WATCH")
+        rv = _rv(obj)
+        if kind == "BOOKMARK":
+            if rv:
+                self.resource_version = rv
+            self._note("bookmark")
+            return
+        key = object_key(obj)
+        if kind in ("ADDED", "MODIFIED"):
+            old = self.store.get(key)
+            self.store[key] = obj
+            self._deliver(self.handler.on_upsert, self.kind, old, obj)
+        elif kind == "DELETED":
+            old = self.store.pop(key, None)
+            self._deliver(self.handler.on_delete, self.kind, old or obj)
+        if rv:
+            self.resource_version = rv
+
+
+def _rv(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("resourceVersion", ""))

@@ -1,0 +1,151 @@
+"""Tenant queue objects from the API, applied to the scheduler as one change.
+
+Queues, QueueBindings, NodePools and ElasticQuotas depend on each other (a binding
+names a queue, a queue names pools), and informers deliver them in no particular order.
+So the backend keeps the latest valid object of each kind and hands the scheduler the
+whole set (`Scheduler.apply_queues`), which validates it and applies all or nothing.
+Nothing is applied before every informer has synced; after that every change re-applies
+the set. When the set is rejected, the tree in force stays, and each problem is reported
+on the object it names (an event and a log line), e.g. a QueueBinding naming a queue
+that does not exist.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
+from shoal.drivers.kube.client import JSON
+from shoal.drivers.kube.resources import (
+    ELASTIC_QUOTAS,
+    ELASTIC_QUOTAS_SIGS,
+    NODE_POOLS,
+    QUEUE_BINDINGS,
+    QUEUES,
+    ResourceKind,
+)
+from shoal.scheduler import Scheduler
+
+__all__ = ["TenancySync"]
+
+_PROBLEM = re.compile(r"^(?P<kind>Queue|QueueBinding|NodePool|ElasticQuota) (?P<name>[^\s:]+):")
+_KINDS = {
+    "Queue": QUEUES,
+    "QueueBinding": QUEUE_BINDINGS,
+    "NodePool": NODE_POOLS,
+    "ElasticQuota": ELASTIC_QUOTAS,
+}
+
+Report = Callable[[ResourceKind, JSON, str], None]
+
+
+@dataclass
+class TenancySync:
+    scheduler: Scheduler
+    report: Report  # an event + log line on a bad object
+    clear: Callable[[ResourceKind, JSON], None]  # the object is fine again
+    ready: bool = False
+    queues: dict[str, Queue] = field(default_factory=dict)
+    bindings: dict[str, QueueBinding] = field(default_factory=dict)
+    pools: dict[str, NodePool] = field(default_factory=dict)
+    elastic: dict[str, ElasticQuota] = field(default_factory=dict)  # by namespace
+    raw: dict[tuple[str, str], tuple[ResourceKind, JSON]] = field(default_factory=dict)
+    deleted_queues: set[str] = field(default_factory=set)
+    deleted_bindings: set[str] = field(default_factory=set)
+    deleted_pools: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    _flagged: set[tuple[str, str]] = field(default_factory=set)
+
+    def upsert(self, kind: ResourceKind, obj: object, raw: JSON) -> None:
+        if isinstance(obj, Queue):
+            self.queues[obj.metadata.name] = obj
+            self.deleted_queues.discard(obj.metadata.name)
+            self.raw[("Queue", obj.metadata.name)] = (kind, raw)
+        elif isinstance(obj, QueueBinding):
+            self.bindings[obj.metadata.name] = obj
+            self.deleted_bindings.discard(obj.metadata.name)
+            self.raw[("QueueBinding", obj.metadata.name)] = (kind, raw)
+        elif isinstance(obj, NodePool):
+            self.pools[obj.metadata.name] = obj
+            self.deleted_pools.discard(obj.metadata.name)
+            self.raw[("NodePool", obj.metadata.name)] = (kind, raw)
+        elif isinstance(obj, ElasticQuota):
+            namespace = obj.metadata.namespace or "default"
+            self.elastic[namespace] = obj
+            self.deleted_queues.discard(namespace)
+            self.raw[("ElasticQuota", f"{namespace}/{obj.metadata.name}")] = (kind, raw)
+        self.apply()
+
+    def remove(self, kind: ResourceKind, namespace: str, name: str) -> None:
+        if kind is QUEUES:
+            self.queues.pop(name, None)
+            self.deleted_queues.add(name)
+            self.raw.pop(("Queue", name), None)
+        elif kind is QUEUE_BINDINGS:
+            self.bindings.pop(name, None)
+            self.deleted_bindings.add(name)
+            self.raw.pop(("QueueBinding", name), None)
+        elif kind is NODE_POOLS:
+            self.pools.pop(name, None)
+            self.deleted_pools.add(name)
+            self.raw.pop(("NodePool", name), None)
+        elif kind in (ELASTIC_QUOTAS, ELASTIC_QUOTAS_SIGS):
+            namespace = namespace or "default"
+            self.elastic.pop(namespace, None)
+            self.deleted_queues.add(namespace)
+            self.raw.pop(("ElasticQuota", f"{namespace}/{name}"), None)
+        self.apply()
+
+    def apply(self) -> list[str]:
+        """Apply the whole desired set; returns the problems (none applied if any)."""
+        if not self.ready:
+            return []
+        s = self.scheduler
+        manager = s.queues
+        if self.deleted_bindings:
+            problems = manager.apply_bindings([], deleted=sorted(self.deleted_bindings))
+            if not problems:
+                self.deleted_bindings.clear()
+        for name in sorted(self.deleted_pools):
+            manager.pools.pop(name, None)  # the manager has no delete for pools
+        self.deleted_pools.clear()
+        problems = s.apply_queues(
+            list(self.queues.values()),
+            list(self.elastic.values()),
+            list(self.bindings.values()),
+            list(self.pools.values()),
+            deleted_queues=sorted(self.deleted_queues),
+        )
+        self.problems = problems
+        if not problems:
+            self.deleted_queues.clear()
+            for flagged in self._flagged:
+                fine = self.raw.get(flagged)
+                if fine is not None:
+                    self.clear(*fine)
+            self._flagged.clear()
+            return []
+        for problem in problems:
+            match = _PROBLEM.match(problem)
+            key: tuple[str, str] | None = (match["kind"], match["name"]) if match else None
+            found = self.raw.get(key) if key else None
+            if found is None and match is not None:
+                # An ElasticQuota is read as a queue named after its namespace.
+                key = next(
+                    (
+                        k
+                        for k in self.raw
+                        if k[0] == "ElasticQuota" and k[1].split("/")[0] == match["name"]
+                    ),
+                    None,
+                )
+                found = self.raw.get(key) if key else None
+            if found is not None and key is not None:
+                self._flagged.add(key)
+                self.report(found[0], found[1], problem)
+            else:
+                kind = _KINDS.get(match["kind"], QUEUES) if match else QUEUES
+                self.report(kind, {"metadata": {"name": match["name"] if match else ""}}, problem)
+        return problems

@@ -1,5 +1,0 @@
-"""Scheduling queue: which pod is tried next, and when a failed pod is tried again."""
-
-from shoal.queue.scheduling_queue import QueueConfig, QueuedPod, SchedulingQueue
-
-__all__ = ["QueueConfig", "QueuedPod", "SchedulingQueue"]

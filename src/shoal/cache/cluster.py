@@ -5,8 +5,13 @@ Backends feed it what they observe (node and pod add/update/delete); the schedul
 if binding fails. Bound pods count wherever they came from, including pods bound by
 another scheduler or created with `spec.nodeName`.
 
-Observers (e.g. the pod-topology index used by affinity and spread plugins) subscribe to
-pod placement and node row changes so their counters stay incremental.
+Two kinds of observers keep derived state incremental:
+
+* `PlacementObserver` (the pod-topology index, GPU devices): told when a pod starts or
+  stops occupying a node *row*; a pod whose node is missing from the cache occupies none.
+* `AssignmentObserver` (tenant queue usage): told when a pod is assigned to a node or
+  released, whether or not the node is known. Quota is charged to pods, not rows: a node
+  that drops out of the cache for a while must not make its pods' usage disappear.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.cache.node_table import NodeTable
 
-__all__ = ["ClusterState", "PlacementObserver", "PodRecord"]
+__all__ = ["AssignmentObserver", "ClusterState", "PlacementObserver", "PodRecord"]
 
 
 class PlacementObserver(Protocol):
@@ -28,6 +33,14 @@ class PlacementObserver(Protocol):
     def pod_unplaced(self, row: int, pod: PodInfo) -> None: ...
     def row_moved(self, src: int, dst: int) -> None: ...
     def node_changed(self, row: int) -> None: ...
+
+
+class AssignmentObserver(Protocol):
+    """Told about every pod that is assigned (assumed or bound) to a node or released,
+    independent of whether the node is in the cache."""
+
+    def pod_assigned(self, pod: PodInfo, node: str) -> None: ...
+    def pod_released(self, pod: PodInfo, node: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -45,6 +58,7 @@ class ClusterState:
     # Pods bound to nodes we have not seen yet (informer order is not guaranteed).
     _waiting_for_node: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     observers: list[PlacementObserver] = field(default_factory=list)
+    assignment_observers: list[AssignmentObserver] = field(default_factory=list)
     # Pods that preempted room on a node and wait to be placed there (kube's nominator):
     # uid -> (node, pod). Lower- or equal-priority pods treat that room as taken.
     nominations: dict[str, tuple[str, PodInfo]] = field(default_factory=dict)
@@ -103,6 +117,7 @@ class ClusterState:
         if pod.uid in self.placed:
             raise ValueError(f"pod {pod.key} is already placed on {self.placed[pod.uid].node}")
         self.placed[pod.uid] = PodRecord(pod, node, assumed=True)
+        self._assigned(pod, node)
         self._attach(pod, node)
 
     def forget(self, pod: PodInfo) -> None:
@@ -112,6 +127,7 @@ class ClusterState:
             return
         del self.placed[pod.uid]
         self._detach(record.pod, record.node)
+        self._released(record.pod, record.node)
 
     def confirm(self, uid: str) -> None:
         """The backend has seen the bind land."""
@@ -127,11 +143,15 @@ class ClusterState:
                 record.assumed = False
                 if record.pod is not pod:
                     self._detach(record.pod, node)
+                    self._released(record.pod, node)
                     record.pod = pod
+                    self._assigned(pod, node)
                     self._attach(pod, node)
                 return
             self._detach(record.pod, record.node)
+            self._released(record.pod, record.node)
         self.placed[pod.uid] = PodRecord(pod, node, assumed=False)
+        self._assigned(pod, node)
         self._attach(pod, node)
 
     def remove_pod(self, uid: str) -> PodInfo | None:
@@ -139,11 +159,20 @@ class ClusterState:
         if record is None:
             return None
         self._detach(record.pod, record.node)
+        self._released(record.pod, record.node)
         return record.pod
 
     def pods_on(self, node: str) -> list[PodInfo]:
         row = self.table.row_of.get(node)
         return [] if row is None else list(self.table.pods[row].values())
+
+    def _assigned(self, pod: PodInfo, node: str) -> None:
+        for obs in self.assignment_observers:
+            obs.pod_assigned(pod, node)
+
+    def _released(self, pod: PodInfo, node: str) -> None:
+        for obs in self.assignment_observers:
+            obs.pod_released(pod, node)
 
     def _attach(self, pod: PodInfo, node: str) -> None:
         row = self.table.row_of.get(node)

@@ -16,7 +16,7 @@ from shapes import default_node, default_pod
 
 from shoal.api.objects import Node, Pod
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.scheduler import new_scheduler
 
 
@@ -34,8 +34,8 @@ def make_pod(gang: str, i: int, size: int) -> Pod:
 
 def run_shape(nodes: int, gangs: int, size: int) -> tuple[float, float, int]:
     """Returns (pods/s, slowest single gang decision in s, pods bound)."""
-    binder = MemoryBinder()
-    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), binder=binder)
+    effects = MemoryEffects()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects)
     for i in range(nodes):
         sched.add_node(make_node(i))
     for g in range(gangs):
@@ -50,7 +50,7 @@ def run_shape(nodes: int, gangs: int, size: int) -> tuple[float, float, int]:
             run_sync(sched.run_binding_cycle(task))
         slowest = max(slowest, time.perf_counter() - t0)
     elapsed = time.perf_counter() - start
-    return len(binder.bound) / elapsed, slowest, len(binder.bound)
+    return len(effects.bound) / elapsed, slowest, len(effects.bound)
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ from shoal.drivers.kube.backend import KubeBackend, KubeOptions
 from shoal.drivers.kube.client import ApiError, ClientSettings, KubeClient, connect
 from shoal.drivers.kube.informer import InformerSettings
 from shoal.drivers.kube.resources import NAMESPACES, NODES, PODS
+from shoal.framework.effects import Bound
 
 RUN = uuid.uuid4().hex[:6]
 LABEL = "shoal.dev/bench"
@@ -179,14 +180,14 @@ async def measure(kubeconfig: str, qps: float, burst: int, pods: int, nodes: int
             parse_config({"profiles": [{"schedulerName": scheduler}]}), connection, options
         )
         reached: list[float] = []
-        listener = kube.listener
-        report_bound = listener.pod_bound
+        emit = kube.effects.emit
 
-        def bound(pod: Any, node: str) -> None:  # called the moment a bind is accepted
-            reached.append(time.monotonic())
-            report_bound(pod, node)
+        def watch(effect: Any) -> None:  # Bound: the moment a bind is accepted
+            if isinstance(effect, Bound):
+                reached.append(time.monotonic())
+            emit(effect)
 
-        listener.pod_bound = bound  # type: ignore[method-assign]
+        kube.effects.emit = watch  # type: ignore[method-assign]
         started = time.monotonic()
         task = asyncio.create_task(kube.run())
         try:

@@ -37,7 +37,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.framework import (
     Candidates,
     Code,
@@ -104,7 +104,7 @@ def make_handle(num_nodes: int) -> Handle:
             )
         )
     return Handle(
-        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryBinder()
+        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryEffects()
     )
 
 
@@ -189,7 +189,7 @@ def throughput(num_nodes: int, num_pods: int, plugin: tuple[str, PluginSpec]) ->
     config = KubeSchedulerConfiguration.model_validate(
         {"profiles": [{"plugins": {"multiPoint": {"enabled": [{"name": name}]}}}]}
     )
-    sched = new_scheduler(config, clock=ManualClock(), binder=MemoryBinder(), registry=registry)
+    sched = new_scheduler(config, clock=ManualClock(), effects=MemoryEffects(), registry=registry)
     cluster = make_handle(num_nodes).cluster
     for node in cluster.table.nodes:
         sched.add_node(node)

@@ -19,7 +19,7 @@ from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod
 from shoal.api.queue import Queue
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.scheduler import new_scheduler
 
 
@@ -58,7 +58,9 @@ def q(name: str, parent: str, weight: int, guaranteed: int, maximum: int) -> Que
 
 
 def run(nodes: int, pods: int, with_queues: bool) -> float:
-    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), binder=MemoryBinder())
+    sched = new_scheduler(
+        KubeSchedulerConfiguration(), clock=ManualClock(), effects=MemoryEffects()
+    )
     for i in range(nodes):
         sched.add_node(make_node(i))
     leaves: list[str] = []

@@ -23,7 +23,7 @@ from shapes import default_node, default_pod
 
 from shoal.api.objects import Node, Pod
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.scheduler import new_scheduler
 
 
@@ -40,8 +40,8 @@ def make_pod(prefix: str, i: int) -> Pod:
 
 def run(nodes: int, init_pods: int, pods: int, seed: int = 0) -> dict[str, float]:
     clock = ManualClock()
-    binder = MemoryBinder()
-    sched = new_scheduler(KubeSchedulerConfiguration(), clock=clock, binder=binder, seed=seed)
+    effects = MemoryEffects()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=clock, effects=effects, seed=seed)
     for i in range(nodes):
         sched.add_node(make_node(i))
 

@@ -18,7 +18,7 @@ from shoal.api.objects import (
     ResourceRequirements,
 )
 from shoal.config import KubeSchedulerConfiguration, parse_config
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.scheduler import Scheduler, default_registry, new_scheduler
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-profiles.yaml"
@@ -31,7 +31,7 @@ def load() -> KubeSchedulerConfiguration:
 
 @pytest.fixture
 def sched() -> Scheduler:
-    scheduler = new_scheduler(load(), clock=ManualClock(), binder=MemoryBinder(), seed=3)
+    scheduler = new_scheduler(load(), clock=ManualClock(), effects=MemoryEffects(), seed=3)
     for i in range(3):
         scheduler.add_node(
             Node(
@@ -65,7 +65,7 @@ def placements(sched: Scheduler) -> dict[str, str]:
         sched.schedule_one()
         for task in sched.take_bindings():
             run_sync(sched.run_binding_cycle(task))
-    return dict(sched.handle.binder.bound)  # type: ignore[attr-defined]
+    return dict(sched.handle.effects.bound)  # type: ignore[attr-defined]
 
 
 def test_it_parses_with_the_default_registry() -> None:

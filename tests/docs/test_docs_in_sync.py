@@ -143,13 +143,13 @@ POINT_NAMES = {
 
 def default_plugin_table() -> str:
     """The table of docs/configuration.md, computed from the default profile."""
-    from shoal.drivers.memory import ManualClock, MemoryBinder
+    from shoal.drivers.memory import ManualClock, MemoryEffects
     from shoal.scheduler import new_scheduler
 
     sched = new_scheduler(
         KubeSchedulerConfiguration(),
         clock=ManualClock(),
-        binder=MemoryBinder(),
+        effects=MemoryEffects(),
         registry=default_registry(include_entry_points=False),
     )
     plugins = sched.profiles["default-scheduler"].plugins

@@ -25,7 +25,7 @@ from shoal.api.objects import (
     ResourceRequirements,
 )
 from shoal.config import ConfigError, load_config, parse_config
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.framework import Code, CycleState, Registry
 from shoal.framework import registry as registry_module
 from shoal.scheduler import Scheduler, default_registry, new_scheduler
@@ -80,7 +80,7 @@ def pod(name: str, gpus: int = 0, models: str | None = None) -> Pod:
 def sched() -> Scheduler:
     config = load_config(EXAMPLES / "gpu-model-preference.yaml", registry=registry())
     clock = ManualClock()
-    scheduler = new_scheduler(config, clock=clock, binder=MemoryBinder(), registry=registry())
+    scheduler = new_scheduler(config, clock=clock, effects=MemoryEffects(), registry=registry())
     for name, model in [
         ("h100-0", H100),
         ("a100-0", A100),
@@ -98,7 +98,7 @@ def drain(sched: Scheduler) -> dict[str, str]:
         sched.schedule_one()
         for task in sched.take_bindings():
             run_sync(sched.run_binding_cycle(task))
-    return dict(sched.handle.binder.bound)  # type: ignore[attr-defined]
+    return dict(sched.handle.effects.bound)  # type: ignore[attr-defined]
 
 
 def test_the_profile_enables_every_point_the_plugin_implements(sched: Scheduler) -> None:
@@ -211,5 +211,5 @@ def test_entry_point_registration(monkeypatch: pytest.MonkeyPatch) -> None:
     found = default_registry()
     assert found[example.NAME] is example.SPEC
     config = load_config(EXAMPLES / "gpu-model-preference.yaml", registry=found)
-    scheduler = new_scheduler(config, clock=ManualClock(), binder=MemoryBinder())
+    scheduler = new_scheduler(config, clock=ManualClock(), effects=MemoryEffects())
     assert example.NAME in [p.name for p in scheduler.profiles["default-scheduler"].plugins.filter]

@@ -15,6 +15,7 @@ from shoal.cache.gpu_frag import FragmentationModel, NodeStates
 from shoal.experiments.openb.protocol import target_workload
 from shoal.experiments.openb.runner import (
     build_scheduler,
+    driver_of,
     experiment_config,
     parse_seeds,
     run_one,
@@ -94,18 +95,17 @@ def test_sharing_pod_reserves_a_device_and_records_it(tiny_trace: Path) -> None:
     for row in trace.nodes:
         sched.add_node(node_manifest(row))
     share = next(p for p in trace.pods if p.num_gpu == 1 and p.gpu_milli == 500)
-    from shoal.drivers.memory import run_sync
-
+    driver = driver_of(sched)
     placed = []
     for k in range(2):
         info = sched.add_pod(pod_manifest(share, f"s{k}", "openb"))
-        sched.schedule_one()
-        for task in sched.take_bindings():
-            assert run_sync(sched.run_binding_cycle(task)).ok
+        driver.run()
         placed.append(info)
     devices = GpuDevices.of(sched.handle)
-    # GpuPacking puts the second half-GPU pod on the device the first one started.
-    notes = [p.pod.metadata.annotations.get("shoal.dev/gpu-index") for p in placed]
+    # GpuPacking puts the second half-GPU pod on the device the first one started; the
+    # device index is written on the pod with its binding (as the API server echoes it).
+    bound = [sched.known_pod(p.uid) for p in placed]
+    notes = [b.pod.metadata.annotations.get("shoal.dev/gpu-index") for b in bound if b]
     nodes = [sched.cluster.placed[p.uid].node for p in placed]
     assert notes[0] is not None and notes[0] == notes[1] and nodes[0] == nodes[1]
     assert devices.allocated_milli == 1000

@@ -20,7 +20,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.framework import (
     MAX_NODE_SCORE,
     ActionType,
@@ -77,7 +77,7 @@ def handle_with(*nodes: Node) -> Handle:
     for n in nodes:
         cluster.add_node(n)
     return Handle(
-        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryBinder()
+        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryEffects()
     )
 
 
@@ -326,7 +326,7 @@ def scheduler_with(*plugins: PerNodeFilter | PerNodeScore, weight: int | None = 
     config = KubeSchedulerConfiguration.model_validate(
         {"profiles": [{"plugins": {"multiPoint": {"enabled": enabled}}}]}
     )
-    return new_scheduler(config, clock=ManualClock(), binder=MemoryBinder(), registry=registry)
+    return new_scheduler(config, clock=ManualClock(), effects=MemoryEffects(), registry=registry)
 
 
 def test_filter_adapter_in_a_profile_places_and_explains() -> None:
@@ -339,8 +339,8 @@ def test_filter_adapter_in_a_profile_places_and_explains() -> None:
     for i in range(4):
         sched.add_pod(pod(f"web-{i}", cpu="1"))
     drain(sched)
-    assert set(sched.handle.binder.bound.values()) <= {"ok-1", "ok-2"}  # type: ignore[attr-defined]
-    assert len(sched.handle.binder.bound) == 4  # type: ignore[attr-defined]
+    assert set(sched.handle.effects.bound.values()) <= {"ok-1", "ok-2"}  # type: ignore[attr-defined]
+    assert len(sched.handle.effects.bound) == 4  # type: ignore[attr-defined]
 
     # The two z1 nodes have 2 cpu left each; every other node is rejected by Zone.
     sched.add_pod(pod("big", cpu="3"))
@@ -363,7 +363,7 @@ def test_score_adapter_in_a_profile_steers_placement() -> None:
         sched.add_node(node(f"n{i}", labels={"rank": str(i)}))
     sched.add_pod(pod("p1"))
     drain(sched)
-    assert sched.handle.binder.bound == {"p1": "n5"}  # type: ignore[attr-defined]
+    assert sched.handle.effects.bound == {"p1": "n5"}  # type: ignore[attr-defined]
 
 
 def test_filter_and_score_under_one_name() -> None:
@@ -384,4 +384,4 @@ def test_filter_and_score_under_one_name() -> None:
     sched.add_node(node("unranked"))
     sched.add_pod(pod("p1"))
     drain(sched)
-    assert sched.handle.binder.bound == {"p1": "n1"}  # type: ignore[attr-defined]
+    assert sched.handle.effects.bound == {"p1": "n1"}  # type: ignore[attr-defined]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.loop import Driver
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework.status import Code
 from shoal.plugins.gpu_share import (
     REASON_MODEL,
@@ -14,6 +15,7 @@ from shoal.plugins.gpu_share import (
     GpuShare,
 )
 from shoal.scheduler import new_scheduler
+from shoal.scheduler.scheduler import CycleResult
 from shoal.testing.builders import make_node
 from shoal.testing.plugin_env import make_handle, run_filter
 
@@ -92,15 +94,15 @@ def _scheduler(policy: str = "GpuPacking"):  # type: ignore[no-untyped-def]
             ],
         }
     )
-    return new_scheduler(config, clock=ManualClock(), binder=MemoryBinder(), seed=1)
+    return new_scheduler(config, clock=ManualClock(), effects=MemoryEffects(), seed=1)
 
 
 def _schedule(sched, pod):  # type: ignore[no-untyped-def]
+    """Add the pod, run the driver loop; (the pod as the API echoes it, the cycle)."""
     info = sched.add_pod(pod.obj())
-    result = sched.schedule_one()
-    for task in sched.take_bindings():
-        assert run_sync(sched.run_binding_cycle(task)).ok
-    return info, result
+    cycles: list[CycleResult] = []
+    Driver(sched, inbox=sched.handle.effects, on_cycle=cycles.append).run()
+    return sched.known_pod(info.uid) or info, cycles[0]
 
 
 def test_reserve_picks_devices_and_bind_records_them() -> None:
@@ -109,6 +111,8 @@ def test_reserve_picks_devices_and_bind_records_them() -> None:
     _, _ = _schedule(sched, gpu_pod("w", count=2))
     share, result = _schedule(sched, gpu_pod("s", milli=300))
     assert result.node == "n"
+    # The devices go out with the binding and come back on the pod, as from a watch.
+    assert sched.handle.effects.annotations["w"] == {"shoal.dev/gpu-index": "0,1"}
     whole = sched.cluster.placed["w"].pod
     assert whole.pod.metadata.annotations["shoal.dev/gpu-index"] == "0,1"
     # The share goes to a free device (2): GpuPacking would rather share a used device,

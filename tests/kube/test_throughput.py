@@ -14,6 +14,7 @@ from typing import Any
 from kubehelpers import async_test, eventually, fast_options, node, pod
 from kubehelpers import backend as running
 
+from shoal.framework.effects import Bound
 from shoal.testing.fake_apiserver import FakeApiServer
 
 
@@ -30,13 +31,14 @@ async def test_binds_never_exceed_the_client_qps(tmp_path: Path) -> None:
         options = replace(options, informer=replace(options.informer, absent_retry=60.0))
         async with running(api, tmp_path, options) as (kube, _):
             times: list[float] = []
-            report = kube.listener.pod_bound
+            emit = kube.effects.emit
 
-            def bound(p: Any, n: str) -> None:
-                times.append(time.monotonic())
-                report(p, n)
+            def watch(effect: Any) -> None:
+                if isinstance(effect, Bound):
+                    times.append(time.monotonic())
+                emit(effect)
 
-            kube.listener.pod_bound = bound  # type: ignore[method-assign]
+            kube.effects.emit = watch  # type: ignore[method-assign]
             started = time.monotonic()
             await eventually(lambda: len(times) == 160, timeout=30, what="all bound")
     # Delays (a busy machine) only stretch the run, so its length is a safe bound: 160

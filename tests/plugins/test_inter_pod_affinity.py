@@ -35,7 +35,7 @@ from shoal.cache.pod_topology import (
 )
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code
@@ -143,7 +143,7 @@ def build(
 ) -> tuple[Handle, InterPodAffinity]:
     cluster = ClusterState()
     handle = Handle(
-        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryBinder()
+        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryEffects()
     )
     for n in nodes:
         cluster.add_node(n)
@@ -695,7 +695,7 @@ def test_index_stays_consistent_through_churn() -> None:
     rng = random.Random(7)
     cluster = ClusterState()
     handle = Handle(
-        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryBinder()
+        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryEffects()
     )
     index = PodTopologyIndex.of(handle)
     assert PodTopologyIndex.of(handle) is index and handle.services[SERVICE_NAME] is index
@@ -755,8 +755,8 @@ def test_index_stays_consistent_through_churn() -> None:
 
 
 def test_self_anti_affinity_places_one_pod_per_node() -> None:
-    binder = MemoryBinder()
-    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), binder=binder)
+    effects = MemoryEffects()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects)
     for i in range(5):
         sched.add_node(node(f"n{i}", **{HOST: f"n{i}", "zone": f"z{i % 2}"}))
     spread_out = affinity(anti=[term(sel_in("app", "cache"), HOST)])
@@ -769,7 +769,7 @@ def test_self_anti_affinity_places_one_pod_per_node() -> None:
             run_sync(sched.run_binding_cycle(task))
         if result is not None:
             results.append(result)
-    placed = sorted(binder.bound.values())
+    placed = sorted(effects.bound.values())
     assert placed == ["n0", "n1", "n2", "n3", "n4"]
     failed = [r for r in results if r.node is None]
     assert failed and failed[0].message == (
@@ -778,8 +778,8 @@ def test_self_anti_affinity_places_one_pod_per_node() -> None:
 
 
 def test_affinity_follows_the_first_pod() -> None:
-    binder = MemoryBinder()
-    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), binder=binder)
+    effects = MemoryEffects()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects)
     for i in range(6):
         sched.add_node(node(f"n{i}", **{HOST: f"n{i}", "zone": f"z{i % 3}"}))
     together = affinity(required=[term(sel_in("app", "batch"), "zone")])
@@ -790,5 +790,5 @@ def test_affinity_follows_the_first_pod() -> None:
         for task in sched.take_bindings():
             run_sync(sched.run_binding_cycle(task))
     zones = {f"n{i}": f"z{i % 3}" for i in range(6)}
-    assert len(binder.bound) == 6
-    assert len({zones[n] for n in binder.bound.values()}) == 1
+    assert len(effects.bound) == 6
+    assert len({zones[n] for n in effects.bound.values()}) == 1

@@ -32,7 +32,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code
@@ -174,7 +174,7 @@ def build(
     after, exercising the initial scan."""
     cluster = ClusterState()
     handle = Handle(
-        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryBinder()
+        cluster, Snapshot(cluster), ManualClock(), np.random.default_rng(0), MemoryEffects()
     )
     for n in nodes:
         cluster.add_node(n)
@@ -736,7 +736,7 @@ def test_registered_in_default_profile() -> None:
 # ---- end to end ------------------------------------------------------------------------
 
 
-def schedule_all(sched, binder: MemoryBinder) -> list:  # type: ignore[no-untyped-def]
+def schedule_all(sched, effects: MemoryEffects) -> list:  # type: ignore[no-untyped-def]
     results = []
     while sched.has_work():
         result = sched.schedule_one()
@@ -748,8 +748,8 @@ def schedule_all(sched, binder: MemoryBinder) -> list:  # type: ignore[no-untype
 
 
 def test_deployment_spreads_evenly_over_three_zones() -> None:
-    binder = MemoryBinder()
-    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), binder=binder)
+    effects = MemoryEffects()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects)
     zones = {}
     for i in range(9):
         name = f"n{i}"
@@ -764,22 +764,22 @@ def test_deployment_spreads_evenly_over_three_zones() -> None:
                 constraints=[tsc(1, "topology.kubernetes.io/zone", selector=selector)],
             )
         )
-    results = schedule_all(sched, binder)
+    results = schedule_all(sched, effects)
     assert all(r.node is not None for r in results)
     per_zone: dict[str, int] = {}
-    for node_name in binder.bound.values():
+    for node_name in effects.bound.values():
         per_zone[zones[node_name]] = per_zone.get(zones[node_name], 0) + 1
     assert per_zone == {"zone-0": 3, "zone-1": 3, "zone-2": 3}
 
 
 def test_unschedulable_message_lists_reasons() -> None:
-    binder = MemoryBinder()
-    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), binder=binder)
+    effects = MemoryEffects()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects)
     sched.add_node(node("a", zone="z1"))
     sched.add_node(node("b"))
     sched.add_pod(pod("x1", on="a"))
     sched.add_pod(pod("p", constraints=[tsc(1, "zone", min_domains=2)]))
-    (result,) = schedule_all(sched, binder)
+    (result,) = schedule_all(sched, effects)
     assert result.node is None
     assert result.message == (
         "0/2 nodes are available: 1 node(s) didn't match pod topology spread constraints, "

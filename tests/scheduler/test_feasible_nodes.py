@@ -50,17 +50,17 @@ def test_search_starts_where_the_last_cycle_stopped() -> None:
     h.add_pods(make_pod("a").req(cpu="1"))
     h.run()
     assert 0 <= _index(h.node_of("a")) < 100
-    assert sched._next_start_node_index == 100
+    assert sched.algorithm._next_start_node_index == 100
     h.add_pods(make_pod("b").req(cpu="1"))
     h.run()
     assert 100 <= _index(h.node_of("b")) < 200
-    assert sched._next_start_node_index == 200
+    assert sched.algorithm._next_start_node_index == 200
     h.add_pods(make_pod("c").req(cpu="1"))
     h.run()
     # Nodes 200..249 and then 0..49 (wrapping around).
     c = _index(h.node_of("c"))
     assert c >= 200 or c < 50
-    assert sched._next_start_node_index == 50
+    assert sched.algorithm._next_start_node_index == 50
 
 
 def test_only_feasible_nodes_count_towards_the_limit() -> None:
@@ -71,7 +71,7 @@ def test_only_feasible_nodes_count_towards_the_limit() -> None:
     h.add_pods(make_pod("a").req(cpu="2"))
     h.run()
     assert _index(h.node_of("a")) >= 150
-    assert h.scheduler._next_start_node_index == 0  # all 250 were examined
+    assert h.scheduler.algorithm._next_start_node_index == 0  # all 250 were examined
 
 
 def test_profile_percentage_overrides_the_global_one() -> None:
@@ -89,4 +89,4 @@ def test_all_nodes_are_scored_below_one_hundred() -> None:
     h = _cluster(60, 10)
     h.add_pods(make_pod("a").req(cpu="1"))
     h.run()
-    assert h.scheduler._next_start_node_index == 0
+    assert h.scheduler.algorithm._next_start_node_index == 0

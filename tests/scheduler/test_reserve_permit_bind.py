@@ -122,7 +122,7 @@ def test_permit_wait_then_allow() -> None:
     waiting.allow("Gate")
     assert w.h.run().placements == {"default/p": "n1"}
     assert len(w.handle.waiting_pods) == 0
-    assert w.h.binder.bound == {"default/p": "n1"}
+    assert w.h.effects.bound == {"default/p": "n1"}
 
 
 def test_permit_wait_then_reject() -> None:
@@ -191,7 +191,7 @@ def test_waiting_pod_deleted_releases_its_resources() -> None:
 def test_bind_failure_forgets_the_pod_and_retries_with_backoff() -> None:
     h = SchedulerHarness()
     h.add_nodes(make_node("n1").capacity(cpu="2"))
-    h.binder.fail.add("default/p")
+    h.effects.fail.add("default/p")
     h.add_pods(make_pod("p").req(cpu="1"))
     placements, messages = h.run()
     assert placements == {"default/p": None}
@@ -203,7 +203,7 @@ def test_bind_failure_forgets_the_pod_and_retries_with_backoff() -> None:
     h.advance(36)
     attempts = [e.time for e in h.events if e.kind == "bind_failed"]
     assert attempts == [0.0, 1.0, 3.0, 7.0, 15.0, 25.0, 35.0]
-    h.binder.fail.clear()
+    h.effects.fail.clear()
     assert h.advance(10).placements == {"default/p": "n1"}
     assert [e.time for e in h.events if e.kind == "bound"] == [45.0]
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from shoal.api.manifests import decode
 from shoal.api.queue import Queue
-from shoal.drivers.memory import run_sync
 from shoal.tenancy.tree import UNLIMITED
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
@@ -44,13 +43,13 @@ def _check_max(h: SchedulerHarness) -> None:
 
 
 def _step(h: SchedulerHarness) -> None:
-    sched = h.scheduler
-    sched.tick()
-    while sched.has_work():
-        sched.schedule_one()
+    """The harness's driver loop, checking the maxima after every cycle."""
+    driver = h.driver
+    driver.tick()
+    while h.scheduler.has_work():
+        driver.cycle()
         _check_max(h)
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
+    driver.intake()
     _check_max(h)
 
 

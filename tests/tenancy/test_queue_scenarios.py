@@ -90,12 +90,12 @@ def test_seed_scenario_borrow_then_reclaim() -> None:
     h.advance(60)
     used = gpus_by_queue(h)
     assert used["a"] == 4 and used["b"] == 6
-    evictions = h.scheduler.handle.evictor.evictions  # type: ignore[union-attr]
+    evictions = h.effects.evictions
     assert len(evictions) == 2
     assert all("queue a is above its guarantee" in e.reason for e in evictions)
     # No loop: nothing more is evicted as time passes.
     h.advance(600)
-    assert len(h.scheduler.handle.evictor.evictions) == 2  # type: ignore[union-attr]
+    assert len(h.effects.evictions) == 2  # type: ignore[union-attr]
     assert gpus_by_queue(h) == used
 
 
@@ -109,7 +109,7 @@ def test_reclaim_never_takes_higher_priority_work_or_below_guarantee() -> None:
     h.add_pods(*(gpu_pod(f"b-{i}", "b", priority=0) for i in range(6)))
     h.advance(60)
     assert gpus_by_queue(h)["b"] == 0  # A's pods have higher priority: never reclaimed
-    assert not h.scheduler.handle.evictor.evictions  # type: ignore[union-attr]
+    assert not h.effects.evictions
 
 
 def test_max_is_a_hard_cap_through_the_tree() -> None:

@@ -62,6 +62,9 @@ class ClusterState:
     # Pods that preempted room on a node and wait to be placed there (kube's nominator):
     # uid -> (node, pod). Lower- or equal-priority pods treat that room as taken.
     nominations: dict[str, tuple[str, PodInfo]] = field(default_factory=dict)
+    # Pods whose eviction was decided and sent, still counted until they are deleted.
+    # They are never chosen as victims again.
+    evicting: set[str] = field(default_factory=set)
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)

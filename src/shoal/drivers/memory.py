@@ -1,18 +1,43 @@
-"""In-memory backend pieces used by the simulator and by tests."""
+"""The in-memory cluster: a virtual clock and the in-memory side of the effects port.
+
+Used by the simulator, the test harness and the openb experiments, with the very same
+core and driver loop as a real cluster (`shoal.drivers.loop`). `MemoryEffects` does what
+an API server and its kubelets would do with each effect, and queues the resulting
+objects for the driver to feed back into the core (`drain`), the way a watch would:
+
+* a bind succeeds unless the pod is already bound, the node is gone, or a test asked
+  for it to fail; the pod comes back with `spec.nodeName` and the annotations written
+  with the binding (e.g. `shoal.dev/gpu-index`);
+* an eviction deletes the pod (the simulator's kubelet honours it at once); the pod comes
+  back deleted, and `on_evicted` callbacks (the simulator re-creating pods as their
+  controllers would) run after that;
+* nominations, conditions, events and statuses are recorded for inspection.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 from shoal.api.podinfo import PodInfo
-from shoal.framework.handle import BindError
+from shoal.framework.effects import (
+    BindError,
+    Effect,
+    Evict,
+    GroupStatus,
+    Nominate,
+    QueueStatus,
+)
+from shoal.framework.handle import Clock
 
 if TYPE_CHECKING:
     from shoal.scheduler.scheduler import Scheduler
 
-__all__ = ["Eviction", "ManualClock", "MemoryBinder", "MemoryEvictor", "run_sync"]
+__all__ = ["Eviction", "ManualClock", "MemoryEffects", "run_sync"]
 
 T = TypeVar("T")
 
@@ -32,21 +57,6 @@ class ManualClock:
         self._now = t
 
 
-class MemoryBinder:
-    """Records binds; refuses a pod that is already bound (never double-binds)."""
-
-    def __init__(self) -> None:
-        self.bound: dict[str, str] = {}
-        self.fail: set[str] = set()  # uids whose bind should fail (tests)
-
-    async def bind(self, pod: PodInfo, node: str) -> None:
-        if pod.uid in self.fail:
-            raise BindError(f"pod {pod.key}: injected bind failure")
-        if pod.uid in self.bound:
-            raise BindError(f"pod {pod.key} is already bound to {self.bound[pod.uid]}")
-        self.bound[pod.uid] = node
-
-
 @dataclass(frozen=True)
 class Eviction:
     uid: str
@@ -56,26 +66,105 @@ class Eviction:
     at: float
 
 
-class MemoryEvictor:
-    """Evicts by deleting the pod from the scheduler at once (the simulator's kubelet
-    honours evictions immediately) and records why. `on_evict` callbacks let the
-    simulator re-create evicted pods the way their controllers would."""
+@dataclass(frozen=True, slots=True)
+class _BindEcho:
+    pod: PodInfo
+    node: str
+    annotations: dict[str, str]
 
-    def __init__(self) -> None:
-        self.scheduler: Scheduler | None = None
+
+@dataclass(frozen=True, slots=True)
+class _DeleteEcho:
+    pod: PodInfo
+    reason: str
+
+
+class MemoryEffects:
+    """See the module docstring. `listeners` see every emitted effect as it is emitted
+    (reports, recorders); `echo_binds=False` keeps bound pods as the core assumed them
+    (no watch update), which some plugin tests want."""
+
+    def __init__(self, clock: Clock | None = None, *, echo_binds: bool = True) -> None:
+        self.clock: Clock = clock or ManualClock()
+        self.echo_binds = echo_binds
+        self.bound: dict[str, str] = {}  # uid -> node
+        self.annotations: dict[str, dict[str, str]] = {}  # uid -> written with the bind
+        self.fail: set[str] = set()  # uids whose bind should fail (tests)
+        self.node_exists: Callable[[str], bool] | None = None
         self.evictions: list[Eviction] = []
-        self.on_evict: list[Callable[[PodInfo, str], None]] = []
+        self.nominated: dict[str, str] = {}  # uid -> node
+        self.group_status: dict[str, GroupStatus] = {}
+        self.queue_status: dict[str, QueueStatus] = {}
+        self.listeners: list[Callable[[Effect], None]] = []
+        self.on_evicted: list[Callable[[PodInfo, str], None]] = []
+        self._echoes: deque[_BindEcho | _DeleteEcho] = deque()
 
-    def evict(self, pod: PodInfo, reason: str) -> None:
-        sched = self.scheduler
-        if sched is None:
-            raise RuntimeError("MemoryEvictor is not attached to a scheduler")
-        record = sched.cluster.placed.get(pod.uid)
-        node = record.node if record is not None else ""
-        self.evictions.append(Eviction(pod.uid, pod.key, node, reason, sched.clock.now()))
-        sched.delete_pod(pod.uid)
-        for callback in self.on_evict:
-            callback(pod, reason)
+    # ---- the port ------------------------------------------------------------------
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        if pod.uid in self.fail:
+            raise BindError(f"pod {pod.key}: injected bind failure")
+        if pod.uid in self.bound:
+            raise BindError(f"pod {pod.key} is already bound to {self.bound[pod.uid]}")
+        if self.node_exists is not None and not self.node_exists(node):
+            raise BindError(f"node {node} no longer exists")
+        self.bound[pod.uid] = node
+        if annotations:
+            self.annotations[pod.uid] = dict(annotations)
+        if self.echo_binds:
+            self._echoes.append(_BindEcho(pod, node, dict(annotations)))
+
+    def emit(self, effect: Effect) -> None:
+        if isinstance(effect, Evict):
+            pod = effect.pod
+            self.evictions.append(
+                Eviction(pod.uid, pod.key, effect.node, effect.reason, self.clock.now())
+            )
+            self._echoes.append(_DeleteEcho(pod, effect.reason))
+        elif isinstance(effect, Nominate):
+            if effect.node:
+                self.nominated[effect.pod.uid] = effect.node
+            else:
+                self.nominated.pop(effect.pod.uid, None)
+        elif isinstance(effect, GroupStatus):
+            self.group_status[f"{effect.namespace}/{effect.name}"] = effect
+        elif isinstance(effect, QueueStatus):
+            self.queue_status[effect.name] = effect
+        for listener in self.listeners:
+            listener(effect)
+
+    # ---- the watch -----------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._echoes)
+
+    def drain(self, scheduler: Scheduler) -> bool:
+        """Feed the objects the effects produced back into the core. True if any."""
+        applied = False
+        while self._echoes:
+            echo = self._echoes.popleft()
+            applied = True
+            if isinstance(echo, _BindEcho):
+                current = scheduler.known_pod(echo.pod.uid)
+                if current is None or (current.node_name and current.node_name != echo.node):
+                    continue  # deleted (or moved) meanwhile
+                obj = current.pod
+                meta = obj.metadata
+                if echo.annotations:
+                    meta = msgspec.structs.replace(
+                        meta, annotations={**meta.annotations, **echo.annotations}
+                    )
+                spec = msgspec.structs.replace(obj.spec, node_name=echo.node)
+                scheduler.update_pod(msgspec.structs.replace(obj, metadata=meta, spec=spec))
+            else:
+                pod = echo.pod
+                self.bound.pop(pod.uid, None)
+                self.nominated.pop(pod.uid, None)
+                scheduler.delete_pod(pod.uid)
+                for callback in self.on_evicted:
+                    callback(pod, echo.reason)
+        return applied
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

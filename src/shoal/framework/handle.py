@@ -1,45 +1,38 @@
 """Handle: what the scheduler gives plugins besides the pod (kube's framework.Handle).
 
-Time, randomness and I/O are injected here, never read by plugins from the environment,
-so the same plugin is deterministic in the simulator and real against a cluster.
+Time, randomness and the effects port are injected here, never read by plugins from the
+environment, so the same plugin is deterministic in the simulator and real against a
+cluster. Plugins read the cache through the snapshot, ask what-ifs through a
+`Transaction` (`handle.transaction()`) and a profile's `PluginsRunner`
+(`handle.runner(pod)`: re-run the filters with victims removed), and never perform I/O:
+what must leave the core goes through `handle.effects`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
+from shoal.cache.transaction import Transaction
+from shoal.framework.effects import BindError, Effects
 from shoal.framework.status import Code, Status
 
-__all__ = ["BindError", "Binder", "Clock", "Evictor", "Handle", "WaitingPod", "WaitingPods"]
+if TYPE_CHECKING:
+    from shoal.framework.runtime import Framework
+
+__all__ = ["BindError", "Clock", "Handle", "WaitingPod", "WaitingPods"]
 
 
 class Clock(Protocol):
     """Seconds on the scheduler's clock: virtual in the simulator, wall time in a cluster."""
 
     def now(self) -> float: ...
-
-
-class BindError(Exception):
-    """Binding failed (conflict, pod deleted, API error); the pod is forgotten and retried."""
-
-
-class Binder(Protocol):
-    """Carries out a bind: in-memory in the simulator, a POST to pods/binding in a cluster."""
-
-    async def bind(self, pod: PodInfo, node: str) -> None: ...
-
-
-class Evictor(Protocol):
-    """Removes a running pod (preemption, reclaim) with a reason the owner can read."""
-
-    def evict(self, pod: PodInfo, reason: str) -> None: ...
 
 
 @dataclass(eq=False)
@@ -84,9 +77,18 @@ class Handle:
     snapshot: Snapshot
     clock: Clock
     rng: np.random.Generator
-    binder: Binder
-    evictor: Evictor | None = None
+    effects: Effects
     waiting_pods: WaitingPods = field(default_factory=WaitingPods)
     # Shared per-scheduler services that plugins create lazily (e.g. the pod topology
     # index used by InterPodAffinity and PodTopologySpread), keyed by a stable name.
     services: dict[str, object] = field(default_factory=dict)
+    # One plugin runner per profile (schedulerName), filled in when profiles are built.
+    frameworks: dict[str, Framework] = field(default_factory=dict)
+
+    def transaction(self) -> Transaction:
+        """A new what-if over the cache (see `shoal.cache.transaction`)."""
+        return Transaction(self.cluster)
+
+    def runner(self, pod: PodInfo) -> Framework:
+        """The plugins of the pod's profile, to re-run PreFilter/Filter in a what-if."""
+        return self.frameworks[pod.scheduler_name]

@@ -46,6 +46,7 @@ __all__ = [
     "ReservePlugin",
     "ScoreNormalizer",
     "ScorePlugin",
+    "Victim",
 ]
 
 Scores = NDArray[np.int64]
@@ -97,15 +98,36 @@ class NodeFilterStatuses(Protocol):
 
     def status_of(self, node: str) -> Status: ...
     def unresolvable(self) -> NDArray[np.bool_]: ...
+    def resolvable(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        """For node rows: did the pod fail there with a status preemption may resolve
+        (Unschedulable, not UnschedulableAndUnresolvable, and not left out by PreFilter)?"""
+        ...
+
+
+class Victim:
+    """A running pod a PostFilter wants evicted, and why (the reason its owner reads)."""
+
+    __slots__ = ("pod", "reason")
+
+    def __init__(self, pod: PodInfo, reason: str) -> None:
+        self.pod = pod
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Victim({self.pod.key!r}, {self.reason!r})"
 
 
 class PostFilterResult:
-    """A PostFilter may nominate a node (preemption) for the pod's next attempt."""
+    """A PostFilter may nominate a node for the pod's next attempt and name the victims
+    to evict for it (preemption, reclaim). The plugin only decides: the scheduler
+    commits the evictions and the nomination in one transaction and sends them out
+    through the effects port."""
 
-    __slots__ = ("nominated_node",)
+    __slots__ = ("nominated_node", "victims")
 
-    def __init__(self, nominated_node: str = "") -> None:
+    def __init__(self, nominated_node: str = "", victims: list[Victim] | None = None) -> None:
         self.nominated_node = nominated_node
+        self.victims = victims or []
 
 
 @runtime_checkable

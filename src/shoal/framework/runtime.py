@@ -126,6 +126,18 @@ class _Statuses(NodeFilterStatuses):
         assert self._diagnosis.unresolvable is not None
         return self._diagnosis.unresolvable
 
+    def resolvable(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        diagnosis = self._diagnosis
+        cands = diagnosis.candidates
+        out = np.zeros(rows.size, dtype=bool)
+        if cands is None or diagnosis.unresolvable is None or not rows.size:
+            return out
+        n = self._handle.snapshot.n
+        by_row = np.zeros(max(n, int(rows.max()) + 1), dtype=bool)
+        cand_rows = cands.rows
+        by_row[cand_rows] = ~diagnosis.unresolvable
+        return by_row[rows]
+
 
 class Framework:
     """One profile (schedulerName) with its plugins, weights and tuning."""
@@ -150,6 +162,9 @@ class Framework:
         self._normalizers = {p.name: p for p, _ in plugins.score if isinstance(p, ScoreNormalizer)}
 
     # ---- queueing ------------------------------------------------------------------
+
+    def has_filter(self, name: str) -> bool:
+        return any(p.name == name for p in self.plugins.filter)
 
     def run_pre_enqueue(self, pod: PodInfo) -> Status:
         for plugin in self.plugins.pre_enqueue:

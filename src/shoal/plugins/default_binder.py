@@ -1,5 +1,6 @@
-"""DefaultBinder (Bind): binds through the backend's Binder (the pods/binding
-subresource in a cluster, an in-memory assignment in the simulator)."""
+"""DefaultBinder (Bind): binds through the effects port (the pods/binding subresource in
+a cluster, the in-memory cluster in the simulator), with the annotations PreBind plugins
+asked for (`shoal.framework.effects.annotate`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from shoal.api.podinfo import PodInfo
 from shoal.framework.cycle_state import CycleState
-from shoal.framework.handle import BindError, Handle
+from shoal.framework.effects import BindError, annotations_of
+from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
 
 __all__ = ["NAME", "DefaultBinder"]
@@ -23,7 +25,7 @@ class DefaultBinder:
 
     async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         try:
-            await self.handle.binder.bind(pod, node)
+            await self.handle.effects.bind(pod, node, annotations_of(state))
         except BindError as err:
             return Status(Code.ERROR, f"binding rejected: {err}")
         return Status()

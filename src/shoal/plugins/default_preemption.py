@@ -1,8 +1,10 @@
 """DefaultPreemption (PostFilter): a pod that fits nowhere may preempt lower-priority
-pods, with kube-scheduler's victim choice (minimal set per node, PDB-aware node ranking)
-and a nominated node. With tenant queues configured, victims come from the preemptor's
-own leaf queue only: taking capacity across queues is reclaim's job (QueueCapacity),
-which respects guarantees. Pods with preemptionPolicy Never never preempt.
+pods, with kube-scheduler's victim choice (every filter re-run with the victims removed,
+minimal set per node by reprieve, PDB-aware node ranking; `shoal.preemption.evaluator`)
+and a nominated node. The plugin only names the victims; the scheduler commits them.
+With tenant queues configured, victims come from the preemptor's own leaf queue only:
+taking capacity across queues is reclaim's job (QueueCapacity), which respects
+guarantees. Pods with preemptionPolicy Never never preempt.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import PodRecord
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
-from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult
+from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Victim
 from shoal.framework.status import Code, Status
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import DefaultPreemptionArgs
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.preemption.victims import find_victims
+from shoal.preemption.evaluator import VictimSearch
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "DefaultPreemption"]
@@ -44,13 +46,15 @@ class DefaultPreemption:
                 Code.UNSCHEDULABLE, "preemption: not eligible due to preemptionPolicy=Never."
             )
         cluster = self.handle.cluster
-        choice = find_victims(
-            cluster,
-            self.gangs,
+        search = VictimSearch(
+            self.handle,
+            units=self.gangs.eviction_unit_of(cluster),
+            pdb_violations=self.pdbs.checker(cluster),
+        )
+        choice = search.best(
             pod,
             statuses,
             self._pool(pod),
-            pdb_violations=lambda victims: self.pdbs.violations(victims, cluster),
             max_candidates=max(
                 self.args.min_candidate_nodes_absolute,
                 cluster.table.n * self.args.min_candidate_nodes_percentage // 100,
@@ -62,17 +66,16 @@ class DefaultPreemption:
                 f"preemption: 0/{cluster.table.n} nodes are available: no lower-priority "
                 "pods whose removal would make room",
             )
-        evictor = self.handle.evictor
-        if evictor is None:
-            raise RuntimeError("preemption needs an evictor (the backend provides one)")
-        for victim in choice.pods:
-            evictor.evict(
-                victim,
-                f"preempted by {pod.key} (priority {pod.priority} > {victim.priority}) "
+        victims = [
+            Victim(
+                v,
+                f"preempted by {pod.key} (priority {pod.priority} > {v.priority}) "
                 f"on node {choice.node}",
             )
-        return PostFilterResult(choice.node), Status(
-            Code.SUCCESS, f"preemption: evicted {len(choice.pods)} pod(s) on {choice.node}"
+            for v in choice.victims
+        ]
+        return PostFilterResult(choice.node, victims), Status(
+            Code.SUCCESS, f"preemption: evicting {len(victims)} pod(s) on {choice.node}"
         )
 
     def _pool(self, pod: PodInfo) -> Iterable[PodRecord]:

@@ -6,8 +6,9 @@ a GPU share needs one device with enough free milli, a k-GPU pod k fully free de
 
 The devices are picked when the pod is assumed on the chosen node (`GpuDevices`, following
 the plan of the GPU placement policy that scored the node); Reserve checks that it got
-them, PreBind records them on the pod as `shoal.dev/gpu-index: "0,3"` so that the device
-plugin on the node can expose exactly those devices.
+them, PreBind asks for them to be written on the pod with its binding as
+`shoal.dev/gpu-index: "0,3"` (through the effects port), so that the device plugin on
+the node can expose exactly those devices and a restarted scheduler reads them back.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from shoal.api.gpu import ANNOTATION_GPU_INDEX, GpuRequestError, format_gpu_inde
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices, remember_request, request_of
 from shoal.framework.cycle_state import CycleState
+from shoal.framework.effects import annotate
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
 from shoal.framework.types import (
@@ -108,8 +110,7 @@ class GpuShare:
     async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         held = self.devices.devices_of(pod.uid)
         if held:
-            meta = pod.pod.metadata
-            meta.annotations = {**meta.annotations, ANNOTATION_GPU_INDEX: format_gpu_index(held)}
+            annotate(state, ANNOTATION_GPU_INDEX, format_gpu_index(held))
         return Status()
 
     def events_to_register(self) -> Sequence[ClusterEvent]:

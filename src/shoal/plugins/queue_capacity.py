@@ -12,7 +12,9 @@ scheduler-plugins, generalised to a queue tree):
   above their guarantee: minimal victim set, whole gangs (or members above minMember),
   never pushing a victim queue below its guarantee, never preempting higher-priority
   work, and only up to the preemptor queue's guarantee, so two queues can never reclaim
-  from each other in a loop. Victims are evicted with a reason naming both queues.
+  from each other in a loop. Victims (chosen by `shoal.preemption.evaluator`, every
+  filter re-run without them) carry a reason naming both queues; the scheduler commits
+  their eviction.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import PodRecord
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
-from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult
+from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Victim
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource, PreFilterResult
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import Args
-from shoal.preemption.victims import find_victims
+from shoal.preemption.evaluator import VictimSearch
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "QueueCapacity", "QueueCapacityArgs"]
@@ -104,20 +106,22 @@ class QueueCapacity:
             touched = freed.any(axis=1)
             return bool(np.all(after[touched][:, asked] >= tree.guaranteed[touched][:, asked]))
 
-        choice = find_victims(cluster, self.gangs, pod, statuses, pool, budget=budget)
+        search = VictimSearch(self.handle, units=self.gangs.eviction_unit_of(cluster))
+        choice = search.best(pod, statuses, pool, budget=budget)
         if choice is None:
             return None, Status(Code.UNSCHEDULABLE, "reclaim: no victims above their guarantee fit")
         mine = tree.names[leaf]
-        for victim in choice.pods:
+        victims = []
+        for victim in choice.victims:
             vq = tree.names[queues.placed_leaf(victim.uid)]
             reason = (
                 f"reclaimed: queue {vq} is above its guarantee and queue {mine} (below its "
                 f"guarantee) needs the capacity for pod {pod.key}"
             )
-            self._evict(victim, reason)
-        return PostFilterResult(choice.node), Status(
+            victims.append(Victim(victim, reason))
+        return PostFilterResult(choice.node, victims), Status(
             Code.SUCCESS,
-            f"reclaim: evicted {len(choice.pods)} pod(s) on {choice.node} for queue {mine}",
+            f"reclaim: evicting {len(victims)} pod(s) on {choice.node} for queue {mine}",
         )
 
     def _over_guarantee(self, leaf: int, asked: np.ndarray) -> list[int]:
@@ -154,12 +158,6 @@ class QueueCapacity:
             after = queues.usage[path] - vec
             if np.all(after[:, asked] >= tree.guaranteed[path][:, asked]):
                 yield record
-
-    def _evict(self, victim: PodInfo, reason: str) -> None:
-        evictor = self.handle.evictor
-        if evictor is None:
-            raise RuntimeError("reclaim needs an evictor (the backend provides one)")
-        evictor.evict(victim, reason)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [

@@ -1,8 +1,6 @@
-"""Preemption building blocks shared by DefaultPreemption and queue reclaim: minimal
-victim sets per node and PodDisruptionBudget accounting. No scheduler imports here, so
-plugins can use it without cycles."""
+"""Preemption: victim search through the framework, and disruption budgets."""
 
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.preemption.victims import Victims, find_victims
+from shoal.preemption.evaluator import Candidate, VictimSearch
 
-__all__ = ["DisruptionBudgets", "Victims", "find_victims"]
+__all__ = ["Candidate", "DisruptionBudgets", "VictimSearch"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
@@ -37,28 +37,42 @@ class DisruptionBudgets:
 
     def violations(self, victims: Iterable[PodInfo], cluster: ClusterState) -> int:
         """Victims beyond what the budgets allow (kube counts these per candidate)."""
-        victims = list(victims)
-        total = 0
-        for pdb in self.budgets.values():
-            selector = pdb.spec.selector
-            if selector is None:
-                continue
+        return self.checker(cluster)(victims)
+
+    def checker(self, cluster: ClusterState) -> Callable[[Iterable[PodInfo]], int]:
+        """`violations` with the budgets' healthy counts taken once, for a victim search
+        that asks about many sets against the same cluster."""
+        budgets = [p for p in self.budgets.values() if p.spec.selector is not None]
+        if not budgets:
+            return lambda victims: 0
+        allowed: list[int] = []
+        for pdb in budgets:
             ns = pdb.metadata.namespace or "default"
-            hit = [
-                v
-                for v in victims
-                if v.namespace == ns and label_selector_matches(selector, v.labels)
-            ]
-            if not hit:
-                continue
+            selector = pdb.spec.selector
+            assert selector is not None
             healthy = sum(
                 1
                 for r in cluster.placed.values()
                 if r.pod.namespace == ns and label_selector_matches(selector, r.pod.labels)
             )
-            allowed = _allowed(pdb, healthy)
-            total += max(0, len(hit) - allowed)
-        return total
+            allowed.append(_allowed(pdb, healthy))
+
+        def count(victims: Iterable[PodInfo]) -> int:
+            victims = list(victims)
+            total = 0
+            for pdb, limit in zip(budgets, allowed, strict=True):
+                ns = pdb.metadata.namespace or "default"
+                selector = pdb.spec.selector
+                assert selector is not None
+                hit = sum(
+                    1
+                    for v in victims
+                    if v.namespace == ns and label_selector_matches(selector, v.labels)
+                )
+                total += max(0, hit - limit)
+            return total
+
+        return count
 
 
 def _allowed(pdb: PodDisruptionBudget, healthy: int) -> int:

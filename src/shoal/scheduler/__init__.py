@@ -1,4 +1,4 @@
-"""The sans-I/O scheduler: profiles, scheduling cycle, binding cycle."""
+"""The sans-I/O scheduler: profiles, scheduling cycle, gang cycle, binding cycle."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import numpy as np
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.config.types import KubeSchedulerConfiguration
-from shoal.framework.handle import Binder, Clock, Evictor, Handle
+from shoal.framework.effects import Effects
+from shoal.framework.handle import Clock, Handle
 from shoal.framework.registry import PluginSpec, Registry, load_entry_points
-from shoal.scheduler.listener import NullListener, SchedulerListener
+from shoal.gang.reservation import GangConfig
 from shoal.scheduler.profiles import build_profiles
 from shoal.scheduler.scheduler import BindingTask, CycleResult, Scheduler
 from shoal.scheduling_queue.queue import QueueConfig
@@ -19,9 +20,7 @@ from shoal.scheduling_queue.queue import QueueConfig
 __all__ = [
     "BindingTask",
     "CycleResult",
-    "NullListener",
     "Scheduler",
-    "SchedulerListener",
     "default_registry",
     "new_scheduler",
 ]
@@ -41,34 +40,25 @@ def new_scheduler(
     config: KubeSchedulerConfiguration,
     *,
     clock: Clock,
-    binder: Binder,
+    effects: Effects,
     seed: int = 0,
     cluster: ClusterState | None = None,
-    listener: SchedulerListener | None = None,
-    evictor: Evictor | None = None,
     registry: Mapping[str, PluginSpec] | None = None,
+    gang_config: GangConfig | None = None,
 ) -> Scheduler:
-    """Wire a scheduler: cluster state, snapshot, handle, profiles and queue."""
+    """Wire a scheduler: cluster cache, snapshot, handle, profiles and queue. Time,
+    randomness (`seed`) and the effects port are injected; nothing else is read."""
     cluster = cluster or ClusterState()
-    memory_evictor = None
-    if evictor is None:
-        from shoal.drivers.memory import MemoryEvictor
-
-        evictor = memory_evictor = MemoryEvictor()
     handle = Handle(
         cluster=cluster,
         snapshot=Snapshot(cluster),
         clock=clock,
         rng=np.random.default_rng(seed),
-        binder=binder,
-        evictor=evictor,
+        effects=effects,
     )
     profiles = build_profiles(config, registry or default_registry(), handle)
     queue_config = QueueConfig(
         initial_backoff_seconds=float(config.pod_initial_backoff_seconds),
         max_backoff_seconds=float(config.pod_max_backoff_seconds),
     )
-    scheduler = Scheduler(profiles, handle, queue_config, listener)
-    if memory_evictor is not None:
-        memory_evictor.scheduler = scheduler
-    return scheduler
+    return Scheduler(profiles, handle, queue_config, gang_config)

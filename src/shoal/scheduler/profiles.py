@@ -194,17 +194,14 @@ def build_profiles(
 def _scratch_handle() -> Handle:
     from shoal.cache.cluster import ClusterState
     from shoal.cache.snapshot import Snapshot
-
-    class _NoBinder:
-        async def bind(self, pod: Any, node: str) -> None:
-            raise RuntimeError("validation handle cannot bind")
+    from shoal.framework.effects import NullEffects
 
     class _NoClock:
         def now(self) -> float:
             return 0.0
 
     cluster = ClusterState()
-    return Handle(cluster, Snapshot(cluster), _NoClock(), np.random.default_rng(0), _NoBinder())
+    return Handle(cluster, Snapshot(cluster), _NoClock(), np.random.default_rng(0), NullEffects())
 
 
 def build_check(

@@ -1,10 +1,16 @@
-"""The scheduler core: sans-I/O, driven by its backend.
+"""The scheduler core: sans-I/O, driven by the driver loop (`shoal.drivers.loop`).
 
-A backend (the simulator, or the Kubernetes backend) feeds observed objects in
-(`add_pod`, `add_node`, ...), calls `schedule_one()` while `has_work()`, runs the binding
-cycles it gets from `take_bindings()` (coroutines: awaited concurrently in a cluster,
-stepped to completion in the simulator) and calls `tick()` as time passes. Nothing here
-reads a clock, sleeps, or talks to the network.
+A driver feeds observed objects in (`add_pod`, `add_node`, ...), calls `schedule_one()`
+while `has_work()`, runs the binding cycles it gets from `take_bindings()` (coroutines:
+awaited concurrently in a cluster, stepped to completion in the simulator) and calls
+`tick()` as time passes. Nothing here reads a clock, sleeps, or talks to the network.
+
+How a decision flows: a cycle (single pod, or a gang through `GangCycle`) works in a
+`Transaction` over the cache; committing it keeps the assumed pods (they go to binding)
+or, for preemption and reclaim, marks the victims as evicting and nominates the
+preemptors; everything that must reach the cluster (binds with annotations,
+nominations, evictions with reasons, PodScheduled conditions and events, outcomes) goes
+out through the one effects port, `handle.effects`.
 """
 
 from __future__ import annotations
@@ -13,46 +19,30 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
+from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
+from shoal.framework.effects import BindFailed, Bound, Evict, Nominate, Unschedulable
 from shoal.framework.handle import Handle, WaitingPod
-from shoal.framework.runtime import FilterOutcome, Framework
+from shoal.framework.interfaces import Victim
+from shoal.framework.runtime import Framework
 from shoal.framework.status import Code, Status
-from shoal.framework.types import ActionType, Candidates, ClusterEvent, EventResource
-from shoal.gang.cycle import (
-    GangConfig,
-    held_by_reservation,
-    schedule_gang,
-    update_reservation,
-)
-from shoal.gang.manager import GangManager
-from shoal.scheduler.listener import NullListener, SchedulerListener
+from shoal.framework.types import ActionType, ClusterEvent, EventResource
+from shoal.gang.manager import GangManager, Group
+from shoal.gang.reservation import GangConfig, held_by_reservation, update_reservation
+from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
+from shoal.scheduler.gang_cycle import GangCycle
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
 
-MIN_FEASIBLE_NODES_TO_FIND = 100
-MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
-
-
-def num_feasible_nodes_to_find(num_nodes: int, percentage: int | None) -> int:
-    """kube-scheduler's numFeasibleNodesToFind (adaptive when percentage is 0/None)."""
-    if num_nodes < MIN_FEASIBLE_NODES_TO_FIND:
-        return num_nodes
-    pct = percentage or 0
-    if pct == 0:
-        pct = max(50 - num_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
-    if pct >= 100:
-        return num_nodes
-    return max(num_nodes * pct // 100, MIN_FEASIBLE_NODES_TO_FIND)
+FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass
@@ -80,7 +70,8 @@ class Scheduler:
         profiles: Mapping[str, Framework],
         handle: Handle,
         queue_config: QueueConfig | None = None,
-        listener: SchedulerListener | None = None,
+        gang_config: GangConfig | None = None,
+        algorithm: PlacementAlgorithm | None = None,
     ) -> None:
         if not profiles:
             raise ValueError("at least one profile is required")
@@ -89,7 +80,10 @@ class Scheduler:
         self.cluster: ClusterState = handle.cluster
         self.snapshot = handle.snapshot
         self.clock = handle.clock
-        self.listener: SchedulerListener = listener or NullListener()
+        self.effects = handle.effects
+        handle.frameworks.update(self.profiles)
+        self.algorithm = algorithm or PlacementAlgorithm(handle.snapshot, handle.rng)
+        self.gang_cycle = GangCycle(handle.cluster, self.algorithm)
         first = next(iter(self.profiles.values()))
         plugin_events: dict[str, list[ClusterEvent]] = {}
         for fwk in self.profiles.values():
@@ -119,13 +113,12 @@ class Scheduler:
         )
         self.queues.on_install.append(self.queue.repartition)
         self.priority_classes: dict[str, PriorityClass] = {}
-        self._next_start_node_index = 0
         self._ready: deque[BindingTask] = deque()
         self._waiting: dict[str, BindingTask] = {}
         self._binding: dict[str, BindingTask] = {}
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
         self.gangs = GangManager.of(handle)
-        self.gang_config = GangConfig()
+        self.gang_config = gang_config or GangConfig()
         self._bad_group: dict[str, str] = {}  # uid -> why its group key is unusable
 
     # ---- intake from the backend ---------------------------------------------------
@@ -149,12 +142,24 @@ class Scheduler:
         now = self.clock.now() if timestamp is None else timestamp
         return PodInfo(pod, timestamp=now)
 
+    def known_pod(self, uid: str) -> PodInfo | None:
+        """The core's current view of a pod it was told about (None once deleted)."""
+        return self._pods.get(uid)
+
     def is_ours(self, pod: PodInfo) -> bool:
         return pod.scheduler_name in self.profiles
 
     def add_pod(self, pod: Pod | PodInfo) -> PodInfo:
         info = pod if isinstance(pod, PodInfo) else self.pod_info(pod)
         now = self.clock.now()
+        phase = info.pod.status.phase
+        if phase in FINISHED_PHASES:
+            # A finished pod holds nothing; a finished gang member still counts for its
+            # group (minMember of an elastic job, dependencies between jobs).
+            self._join_group(info, now)
+            self.gangs.member_finished(info.uid, succeeded=phase == "Succeeded")
+            self._wake_dependents(phase == "Succeeded")
+            return info
         self._pods[info.uid] = info
         self._join_group(info, now)
         if info.node_name:
@@ -185,6 +190,9 @@ class Scheduler:
         """A bound pod ran to completion (Succeeded or Failed): free it, count it."""
         self.gangs.member_finished(uid, succeeded)
         self.delete_pod(uid)
+        self._wake_dependents(succeeded)
+
+    def _wake_dependents(self, succeeded: bool) -> None:
         if succeeded:
             # Dependent gangs may now start.
             for other in self.gangs.groups.values():
@@ -196,6 +204,12 @@ class Scheduler:
             pod.metadata.uid or f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
         )
         info = self.pod_info(pod, timestamp=old.timestamp if old else None)
+        if info.pod.status.phase in FINISHED_PHASES:
+            if old is not None:
+                self.finish_pod(info.uid, succeeded=info.pod.status.phase == "Succeeded")
+            return info
+        if old is not None and old.initial_attempt_time is not None:
+            info.initial_attempt_time = old.initial_attempt_time
         if old is not None and not old.node_name and info.node_name:
             # Our bind landed (or someone else bound it).
             self.queue.delete(info.uid)
@@ -213,6 +227,7 @@ class Scheduler:
     def delete_pod(self, uid: str) -> None:
         self._pods.pop(uid, None)
         self.cluster.clear_nomination(uid)
+        self.cluster.evicting.discard(uid)
         self._bad_group.pop(uid, None)
         self.gangs.member_removed(uid)
         self.queue.delete(uid)
@@ -227,6 +242,12 @@ class Scheduler:
         removed = self.cluster.remove_pod(uid)
         if removed is not None:
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+
+    def eviction_failed(self, uid: str) -> None:
+        """An eviction we sent did not happen (refused by a disruption budget, or an
+        error): the pod keeps running and may be chosen again later."""
+        self.cluster.evicting.discard(uid)
+        self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
 
     def add_node(self, node: Node) -> None:
         self.cluster.add_node(node)
@@ -346,7 +367,8 @@ class Scheduler:
         return tasks
 
     def schedule_one(self) -> CycleResult | None:
-        """Run one scheduling cycle for the next pod in the active queue."""
+        """Run one scheduling cycle for the next pod in the active queue (for a gang
+        member: for its whole gang)."""
         entry = self.queue.pop()
         if entry is None:
             return None
@@ -358,53 +380,177 @@ class Scheduler:
         held = held_by_reservation(self.gangs, pod, now, self.gang_config)
         if held:
             status = Status(Code.UNSCHEDULABLE, held, plugin="Coscheduling")
-            self.queue.requeue_unschedulable(entry, now, frozenset({"Coscheduling"}), status, held)
-            self.listener.pod_unschedulable(pod, status, held)
+            self._requeue(entry, now, frozenset({"Coscheduling"}), status, held)
             return CycleResult(pod, None, status, held)
         group = self.gangs.group_of_uid(pod.uid)
         if group is not None:
-            outcome = schedule_gang(self, entry, group, fwk, self.gang_config)
+            result = self._schedule_gang(entry, group, fwk, now)
             self._release_held()
-            return outcome
+            return result
         self.snapshot.refresh()
         state = CycleState()
         try:
-            node, status, diagnosis = self._schedule_pod(fwk, state, pod)
+            node, status, diagnosis = self.algorithm.schedule_pod(fwk, state, pod)
         except Exception as err:  # a plugin bug must not stop the scheduler
             node, diagnosis = None, None
             status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
         if node is None:
-            message = diagnosis.message() if diagnosis is not None else status.message
-            retry_soon = False
-            if diagnosis is not None and status.rejected and fwk.plugins.post_filter:
-                result, post_status = fwk.run_post_filter(state, pod, diagnosis)
-                # PENDING: a PostFilter will act after a delay (e.g. reclaim), or has just
-                # freed room (preemption): retry after the backoff, not on an event.
-                retry_soon = post_status.code in (Code.PENDING, Code.SUCCESS)
-                if post_status.message:
-                    diagnosis.post_filter_message = post_status.message
-                    message = diagnosis.message()
-                if result is not None and result.nominated_node:
-                    pod.pod.status.nominated_node_name = result.nominated_node
-                    self.cluster.nominate(pod, result.nominated_node)
-            rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
-            self.queue.requeue_unschedulable(
-                entry, now, rejectors, status, message, retry_soon=retry_soon
-            )
-            self.listener.pod_unschedulable(pod, status, message)
-            return CycleResult(pod, None, status, message, diagnosis)
+            return self._unschedulable(entry, fwk, state, status, diagnosis, now)
 
-        # Assume, then Reserve and Permit (kube-scheduler's order).
-        self.cluster.clear_nomination(pod.uid)
-        self.cluster.assume(pod, node)
-        status = fwk.run_reserve(state, pod, node)
-        if not status.ok:
-            self._undo(fwk, state, pod, node, entry, status)
-            return CycleResult(pod, None, status, status.message)
+        # Assume, then Reserve and Permit (kube-scheduler's order), in a transaction.
+        with Transaction(self.cluster) as tx:
+            tx.clear_nomination(pod)
+            tx.assume(pod, node)
+            status = fwk.run_reserve(state, pod, node)
+            if not status.ok:
+                fwk.run_unreserve(state, pod, node)
+                tx.discard()
+                self._bind_failed(entry, node, status)
+                return CycleResult(pod, None, status, status.message)
+            decision = tx.commit()
+        self._emit_nominations(decision.nominated)
         status, timeout, waiting_on = fwk.run_permit(state, pod, node)
         if not self._admit(entry, node, state, fwk, status, timeout, waiting_on, now):
             return CycleResult(pod, None, status, status.message)
         return CycleResult(pod, node, status)
+
+    def _unschedulable(
+        self,
+        entry: QueuedPod,
+        fwk: Framework,
+        state: CycleState,
+        status: Status,
+        diagnosis: Diagnosis | None,
+        now: float,
+    ) -> CycleResult:
+        """No node fits: PostFilter (preemption, reclaim), then requeue and explain."""
+        pod = entry.pod
+        message = diagnosis.message() if diagnosis is not None else status.message
+        retry_soon = False
+        nominated = ""
+        if diagnosis is not None and status.rejected and fwk.plugins.post_filter:
+            try:
+                result, post_status = fwk.run_post_filter(state, pod, diagnosis)
+            except Exception as err:  # a plugin bug must not stop the scheduler
+                result = None
+                post_status = Status.error(f"PostFilter failed: {type(err).__name__}: {err}")
+            # PENDING: a PostFilter will act after a delay (e.g. reclaim); SUCCESS: it
+            # has just made room (preemption): retry after the backoff, not on an event.
+            retry_soon = post_status.code in (Code.PENDING, Code.SUCCESS)
+            if post_status.message:
+                diagnosis.post_filter_message = post_status.message
+                message = diagnosis.message()
+            if result is not None and result.nominated_node:
+                nominated = result.nominated_node
+                self._commit_preemption([(pod, nominated)], result.victims)
+        rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
+        self._requeue(entry, now, rejectors, status, message, retry_soon, nominated)
+        return CycleResult(pod, None, status, message, diagnosis)
+
+    def _requeue(
+        self,
+        entry: QueuedPod,
+        now: float,
+        rejectors: frozenset[str],
+        status: Status,
+        message: str,
+        retry_soon: bool = False,
+        nominated: str = "",
+    ) -> None:
+        self.queue.requeue_unschedulable(
+            entry, now, rejectors, status, message, retry_soon=retry_soon
+        )
+        self.effects.emit(Unschedulable(entry.pod, status, message, nominated))
+
+    def _commit_preemption(
+        self, nominations: list[tuple[PodInfo, str]], victims: list[Victim]
+    ) -> None:
+        """Evict the victims and nominate the preemptors, as one transaction. Victims
+        stay counted (and are never chosen again) until the API reports them gone."""
+        preemptors = ", ".join(p.key for p, _ in nominations)
+        with Transaction(self.cluster) as tx:
+            for victim in victims:
+                uid = victim.pod.uid
+                record = self.cluster.placed.get(uid)
+                if record is None or record.assumed or uid in self.cluster.evicting:
+                    continue
+                if not tx.is_evicted(uid):
+                    tx.evict(record.pod, victim.reason)
+            for pod, node in nominations:
+                tx.nominate(pod, node)
+            decision = tx.commit()
+        for evicted in decision.evicted:
+            self.effects.emit(Evict(evicted.pod, evicted.node, evicted.reason, preemptors))
+        self._emit_nominations(decision.nominated)
+
+    def _emit_nominations(self, nominated: list[tuple[PodInfo, str]]) -> None:
+        for pod, node in nominated:
+            self.effects.emit(Nominate(pod, node))
+
+    def _schedule_gang(
+        self, entry: QueuedPod, group: Group, fwk: Framework, now: float
+    ) -> CycleResult:
+        """Take every pending member out of the queue and decide them together."""
+        others = [uid for uid in group.members if uid != entry.pod.uid and uid not in group.bound]
+        entries = [entry, *self.queue.take(others)]
+        gate = self.gangs.gate(group)
+        if gate:
+            status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, gate)
+            return self._gang_failed(entry, entries, group, status, gate, frozenset(), now)
+        try:
+            outcome = self.gang_cycle.decide(entries, group, fwk, now)
+        except Exception as err:  # a plugin bug must not stop the scheduler
+            status = Status.error(f"gang cycle failed: {type(err).__name__}: {err}")
+            return self._gang_failed(
+                entry, entries, group, status, status.message, frozenset(), now
+            )
+        if outcome.rejected is not None:
+            status, message, rejectors = outcome.rejected
+            return self._gang_failed(entry, entries, group, status, message, rejectors, now)
+        if outcome.nominations:
+            self._commit_preemption(outcome.nominations, outcome.victims)
+            message = (
+                f"gang {group.key}: preempting {len(outcome.victims)} pod(s) to place "
+                f"{len(outcome.nominations)} member(s); waiting for them to terminate"
+            )
+            self.gangs.attempt_failed(group, message, now)
+            nominated = dict((p.uid, n) for p, n in outcome.nominations)
+            for e in entries:
+                e.attempts = max(e.attempts, group.attempts)
+                status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
+                self._requeue(
+                    e, now, frozenset(), status, message, True, nominated.get(e.pod.uid, "")
+                )
+            return CycleResult(entry.pod, None, Status(Code.UNSCHEDULABLE, message), message)
+        for placement in outcome.placed:
+            e, node, state = placement.entry, placement.node, placement.state
+            status, timeout, waiting_on = fwk.run_permit(state, e.pod, node)
+            self._admit(e, node, state, fwk, status, timeout, waiting_on, now)
+            if status.code in (Code.SUCCESS, Code.WAIT):
+                group.bound.add(e.pod.uid)
+        self.gangs.attempt_succeeded(group)
+        for e, status, diagnosis in outcome.failed:
+            message = diagnosis.message() if diagnosis is not None else status.message
+            rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
+            self._requeue(e, now, rejectors, status, message)
+        first_node = outcome.placed[0].node if outcome.placed else None
+        return CycleResult(entry.pod, first_node, Status())
+
+    def _gang_failed(
+        self,
+        entry: QueuedPod,
+        entries: list[QueuedPod],
+        group: Group,
+        status: Status,
+        message: str,
+        rejectors: frozenset[str],
+        now: float,
+    ) -> CycleResult:
+        self.gangs.attempt_failed(group, message, now)
+        for e in entries:
+            e.attempts = max(e.attempts, group.attempts)
+            self._requeue(e, now, rejectors, status, message)
+        return CycleResult(entry.pod, None, status, message)
 
     def _admit(
         self,
@@ -443,6 +589,7 @@ class Scheduler:
         entry: QueuedPod,
         status: Status,
     ) -> None:
+        """Permit, PreBind or Bind failed for an assumed pod: Unreserve, forget, retry."""
         fwk.run_unreserve(state, pod, node)
         self.cluster.forget(pod)
         self.gangs.member_unbound(pod.uid)
@@ -450,10 +597,14 @@ class Scheduler:
         self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
         if pod.uid in self._pods:
             self.queue.readd(entry)
+        self._bind_failed(entry, node, status)
+
+    def _bind_failed(self, entry: QueuedPod, node: str, status: Status) -> None:
+        if entry.pod.uid in self._pods:
             self.queue.requeue_unschedulable(
                 entry, self.clock.now(), frozenset({status.plugin}), status, status.message
             )
-        self.listener.pod_bind_failed(pod, node, status)
+        self.effects.emit(BindFailed(entry.pod, node, status))
 
     def _settle_waiting(self) -> None:
         for waiting in self.handle.waiting_pods:
@@ -496,96 +647,12 @@ class Scheduler:
             return status
         self.cluster.confirm(pod.uid)
         self.gangs.member_bound(pod.uid)
-        pod.node_name = node
+        pod.node_name = node  # the core's own view; the API object comes back by watch
         # A pod landing may satisfy others' (anti-)affinity or spread rules.
         self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
-        self.listener.pod_bound(pod, node)
+        self.effects.emit(Bound(pod, node))
         await fwk.run_post_bind(task.state, pod, node)
         return status
-
-    # ---- the scheduling algorithm (kube's schedulePod) ----------------------------
-
-    def _schedule_pod(
-        self,
-        fwk: Framework,
-        state: CycleState,
-        pod: PodInfo,
-        restrict: np.ndarray | None = None,
-    ) -> tuple[str | None, Status, Diagnosis | None]:
-        """kube's schedulePod; `restrict` (a mask over node rows) limits the candidates
-        (topology-aware gang placement)."""
-        snap = self.snapshot
-        n = snap.n
-        if n == 0:
-            # kube's ErrNoNodesAvailable: not a FitError, the message says it all.
-            return None, Status(Code.UNSCHEDULABLE, "no nodes available to schedule pods"), None
-        pre_result, status = fwk.run_pre_filter(state, pod)
-        if not status.ok:
-            if status.rejected:
-                diagnosis = Diagnosis(n, pre_filter_message=status.message)
-                if status.plugin:
-                    diagnosis.unschedulable_plugins.add(status.plugin)
-                if pre_result is not None:
-                    diagnosis.unschedulable_plugins |= pre_result.plugins
-                return None, status, diagnosis
-            return None, status, None
-        absent = 0  # nodes a PreFilterResult left out
-        if pre_result is not None and pre_result.node_names is not None:
-            rows = np.sort(snap._cluster.table.rows(pre_result.node_names))
-            absent = n - rows.size
-            if restrict is not None:
-                rows = rows[restrict[rows]]
-            candidates = Candidates.of(rows)
-        elif restrict is not None:
-            candidates = Candidates.of(np.flatnonzero(restrict[:n]))
-        else:
-            candidates = Candidates.all(n)
-        outcome = fwk.run_filters(state, pod, candidates)
-        feasible = self._pick_feasible(fwk, outcome)
-        if feasible is None:
-            diagnosis = Diagnosis.from_filters(n, candidates, outcome.results)
-            if absent and pre_result is not None:
-                # kube's AbsentNodesStatus for the nodes the PreFilter result excluded.
-                plugins = " ".join(sorted(pre_result.plugins))
-                diagnosis.reasons[f"node(s) didn't satisfy plugin(s) [{plugins}]"] += absent
-                diagnosis.unschedulable_plugins |= pre_result.plugins
-            return None, Status(Code.UNSCHEDULABLE, diagnosis.message()), diagnosis
-        if feasible.size == 1:
-            return str(snap.names[feasible.rows[0]]), Status(), None
-        status = fwk.run_pre_score(state, pod, feasible)
-        if not status.ok:
-            return None, status, None
-        scores = fwk.run_score(state, pod, feasible)
-        if scores.max() > fwk.max_total_score or scores.min() < 0:
-            fwk.check_scores(state, pod, feasible)  # raises, naming the plugin
-        return str(snap.names[self._select_host(feasible, scores)]), Status(), None
-
-    def _pick_feasible(self, fwk: Framework, outcome: FilterOutcome) -> Candidates | None:
-        """The first numFeasibleNodesToFind passing nodes, starting where the last cycle
-        stopped (kube's nextStartNodeIndex rotation)."""
-        cands = outcome.candidates
-        positions = np.flatnonzero(outcome.passed)
-        if positions.size == 0:
-            return None
-        size = cands.size
-        start = self._next_start_node_index % size
-        limit = num_feasible_nodes_to_find(size, fwk.percentage_of_nodes_to_score)
-        if start:
-            split = int(np.searchsorted(positions, start))
-            positions = np.concatenate([positions[split:], positions[:split]])
-        if positions.size > limit:
-            positions = positions[:limit]
-            processed = int((positions[-1] - start) % size) + 1
-        else:
-            processed = size
-        self._next_start_node_index = (start + processed) % size
-        rows = positions if isinstance(cands.index, slice) else cands.rows[positions]
-        return Candidates.of(rows)
-
-    def _select_host(self, nodes: Candidates, scores: np.ndarray) -> int:
-        best = np.flatnonzero(scores == scores.max())
-        pick = best[0] if best.size == 1 else best[self.handle.rng.integers(best.size)]
-        return int(nodes.rows[pick])
 
     # ---- inspection ----------------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """The discrete-event loop: a virtual clock, an event heap and the sans-I/O scheduler.
 
-Each step handles every event due now (in the heap's fixed order), lets the scheduler
-expire backoffs, then runs scheduling cycles until it has no work; binding cycles are
-stepped to completion with `run_sync`. Then the clock jumps to the next event, the next
+Each step handles every event due now (in the heap's fixed order), then runs the core
+through the same driver loop as the test harness and the Kubernetes backend
+(`shoal.drivers.loop.Driver`): backoffs expire, scheduling cycles run until there is no
+work, binding cycles are stepped to completion, and the in-memory effects port feeds
+binds and evictions back as a watch would. Then the clock jumps to the next event, the next
 scheduler wakeup (a backoff or Permit deadline) or, with `cycle_seconds`, to the end of
 the running cycle. Nothing reads the wall clock or global randomness, so the same
 scenario and seed always give the same results.
@@ -22,8 +24,8 @@ import msgspec
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.config.types import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryEvictor, run_sync
-from shoal.framework.handle import BindError
+from shoal.drivers.loop import Driver, SyncBindings
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.sim.events import (
@@ -78,15 +80,20 @@ class SimResult:
     groups: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
-class SimBinder:
-    """Binds in memory; refuses a node that was removed while the pod was being bound."""
+class _DeferredBindings:
+    """With `cycle_seconds`, binding cycles start when the scheduling cycle that made
+    them ready ends in virtual time (a `BindingsDue` event); else at once."""
 
-    def __init__(self, cluster: ClusterState) -> None:
-        self.cluster = cluster
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.now = SyncBindings(sim.scheduler)
 
-    async def bind(self, pod: PodInfo, node: str) -> None:
-        if node not in self.cluster.table.row_of:
-            raise BindError(f"node {node} no longer exists")
+    def launch(self, tasks: list[BindingTask]) -> None:
+        sim = self.sim
+        if sim.options.cycle_seconds > 0 and sim.clock.now() < sim._busy_until:
+            sim.events.push(sim._busy_until, BindingsDue(tuple(tasks)))
+        else:
+            self.now.launch(tasks)
 
 
 class Simulation:
@@ -102,15 +109,21 @@ class Simulation:
         self.clock = ManualClock()
         self.cluster = ClusterState()
         self.recorder = Recorder(self.clock, self._bound)
+        self.effects = MemoryEffects(self.clock)
+        self.effects.node_exists = lambda node: node in self.cluster.table.row_of
+        self.effects.listeners.append(self.recorder)
+        self.effects.on_evicted.append(self._evicted)
         self.scheduler: Scheduler = new_scheduler(
             self.options.config,
             clock=self.clock,
-            binder=SimBinder(self.cluster),
+            effects=self.effects,
             seed=self.options.seed,
             cluster=self.cluster,
-            listener=self.recorder,
         )
         self.events = EventQueue()
+        self.driver = Driver(
+            self.scheduler, _DeferredBindings(self), self.effects, on_cycle=self._note
+        )
         self.utilisation = UtilisationTracker(self.cluster.table)
         self.queue_monitor = QueueMonitor(
             self.scheduler.queues, self.cluster.table, self.options.queue_sample_seconds
@@ -138,9 +151,6 @@ class Simulation:
         budgets = DisruptionBudgets.of(self.scheduler.handle)
         for pdb in sc.disruption_budgets:
             budgets.add(pdb)
-        evictor = self.scheduler.handle.evictor
-        if isinstance(evictor, MemoryEvictor):
-            evictor.on_evict.append(self._evicted)
         for group in self.scenario.pod_groups:
             self.scheduler.add_pod_group(group)
         for node in self.scenario.nodes:
@@ -162,8 +172,7 @@ class Simulation:
         while True:
             now = self.clock.now()
             self._handle_due(now)
-            self.scheduler.tick()
-            self._run_bindings(self.scheduler.take_bindings())
+            self.driver.tick()
             if self.scheduler.has_work() and now >= self._busy_until:
                 self._schedule(now)
                 continue
@@ -192,19 +201,12 @@ class Simulation:
     def _schedule(self, now: float) -> None:
         cost = self.options.cycle_seconds
         if cost == 0:
-            while self.scheduler.has_work():
-                self._note(self.scheduler.schedule_one())
-                self._run_bindings(self.scheduler.take_bindings())
+            self.driver.run()
             return
-        self._note(self.scheduler.schedule_one())
         self._busy_until = now + cost
-        tasks = self.scheduler.take_bindings()
-        if tasks:
-            self.events.push(self._busy_until, BindingsDue(tuple(tasks)))
+        self.driver.cycle()
 
-    def _note(self, result: CycleResult | None) -> None:
-        if result is None:
-            return
+    def _note(self, result: CycleResult) -> None:
         self.cycles += 1
         record = self.recorder.records.get(result.pod.uid)
         if record is not None:
@@ -333,8 +335,9 @@ class Simulation:
         self.events.push(now, PodArrival(source))
 
     def _run_bindings(self, tasks: Iterable[BindingTask]) -> None:
-        for task in tasks:
-            run_sync(self.scheduler.run_binding_cycle(task))
+        """Binding cycles whose scheduling cycle has ended (`BindingsDue`)."""
+        SyncBindings(self.scheduler).launch(list(tasks))
+        self.driver.intake()
 
     # ---- results ---------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import numpy as np
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import PODS
 from shoal.cache.node_table import NodeTable
+from shoal.framework.effects import BindFailed, Bound, Effect, Unschedulable
 from shoal.framework.handle import Clock
-from shoal.framework.status import Status
 
 __all__ = [
     "PodRecord",
@@ -54,7 +54,7 @@ class PodRecord:
 
 
 class Recorder:
-    """Keeps the per-pod records; the scheduler's listener in the simulator."""
+    """Keeps the per-pod records; listens to the effects port in the simulator."""
 
     def __init__(self, clock: Clock, on_bound: Callable[[PodRecord], None]) -> None:
         self.clock = clock
@@ -78,22 +78,20 @@ class Recorder:
         self.binds += 1
         self.on_bound(record)
 
-    # SchedulerListener
-
-    def pod_bound(self, pod: PodInfo, node: str) -> None:
-        record = self.records.get(pod.uid)
-        if record is not None:
-            self.mark_bound(record, node)
-
-    def pod_unschedulable(self, pod: PodInfo, status: Status, message: str) -> None:
-        record = self.records.get(pod.uid)
-        if record is not None:
-            record.message = message or status.message
-
-    def pod_bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
-        record = self.records.get(pod.uid)
-        if record is not None:
-            record.message = f"binding to {node} failed: {status.message}"
+    def __call__(self, effect: Effect) -> None:
+        """An effect the core emitted (see `shoal.framework.effects`)."""
+        if isinstance(effect, Bound):
+            record = self.records.get(effect.pod.uid)
+            if record is not None:
+                self.mark_bound(record, effect.node)
+        elif isinstance(effect, Unschedulable):
+            record = self.records.get(effect.pod.uid)
+            if record is not None:
+                record.message = effect.message or effect.status.message
+        elif isinstance(effect, BindFailed):
+            record = self.records.get(effect.pod.uid)
+            if record is not None:
+                record.message = f"binding to {effect.node} failed: {effect.status.message}"
 
 
 class UtilisationTracker:

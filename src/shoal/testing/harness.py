@@ -1,10 +1,12 @@
 """SchedulerHarness: a whole scheduler on virtual time, for tests and plugin authors.
 
-It wires `new_scheduler` with a `ManualClock` and a `MemoryBinder`, feeds it nodes and
-pods, and drives it the way a backend would: scheduling cycles while there is work,
-binding cycles stepped with `run_sync`, and, after each successful bind, the pod update
-the API server's watch would deliver (`spec.nodeName` set), so the cache confirms the
-placement exactly as in a cluster.
+It wires `new_scheduler` with a `ManualClock` and the in-memory effects port
+(`MemoryEffects`), feeds it nodes and pods, and runs it with the same driver loop as the
+simulator and the Kubernetes backend (`shoal.drivers.loop.Driver`): scheduling cycles
+while there is work, binding cycles stepped to completion, and the objects the effects
+produce fed back as a watch would deliver them (a bound pod with `spec.nodeName` and its
+annotations; an evicted pod deleted), so the cache confirms placements exactly as in a
+cluster.
 
     h = SchedulerHarness()
     h.add_nodes(make_node("n1").capacity(cpu="2", memory="4Gi"))
@@ -20,15 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import msgspec
-
 from shoal.api.objects import Node, Pod
 from shoal.api.podinfo import PodInfo, pod_key
 from shoal.config.load import parse_config
 from shoal.config.types import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, MemoryEvictor, run_sync
+from shoal.drivers.loop import Driver
+from shoal.drivers.memory import ManualClock, MemoryEffects
+from shoal.framework.effects import BindFailed, Bound, Effect, Evict, Unschedulable
 from shoal.framework.registry import PluginSpec
-from shoal.framework.status import Status
+from shoal.gang.reservation import GangConfig
 from shoal.scheduler import new_scheduler
 from shoal.scheduler.scheduler import CycleResult, Scheduler
 from shoal.testing.builders import NodeBuilder, PodBuilder
@@ -61,31 +63,41 @@ class HarnessEvent:
 
 @dataclass
 class _Recorder:
-    """The scheduler listener: remembers outcomes per pod key."""
+    """Listens to the effects port: remembers outcomes per pod key."""
 
     clock: ManualClock
     bound: dict[str, str] = field(default_factory=dict)
     messages: dict[str, str] = field(default_factory=dict)
     events: list[HarnessEvent] = field(default_factory=list)
+    evicted: dict[str, str] = field(default_factory=dict)
 
-    def pod_bound(self, pod: PodInfo, node: str) -> None:
-        self.bound[pod.key] = node
-        self.messages.pop(pod.key, None)
-        self.events.append(HarnessEvent("bound", pod.key, node, "", self.clock.now()))
-
-    def pod_unschedulable(self, pod: PodInfo, status: Status, message: str) -> None:
-        self.messages[pod.key] = message
-        self.events.append(HarnessEvent("unschedulable", pod.key, "", message, self.clock.now()))
-
-    def pod_bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
-        self.messages[pod.key] = status.message
-        self.events.append(
-            HarnessEvent("bind_failed", pod.key, node, status.message, self.clock.now())
-        )
+    def __call__(self, effect: Effect) -> None:
+        now = self.clock.now()
+        if isinstance(effect, Bound):
+            key = effect.pod.key
+            self.bound[key] = effect.node
+            self.messages.pop(key, None)
+            self.events.append(HarnessEvent("bound", key, effect.node, "", now))
+        elif isinstance(effect, Unschedulable):
+            key = effect.pod.key
+            self.messages[key] = effect.message
+            self.events.append(HarnessEvent("unschedulable", key, "", effect.message, now))
+        elif isinstance(effect, BindFailed):
+            key = effect.pod.key
+            self.messages[key] = effect.status.message
+            self.events.append(
+                HarnessEvent("bind_failed", key, effect.node, effect.status.message, now)
+            )
+        elif isinstance(effect, Evict):
+            key = effect.pod.key
+            self.evicted[key] = effect.reason
+            self.bound.pop(key, None)
+            self.messages.pop(key, None)
+            self.events.append(HarnessEvent("evicted", key, effect.node, effect.reason, now))
 
 
 class SchedulerHarness:
-    """A scheduler with virtual time and in-memory binding, driven to quiescence by `run`.
+    """A scheduler with virtual time and in-memory effects, run to quiescence by `run`.
 
     `config` is a `KubeSchedulerConfiguration`, a raw mapping (validated with
     `parse_config`, so mistakes raise `ConfigError`), or None for the default profile.
@@ -101,6 +113,7 @@ class SchedulerHarness:
         registry: Mapping[str, PluginSpec] | None = None,
         start: float = 0.0,
         echo_binds: bool = True,
+        gang_config: GangConfig | None = None,
     ) -> None:
         if config is None:
             config = KubeSchedulerConfiguration()
@@ -112,36 +125,30 @@ class SchedulerHarness:
             config = parse_config(config, source="harness config", registry=registry)
         self.config = config
         self.clock = ManualClock(start)
-        self.binder = MemoryBinder()
+        self.effects = MemoryEffects(self.clock, echo_binds=echo_binds)
         self._recorder = _Recorder(self.clock)
+        self.effects.listeners.append(self._recorder)
+        self.effects.on_evicted.append(self._on_evicted)
         self.scheduler: Scheduler = new_scheduler(
             config,
             clock=self.clock,
-            binder=self.binder,
+            effects=self.effects,
             seed=seed,
             registry=registry,
-            listener=self._recorder,
+            gang_config=gang_config,
         )
         self.echo_binds = echo_binds
         self.cycles: list[CycleResult] = []
+        self.driver = Driver(self.scheduler, inbox=self.effects, on_cycle=self.cycles.append)
         self._uids: dict[str, str] = {}  # pod key -> uid, in the order pods were added
-        # Pods evicted by preemption or reclaim (they are deleted, as in Kubernetes).
-        self.evicted: dict[str, str] = {}  # pod key -> reason
-        evictor = self.scheduler.handle.evictor
-        if isinstance(evictor, MemoryEvictor):
-            evictor.on_evict.append(self._on_evict)
 
-    def _on_evict(self, pod: PodInfo, reason: str) -> None:
-        evictor = self.scheduler.handle.evictor
-        evictions = evictor.evictions if isinstance(evictor, MemoryEvictor) else []
-        node = evictions[-1].node if evictions and evictions[-1].uid == pod.uid else ""
-        self.evicted[pod.key] = reason
+    @property
+    def evicted(self) -> dict[str, str]:
+        """Pods evicted by preemption or reclaim (deleted, as in Kubernetes): key -> reason."""
+        return self._recorder.evicted
+
+    def _on_evicted(self, pod: PodInfo, reason: str) -> None:
         self._uids.pop(pod.key, None)
-        self._recorder.bound.pop(pod.key, None)
-        self._recorder.messages.pop(pod.key, None)
-        self._recorder.events.append(
-            HarnessEvent("evicted", pod.key, node, reason, self.clock.now())
-        )
 
     # ---- feeding objects -----------------------------------------------------------
 
@@ -192,24 +199,8 @@ class SchedulerHarness:
 
     def run(self, max_cycles: int = 100_000) -> RunResult:
         """Schedule until nothing is left to do at the current time; bind as we go."""
-        sched = self.scheduler
-        cycles = 0
-        while True:
-            sched.tick()
-            while sched.has_work():
-                if cycles >= max_cycles:
-                    raise RuntimeError(f"still scheduling after {max_cycles} cycles")
-                result = sched.schedule_one()
-                cycles += 1
-                if result is not None:
-                    self.cycles.append(result)
-            tasks = sched.take_bindings()
-            for task in tasks:
-                status = run_sync(sched.run_binding_cycle(task))
-                if status.ok and self.echo_binds:
-                    self._echo_bind(task.pod, task.node)
-            if not tasks and not sched.has_work():
-                return self.result()
+        self.driver.run(max_cycles=max_cycles)
+        return self.result()
 
     def advance(self, seconds: float, max_cycles: int = 100_000) -> RunResult:
         """Let `seconds` of virtual time pass, waking at every backoff expiry and Permit
@@ -217,24 +208,15 @@ class SchedulerHarness:
         target = self.clock.now() + seconds
         self.run(max_cycles)
         while True:
-            wake = self.scheduler.next_wakeup()
+            wake = self.driver.next_wakeup()
             if wake is None or wake > target:
                 break
             self.clock.advance_to(max(wake, self.clock.now()))
             self.run(max_cycles)
-            if self.scheduler.next_wakeup() == wake:
+            if self.driver.next_wakeup() == wake:
                 break  # nothing moved at that instant; avoid spinning
         self.clock.advance_to(target)
         return self.run(max_cycles)
-
-    def _echo_bind(self, pod: PodInfo, node: str) -> None:
-        """What the watch delivers after a bind: the same pod with spec.nodeName set."""
-        current = self.scheduler._pods.get(pod.uid)
-        if current is None:
-            return  # deleted meanwhile
-        obj = current.pod
-        bound = msgspec.structs.replace(obj, spec=msgspec.structs.replace(obj.spec, node_name=node))
-        self.scheduler.update_pod(bound)
 
     # ---- inspection ----------------------------------------------------------------
 

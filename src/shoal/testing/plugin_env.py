@@ -24,7 +24,7 @@ from shoal.api.objects import Node, Pod
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
-from shoal.drivers.memory import ManualClock, MemoryBinder
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import Plugin
@@ -61,12 +61,13 @@ def make_handle(
         if not info.node_name:
             raise ValueError(f"existing pod #{i} ({info.key}) must name its node: .node(...)")
         cluster.add_bound_pod(info, info.node_name)
+    clock = ManualClock(now)
     return Handle(
         cluster=cluster,
         snapshot=Snapshot(cluster),
-        clock=ManualClock(now),
+        clock=clock,
         rng=np.random.default_rng(seed),
-        binder=MemoryBinder(),
+        effects=MemoryEffects(clock),
     )
 
 

@@ -1,10 +1,10 @@
 """The Kubernetes backend: informers -> scheduler core -> binder pool.
 
     API server ──list+watch──> informers ──add/update/delete──> Scheduler (sans-I/O core)
-        ^                                                           │ schedule_one()
+        ^                                                           │ Driver.run()
         │                                                           v
-        ├──── pods/binding <──── binding cycles (asyncio tasks) <── take_bindings()
-        ├──── pods/status, events <── KubeListener (PodStatusWriter, EventRecorder)
+        ├──── pods (annotations), pods/binding <── binding cycles (asyncio tasks)
+        ├──── pods/eviction, pods/status, events <── KubeEffects (the effects port)
         └──── Lease <── LeaderElector (only the leader runs the scheduling loop)
 
 Everything runs on one asyncio event loop, so the core is only ever touched from one
@@ -41,10 +41,12 @@ from shoal.api.errors import ManifestError
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
+from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
+from shoal.drivers.kube.effects import KubeEffects
 from shoal.drivers.kube.informer import Informer, InformerSettings
 from shoal.drivers.kube.leader import LeaderElector, LeaderSettings, LeadershipLost
 from shoal.drivers.kube.resources import (
@@ -65,8 +67,9 @@ from shoal.drivers.kube.resources import (
     object_key,
     object_ref,
 )
-from shoal.drivers.kube.status import EventRecorder, KubeListener, PodStatusWriter
+from shoal.drivers.kube.status import EventRecorder, PodStatusWriter
 from shoal.drivers.kube.tenancy import TenancySync
+from shoal.drivers.loop import Driver
 from shoal.framework.registry import PluginSpec
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
@@ -246,6 +249,16 @@ def parse_duration(value: object) -> float:
 # ---- the backend -----------------------------------------------------------------------
 
 
+class _AsyncBindings:
+    """Binding cycles as concurrent asyncio tasks (the driver's runner in a cluster)."""
+
+    def __init__(self, backend: KubeBackend) -> None:
+        self.backend = backend
+
+    def launch(self, tasks: list[BindingTask]) -> None:
+        self.backend._launch(tasks)
+
+
 class KubeBackend:
     def __init__(
         self,
@@ -281,7 +294,6 @@ class KubeBackend:
             repeat_after=opts.event_repeat_seconds,
         )
         self.status = PodStatusWriter(self.client, self.lookup_pod)
-        self.listener = KubeListener(self.status, self.events, self.metrics)
         self.binder = KubeBinder(
             self.client,
             self.lookup_pod,
@@ -290,16 +302,23 @@ class KubeBackend:
             timeout=opts.request_timeout,
         )
         self.evictor = KubeEvictor(self.client, self.events, self.metrics)
+        self.effects = KubeEffects(
+            self.binder,
+            self.evictor,
+            self.status,
+            self.events,
+            self.metrics,
+            on_eviction_failed=self._eviction_failed,
+        )
         self.clock = WallClock()
         self.scheduler: Scheduler = new_scheduler(
             config,
             clock=self.clock,
-            binder=self.binder,
+            effects=self.effects,
             seed=seed,
-            listener=self.listener,
-            evictor=self.evictor,
             registry=registry,
         )
+        self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)
 
@@ -338,6 +357,7 @@ class KubeBackend:
         self._stopping = asyncio.Event()
         self._background: list[asyncio.Task[Any]] = []
         self._loop_beat = time.monotonic()
+        self._cycle_started = time.perf_counter()
         self.cycles = 0
         self.bound = 0
         self.started = False
@@ -482,21 +502,26 @@ class KubeBackend:
     # ---- the scheduling loop -----------------------------------------------------------
 
     async def _schedule_loop(self) -> None:
-        s = self.scheduler
+        """The driver loop in slices: yield to the event loop (informers, binds, the
+        lease) at least every `yield_every_seconds` while busy; sleep until the core's
+        next wakeup or a new event when idle."""
         opts = self.options
         while True:
             self._loop_beat = time.monotonic()
             self._wake.clear()
-            s.tick()
-            self._launch(s.take_bindings())
-            slice_start = time.perf_counter()
-            while s.has_work():
-                self._schedule_one()
-                if time.perf_counter() - slice_start > opts.yield_every_seconds:
-                    await asyncio.sleep(0)
-                    self._loop_beat = time.monotonic()
-                    slice_start = time.perf_counter()
-            wake = s.next_wakeup()
+            self._cycle_started = time.perf_counter()
+            try:
+                idle = self.driver.run(
+                    timer=time.perf_counter, slice_seconds=opts.yield_every_seconds
+                )
+            except Exception:
+                log.exception("a scheduling pass failed")
+                self.metrics.schedule_attempts.labels("error", "").inc()
+                idle = True
+            if not idle:
+                await asyncio.sleep(0)
+                continue
+            wake = self.driver.next_wakeup()
             delay = opts.max_idle_seconds
             if wake is not None:
                 delay = min(delay, max(0.0, wake - self.clock.now()))
@@ -506,19 +531,11 @@ class KubeBackend:
             else:
                 await asyncio.sleep(0)
 
-    def _schedule_one(self) -> None:
-        started = time.perf_counter()
-        try:
-            result = self.scheduler.schedule_one()
-        except Exception:
-            log.exception("a scheduling cycle failed")
-            self.metrics.schedule_attempts.labels("error", "").inc()
-            return
-        self._launch(self.scheduler.take_bindings())
-        if result is None:
-            return
+    def _cycle_done(self, result: CycleResult) -> None:
+        now = time.perf_counter()
         self.cycles += 1
-        self._record_attempt(result, time.perf_counter() - started)
+        self._record_attempt(result, now - self._cycle_started)
+        self._cycle_started = now
 
     def _record_attempt(self, result: CycleResult, seconds: float) -> None:
         if result.node is not None:
@@ -537,6 +554,10 @@ class KubeBackend:
                 result.message,
                 extra={"pod": result.pod.key, "reason": result.message},
             )
+
+    def _eviction_failed(self, pod: PodInfo) -> None:
+        self.scheduler.eviction_failed(pod.uid)
+        self._wake.set()
 
     def _launch(self, tasks: list[BindingTask]) -> None:
         for task in tasks:

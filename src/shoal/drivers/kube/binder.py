@@ -1,15 +1,19 @@
 """Binding through `pods/binding` and evicting through `pods/eviction`.
 
-`KubeBinder` is the core's `Binder`. Binds run concurrently, at most `concurrency` at a
-time, and each goes through the scheduler client's rate limiter (QPS/burst). Before it
-posts, it checks the informer's latest copy of the pod: a pod that is gone, has another
-UID or is already bound is not bound again. The Binding carries the pod's UID as a
-precondition, and the API server refuses to bind a pod that already has a node (409
-Conflict), so a pod can never be bound twice, by us or anyone else, whatever our cache
-says. Every failure raises `BindError`; the core then forgets the assumed pod and
-requeues it (or drops it, when the informer says it is bound or gone).
+`KubeBinder` carries out the effects port's `bind`. Binds run concurrently, at most
+`concurrency` at a time, and each goes through the scheduler client's rate limiter
+(QPS/burst). Before it posts, it checks the informer's latest copy of the pod: a pod
+that is gone, has another UID or is already bound is not bound again. The Binding
+carries the pod's UID as a precondition, and the API server refuses to bind a pod that
+already has a node (409 Conflict), so a pod can never be bound twice, by us or anyone
+else, whatever our cache says. Annotations the core asked for (e.g.
+`shoal.dev/gpu-index`) are written with a merge patch carrying the pod's UID as a
+precondition just before the Binding, so a device plugin never sees the pod on its node
+without them. Every failure raises
+`BindError`; the core then forgets the assumed pod and requeues it (or drops it, when
+the informer says it is bound or gone).
 
-`KubeEvictor` is the core's `Evictor`: evictions go through the Eviction API so the
+`KubeEvictor` carries out `Evict` effects: evictions go through the Eviction API so the
 API server enforces PodDisruptionBudgets; a 429 (the budget allows no disruption now)
 is retried a few times with a delay, then given up and reported.
 """
@@ -19,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from shoal.api.podinfo import PodInfo
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import PODS
 from shoal.drivers.kube.status import EventRecorder, pod_ref
-from shoal.framework.handle import BindError
+from shoal.framework.effects import BindError
 from shoal.web.metrics import SchedulerMetrics
 
 __all__ = ["KubeBinder", "KubeEvictor"]
@@ -63,7 +67,9 @@ class KubeBinder:
         if node:
             raise BindError(f"pod {pod.key} is already bound to {node}")
 
-    async def bind(self, pod: PodInfo, node: str) -> None:
+    async def bind(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
+    ) -> None:
         started = time.monotonic()
         result = "error"
         try:
@@ -72,6 +78,19 @@ class KubeBinder:
                 self._precheck(pod)  # the wait for a slot may have been long
                 self.in_flight += 1
                 try:
+                    if annotations:
+                        await self.client.request(
+                            "PATCH",
+                            PODS.path(pod.namespace, pod.name),
+                            body={
+                                "metadata": {
+                                    "uid": pod.uid,
+                                    "annotations": dict(annotations),
+                                }
+                            },
+                            content_type="application/merge-patch+json",
+                            timeout=self.timeout,
+                        )
                     await self.client.request(
                         "POST",
                         PODS.path(pod.namespace, pod.name, "binding"),
@@ -120,11 +139,21 @@ class KubeEvictor:
         self.retry_delay = retry_delay
         self._tasks: set[asyncio.Task[str]] = set()
 
-    def evict(self, pod: PodInfo, reason: str) -> None:
-        """Start an eviction (the core's Evictor protocol is fire-and-forget)."""
+    def evict(
+        self, pod: PodInfo, reason: str, on_failed: Callable[[PodInfo], None] | None = None
+    ) -> None:
+        """Start an eviction (fire-and-forget); `on_failed` runs if it did not happen
+        (refused by a budget or an error), so the core stops treating the pod as leaving."""
         task = asyncio.get_running_loop().create_task(self.evict_now(pod, reason))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if on_failed is not None:
+
+            def done(finished: asyncio.Task[str]) -> None:
+                if finished.cancelled() or finished.result() not in ("evicted", "gone"):
+                    on_failed(pod)
+
+            task.add_done_callback(done)
 
     async def evict_now(self, pod: PodInfo, reason: str) -> str:
         """Evict; returns `evicted`, `blocked` (by a PodDisruptionBudget), `gone` or

@@ -1,8 +1,8 @@
 """What the scheduler writes back: pod conditions, nominations and events.
 
-`KubeListener` is the core's `SchedulerListener` for a cluster. The core calls it
-synchronously from a scheduling or binding cycle; it only queues work, which
-`PodStatusWriter` and `EventRecorder` carry out asynchronously:
+`shoal.drivers.kube.effects.KubeEffects` (the effects port for a cluster) queues work
+here from inside scheduling and binding cycles; `PodStatusWriter` and `EventRecorder`
+carry it out asynchronously:
 
 * unschedulable: a strategic merge patch of `pods/status` setting
   `PodScheduled=False` (reason `Unschedulable`, or `SchedulerError` for errors) with the
@@ -37,10 +37,9 @@ from typing import Any
 from shoal.api.podinfo import PodInfo
 from shoal.drivers.kube.client import JSON, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 from shoal.drivers.kube.resources import EVENTS, PODS
-from shoal.framework.status import Code, Status
 from shoal.web.metrics import SchedulerMetrics
 
-__all__ = ["EventRecorder", "KubeListener", "PodStatusWriter", "micro_time", "pod_ref"]
+__all__ = ["EventRecorder", "PodStatusWriter", "micro_time", "pod_ref"]
 
 log = logging.getLogger("shoal.kube.status")
 
@@ -302,76 +301,3 @@ class PodStatusWriter:
             content_type=STRATEGIC_MERGE_PATCH,
         )
         self.written += 1
-
-
-class KubeListener:
-    """The core's SchedulerListener: conditions and events for pods.
-
-    It is called from inside scheduling and binding cycles, so it must never raise: a
-    failure here is logged and swallowed (the pod's state is the core's business).
-    """
-
-    def __init__(
-        self, status: PodStatusWriter, events: EventRecorder, metrics: SchedulerMetrics
-    ) -> None:
-        self.status = status
-        self.events = events
-        self.metrics = metrics
-
-    def pod_bound(self, pod: PodInfo, node: str) -> None:
-        try:
-            self._bound(pod, node)
-        except Exception:
-            log.exception("reporting the binding of %s failed", pod.key)
-
-    def pod_unschedulable(self, pod: PodInfo, status: Status, message: str) -> None:
-        try:
-            self._unschedulable(pod, status, message)
-        except Exception:
-            log.exception("reporting pod %s unschedulable failed", pod.key)
-
-    def pod_bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
-        try:
-            self._bind_failed(pod, node, status)
-        except Exception:
-            log.exception("reporting the failed binding of %s failed", pod.key)
-
-    def _bound(self, pod: PodInfo, node: str) -> None:
-        self.metrics.pod_scheduling_attempts.observe(max(1, pod.attempts))
-        self.events.record(
-            pod_ref(pod),
-            "Normal",
-            "Scheduled",
-            "Binding",
-            f"Successfully assigned {pod.key} to {node}",
-            pod.scheduler_name,
-        )
-
-    def _unschedulable(self, pod: PodInfo, status: Status, message: str) -> None:
-        reason = "SchedulerError" if status.code == Code.ERROR else "Unschedulable"
-        message = message or status.message or "the pod could not be scheduled"
-        nominated = pod.pod.status.nominated_node_name
-        self.status.set_unschedulable(pod, reason, message, nominated)
-        new = self.events.record(
-            pod_ref(pod), "Warning", "FailedScheduling", "Scheduling", message, pod.scheduler_name
-        )
-        if new:  # logged once per distinct explanation, like the event
-            log.info(
-                "pod %s is unschedulable: %s",
-                pod.key,
-                message,
-                extra={"pod": pod.key, "reason": reason},
-            )
-
-    def _bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
-        message = f"Binding rejected: {status.message}" if status.message else "Binding rejected"
-        log.info(
-            "binding pod %s to %s failed: %s",
-            pod.key,
-            node,
-            status.message,
-            extra={"pod": pod.key, "node": node, "error": status.message},
-        )
-        self.events.record(
-            pod_ref(pod), "Warning", "FailedScheduling", "Binding", message, pod.scheduler_name
-        )

@@ -31,7 +31,8 @@ from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.gpu_frag import TargetWorkload
 from shoal.cache.snapshot import Snapshot
 from shoal.config.types import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryBinder, run_sync
+from shoal.drivers.loop import Driver
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.experiments.openb.protocol import (
     DEFAULT_RATIO,
     bin_curve,
@@ -42,6 +43,7 @@ from shoal.experiments.openb.trace import Trace, load_trace, node_manifest, pod_
 from shoal.framework.handle import Handle
 from shoal.framework.types import Candidates
 from shoal.scheduler import Scheduler, default_registry
+from shoal.scheduler.algorithm import PlacementAlgorithm
 from shoal.scheduler.profiles import build_profiles
 from shoal.scheduling_queue.queue import QueueConfig
 
@@ -49,6 +51,7 @@ __all__ = [
     "POLICIES",
     "RunResult",
     "TieBreak",
+    "driver_of",
     "experiment_config",
     "parse_seeds",
     "run_one",
@@ -135,7 +138,7 @@ def experiment_config(
     )
 
 
-class _FirstInOrder(Scheduler):
+class _FirstInOrder(PlacementAlgorithm):
     """Equal best scores go to the candidate in the lowest row (nodes were added in the
     seed's random order, so this is "a fixed random node order per seed")."""
 
@@ -148,20 +151,28 @@ def build_scheduler(
 ) -> Scheduler:
     """What `shoal.scheduler.new_scheduler` wires, with the protocol's tie-break."""
     cluster = ClusterState()
+    clock = ManualClock()
     handle = Handle(
         cluster=cluster,
         snapshot=Snapshot(cluster),
-        clock=ManualClock(),
+        clock=clock,
         rng=np.random.default_rng(seed),
-        binder=MemoryBinder(),
+        effects=MemoryEffects(clock),
     )
     profiles = build_profiles(config, default_registry(include_entry_points=False), handle)
     queue = QueueConfig(
         initial_backoff_seconds=float(config.pod_initial_backoff_seconds),
         max_backoff_seconds=float(config.pod_max_backoff_seconds),
     )
-    cls = _FirstInOrder if tie_break == "order" else Scheduler
-    return cls(profiles, handle, queue)
+    algorithm = _FirstInOrder(handle.snapshot, handle.rng) if tie_break == "order" else None
+    return Scheduler(profiles, handle, queue, algorithm=algorithm)
+
+
+def driver_of(sched: Scheduler) -> Driver:
+    """The driver loop over a scheduler built by `build_scheduler` (in-memory effects)."""
+    effects = sched.handle.effects
+    assert isinstance(effects, MemoryEffects)
+    return Driver(sched, inbox=effects)
 
 
 @dataclass
@@ -209,11 +220,14 @@ def run_one(
     total = 0
     placed = 0
     first_failure: float | None = None
+    driver = driver_of(sched)
+    effects = driver.inbox
+    assert isinstance(effects, MemoryEffects)
     for i, row in enumerate(pods):
         total += row.total_milli
         info = sched.add_pod(pod_manifest(row, f"{i}-{row.name}", SCHEDULER_NAME))
-        result = _schedule(sched)
-        if result:
+        driver.run()
+        if info.uid in effects.bound:
             placed += 1
         else:
             sched.delete_pod(info.uid)  # dropped: no retry
@@ -234,18 +248,6 @@ def run_one(
         first_failure=first_failure,
         seconds=time.perf_counter() - start,
     )
-
-
-def _schedule(sched: Scheduler) -> bool:
-    placed = False
-    while sched.has_work():
-        result = sched.schedule_one()
-        if result is None:
-            break
-        for task in sched.take_bindings():
-            status = run_sync(sched.run_binding_cycle(task))
-            placed = placed or status.ok
-    return placed
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -1,0 +1,116 @@
+"""The effects port for a cluster: what the core decided, as API calls.
+
+* `bind`: the pod's annotations (e.g. GPU device indices) with a merge patch, then the
+  `pods/binding` subresource (`KubeBinder`);
+* `Evict`: the Eviction API, so PodDisruptionBudgets are enforced by the API server
+  (`KubeEvictor`); an eviction that does not happen is reported back to the core;
+* `Unschedulable`: the PodScheduled=False condition with kube's explanation and the
+  nominated node, plus a FailedScheduling event (`PodStatusWriter`, `EventRecorder`);
+* `Bound`, `BindFailed`: Scheduled / FailedScheduling events.
+
+Everything is queued: `emit` never blocks and never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from shoal.api.podinfo import PodInfo
+from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
+from shoal.drivers.kube.status import EventRecorder, PodStatusWriter, pod_ref
+from shoal.framework.effects import BindFailed, Bound, Effect, Evict, Nominate, Unschedulable
+from shoal.framework.status import Code, Status
+from shoal.web.metrics import SchedulerMetrics
+
+__all__ = ["KubeEffects"]
+
+log = logging.getLogger("shoal.kube.effects")
+
+
+class KubeEffects:
+    """The effects port against a cluster: binds through `pods/binding` (annotations
+    first), evictions through the Eviction API, conditions, nominations and events.
+
+    `emit` is called from inside scheduling and binding cycles, so it must never raise:
+    a failure here is logged and swallowed (the pod's state is the core's business).
+    """
+
+    def __init__(
+        self,
+        binder: KubeBinder,
+        evictor: KubeEvictor,
+        status: PodStatusWriter,
+        events: EventRecorder,
+        metrics: SchedulerMetrics,
+        on_eviction_failed: Callable[[PodInfo], None] | None = None,
+    ) -> None:
+        self.binder = binder
+        self.evictor = evictor
+        self.status = status
+        self.events = events
+        self.metrics = metrics
+        self.on_eviction_failed = on_eviction_failed
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        await self.binder.bind(pod, node, annotations)
+
+    def emit(self, effect: Effect) -> None:
+        try:
+            self._emit(effect)
+        except Exception:
+            log.exception("carrying out %s failed", type(effect).__name__)
+
+    def _emit(self, effect: Effect) -> None:
+        if isinstance(effect, Bound):
+            self._bound(effect.pod, effect.node)
+        elif isinstance(effect, Unschedulable):
+            self._unschedulable(effect.pod, effect.status, effect.message, effect.nominated)
+        elif isinstance(effect, BindFailed):
+            self._bind_failed(effect.pod, effect.node, effect.status)
+        elif isinstance(effect, Evict):
+            self.evictor.evict(effect.pod, effect.reason, self.on_eviction_failed)
+        elif isinstance(effect, Nominate):
+            pass  # written with the preemptor's PodScheduled=False condition (Unschedulable)
+
+    def _bound(self, pod: PodInfo, node: str) -> None:
+        self.metrics.pod_scheduling_attempts.observe(max(1, pod.attempts))
+        self.events.record(
+            pod_ref(pod),
+            "Normal",
+            "Scheduled",
+            "Binding",
+            f"Successfully assigned {pod.key} to {node}",
+            pod.scheduler_name,
+        )
+
+    def _unschedulable(
+        self, pod: PodInfo, status: Status, message: str, nominated: str = ""
+    ) -> None:
+        reason = "SchedulerError" if status.code == Code.ERROR else "Unschedulable"
+        message = message or status.message or "the pod could not be scheduled"
+        nominated = nominated or pod.pod.status.nominated_node_name
+        self.status.set_unschedulable(pod, reason, message, nominated)
+        new = self.events.record(
+            pod_ref(pod), "Warning", "FailedScheduling", "Scheduling", message, pod.scheduler_name
+        )
+        if new:  # logged once per distinct explanation, like the event
+            log.info(
+                "pod %s is unschedulable: %s",
+                pod.key,
+                message,
+                extra={"pod": pod.key, "reason": reason},
+            )
+
+    def _bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
+        message = f"Binding rejected: {status.message}" if status.message else "Binding rejected"
+        log.info(
+            "binding pod %s to %s failed: %s",
+            pod.key,
+            node,
+            status.message,
+            extra={"pod": pod.key, "node": node, "error": status.message},
+        )
+        self.events.record(
+            pod_ref(pod), "Warning", "FailedScheduling", "Binding", message, pod.scheduler_name
+        )

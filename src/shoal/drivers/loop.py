@@ -1,0 +1,134 @@
+"""The driver loop: the one way the scheduling core is run, everywhere.
+
+The simulator, the test harness, the openb experiments and the Kubernetes backend all
+run the core through `Driver`; they differ only in
+
+* the clock (virtual, moved by the caller; or wall time),
+* the effects port (in-memory echoes, drained by the driver; or API calls whose results
+  come back through informers), and
+* how binding cycles run (`SyncBindings`: stepped to completion at once, deterministic;
+  or `AsyncBindings`-style runners in the Kubernetes backend: concurrent asyncio tasks).
+
+One pass (`run`) does everything due now, in a fixed order: feed back what the effects
+produced, let time pass in the core (`tick`: backoffs, Permit deadlines, reservations),
+start the binding cycles that are ready, then run scheduling cycles while there is work,
+starting binding cycles as they become ready. It returns when nothing is left to do at
+this instant, or when its slice of wall time is used up (the Kubernetes backend yields
+to its event loop between slices). `next_wakeup` says when the core next has something
+to do on its own.
+
+To plug in a new action (a rescheduler pass, a parallel worker), give it a place in this
+pass and let it decide through a `Transaction` and act through the effects port, like
+the scheduling cycle does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from shoal.drivers.memory import run_sync
+from shoal.scheduler.scheduler import BindingTask, CycleResult, Scheduler
+
+__all__ = ["BindingRunner", "Driver", "Inbox", "SyncBindings"]
+
+
+class BindingRunner(Protocol):
+    """Starts binding cycles (`Scheduler.run_binding_cycle`)."""
+
+    def launch(self, tasks: list[BindingTask]) -> None: ...
+
+
+class Inbox(Protocol):
+    """Objects produced by effects, waiting to be fed back into the core (in memory)."""
+
+    @property
+    def pending(self) -> bool: ...
+
+    def drain(self, scheduler: Scheduler) -> bool: ...
+
+
+class SyncBindings:
+    """Runs each binding cycle to completion at once (in-memory effects never block)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def launch(self, tasks: list[BindingTask]) -> None:
+        for task in tasks:
+            run_sync(self.scheduler.run_binding_cycle(task))
+
+
+class Driver:
+    """Runs the core (see the module docstring)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        bindings: BindingRunner | None = None,
+        inbox: Inbox | None = None,
+        on_cycle: Callable[[CycleResult], None] | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.bindings: BindingRunner = bindings or SyncBindings(scheduler)
+        self.inbox = inbox
+        self.on_cycle = on_cycle
+        self.cycles = 0
+
+    def intake(self) -> bool:
+        """Feed back what the effects produced (in memory). True if anything came in."""
+        inbox = self.inbox
+        return inbox.drain(self.scheduler) if inbox is not None and inbox.pending else False
+
+    def tick(self) -> None:
+        """Let time pass in the core and start the binding cycles that became ready."""
+        self.intake()
+        self.scheduler.tick()
+        self._bind()
+
+    def cycle(self) -> CycleResult | None:
+        """One scheduling cycle, then start whatever it made ready to bind."""
+        result = self.scheduler.schedule_one()
+        self._bind()
+        if result is not None:
+            self.cycles += 1
+            if self.on_cycle is not None:
+                self.on_cycle(result)
+        return result
+
+    def _bind(self) -> None:
+        tasks = self.scheduler.take_bindings()
+        if tasks:
+            self.bindings.launch(tasks)
+        self.intake()
+
+    def run(
+        self,
+        *,
+        max_cycles: int | None = None,
+        timer: Callable[[], float] | None = None,
+        slice_seconds: float = 0.0,
+    ) -> bool:
+        """Do everything due now. Returns True when idle (nothing left at this instant),
+        False when the wall-time slice (`timer`, `slice_seconds`) ran out first.
+        `max_cycles` guards against a core that never settles (raises)."""
+        sched = self.scheduler
+        start = timer() if timer is not None else 0.0
+        ran = 0
+        while True:
+            self.tick()
+            while sched.has_work():
+                if max_cycles is not None and ran >= max_cycles:
+                    raise RuntimeError(f"still scheduling after {max_cycles} cycles")
+                self.cycle()
+                ran += 1
+                if timer is not None and timer() - start >= slice_seconds:
+                    return False
+            if not self.intake() and not sched.has_work():
+                self._bind()
+                if not sched.has_work() and not (self.inbox is not None and self.inbox.pending):
+                    return True
+
+    def next_wakeup(self) -> float | None:
+        """When the core next has something to do on its own (None: only an event)."""
+        return self.scheduler.next_wakeup()

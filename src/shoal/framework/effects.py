@@ -1,0 +1,172 @@
+"""The effects port: the one way a decision leaves the scheduling core.
+
+The core never mutates API objects and never performs I/O. Everything that must reach
+the cluster (or the simulator's in-memory cluster) is an *effect* handed to the
+`Effects` port that the driver wired in:
+
+* `bind` (awaited by the binding cycle, since its outcome decides the pod's fate): bind
+  the pod to the node, writing `annotations` (e.g. the GPU device indices chosen at
+  Reserve) to the pod object before or with the binding;
+* everything else is fire-and-forget through `emit`: `Nominate` (the preemptor's
+  `status.nominatedNodeName`), `Evict` (preemption, reclaim; with the reason the owner
+  reads), `Unschedulable` (the PodScheduled=False condition and the FailedScheduling
+  event with kube's explanation), `Bound` and `BindFailed` (outcomes of a binding cycle,
+  for events and for recorders), `GroupStatus` and `QueueStatus` (the status of PodGroup
+  and Queue objects).
+
+A port implementation only *queues* work in `emit` (it is called from inside a
+scheduling cycle). The Kubernetes driver turns effects into API calls; the in-memory
+driver applies them and echoes the resulting objects back into the core the way an API
+server's watch would (a bound pod comes back with `spec.nodeName` and its annotations,
+an evicted pod comes back deleted), so the simulator and a cluster see the same thing.
+
+Plugins never mutate pods: a PreBind plugin that must record something on the pod adds
+an annotation to the binding with `annotate(state, key, value)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from shoal.api.podinfo import PodInfo
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.status import Status
+
+__all__ = [
+    "BindError",
+    "BindFailed",
+    "Bound",
+    "Effect",
+    "Effects",
+    "Evict",
+    "GroupStatus",
+    "Nominate",
+    "NullEffects",
+    "QueueStatus",
+    "Unschedulable",
+    "annotate",
+    "annotations_of",
+]
+
+
+class BindError(Exception):
+    """Binding failed (conflict, pod deleted, API error); the pod is forgotten and retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nominate:
+    """Preemption made room for `pod` on `node` ("" clears the nomination)."""
+
+    pod: PodInfo
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Remove a running pod (preemption or reclaim) gracefully, with a reason."""
+
+    pod: PodInfo
+    node: str
+    reason: str
+    preemptor: str = ""  # namespace/name of the pod (or gang) the room is for
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """A scheduling attempt failed: PodScheduled=False with kube's explanation."""
+
+    pod: PodInfo
+    status: Status
+    message: str
+    nominated: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The binding cycle succeeded (the bind itself went out through `Effects.bind`)."""
+
+    pod: PodInfo
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class BindFailed:
+    """Permit, PreBind or Bind failed after the pod was assumed; it is requeued."""
+
+    pod: PodInfo
+    node: str
+    status: Status
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """The observed state of a pod group, for its PodGroup object's status."""
+
+    namespace: str
+    name: str
+    source: str  # which API the group came from ("scheduler-plugins", "volcano", ...)
+    phase: str
+    min_member: int
+    running: int
+    succeeded: int
+    failed: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """The observed state of a tenant queue, for its Queue object's status."""
+
+    name: str
+    allocated: Mapping[str, int] = field(default_factory=dict)
+    guaranteed: Mapping[str, int] = field(default_factory=dict)
+    fair_share: Mapping[str, int] = field(default_factory=dict)
+    pending_pods: int = 0
+    running_pods: int = 0
+
+
+Effect = Nominate | Evict | Unschedulable | Bound | BindFailed | GroupStatus | QueueStatus
+
+
+class Effects(Protocol):
+    """Where effects go: the Kubernetes API in a cluster, the in-memory cluster in the
+    simulator and in tests."""
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        """Bind `pod` to `node` with `annotations` written on the pod; BindError if it
+        did not happen."""
+        ...
+
+    def emit(self, effect: Effect) -> None:
+        """Queue an effect; never blocks, never raises for I/O."""
+        ...
+
+
+class NullEffects:
+    """Binds nothing anywhere and drops every effect (for tools that only ask what-ifs)."""
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        return None
+
+    def emit(self, effect: Effect) -> None:
+        return None
+
+
+_ANNOTATIONS_KEY = "shoal.framework/bind-annotations"
+
+
+def annotate(state: CycleState, key: str, value: str) -> None:
+    """Ask for `key: value` to be written on the pod with its binding (PreBind)."""
+    found = state.get(_ANNOTATIONS_KEY)
+    if not isinstance(found, dict):
+        found = {}
+        state.write(_ANNOTATIONS_KEY, found)
+    found[key] = value
+
+
+def annotations_of(state: CycleState) -> dict[str, str]:
+    """The annotations PreBind plugins asked for (empty when none)."""
+    found = state.get(_ANNOTATIONS_KEY)
+    return dict(found) if isinstance(found, dict) else {}

@@ -1,0 +1,235 @@
+"""Victim search through the framework: kube-scheduler's preemption Evaluator.
+
+Shared by priority preemption (DefaultPreemption), quota reclaim (QueueCapacity) and
+job-level preemption of gangs. The caller says which running pods may be taken at all
+(`pool`) and whether a whole victim set is acceptable (`budget`, e.g. "no queue pushed
+below its guarantee"); the search does the rest the way kube-scheduler does:
+
+1. Candidate nodes are those where the pod's rejection is *resolvable* (the filters said
+   Unschedulable, not UnschedulableAndUnresolvable) and that hold eligible victims.
+   A vectorised necessary check drops nodes where even removing every eligible victim
+   would not free enough resources (only when the profile filters on resources).
+2. On each candidate (`select_on_node`, kube's SelectVictimsOnNode), inside a
+   `Transaction`: every eligible victim is evicted tentatively, then *every* PreFilter
+   and Filter plugin of the pod's profile is re-run against the cache, so affinity,
+   spread, ports, GPU devices and queue limits are judged with the victims gone; then
+   victims are reprieved (put back) one by one, PDB-violating ones first, most
+   important first, keeping each that still lets the pod fit. The transaction is
+   always discarded: nothing is decided here.
+3. Nodes are ranked by kube's criteria (fewest PDB violations, lowest highest victim
+   priority, smallest priority sum, fewest victims, latest start) over up to
+   `max_candidates` valid candidates, starting at a random offset as kube does.
+
+Gangs: a victim whose group would fall below its minMember takes the whole group with it
+(a partial gang is never left running); members above the minimum go one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import PodRecord
+from shoal.cache.transaction import Transaction
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.interfaces import NodeFilterStatuses
+from shoal.framework.runtime import Framework
+from shoal.framework.types import Candidates
+
+__all__ = ["MAX_CANDIDATE_NODES", "Candidate", "VictimSearch", "more_important"]
+
+MAX_CANDIDATE_NODES = 100  # kube's minCandidateNodesAbsolute
+RESOURCE_FILTER = "NodeResourcesFit"
+
+Units = Callable[[PodInfo], list[PodInfo]]
+"""The pods that must go together with a victim (its gang when at minMember)."""
+
+
+def more_important(pod: PodInfo) -> tuple[int, float]:
+    """Sort key, most important first: higher priority, then earlier start."""
+    return (-pod.priority, pod.timestamp)
+
+
+@dataclass
+class Candidate:
+    node: str
+    victims: list[PodInfo] = field(default_factory=list)
+    pdb_violations: int = 0
+
+    def rank(self) -> tuple[int, int, int, int, float]:
+        prios = [p.priority for p in self.victims] or [0]
+        latest = max((p.timestamp for p in self.victims), default=0.0)
+        return (self.pdb_violations, max(prios), sum(prios), len(self.victims), -latest)
+
+
+class VictimSearch:
+    """One preemption attempt's search (see the module docstring)."""
+
+    def __init__(
+        self,
+        handle: Handle,
+        units: Units | None = None,
+        pdb_violations: Callable[[Iterable[PodInfo]], int] | None = None,
+    ) -> None:
+        self.handle = handle
+        self.units: Units = units or (lambda pod: [pod])
+        self.pdb_violations = pdb_violations or (lambda victims: 0)
+
+    def best(
+        self,
+        pod: PodInfo,
+        statuses: NodeFilterStatuses,
+        pool: Iterable[PodRecord],
+        *,
+        budget: Callable[[list[PodInfo]], bool] | None = None,
+        max_candidates: int = MAX_CANDIDATE_NODES,
+    ) -> Candidate | None:
+        """The best node and its minimal victims, or None when preemption cannot help."""
+        handle = self.handle
+        cluster = handle.cluster
+        table = cluster.table
+        eligible: dict[str, PodRecord] = {}
+        by_row: dict[int, list[PodInfo]] = {}
+        for record in pool:
+            uid = record.pod.uid
+            if record.assumed or uid in cluster.evicting:
+                continue
+            row = table.row_of.get(record.node)
+            if row is None:
+                continue
+            eligible[uid] = record
+            by_row.setdefault(row, []).append(record.pod)
+        if not by_row:
+            return None
+        rows = np.fromiter(by_row, dtype=np.intp, count=len(by_row))
+        rows = rows[statuses.resolvable(rows)]
+        runner = handle.runner(pod)
+        if rows.size and runner.has_filter(RESOURCE_FILTER):
+            rows = rows[self._could_fit(pod, rows, by_row)]
+        if not rows.size:
+            return None
+        rows.sort()
+        offset = int(handle.rng.integers(rows.size)) if rows.size > 1 else 0
+        rows = np.concatenate([rows[offset:], rows[:offset]])
+        best: Candidate | None = None
+        found = 0
+        for row in rows.tolist():
+            units = self._units_on(by_row[row], eligible)
+            if not units:
+                continue
+            victims = self.select_on_node(runner, pod, row, units)
+            if victims is None:
+                continue
+            if budget is not None and not budget(victims):
+                continue
+            candidate = Candidate(str(table.names[row]), victims, self.pdb_violations(victims))
+            found += 1
+            if best is None or candidate.rank() < best.rank():
+                best = candidate
+            if found >= max_candidates:
+                break
+        return best
+
+    def _could_fit(
+        self, pod: PodInfo, rows: NDArray[np.intp], by_row: dict[int, list[PodInfo]]
+    ) -> NDArray[np.bool_]:
+        """Rows where removing every eligible victim would free enough resources."""
+        cluster = self.handle.cluster
+        table = cluster.table
+        need = table.pod_vector(pod)
+        cols = np.flatnonzero(need)
+        if not cols.size:
+            return np.ones(rows.size, dtype=bool)
+        free = table.free[rows][:, cols].copy()
+        position = {int(r): i for i, r in enumerate(rows.tolist())}
+        for uid, (node, other) in cluster.nominations.items():
+            i = position.get(table.row_of.get(node, -1), -1)
+            if i >= 0 and uid != pod.uid and other.priority >= pod.priority:
+                free[i] -= table.pod_vector(other)[cols]
+        for i, row in enumerate(rows.tolist()):
+            for victim in by_row[row]:
+                free[i] += table.pod_vector(victim)[cols]
+        fits: NDArray[np.bool_] = np.all(free >= need[cols], axis=1)
+        return fits
+
+    def _units_on(
+        self, victims: list[PodInfo], eligible: dict[str, PodRecord]
+    ) -> list[list[PodInfo]]:
+        """The node's victims grouped into units that go together; a unit with a pod
+        that may not be taken is not a victim at all."""
+        seen: set[str] = set()
+        out: list[list[PodInfo]] = []
+        for victim in victims:
+            if victim.uid in seen:
+                continue
+            unit = self.units(victim)
+            seen.update(p.uid for p in unit)
+            if all(p.uid in eligible for p in unit):
+                out.append(unit)
+        return out
+
+    def select_on_node(
+        self, runner: Framework, pod: PodInfo, row: int, units: list[list[PodInfo]]
+    ) -> list[PodInfo] | None:
+        """kube's SelectVictimsOnNode over a transaction; None when the pod does not fit
+        even with every unit gone, or fits with none gone."""
+        check_resources = runner.has_filter(RESOURCE_FILTER)
+        with Transaction(self.handle.cluster) as tx:
+            for unit in units:
+                for victim in unit:
+                    if not tx.is_evicted(victim.uid):
+                        tx.evict(victim)
+            if not self.fits(runner, pod, row):
+                return None
+            violating = [u for u in units if self.pdb_violations(u) > 0]
+            keeping = [u for u in units if self.pdb_violations(u) == 0]
+            ordered = sorted(violating, key=_unit_importance) + sorted(
+                keeping, key=_unit_importance
+            )
+            victims: list[PodInfo] = []
+            for unit in ordered:
+                mark = tx.mark()
+                for victim in unit:
+                    if tx.is_evicted(victim.uid):
+                        tx.restore(victim)
+                if (check_resources and not self._resources_fit(pod, row)) or not self.fits(
+                    runner, pod, row
+                ):
+                    tx.rollback(mark)
+                    victims.extend(v for v in unit if v not in victims)
+        return victims or None
+
+    def _resources_fit(self, pod: PodInfo, row: int) -> bool:
+        """A cheap necessary condition for NodeResourcesFit (nominated room included),
+        to skip re-running every filter when a reprieved victim plainly does not fit."""
+        cluster = self.handle.cluster
+        table = cluster.table
+        free = table.free[row].copy()
+        name = str(table.names[row])
+        for uid, (node, other) in cluster.nominations.items():
+            if node == name and uid != pod.uid and other.priority >= pod.priority:
+                free -= table.pod_vector(other)
+        return bool(np.all(free >= table.pod_vector(pod)))
+
+    def fits(self, runner: Framework, pod: PodInfo, row: int) -> bool:
+        """Does the pod pass every PreFilter and Filter on `row`, against the cache as
+        it is now (a transaction may have victims off their nodes)?"""
+        state = CycleState()
+        pre, status = runner.run_pre_filter(state, pod)
+        if not status.ok:
+            return False
+        if pre is not None and pre.node_names is not None:
+            name = str(self.handle.cluster.table.names[row])
+            if name not in pre.node_names:
+                return False
+        outcome = runner.run_filters(state, pod, Candidates.of(np.array([row], dtype=np.intp)))
+        return bool(outcome.passed[0])
+
+
+def _unit_importance(unit: list[PodInfo]) -> tuple[int, float]:
+    return min(more_important(p) for p in unit)

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
+from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_table import NodeTable
 
 __all__ = ["AssignmentObserver", "ClusterState", "PlacementObserver", "PodRecord"]
@@ -62,6 +63,8 @@ class ClusterState:
     # Pods that preempted room on a node and wait to be placed there (kube's nominator):
     # uid -> (node, pod). Lower- or equal-priority pods treat that room as taken.
     nominations: dict[str, tuple[str, PodInfo]] = field(default_factory=dict)
+    # Labels of namespaces, for namespace selectors (pod affinity terms, queue bindings).
+    namespaces: NamespaceLabels = field(default_factory=NamespaceLabels)
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)

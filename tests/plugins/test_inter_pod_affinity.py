@@ -225,7 +225,7 @@ FILTER = [
         {"n1": AFF, "n2": AFF, "n3": PASS},
     ),
     (
-        "required affinity: a non-empty namespaceSelector selects no namespace (Shoal)",
+        "required affinity: a namespaceSelector no namespace's labels match selects none",
         pod(
             aff=affinity(
                 required=[

@@ -17,11 +17,16 @@ Two kinds of observers keep derived state incremental:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from shoal.api.gpu import node_gpus
 from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
+from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_table import NodeTable
+
+if TYPE_CHECKING:
+    from shoal.cache.gpu_devices import GpuDevices
 
 __all__ = ["AssignmentObserver", "ClusterState", "PlacementObserver", "PodRecord"]
 
@@ -65,6 +70,11 @@ class ClusterState:
     # Pods whose eviction was decided and sent, still counted until they are deleted.
     # They are never chosen as victims again.
     evicting: set[str] = field(default_factory=set)
+    # Labels of namespaces, for namespace selectors (pod affinity terms, queue bindings).
+    namespaces: NamespaceLabels = field(default_factory=NamespaceLabels)
+    # GPU devices per node row; created with the first node that has GPUs, so a cluster
+    # without GPUs pays nothing per placement (see shoal.cache.gpu_devices).
+    gpu_devices: GpuDevices | None = None
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)
@@ -84,6 +94,7 @@ class ClusterState:
             obs.node_changed(row)
         for pod in self._waiting_for_node.pop(name, {}).values():
             self._occupy(row, pod)
+        self._track_gpus(node)
 
     def update_node(self, node: Node) -> None:
         if node.metadata.name not in self.table.row_of:
@@ -92,6 +103,13 @@ class ClusterState:
         row = self.table.update(node)
         for obs in self.observers:
             obs.node_changed(row)
+        self._track_gpus(node)  # GPUs often appear later, when the device plugin registers
+
+    def _track_gpus(self, node: Node) -> None:
+        if self.gpu_devices is None and node_gpus(node)[0] > 0:
+            from shoal.cache.gpu_devices import GpuDevices  # it imports this module
+
+            GpuDevices.of_cluster(self)
 
     def remove_node(self, name: str) -> list[PodInfo]:
         """Remove a node. Its pods stay recorded (they still exist in the API) until deleted."""

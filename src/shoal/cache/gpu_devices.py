@@ -1,6 +1,10 @@
 """GPU devices per node row, kept current by cluster placement events.
 
-`GpuDevices` is a `PlacementObserver` shared by the GPU plugins (`Handle.services`):
+`GpuDevices` is a `PlacementObserver` owned by the cache: `ClusterState` creates it when
+the first node with GPUs appears (`ClusterState.gpu_devices`, None while no node has
+any), so device state is right in every profile, with or without GpuShare, and a
+cluster without GPUs pays nothing for it. The GPU plugins and NodeResourcesFit (whole
+GPUs) read it:
 
 * `free[row, i]`: free milli-GPU of device `i` of the node in `row` (0 past its last
   device), `count[row]` devices, `model[row]` a code into `models` (-1: no model label);
@@ -20,7 +24,7 @@ gives the devices back.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,25 +40,23 @@ from shoal.api.gpu import (
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU
-from shoal.cache.cluster import ClusterState
-from shoal.cache.snapshot import Snapshot
 from shoal.framework.cycle_state import CycleState
+
+if TYPE_CHECKING:  # ClusterState creates the table, so it is imported from there
+    from shoal.cache.cluster import ClusterState
+    from shoal.cache.snapshot import Snapshot
 
 G = TypeVar("G", bound=np.generic)
 
 __all__ = [
     "MAX_SPEC_CPU",
     "MAX_SPEC_GPU",
-    "SERVICE_NAME",
     "Assignment",
     "GpuDevices",
     "cpu_left",
     "remember_request",
     "request_of",
 ]
-
-SERVICE_NAME = "shoal.gpu_devices"
-"""The key of the shared device table in `Handle.services`."""
 
 _REQUEST_KEY = "shoal.gpu_request"
 
@@ -71,9 +73,8 @@ def cpu_left(snapshot: Snapshot, index: slice | NDArray[np.intp]) -> NDArray[np.
     return left
 
 
-class _HasClusterAndServices(Protocol):
+class _HasCluster(Protocol):
     cluster: ClusterState
-    services: dict[str, object]
 
 
 def remember_request(state: CycleState, pod: PodInfo, request: GpuRequest) -> None:
@@ -134,19 +135,25 @@ class GpuDevices:
     # ---- creation ------------------------------------------------------------------
 
     @classmethod
-    def of(cls, handle: _HasClusterAndServices) -> GpuDevices:
-        """The handle's shared device table, created and subscribed on first use."""
-        found = handle.services.get(SERVICE_NAME)
-        if isinstance(found, GpuDevices):
+    def of(cls, handle: _HasCluster) -> GpuDevices:
+        """The cluster's device table (created if no node had GPUs yet)."""
+        return cls.of_cluster(handle.cluster)
+
+    @classmethod
+    def of_cluster(cls, cluster: ClusterState) -> GpuDevices:
+        """The cluster's device table, created from its nodes and pods and subscribed to
+        its placement events on first use."""
+        found = cluster.gpu_devices
+        if found is not None:
             return found
-        devices = cls(handle.cluster)
-        table = handle.cluster.table
+        devices = cls(cluster)
+        table = cluster.table
         for row in range(table.n):
             devices.node_changed(row)
             for pod in table.pods[row].values():
                 devices.pod_placed(row, pod)
-        handle.cluster.observers.append(devices)
-        handle.services[SERVICE_NAME] = devices
+        cluster.observers.append(devices)
+        cluster.gpu_devices = devices
         return devices
 
     # ---- storage -------------------------------------------------------------------

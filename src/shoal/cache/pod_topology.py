@@ -29,7 +29,7 @@ until the next cluster mutation: use them within one scheduling cycle.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,6 +47,7 @@ from shoal.api.selectors import (
 )
 from shoal.cache.cluster import ClusterState
 from shoal.cache.labels import MISSING
+from shoal.cache.namespaces import NamespaceLabels
 
 __all__ = [
     "PREFERRED_AFFINITY",
@@ -121,40 +122,65 @@ class PodMatcher:
 @dataclass(frozen=True, slots=True)
 class ResolvedTerm:
     """A PodAffinityTerm resolved against the pod that owns it (namespaces defaulted,
-    matchLabelKeys / mismatchLabelKeys merged into the selector)."""
+    matchLabelKeys / mismatchLabelKeys merged into the selector).
+
+    The term applies to pods in `namespaces` (None: every namespace) and, when
+    `namespace_selector` is set, to pods in namespaces whose labels it matches. The
+    selector is kept as such for placed pods' terms, which are judged against the
+    incoming pod's namespace labels at query time (kube's `AffinityTerm.Matches`), so a
+    relabelled namespace needs no bookkeeping; the incoming pod's own terms are
+    `unrolled` into plain namespace sets, which is what the matchers count by.
+    """
 
     selector: SelectorKey
     namespaces: NamespaceSet
     topology_key: str
+    namespace_selector: SelectorKey = None
 
-    def matches(self, pod: PodInfo) -> bool:
-        """kube's AffinityTerm.Matches: namespace first, then the label selector."""
-        if self.namespaces is not None and pod.namespace not in self.namespaces:
-            return False
+    def matches(self, pod: PodInfo, namespace_labels: Mapping[str, str]) -> bool:
+        """kube's AffinityTerm.Matches: namespace first, then the label selector.
+        `namespace_labels` are the labels of `pod`'s namespace."""
+        namespaces = self.namespaces
+        if namespaces is not None and pod.namespace not in namespaces:
+            ns_selector = self.namespace_selector
+            if ns_selector is None or not key_matches(ns_selector, namespace_labels):
+                return False
         return key_matches(self.selector, pod.labels)
+
+    def unrolled(self, namespaces: NamespaceLabels) -> ResolvedTerm:
+        """The term with its namespace selector replaced by the namespaces it selects
+        now (kube's mergeAffinityTermNamespacesIfNotEmpty, for the incoming pod)."""
+        ns_selector = self.namespace_selector
+        if ns_selector is None:
+            return self
+        selected = namespaces.selected(ns_selector)
+        listed = self.namespaces
+        assert listed is not None  # an empty selector is stored as namespaces=None
+        merged = selected if not listed else listed | selected
+        return ResolvedTerm(self.selector, merged, self.topology_key)
 
     @property
     def matcher(self) -> PodMatcher:
+        if self.namespace_selector is not None:
+            raise ValueError("a term with a namespace selector must be unrolled first")
         return PodMatcher(((self.selector, self.namespaces),))
 
 
-def term_namespaces(term: PodAffinityTerm, owner_namespace: str) -> NamespaceSet:
-    """The namespaces a term selects pods from.
+def term_namespaces(
+    term: PodAffinityTerm, owner_namespace: str
+) -> tuple[NamespaceSet, SelectorKey]:
+    """The namespaces a term selects pods from: (listed namespaces, namespace selector).
 
-    Namespaces are not modelled yet, so a namespaceSelector can only be judged by its
-    shape: `{}` selects every namespace; a non-empty one selects none (beyond the
-    explicitly listed `namespaces`). With neither field set, the owner's namespace.
+    kube: the union of `namespaces` and the namespaces `namespaceSelector` matches; an
+    empty selector (`{}`) matches every namespace (returned as None, None); with neither
+    field set, the owner's namespace.
     """
-    ns_selector = term.namespace_selector
-    if (
-        ns_selector is not None
-        and not ns_selector.match_labels
-        and not ns_selector.match_expressions
-    ):
-        return None
+    ns_selector = selector_key(term.namespace_selector)
+    if ns_selector == ():
+        return None, None
     if not term.namespaces and ns_selector is None:
-        return frozenset((owner_namespace,))
-    return frozenset(term.namespaces)
+        return frozenset((owner_namespace,)), None
+    return frozenset(term.namespaces), ns_selector
 
 
 def resolve_term(term: PodAffinityTerm, owner: PodInfo) -> ResolvedTerm:
@@ -166,7 +192,8 @@ def resolve_term(term: PodAffinityTerm, owner: PodInfo) -> ResolvedTerm:
         ]
         extra += [(k, "NotIn", (labels[k],)) for k in term.mismatch_label_keys if k in labels]
         selector = add_requirements(selector, tuple(extra))
-    return ResolvedTerm(selector, term_namespaces(term, owner.namespace), term.topology_key)
+    namespaces, ns_selector = term_namespaces(term, owner.namespace)
+    return ResolvedTerm(selector, namespaces, term.topology_key, ns_selector)
 
 
 def sum_by_domain(

@@ -22,11 +22,14 @@ required affinity terms (+hardPodAffinityWeight), count for the domain they are 
 node scores the sum over its domains; NormalizeScore maps min..max to 0..100.
 `ignorePreferredTermsOfExistingPods` skips scoring for pods without preferred terms.
 
-Namespaces of a term: `namespaces`, else the owner pod's namespace. Namespaces are not
-modelled yet, so a `namespaceSelector` of `{}` selects every namespace and a non-empty
-one selects none (kube would evaluate it against namespace labels). `matchLabelKeys` and
-`mismatchLabelKeys` are merged into the selector as `key In/NotIn (owner's value)` (the
-behaviour kube enables by default from v1.31).
+Namespaces of a term: the union of `namespaces` and the namespaces whose labels match
+`namespaceSelector` (`{}`: every namespace); with neither set, the owner pod's namespace.
+Namespace labels come from `ClusterState.namespaces`. As in kube, the incoming pod's
+selectors are resolved to the namespaces they match now, and placed pods' terms are
+judged against the incoming pod's namespace labels, so relabelling a namespace takes
+effect from the next cycle. `matchLabelKeys` and `mismatchLabelKeys` are merged into the
+selector as `key In/NotIn (owner's value)` (the behaviour kube enables by default from
+v1.31).
 
 Counting uses the shared `PodTopologyIndex`: matching-pod counts per node row are kept
 incrementally, placed pods with (anti-)affinity are grouped per distinct term, and domain
@@ -149,10 +152,12 @@ class InterPodAffinity:
         n = snap.n
         every = slice(0, n)
         s = _FilterState()
+        namespaces = self.handle.cluster.namespaces
+        ns_labels = namespaces.labels(pod.namespace)
 
         # Placed pods' required anti-affinity terms that match the incoming pod.
         for group in index.groups(REQUIRED_ANTI_AFFINITY):
-            if not group.term.matches(pod):
+            if not group.term.matches(pod, ns_labels):
                 continue
             key = group.term.topology_key
             codes = labels.column(key, every)
@@ -165,7 +170,7 @@ class InterPodAffinity:
             return None, Status(Code.SKIP)
 
         if pod.affinity_terms:
-            terms = [resolve_term(t, pod) for t in pod.affinity_terms]
+            terms = [resolve_term(t, pod).unrolled(namespaces) for t in pod.affinity_terms]
             matcher = PodMatcher(tuple((t.selector, t.namespaces) for t in terms))
             counts = index.counts(matcher)
             total = 0
@@ -175,10 +180,10 @@ class InterPodAffinity:
                 total += int(per_domain.sum())
                 s.affinity.append((key, per_domain > 0))
             s.no_affinity_matches = total == 0
-            s.self_matches_affinity = all(term.matches(pod) for term in terms)
+            s.self_matches_affinity = all(term.matches(pod, ns_labels) for term in terms)
 
         for raw in pod.anti_affinity_terms:
-            term = resolve_term(raw, pod)
+            term = resolve_term(raw, pod).unrolled(namespaces)
             key = term.topology_key
             counts = index.counts(term.matcher)
             per_domain = sum_by_domain(labels.column(key, every), counts, self._vocab_size(key))
@@ -243,6 +248,8 @@ class InterPodAffinity:
         n = snap.n
         every = slice(0, n)
         topology_score: dict[str, NDArray[np.int64]] = {}
+        namespaces = self.handle.cluster.namespaces
+        ns_labels = namespaces.labels(pod.namespace)
 
         def add(key: str, per_row: NDArray[np.int64]) -> None:
             per_domain = sum_by_domain(labels.column(key, every), per_row, self._vocab_size(key))
@@ -250,15 +257,15 @@ class InterPodAffinity:
             topology_score[key] = per_domain if previous is None else previous + per_domain
 
         for weighted in pod.preferred_affinity_terms:
-            term = resolve_term(weighted.pod_affinity_term, pod)
+            term = resolve_term(weighted.pod_affinity_term, pod).unrolled(namespaces)
             add(term.topology_key, index.counts(term.matcher) * weighted.weight)
         for weighted in pod.preferred_anti_affinity_terms:
-            term = resolve_term(weighted.pod_affinity_term, pod)
+            term = resolve_term(weighted.pod_affinity_term, pod).unrolled(namespaces)
             add(term.topology_key, index.counts(term.matcher) * -weighted.weight)
         for kind in existing_kinds:
             sign = -1 if kind == PREFERRED_ANTI_AFFINITY else 1
             for group in index.groups(kind):
-                if group.term.matches(pod):
+                if group.term.matches(pod, ns_labels):
                     weight = hard_weight if kind == REQUIRED_AFFINITY else group.weight
                     add(group.term.topology_key, group.counts[:n] * (sign * weight))
 

@@ -2,6 +2,12 @@
 node's free allocatable; scoring is LeastAllocated (spread, the default), MostAllocated
 (bin-packing) or RequestedToCapacityRatio (a utilisation -> score curve), each with
 per-resource weights. Extended resources such as nvidia.com/gpu count like cpu.
+
+Whole GPUs: GPU-share pods (`alibabacloud.com/gpu-milli`) occupy part of a device without
+charging the `nvidia.com/gpu` column, so on nodes the cache's device table knows
+(`ClusterState.gpu_devices`), a pod asking for whole GPUs needs that many *fully free*
+devices, in every profile, with or without GpuShare; the reason stays kube's
+"Insufficient nvidia.com/gpu". Pods without a GPU request never touch the device table.
 """
 
 from __future__ import annotations
@@ -11,8 +17,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.gpu import GPU_MILLI
 from shoal.api.podinfo import PodInfo
-from shoal.api.resources import PODS, is_extended
+from shoal.api.resources import GPU, PODS, is_extended
+from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
@@ -115,18 +123,47 @@ class NodeResourcesFit:
         if self._ignored or self._ignored_groups:
             names = snap.resources
             cols = np.array([c for c in cols if self._checked(names[c])], dtype=np.intp)
-        state.write(_STATE_KEY, (cols, vector[cols]))
+        gpu = self._whole_gpu_position(state, pod, vector, cols)
+        state.write(_STATE_KEY, (cols, vector[cols], gpu))
         return None, Status()
+
+    def _whole_gpu_position(
+        self, state: CycleState, pod: PodInfo, vector: NDArray[np.int64], cols: NDArray[np.intp]
+    ) -> int:
+        """Where the `nvidia.com/gpu` column is in `cols` when the pod asks for whole
+        GPUs and the cache tracks devices; -1 otherwise (the column alone decides)."""
+        if self.handle.cluster.gpu_devices is None:
+            return -1
+        gpu_col = self.handle.snapshot.resource_index.get(GPU)
+        if gpu_col is None or not vector[gpu_col]:
+            return -1
+        where = np.flatnonzero(cols == gpu_col)
+        if not where.size or request_of(state, pod).milli != GPU_MILLI:
+            return -1  # a share that also charges the column keeps kube's column check
+        return int(where[0])
+
+    def _whole_gpus_free(
+        self, devices: GpuDevices, index: slice | NDArray[np.intp], column_free: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """Whole GPUs free: fully free devices where the device table knows the node
+        (never more than the column, which also counts pods no device could hold)."""
+        known = devices.count[index] > 0
+        full = np.minimum(column_free, devices.full[index])
+        free: NDArray[np.int64] = np.where(known, full, column_free)
+        return free
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
         snap = self.handle.snapshot
-        cols, need = state.read(_STATE_KEY)
+        cols, need, gpu = state.read(_STATE_KEY)
         idx = nodes.index
         free = snap.free
         # One contiguous column per requested resource (the table is column-major).
         fits = [free[idx, col] >= amount for col, amount in zip(cols, need, strict=True)]
+        devices = self.handle.cluster.gpu_devices
+        if gpu >= 0 and devices is not None:
+            fits[gpu] = self._whole_gpus_free(devices, idx, free[idx, cols[gpu]]) >= need[gpu]
         if self.handle.cluster.nominations:
-            self._leave_room_for_nominated(pod, nodes, cols, need, fits)
+            self._leave_room_for_nominated(pod, nodes, cols, need, fits, gpu)
         passed = np.logical_and.reduce(fits) if len(fits) > 1 else fits[0]
         if passed.all():
             return FilterResult(passed)
@@ -148,10 +185,12 @@ class NodeResourcesFit:
         cols: NDArray[np.intp],
         need: NDArray[np.int64],
         fits: list[NDArray[np.bool_]],
+        gpu: int,
     ) -> None:
         """Nominated pods (preemptors waiting for the room they freed) count as placed on
         their node for pods of lower or equal priority (kube's addNominatedPods)."""
         snap = self.handle.snapshot
+        devices = self.handle.cluster.gpu_devices
         reserved: dict[int, NDArray[np.int64]] = {}
         for row, other in snap.nominated_against(pod):
             vec = snap.pod_vector(other)[cols]
@@ -166,7 +205,11 @@ class NodeResourcesFit:
                 if not where.size:
                     continue
                 pos = int(where[0])
-            left = snap.free[row, cols] - vec
+            available = snap.free[row, cols]
+            if gpu >= 0 and devices is not None:
+                at = np.array([row], dtype=np.intp)
+                available[gpu] = self._whole_gpus_free(devices, at, available[gpu : gpu + 1])[0]
+            left = available - vec
             for j in range(len(cols)):
                 fits[j] = fits[j].copy() if not fits[j].flags.writeable else fits[j]
                 fits[j][pos] = bool(left[j] >= need[j])

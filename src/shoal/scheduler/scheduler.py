@@ -310,6 +310,7 @@ class Scheduler:
         return []
 
     def set_namespace_labels(self, namespace: str, labels: dict[str, str]) -> None:
+        self.cluster.namespaces.set(namespace, labels)
         self.queues.namespace_labels[namespace] = dict(labels)
         self.queues._leaf_of.clear()
 

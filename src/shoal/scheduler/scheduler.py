@@ -429,7 +429,12 @@ class Scheduler:
         message = diagnosis.message() if diagnosis is not None else status.message
         retry_soon = False
         nominated = ""
-        if diagnosis is not None and status.rejected and fwk.plugins.post_filter:
+        waiting = self._awaiting_victims(pod)
+        if waiting:
+            # kube's PodEligibleToPreemptOthers: victims chosen earlier are still
+            # terminating on the nominated node; preempting again would take more.
+            nominated, message, retry_soon = waiting[0], f"{message} {waiting[1]}", True
+        elif diagnosis is not None and status.rejected and fwk.plugins.post_filter:
             try:
                 result, post_status = fwk.run_post_filter(state, pod, diagnosis)
             except Exception as err:  # a plugin bug must not stop the scheduler
@@ -444,9 +449,27 @@ class Scheduler:
             if result is not None and result.nominated_node:
                 nominated = result.nominated_node
                 self._commit_preemption([(pod, nominated)], result.victims)
+        if not nominated and pod.uid in self.cluster.nominations:
+            # kube clears the nomination of a pod that failed without a new one.
+            with Transaction(self.cluster) as tx:
+                tx.clear_nomination(pod)
+                self._emit_nominations(tx.commit().nominated)
         rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
         self._requeue(entry, now, rejectors, status, message, retry_soon, nominated)
         return CycleResult(pod, None, status, message, diagnosis)
+
+    def _awaiting_victims(self, pod: PodInfo) -> tuple[str, str] | None:
+        """(node, why) when the pod is nominated to a node where pods evicted for it
+        are still terminating."""
+        found = self.cluster.nominations.get(pod.uid)
+        if found is None:
+            return None
+        node = found[0]
+        evicting = self.cluster.evicting
+        leaving = sum(1 for p in self.cluster.pods_on(node) if p.uid in evicting)
+        if not leaving:
+            return None
+        return node, f"waiting for {leaving} preempted pod(s) on node {node} to terminate."
 
     def _requeue(
         self,
@@ -498,6 +521,15 @@ class Scheduler:
         if gate:
             status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, gate)
             return self._gang_failed(entry, entries, group, status, gate, frozenset(), now)
+        for e in entries:
+            waiting = self._awaiting_victims(e.pod)
+            if waiting:
+                message = f"gang {group.key}: {waiting[1]}"
+                status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
+                for each in entries:
+                    node = self.cluster.nominations.get(each.pod.uid, ("", each.pod))[0]
+                    self._requeue(each, now, frozenset(), status, message, True, node)
+                return CycleResult(entry.pod, None, status, message)
         try:
             outcome = self.gang_cycle.decide(entries, group, fwk, now)
         except Exception as err:  # a plugin bug must not stop the scheduler

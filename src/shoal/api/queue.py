@@ -17,6 +17,7 @@ from shoal.api.resources import parse_resource_list
 __all__ = [
     "DEFAULT_QUEUE",
     "QUEUE_LABEL",
+    "VOLCANO_QUEUE_ANNOTATION",
     "ElasticQuota",
     "NodePool",
     "PodDisruptionBudget",
@@ -27,7 +28,9 @@ __all__ = [
 
 API_GROUP = "shoal.dev"
 DEFAULT_QUEUE = "default"
-QUEUE_LABEL = "shoal.dev/queue"  # explicit queue of a pod (wins over bindings)
+QUEUE_LABEL = "shoal.dev/queue"  # explicit queue of a pod (wins over everything else)
+# Volcano's queue of a pod (its controller copies it to the PodGroup's spec.queue).
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 
 Quantity = str | int | float
 QueueOrdering = Literal["Priority", "FIFO", "QoS", "DRF"]

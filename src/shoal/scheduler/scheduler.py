@@ -183,7 +183,14 @@ class Scheduler:
 
     def add_pod_group(self, obj: PodGroup | VolcanoPodGroup) -> None:
         """A PodGroup object (scheduler-plugins or Volcano) was created or updated."""
-        group = self.gangs.add_pod_group(obj, self.clock.now())
+        now = self.clock.now()
+        group = self.gangs.add_pod_group(obj, now)
+        queue = obj.spec.queue if isinstance(obj, VolcanoPodGroup) else ""
+        if self.queues.set_group_queue(group.key, queue, list(group.members.values())):
+            # Members waiting in the scheduling queue go to their new queue's partition.
+            for member in list(group.members.values()):
+                if self.queue.get(member.uid) is not None:
+                    self.queue.update(member, now)
         self.queue.regate(list(group.members))
 
     def finish_pod(self, uid: str, succeeded: bool = True) -> None:
@@ -289,30 +296,29 @@ class Scheduler:
         bindings: Iterable[QueueBinding] = (),
         pools: Iterable[NodePool] = (),
         deleted_queues: Iterable[str] = (),
+        *,
+        deleted_bindings: Iterable[str] = (),
+        deleted_pools: Iterable[str] = (),
     ) -> list[str]:
-        """Validate and apply queue objects as one change. Returns the problems; when
-        there are any, nothing was applied (never half-applied)."""
-        queues, elastic_quotas = list(queues), list(elastic_quotas)
-        bindings, pools = list(bindings), list(pools)
-        if queues or elastic_quotas or deleted_queues:
-            problems = self.queues.apply(queues, elastic_quotas, deleted_queues)
-            if problems:
-                return problems
-        if bindings:
-            problems = self.queues.apply_bindings(bindings)
-            if problems:
-                return problems
-        if pools:
-            problems = self.queues.apply_pools(pools)
-            if problems:
-                return problems
+        """Validate and apply queue objects, each on its own: the invalid ones are
+        rejected, the rest applies. Returns the problems (each names its object, the
+        field and the fix); see `QueueManager.apply`."""
+        problems = self.queues.apply(
+            queues,
+            elastic_quotas,
+            deleted_queues,
+            bindings=bindings,
+            pools=pools,
+            deleted_bindings=deleted_bindings,
+            deleted_pools=deleted_pools,
+        )
         self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
-        return []
+        return problems
 
     def set_namespace_labels(self, namespace: str, labels: dict[str, str]) -> None:
         self.cluster.namespaces.set(namespace, labels)
-        self.queues.namespace_labels[namespace] = dict(labels)
-        self.queues._leaf_of.clear()
+        if self.queues.set_namespace_labels(namespace, labels):
+            self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
 
     def _pre_enqueue(self, pod: PodInfo) -> Status:
         bad = self._bad_group.get(pod.uid)

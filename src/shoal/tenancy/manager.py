@@ -1,10 +1,18 @@
-"""QueueManager: which queue a pod belongs to, what each queue uses, and whether a
-placement keeps every queue on its path within its maximum.
+"""QueueManager: which queue a pod belongs to, what each queue and each job uses, and
+whether a placement keeps every queue on its path within its maximum.
 
-Usage is kept per queue (its whole subtree) in an int64 array [queue, resource] and
-updated incrementally as pods are placed and removed (a PlacementObserver), so the
-admission check is a vector compare along the pod's path. The QueueCapacity plugin is a
-thin adapter over this manager (PreFilter = admission, PostFilter = reclaim).
+Usage is charged to pods, not node rows: the manager is an `AssignmentObserver` of the
+cluster state, told when a pod is assigned to a node (assumed or bound) or released,
+whether or not the node is in the cache, so a node that drops out of the cache for a
+while does not make its pods' usage disappear. Usage is kept per queue (its whole
+subtree) in an int64 array [queue, resource], and per job (a gang, or a pod on its own)
+for DRF ordering, updated incrementally, so the admission check is a vector compare
+along the pod's path. The QueueCapacity plugin is a thin adapter over this manager
+(PreFilter = admission, PostFilter = reclaim).
+
+A pod's queue, first match wins: the label `shoal.dev/queue`; Volcano's pod annotation
+`scheduling.volcano.sh/queue-name`; the `spec.queue` of its Volcano PodGroup; its
+namespace's QueueBinding; its namespace's ElasticQuota; the default queue.
 """
 
 from __future__ import annotations
@@ -17,19 +25,24 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.objects import LabelSelector
-from shoal.api.podinfo import PodInfo
+from shoal.api.podgroup import group_of
+from shoal.api.podinfo import PodInfo, qos_class
 from shoal.api.queue import (
     DEFAULT_QUEUE,
     QUEUE_LABEL,
+    VOLCANO_QUEUE_ANNOTATION,
     ElasticQuota,
     NodePool,
     Queue,
     QueueBinding,
 )
 from shoal.api.selectors import label_selector_matches
+from shoal.cache.cluster import ClusterState
 from shoal.cache.node_table import NodeTable
 from shoal.framework.handle import Handle
-from shoal.tenancy.tree import UNLIMITED, QueueDef, QueueTree, TreeError
+from shoal.tenancy.fairshare import choose_leaf, fair_shares_of
+from shoal.tenancy.tree import UNLIMITED, QueueTree
+from shoal.tenancy.validation import TenancyObjects, reconcile
 
 __all__ = ["SERVICE_KEY", "QueueManager"]
 
@@ -41,29 +54,40 @@ class _Placed:
     leaf: int
     vector: NDArray[np.int64]
     pod: PodInfo
+    job: str
+
+
+@dataclass
+class _Job:
+    usage: NDArray[np.int64]  # over the tree's resources
+    pods: int
 
 
 class QueueManager:
     def __init__(self, default_queue: str = DEFAULT_QUEUE) -> None:
         self.default_queue = default_queue
-        self._queues: dict[str, Queue] = {}
-        self._elastic: dict[str, ElasticQuota] = {}
-        self.bindings: dict[str, QueueBinding] = {}
-        self.pools: dict[str, NodePool] = {}
+        self.objects = TenancyObjects()  # in force (always a valid set)
         self.namespace_labels: dict[str, dict[str, str]] = {}
+        # Volcano PodGroups' spec.queue: group key (namespace/name) -> queue name.
+        self.group_queues: dict[str, str] = {}
         self.tree = QueueTree([], default_queue)
         self._has_quota = False
         self.usage = np.zeros_like(self.tree.guaranteed)
         self._placed: dict[str, _Placed] = {}
         self._by_leaf: dict[int, set[str]] = {}  # leaf -> uids placed there
-        self._leaf_of: dict[str, tuple[int, str]] = {}  # uid -> (leaf, error)
+        self._jobs: dict[str, _Job] = {}  # job key -> what its placed pods use
+        self._leaf_of: dict[str, tuple[int, str]] = {}  # uid -> (leaf, error), cached
         self.pending = Counter[int]()  # leaf -> pods waiting (maintained by the scheduler)
         self.pending_sum = np.zeros_like(self.tree.guaranteed)  # leaf -> pending requests
+        # uid -> (leaf, request) the pod's pending counts went to, so they leave the same
+        # leaf even if its queue changes meanwhile.
+        self._pending: dict[str, tuple[int, NDArray[np.int64]]] = {}
         self.share_list = [0.0] * len(self.tree.names)  # dominant share per queue
         self.saturated_list = [False] * len(self.tree.names)  # at its max somewhere
         self.active_list = [0] * len(self.tree.names)  # active pods per subtree
         self.active_unqueued = 0  # active pods whose queue is unusable
         self.on_install: list[Callable[[], None]] = []
+        self.cluster: ClusterState | None = None  # for cluster capacity (DRF shares)
         self._capacity_key: tuple[int, int] = (-1, -1)
         self._capacity = np.zeros(0)
         self._capacity_list: list[float] = []
@@ -72,120 +96,154 @@ class QueueManager:
         # pod on its own). `job_of` is wired by the scheduler to the gang manager.
         self.jobs_per_namespace: dict[str, Counter[str]] = {}
         self.job_of: Callable[[PodInfo], str] = lambda pod: pod.uid
-        self.version = 0  # bumped when the tree or bindings change
+        self.version = 0  # bumped when the tree, bindings or pools change
 
     @classmethod
     def of(cls, handle: Handle) -> QueueManager:
         manager = handle.services.get(SERVICE_KEY)
         if manager is None:
             manager = handle.services[SERVICE_KEY] = cls()
-            handle.cluster.observers.append(manager)
+            manager.cluster = handle.cluster
+            handle.cluster.assignment_observers.append(manager)
         assert isinstance(manager, QueueManager)
         return manager
 
-    # ---- objects (validated as a whole, never half-applied) ------------------------
+    @property
+    def bindings(self) -> dict[str, QueueBinding]:
+        return self.objects.bindings
+
+    @property
+    def pools(self) -> dict[str, NodePool]:
+        return self.objects.pools
+
+    # ---- objects (each validated on its own) ----------------------------------------
 
     def apply(
         self,
         queues: Iterable[Queue] = (),
         elastic_quotas: Iterable[ElasticQuota] = (),
         deleted: Iterable[str] = (),
+        *,
+        bindings: Iterable[QueueBinding] = (),
+        pools: Iterable[NodePool] = (),
+        deleted_bindings: Iterable[str] = (),
+        deleted_pools: Iterable[str] = (),
     ) -> list[str]:
-        """Add/replace Queue and ElasticQuota objects. Returns the problems; when there
-        are any, nothing changes."""
-        new_queues = dict(self._queues)
-        new_elastic = dict(self._elastic)
+        """Add, replace or delete queue objects (`deleted` names Queues, and namespaces
+        whose ElasticQuota went). Each object is validated on its own: the invalid ones
+        are rejected (an edit leaves the version in force, a deletion that an object in
+        force still depends on waits) and the rest applies. Returns the problems, each
+        naming its object, the field and the fix."""
+        desired = self.objects.copy()
         for name in deleted:
-            new_queues.pop(name, None)
-            new_elastic.pop(name, None)
+            desired.queues.pop(name, None)
+            desired.elastic.pop(name, None)
+        for name in deleted_bindings:
+            desired.bindings.pop(name, None)
+        for name in deleted_pools:
+            desired.pools.pop(name, None)
         for q in queues:
-            new_queues[q.metadata.name] = q
+            desired.queues[q.metadata.name] = q
         for eq in elastic_quotas:
-            new_elastic[eq.metadata.namespace or "default"] = eq
-        defs = [QueueDef.from_queue(q) for q in new_queues.values()]
-        defs += [QueueDef.from_elastic_quota(eq) for eq in new_elastic.values()]
-        try:
-            tree = QueueTree(defs, self.default_queue)
-        except TreeError as err:
-            return err.problems
-        problems = self._binding_problems(self.bindings.values(), tree)
-        if problems:
-            return problems
-        self._queues, self._elastic = new_queues, new_elastic
-        self._install(tree)
-        return []
+            desired.elastic[eq.metadata.namespace or "default"] = eq
+        for b in bindings:
+            desired.bindings[b.metadata.name] = b
+        for p in pools:
+            desired.pools[p.metadata.name] = p
+        accepted, problems = reconcile(self.objects, desired, self.default_queue)
+        self._commit(accepted)
+        return problems
 
     def apply_bindings(
         self, bindings: Iterable[QueueBinding], deleted: Iterable[str] = ()
     ) -> list[str]:
-        new = dict(self.bindings)
-        for name in deleted:
-            new.pop(name, None)
-        for b in bindings:
-            new[b.metadata.name] = b
-        problems = self._binding_problems(new.values(), self.tree)
-        if problems:
-            return problems
-        self.bindings = new
-        self._leaf_of.clear()
-        self.version += 1
-        return []
+        return self.apply(bindings=bindings, deleted_bindings=deleted)
 
-    def apply_pools(self, pools: Iterable[NodePool]) -> list[str]:
-        new = dict(self.pools)
-        for p in pools:
-            new[p.metadata.name] = p
-        problems = [
-            f"NodePool {p.metadata.name}: spec.exclusiveTo names unknown queue {q!r}"
-            for p in new.values()
-            for q in p.spec.exclusive_to
-            if q not in self.tree.index
-        ]
-        for name, d in self.tree.defs.items():
-            problems += [
-                f"Queue {name}: spec.pools names unknown NodePool {pool!r}"
-                for pool in d.pools
-                if pool not in new
-            ]
-        if problems:
-            return problems
-        self.pools = new
-        self.version += 1
-        return []
+    def apply_pools(self, pools: Iterable[NodePool], deleted: Iterable[str] = ()) -> list[str]:
+        return self.apply(pools=pools, deleted_pools=deleted)
 
-    def _binding_problems(self, bindings: Iterable[QueueBinding], tree: QueueTree) -> list[str]:
-        problems = []
-        for b in bindings:
-            q = b.spec.queue
-            where = f"QueueBinding {b.metadata.name}: spec.queue {q!r}"
-            if q not in tree.index:
-                problems.append(f"{where} does not exist; create the Queue or fix the name")
-            elif not tree.is_leaf(q):
-                problems.append(f"{where} is not a leaf queue; only leaves hold workloads")
-        return problems
+    def _commit(self, accepted: TenancyObjects) -> None:
+        old = self.objects
+        self.objects = accepted
+        defs = accepted.defs(self.default_queue)
+        if defs != self.tree.defs:
+            self._install(QueueTree(defs.values(), self.default_queue))
+            return
+        if accepted.pools != old.pools:
+            self.version += 1
+        if accepted.bindings != old.bindings:
+            self._reindex()
 
     def _install(self, tree: QueueTree) -> None:
         self.tree = tree
         self._has_quota = bool(tree.quota_mask.any())
-        self.usage = np.zeros_like(tree.guaranteed)
+        self._capacity_key = (-1, -1)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        """Pods' queues may have changed (new tree, bindings or namespace labels): count
+        every placed pod again and let the scheduling queue re-file its pods."""
+        tree = self.tree
+        self.version += 1
         self._leaf_of.clear()
         placed = [rec.pod for rec in self._placed.values()]
         self._placed.clear()
         self._by_leaf.clear()
+        self._jobs.clear()
+        self.usage = np.zeros_like(tree.guaranteed)
+        self.pods_per_namespace.clear()
+        self.jobs_per_namespace.clear()
         self.pending.clear()
         self.pending_sum = np.zeros_like(tree.guaranteed)
+        self._pending.clear()
         self.active_unqueued = 0
         self.share_list = [0.0] * len(tree.names)
         self.saturated_list = [False] * len(tree.names)
         self.active_list = [0] * len(tree.names)
-        self._capacity_key = (-1, -1)
-        self.pods_per_namespace.clear()
-        self.jobs_per_namespace.clear()
-        for pod in placed:  # re-count under the new tree (a pod's queue may have changed)
-            self.pod_placed(-1, pod)
-        self.version += 1
-        for hook in self.on_install:  # the scheduling queue re-partitions its pods
+        for pod in placed:
+            self._charge(pod)
+        self._refresh_shares(list(range(1, len(tree.names))))
+        for hook in self.on_install:  # the scheduling queue re-files and re-announces
             hook()
+
+    def set_group_queue(self, group: str, queue: str, members: Iterable[PodInfo] = ()) -> bool:
+        """A Volcano PodGroup (key `namespace/name`) names its queue ("" for none). Its
+        known `members` move to their new queue, running or pending; returns whether the
+        queue changed (the caller re-files the members waiting in the scheduling queue)."""
+        if self.group_queues.get(group, "") == queue:
+            return False
+        if queue:
+            self.group_queues[group] = queue
+        else:
+            self.group_queues.pop(group, None)
+        for pod in members:
+            self._refile(pod)
+        return True
+
+    def set_namespace_labels(self, namespace: str, labels: dict[str, str]) -> bool:
+        """A namespace's labels (for QueueBindings' namespaceSelector). Returns whether
+        that moved the namespace to another queue."""
+        before = self._bound_queue(namespace)
+        self.namespace_labels[namespace] = dict(labels)
+        if self._bound_queue(namespace) == before:
+            return False
+        self._reindex()
+        return True
+
+    def _refile(self, pod: PodInfo) -> None:
+        """The pod's queue may have changed: move its pending counts and its usage."""
+        uid = pod.uid
+        self._leaf_of.pop(uid, None)
+        waiting = self._pending.pop(uid, None)
+        if waiting is not None:
+            leaf, vec = waiting
+            self.pending[leaf] -= 1
+            self.pending_sum[leaf] -= vec
+            self.on_pending(pod, 1)
+        rec = self._placed.get(uid)
+        if rec is not None:
+            self._discharge(uid)
+            self._charge(rec.pod)
 
     # ---- which queue ---------------------------------------------------------------
 
@@ -194,19 +252,50 @@ class QueueManager:
         cached = self._leaf_of.get(pod.uid)
         if cached is not None:
             return cached
-        name = pod.labels.get(QUEUE_LABEL) or self._bound_queue(pod.namespace) or self.default_queue
+        name, source = self._named_queue(pod)
         tree = self.tree
         if name not in tree.index:
             found = (
                 -1,
-                f"queue {name!r} does not exist (label {QUEUE_LABEL} or a QueueBinding names it)",
+                f"queue {name!r} does not exist ({source} names it); create the Queue or fix "
+                "the name",
             )
         elif not tree.is_leaf(name):
-            found = (-1, f"queue {name!r} is not a leaf queue; only leaves hold workloads")
+            found = (
+                -1,
+                f"queue {name!r} is not a leaf queue ({source} names it); only leaves hold "
+                "workloads",
+            )
         else:
             found = (tree.index[name], "")
         self._leaf_of[pod.uid] = found
         return found
+
+    def _named_queue(self, pod: PodInfo) -> tuple[str, str]:
+        """The pod's queue name and what names it."""
+        if name := pod.labels.get(QUEUE_LABEL):
+            return name, f"label {QUEUE_LABEL}"
+        if name := pod.pod.metadata.annotations.get(VOLCANO_QUEUE_ANNOTATION):
+            return name, f"annotation {VOLCANO_QUEUE_ANNOTATION}"
+        if self.group_queues:
+            try:
+                ref = group_of(pod.pod)
+            except ValueError:
+                ref = None  # the gang manager reports a malformed key
+            if ref is not None and (name := self.group_queues.get(ref.key, "")):
+                return name, f"spec.queue of Volcano PodGroup {ref.key}"
+        for b in self.bindings.values():
+            if pod.namespace in b.spec.namespaces:
+                return b.spec.queue, f"QueueBinding {b.metadata.name}"
+        labels = self.namespace_labels.get(pod.namespace, {})
+        for b in self.bindings.values():
+            sel: LabelSelector | None = b.spec.namespace_selector
+            if sel is not None and label_selector_matches(sel, labels):
+                return b.spec.queue, f"QueueBinding {b.metadata.name}"
+        # An ElasticQuota in the namespace makes that namespace its own leaf queue.
+        if pod.namespace in self.objects.elastic:
+            return pod.namespace, f"the ElasticQuota of namespace {pod.namespace}"
+        return self.default_queue, "the default queue"
 
     def _bound_queue(self, namespace: str) -> str:
         for b in self.bindings.values():
@@ -217,9 +306,6 @@ class QueueManager:
             sel: LabelSelector | None = b.spec.namespace_selector
             if sel is not None and label_selector_matches(sel, labels):
                 return b.spec.queue
-        # An ElasticQuota in the namespace makes that namespace its own leaf queue.
-        if namespace in self._elastic:
-            return namespace
         return ""
 
     def binding_of(self, namespace: str) -> QueueBinding | None:
@@ -243,14 +329,22 @@ class QueueManager:
         self.active_list[0] += delta
 
     def on_pending(self, pod: PodInfo, delta: int) -> None:
-        leaf, error = self.queue_of(pod)
-        if error:
-            return
-        self.pending[leaf] += delta
         if delta > 0:
-            self.pending_sum[leaf] += self.tree.vector(pod.requests)
-        else:
-            self.pending_sum[leaf] -= self.tree.vector(pod.requests)
+            leaf, error = self.queue_of(pod)
+            if error or pod.uid in self._pending:
+                return
+            vec = self.tree.vector(pod.requests)
+            self._pending[pod.uid] = (leaf, vec)
+            self.pending[leaf] += 1
+            self.pending_sum[leaf] += vec
+            return
+        waiting = self._pending.pop(pod.uid, None)
+        if waiting is not None:
+            leaf, vec = waiting
+            self.pending[leaf] -= 1
+            self.pending_sum[leaf] -= vec
+        if pod.uid not in self._placed:
+            self._leaf_of.pop(pod.uid, None)  # gone (or back later: looked up again)
 
     def _refresh_shares(self, queues: list[int]) -> None:
         """Dominant share and saturation of these queues (kept current for the HDRF walk).
@@ -291,10 +385,8 @@ class QueueManager:
         tree = self.tree
         if len(tree.leaves) == 1:
             return next(iter(tree.leaves))
-        from shoal.tenancy.fairshare import choose_leaf
-
         self.capacity(table)  # refreshes shares when nodes changed
-        return choose_leaf(self)
+        return choose_leaf(tree, self.active_list, self.share_list, self.saturated_list)
 
     def order_key(self, pod: PodInfo, base: tuple[object, ...]) -> tuple[object, ...]:
         """The queue's ordering policy applied to the profile's QueueSort key
@@ -310,8 +402,21 @@ class QueueManager:
         if ordering == "QoS":
             return (base[0], qos_rank(pod), *base[1:])
         # DRF among jobs: the job (gang or pod) using the smallest dominant share first.
-        share = float(dominant_shares_of(self, pod))
-        return (share, *base)
+        return (self.job_share(self.job_of(pod)), *base)
+
+    def job_share(self, job: str) -> float:
+        """The dominant share of the cluster that a job's placed pods use (0 for a job
+        with none): max over resources of its usage / the cluster's allocatable."""
+        record = self._jobs.get(job)
+        if record is None:
+            return 0.0
+        if self.cluster is not None:
+            self.capacity(self.cluster.table)
+        share = 0.0
+        for used, c in zip(record.usage.tolist(), self._capacity_list, strict=False):
+            if c > 0 and used / c > share:
+                share = used / c
+        return share
 
     # ---- admission -----------------------------------------------------------------
 
@@ -411,9 +516,19 @@ class QueueManager:
             f"guarantee are waiting for {int(owed[k])} of it"
         )
 
-    # ---- usage (PlacementObserver) -------------------------------------------------
+    # ---- usage (AssignmentObserver) ------------------------------------------------
 
-    def pod_placed(self, row: int, pod: PodInfo) -> None:
+    def pod_assigned(self, pod: PodInfo, node: str) -> None:
+        self._charge(pod)
+
+    def pod_released(self, pod: PodInfo, node: str) -> None:
+        self._discharge(pod.uid)
+        if pod.uid not in self._pending:
+            self._leaf_of.pop(pod.uid, None)  # gone (or re-queued: looked up again)
+
+    def _charge(self, pod: PodInfo) -> None:
+        if pod.uid in self._placed:
+            return
         leaf, error = self.queue_of(pod)
         if error:
             return
@@ -422,33 +537,40 @@ class QueueManager:
         for q in path:
             self.usage[q] += vec
         self._refresh_shares(path)
-        self._placed[pod.uid] = _Placed(leaf, vec, pod)
+        job = self.job_of(pod)
+        self._placed[pod.uid] = _Placed(leaf, vec, pod, job)
         self._by_leaf.setdefault(leaf, set()).add(pod.uid)
         self.pods_per_namespace[pod.namespace] += 1
-        self.jobs_per_namespace.setdefault(pod.namespace, Counter())[self.job_of(pod)] += 1
+        self.jobs_per_namespace.setdefault(pod.namespace, Counter())[job] += 1
+        record = self._jobs.get(job)
+        if record is None:
+            self._jobs[job] = _Job(vec.copy(), 1)
+        else:
+            record.usage += vec
+            record.pods += 1
 
-    def pod_unplaced(self, row: int, pod: PodInfo) -> None:
-        rec = self._placed.pop(pod.uid, None)
+    def _discharge(self, uid: str) -> None:
+        rec = self._placed.pop(uid, None)
         if rec is None:
             return
         path = self.tree.path_lists[rec.leaf]
         for q in path:
             self.usage[q] -= rec.vector
         self._refresh_shares(path)
-        self._by_leaf.get(rec.leaf, set()).discard(pod.uid)
+        self._by_leaf.get(rec.leaf, set()).discard(uid)
         self.pods_per_namespace[rec.pod.namespace] -= 1
         jobs = self.jobs_per_namespace.get(rec.pod.namespace)
         if jobs is not None:
-            job = self.job_of(rec.pod)
-            jobs[job] -= 1
-            if jobs[job] <= 0:
-                del jobs[job]
-
-    def row_moved(self, src: int, dst: int) -> None:
-        pass
-
-    def node_changed(self, row: int) -> None:
-        pass
+            jobs[rec.job] -= 1
+            if jobs[rec.job] <= 0:
+                del jobs[rec.job]
+        record = self._jobs.get(rec.job)
+        if record is not None:
+            record.pods -= 1
+            if record.pods <= 0:
+                del self._jobs[rec.job]
+            else:
+                record.usage -= rec.vector
 
     def placed_in(self, leaves: set[int]) -> list[str]:
         """Uids of pods placed in these leaf queues."""
@@ -461,10 +583,8 @@ class QueueManager:
     # ---- reporting -----------------------------------------------------------------
 
     def status(self, capacity: dict[str, int] | None = None) -> dict[str, dict[str, object]]:
-        from shoal.tenancy.fairshare import fair_shares
-
         tree = self.tree
-        shares = fair_shares(self, capacity) if capacity else {}
+        shares = fair_shares_of(tree, self.usage, self.pending_sum, capacity) if capacity else {}
         out: dict[str, dict[str, object]] = {}
         for name, i in tree.index.items():
             if i == 0:
@@ -506,11 +626,4 @@ _QOS_RANK = {"Guaranteed": 0, "Burstable": 1, "BestEffort": 2}
 
 
 def qos_rank(pod: PodInfo) -> int:
-    from shoal.api.podinfo import qos_class
-
     return _QOS_RANK[qos_class(pod.pod)]
-
-
-def dominant_shares_of(manager: QueueManager, pod: PodInfo) -> float:
-    """The dominant share of what the pod's job already runs (0 for a new job)."""
-    return 0.0

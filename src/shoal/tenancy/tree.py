@@ -1,15 +1,16 @@
 """The queue tree: validated structure plus per-queue quotas as dense arrays.
 
-A tree is built from a complete set of Queue objects and validated as a whole; an
-invalid set is rejected with every problem named (object, field, fix) and the previous
-tree stays in force, so a bad edit is never half-applied. Quotas live in arrays indexed
+A tree is built from a valid set of queues (`QueueTree` raises `TreeError` naming every
+problem otherwise). `queue_issues` finds the problems of a set and blames each on the
+queue whose change caused it, so that `shoal.tenancy.validation` can reject exactly the
+bad objects and apply the rest. Quotas live in arrays indexed
 [queue, resource] over the resources that any queue names, so admission checks along a
 path are a few vector operations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ from numpy.typing import NDArray
 
 from shoal.api.queue import DEFAULT_QUEUE, ElasticQuota, Queue, QueueOrdering
 
-__all__ = ["UNLIMITED", "QueueDef", "QueueTree", "TreeError"]
+__all__ = ["UNLIMITED", "Issue", "QueueDef", "QueueTree", "TreeError", "queue_issues"]
 
 UNLIMITED = np.iinfo(np.int64).max // 4
 
@@ -40,6 +41,15 @@ class QueueDef:
     ordering: QueueOrdering = "Priority"
     pools: tuple[str, ...] = ()
     source: str = "Queue"
+    object_name: str = ""  # an ElasticQuota's own name (its queue is named by namespace)
+    fields: tuple[str, str] = ("spec.guaranteed", "spec.max")  # as the object spells them
+
+    @property
+    def ref(self) -> str:
+        """The object as problems name it: `Queue team-a`, `ElasticQuota ml/quota`."""
+        if self.source == "ElasticQuota":
+            return f"ElasticQuota {self.name}/{self.object_name}"
+        return f"Queue {self.name}"
 
     @classmethod
     def from_queue(cls, q: Queue) -> QueueDef:
@@ -54,6 +64,9 @@ class QueueDef:
             priority=spec.priority,
             ordering=spec.ordering,
             pools=tuple(spec.pools),
+            fields=("spec.resources.requests", "spec.resources.limits")
+            if spec.resources is not None
+            else ("spec.guaranteed", "spec.max"),
         )
 
     @classmethod
@@ -66,6 +79,8 @@ class QueueDef:
             guaranteed=parse_resource_list(eq.spec.min),
             maximum=parse_resource_list(eq.spec.max) or None,
             source="ElasticQuota",
+            object_name=eq.metadata.name,
+            fields=("spec.min", "spec.max"),
         )
 
 
@@ -76,7 +91,18 @@ class QueueTree:
         defs = list(defs)
         if not any(d.name == default_queue for d in defs):
             defs.append(QueueDef(name=default_queue, source="default"))
-        problems = _validate(defs)
+        by_name: dict[str, QueueDef] = {}
+        problems = []
+        for d in defs:
+            if not d.name:
+                problems.append(f"{d.source} <unnamed>: metadata.name is required")
+                continue
+            if d.name in by_name:
+                problems.append(
+                    f"{d.ref}: defined twice (by {by_name[d.name].source} and {d.source})"
+                )
+            by_name[d.name] = d
+        problems += [issue.message for issue in queue_issues(by_name)]
         if problems:
             raise TreeError(problems)
         self.default_queue = default_queue
@@ -153,67 +179,140 @@ class QueueTree:
         return bool((self.maximum[1:] < UNLIMITED).any())
 
 
-def _validate(defs: list[QueueDef]) -> list[str]:
-    problems: list[str] = []
-    by_name: dict[str, QueueDef] = {}
-    for d in defs:
-        if not d.name:
-            problems.append(f"{d.source} <unnamed>: metadata.name is required")
-            continue
-        if d.name in by_name:
-            problems.append(
-                f"Queue {d.name}: defined twice (by {by_name[d.name].source} and {d.source})"
-            )
-        by_name[d.name] = d
-    for d in by_name.values():
-        where = f"Queue {d.name}"
-        if d.parent and d.parent not in by_name:
-            problems.append(
-                f"{where}: spec.parent {d.parent!r} does not exist; create it or fix the name"
-            )
+@dataclass(frozen=True)
+class Issue:
+    """A problem with one object, blamed on the object whose change caused it.
+
+    `blame` is (kind, name): kind "Queue" covers ElasticQuotas too (they are queues named
+    after their namespace); "QueueBinding" and "NodePool" name those objects. Normally the
+    blamed object's change is undone (rejected); with `restore` the blamed object is one
+    being deleted, and the deletion waits (the object stays in force) because
+    `message`'s object still depends on it."""
+
+    message: str
+    blame: tuple[str, str]
+    restore: bool = False
+
+
+def queue_issues(
+    defs: dict[str, QueueDef],
+    changed: Callable[[str], bool] = lambda name: True,
+    dropped: frozenset[str] = frozenset(),
+    deleted: frozenset[str] = frozenset(),
+) -> list[Issue]:
+    """Problems of a set of queues (by name), each blamed on a queue that changed.
+
+    `changed(name)`: whether the queue is new or differs from the version in force (the
+    set in force is valid, so every problem involves a change). `dropped`: queues whose
+    new version was rejected (their dependents are told so); `deleted`: queues being
+    deleted (a queue in force still depending on one keeps it in force)."""
+    issues: list[Issue] = []
+
+    def missing(d: QueueDef) -> Issue:
+        subject = f"{d.ref}: spec.parent {d.parent!r}"
+        if changed(d.name) or d.parent not in deleted:
+            if d.parent in dropped:
+                return Issue(
+                    f"{subject} was rejected (see its own problem); fix Queue {d.parent} first",
+                    ("Queue", d.name),
+                )
+            return Issue(f"{subject} does not exist; create it or fix the name", ("Queue", d.name))
+        return Issue(
+            f"{subject} is being deleted; delete this queue or change spec.parent first "
+            f"(Queue {d.parent} stays in force until then)",
+            ("Queue", d.parent),
+            restore=True,
+        )
+
+    for d in defs.values():
         for res, g in d.guaranteed.items():
             m = (d.maximum or {}).get(res)
             if m is not None and g > m:
-                problems.append(
-                    f"{where}: spec.guaranteed.{res} ({g}) exceeds spec.max.{res} ({m}); "
-                    "lower the guarantee or raise the maximum"
+                issues.append(
+                    Issue(
+                        f"{d.ref}: {d.fields[0]}.{res} ({g}) exceeds {d.fields[1]}.{res} ({m}); "
+                        "lower the guarantee or raise the maximum",
+                        ("Queue", d.name),
+                    )
                 )
-    # cycles
-    for d in by_name.values():
-        seen = {d.name}
-        p = d.parent
-        while p and p in by_name:
-            if p in seen:
-                problems.append(f"Queue {d.name}: spec.parent forms a cycle through {p!r}")
-                break
-            seen.add(p)
-            p = by_name[p].parent
-    if any("cycle" in p for p in problems):
-        return problems
-    # children's guarantees within the parent's
+        if d.parent and d.parent not in defs:
+            issues.append(missing(d))
+    # Cycles: every queue on one is reported; the ones that changed are rejected.
+    on_cycle: set[str] = set()
+    for d in defs.values():
+        seen: list[str] = []
+        name = d.name
+        while name and name in defs and name not in seen and name not in on_cycle:
+            seen.append(name)
+            name = defs[name].parent
+        if name in seen:
+            cycle = seen[seen.index(name) :]
+            on_cycle.update(cycle)
+            path = " -> ".join([*cycle, name])
+            blamed = [q for q in cycle if changed(q)] or cycle
+            issues += [
+                Issue(
+                    f"{defs[q].ref}: spec.parent forms a cycle ({path}); point one of them "
+                    "elsewhere",
+                    ("Queue", q),
+                )
+                for q in blamed
+            ]
+    if on_cycle:
+        return issues
     kids: dict[str, list[QueueDef]] = {}
-    for d in by_name.values():
-        if d.parent in by_name:
+    for d in defs.values():
+        if d.parent in defs:
             kids.setdefault(d.parent, []).append(d)
     for parent, children in kids.items():
-        pd = by_name[parent]
+        pd = defs[parent]
         total: dict[str, int] = {}
         for c in children:
             for res, g in c.guaranteed.items():
                 total[res] = total.get(res, 0) + g
         for res, t in total.items():
             pg = pd.guaranteed.get(res, 0)
-            if t > pg:
-                problems.append(
-                    f"Queue {parent}: children's spec.guaranteed.{res} add up to {t}, more than "
-                    f"its own guarantee {pg}; raise the parent's guarantee or lower the children's"
+            if t <= pg:
+                continue
+            if changed(parent):
+                issues.append(
+                    Issue(
+                        f"{pd.ref}: children's spec.guaranteed.{res} add up to {t}, more than "
+                        f"its own guarantee {pg}; raise the parent's guarantee or lower the "
+                        "children's",
+                        ("Queue", parent),
+                    )
                 )
+                continue
+            issues += [
+                Issue(
+                    f"{c.ref}: {c.fields[0]}.{res} ({c.guaranteed[res]}) does not fit in "
+                    f"parent {parent}'s guarantee ({pg}; its children's add up to {t}); "
+                    "lower it or raise the parent's guarantee",
+                    ("Queue", c.name),
+                )
+                for c in children
+                if c.guaranteed.get(res, 0) > 0 and changed(c.name)
+            ]
         for c in children:
             for res, m in (c.maximum or {}).items():
                 pm = (pd.maximum or {}).get(res)
-                if pm is not None and m > pm:
-                    problems.append(
-                        f"Queue {c.name}: spec.max.{res} ({m}) exceeds its parent {parent}'s "
-                        f"max ({pm}); it can never use more than the parent"
+                if pm is None or m <= pm:
+                    continue
+                if changed(c.name) or not changed(parent):
+                    issues.append(
+                        Issue(
+                            f"{c.ref}: {c.fields[1]}.{res} ({m}) exceeds its parent {parent}'s "
+                            f"max ({pm}); it can never use more than the parent",
+                            ("Queue", c.name),
+                        )
                     )
-    return problems
+                else:
+                    issues.append(
+                        Issue(
+                            f"{pd.ref}: {pd.fields[1]}.{res} ({pm}) is below its child {c.name}'s "
+                            f"max ({m}); raise it or lower the child's first",
+                            ("Queue", parent),
+                        )
+                    )
+    return issues

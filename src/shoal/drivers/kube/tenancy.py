@@ -1,13 +1,15 @@
-"""Tenant queue objects from the API, applied to the scheduler as one change.
+"""Tenant queue objects from the API, applied to the scheduler.
 
 Queues, QueueBindings, NodePools and ElasticQuotas depend on each other (a binding
 names a queue, a queue names pools), and informers deliver them in no particular order.
-So the backend keeps the latest valid object of each kind and hands the scheduler the
-whole set (`Scheduler.apply_queues`), which validates it and applies all or nothing.
-Nothing is applied before every informer has synced; after that every change re-applies
-the set. When the set is rejected, the tree in force stays, and each problem is reported
-on the object it names (an event and a log line), e.g. a QueueBinding naming a queue
-that does not exist.
+So the backend keeps the latest object of each kind and hands the scheduler the whole
+set with the deletions (`Scheduler.apply_queues`), which validates each object on its
+own: the invalid ones are rejected (an edit leaves the version in force) and the rest
+applies. Nothing is applied before every informer has synced; after that every change
+re-applies the set. Each problem is reported on the object it names (an event and a log
+line), e.g. a QueueBinding naming a queue that does not exist, and an object that is
+fine again is cleared. A deletion that an object in force still depends on (a parent
+queue, a bound queue, a listed pool) waits, and is retried with every later change.
 """
 
 from __future__ import annotations
@@ -99,34 +101,29 @@ class TenancySync:
         self.apply()
 
     def apply(self) -> list[str]:
-        """Apply the whole desired set; returns the problems (none applied if any)."""
+        """Apply the desired set; returns the problems (only the objects they name are
+        rejected)."""
         if not self.ready:
             return []
         s = self.scheduler
-        manager = s.queues
-        if self.deleted_bindings:
-            problems = manager.apply_bindings([], deleted=sorted(self.deleted_bindings))
-            if not problems:
-                self.deleted_bindings.clear()
-        for name in sorted(self.deleted_pools):
-            manager.pools.pop(name, None)  # the manager has no delete for pools
-        self.deleted_pools.clear()
         problems = s.apply_queues(
             list(self.queues.values()),
             list(self.elastic.values()),
             list(self.bindings.values()),
             list(self.pools.values()),
             deleted_queues=sorted(self.deleted_queues),
+            deleted_bindings=sorted(self.deleted_bindings),
+            deleted_pools=sorted(self.deleted_pools),
         )
         self.problems = problems
-        if not problems:
-            self.deleted_queues.clear()
-            for flagged in self._flagged:
-                fine = self.raw.get(flagged)
-                if fine is not None:
-                    self.clear(*fine)
-            self._flagged.clear()
-            return []
+        # Deletions that wait for a dependent stay pending.
+        in_force = s.queues.objects
+        self.deleted_queues = {
+            n for n in self.deleted_queues if n in in_force.queues or n in in_force.elastic
+        }
+        self.deleted_bindings = {n for n in self.deleted_bindings if n in in_force.bindings}
+        self.deleted_pools = {n for n in self.deleted_pools if n in in_force.pools}
+        flagged: set[tuple[str, str]] = set()
         for problem in problems:
             match = _PROBLEM.match(problem)
             key: tuple[str, str] | None = (match["kind"], match["name"]) if match else None
@@ -143,9 +140,14 @@ class TenancySync:
                 )
                 found = self.raw.get(key) if key else None
             if found is not None and key is not None:
-                self._flagged.add(key)
+                flagged.add(key)
                 self.report(found[0], found[1], problem)
             else:
                 kind = _KINDS.get(match["kind"], QUEUES) if match else QUEUES
                 self.report(kind, {"metadata": {"name": match["name"] if match else ""}}, problem)
+        for key in self._flagged - flagged:
+            fine = self.raw.get(key)
+            if fine is not None:
+                self.clear(*fine)
+        self._flagged = flagged
         return problems

@@ -7,21 +7,27 @@ scheduler-plugins, generalised to a queue tree):
   maximum (and its namespace's QueueBinding within maxPods). Gangs are admitted as a
   unit because the gang cycle places members in one transaction: a member that would
   break a limit rolls the whole gang back.
-* PostFilter (reclaim): a pod whose queue is below its guarantee, and has waited at
-  least `reclaimDelaySeconds`, takes capacity back by preempting pods of queues that are
-  above their guarantee: minimal victim set, whole gangs (or members above minMember),
-  never pushing a victim queue below its guarantee, never preempting higher-priority
-  work, and only up to the preemptor queue's guarantee, so two queues can never reclaim
-  from each other in a loop. Victims (chosen by `shoal.preemption.evaluator`, every
-  filter re-run without them) carry a reason naming both queues; the scheduler commits
-  their eviction.
+* PostFilter (reclaim): a pod whose queue is below its target (its guarantee, or with
+  `reclaimTo: FairShare` its HDRF fair share), counting room already being reclaimed for
+  it, and that has waited at least `reclaimDelaySeconds`, takes capacity back by
+  preempting pods of queues above the level they keep (the guarantee, or fair share plus
+  `fairShareTolerance`): minimal victim set, whole gangs (or members above minMember),
+  each unit taken only from queues above that level just before it goes (Kueue's rule,
+  so an indivisible gang that borrowed can be reclaimed whole), never preempting
+  higher-priority work, and only up to the preemptor queue's target, so two queues can
+  never reclaim from each other in a loop. Gangs reclaim for all their members in one
+  transaction (the gang cycle runs this PostFilter per member inside it). Victims
+  (chosen by `shoal.preemption.evaluator`, every filter re-run without them) carry a
+  reason naming both queues; the scheduler commits their eviction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import Field
 
 from shoal.api.podinfo import PodInfo
@@ -34,6 +40,7 @@ from shoal.framework.types import ActionType, ClusterEvent, EventResource, PreFi
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import Args
 from shoal.preemption.evaluator import VictimSearch
+from shoal.tenancy.fairshare import hdrf_fair_share
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "QueueCapacity", "QueueCapacityArgs"]
@@ -44,6 +51,11 @@ NAME = "QueueCapacity"
 class QueueCapacityArgs(Args):
     reclaim: bool = True
     reclaim_delay_seconds: float = Field(default=30.0, ge=0)
+    # Reclaim up to the guarantee (scheduler-plugins, YuniKorn), or up to the queue's
+    # HDRF fair share (Volcano's reclaim under proportion/hdrf).
+    reclaim_to: Literal["Guarantee", "FairShare"] = "Guarantee"
+    # With FairShare: a queue is reclaimed from only above fair share x (1 + tolerance).
+    fair_share_tolerance: float = Field(default=0.1, ge=0, le=1)
 
 
 class QueueCapacity:
@@ -71,92 +83,126 @@ class QueueCapacity:
         queues = self.queues
         tree = queues.tree
         leaf, error = queues.queue_of(pod)
-        if error or not tree.guaranteed.any():
+        if error or not tree.quota_mask.any():
             return None, Status(Code.UNSCHEDULABLE)
-        if not ((vec := tree.vector(pod.requests)) > 0)[tree.quota_mask].any():
+        vec = tree.vector(pod.requests)
+        asked = (vec > 0) & tree.quota_mask
+        if not asked.any():
             return None, Status(Code.UNSCHEDULABLE)  # asks for nothing under quota
+        target, keep = self._levels()
+        what = "fair share" if self.args.reclaim_to == "FairShare" else "guarantee"
+        # Room already being reclaimed for this queue (nominated pods) counts as its own.
+        claimed = queues.usage[leaf] + self._nominated_usage(leaf, pod)
+        if not (claimed[asked] + vec[asked] <= target[leaf][asked]).all():
+            return None, Status(Code.UNSCHEDULABLE)  # only a queue below its target reclaims
         now = self.handle.clock.now()
         waited = now - (pod.initial_attempt_time if pod.initial_attempt_time is not None else now)
-        asked = (vec > 0) & tree.quota_mask
-        if not (queues.usage[leaf][asked] + vec[asked] <= tree.guaranteed[leaf][asked]).all():
-            return None, Status(Code.UNSCHEDULABLE)  # only a queue within its guarantee reclaims
         if waited < self.args.reclaim_delay_seconds:
             return None, Status(
                 Code.PENDING,
                 f"reclaim for queue {tree.names[leaf]} starts after "
                 f"{self.args.reclaim_delay_seconds:g}s of waiting",
             )
-        over = self._over_guarantee(leaf, asked)
+        over = self._over(leaf, asked, keep)
         if not over:
             return None, Status(Code.UNSCHEDULABLE)
-        pool = self._pool(over, pod, leaf, asked)
         cluster = self.handle.cluster
-        path_mine = set(tree.paths[leaf].tolist())
+        mine = set(tree.path_lists[leaf])
+        units = self.gangs.eviction_unit_of(cluster)
 
         def budget(victims: list[PodInfo]) -> bool:
-            freed = np.zeros_like(queues.usage)
-            for v in victims:
-                vl = queues.placed_leaf(v.uid)
-                if vl < 0 or v.priority > pod.priority:
-                    return False
-                for q in tree.paths[vl]:
-                    if int(q) not in path_mine:
-                        freed[q] += tree.vector(v.requests)
-            after = queues.usage - freed
-            touched = freed.any(axis=1)
-            return bool(np.all(after[touched][:, asked] >= tree.guaranteed[touched][:, asked]))
+            """Kueue's rule, per unit that must go together (a gang at its minMember):
+            every queue it is taken from (off the preemptor's path) is above the level
+            it keeps (guarantee, or fair share plus tolerance) just before it goes."""
+            usage = queues.usage.copy()
+            seen: set[str] = set()
+            for victim in sorted(victims, key=lambda v: (v.priority, -v.timestamp)):
+                if victim.uid in seen:
+                    continue
+                unit = units(victim)
+                seen.update(p.uid for p in unit)
+                for member in unit:
+                    vl = queues.placed_leaf(member.uid)
+                    if vl < 0 or member.priority > pod.priority:
+                        return False
+                    path = [q for q in tree.path_lists[vl] if q not in mine]
+                    if not all((usage[q][asked] > keep[q][asked]).any() for q in path):
+                        return False
+                for member in unit:
+                    vl = queues.placed_leaf(member.uid)
+                    for q in tree.path_lists[vl]:
+                        if q not in mine:
+                            usage[q] -= tree.vector(member.requests)
+            return True
 
-        search = VictimSearch(self.handle, units=self.gangs.eviction_unit_of(cluster))
-        choice = search.best(pod, statuses, pool, budget=budget)
+        search = VictimSearch(self.handle, units=units)
+        choice = search.best(pod, statuses, self._pool(over, pod), budget=budget)
         if choice is None:
-            return None, Status(Code.UNSCHEDULABLE, "reclaim: no victims above their guarantee fit")
-        mine = tree.names[leaf]
+            return None, Status(Code.UNSCHEDULABLE, f"reclaim: no victims above their {what} fit")
+        name = tree.names[leaf]
         victims = []
         for victim in choice.victims:
             vq = tree.names[queues.placed_leaf(victim.uid)]
             reason = (
-                f"reclaimed: queue {vq} is above its guarantee and queue {mine} (below its "
-                f"guarantee) needs the capacity for pod {pod.key}"
+                f"reclaimed: queue {vq} is above its {what} and queue {name} (below its "
+                f"{what}) needs the capacity for pod {pod.key}"
             )
             victims.append(Victim(victim, reason))
         return PostFilterResult(choice.node, victims), Status(
             Code.SUCCESS,
-            f"reclaim: evicting {len(victims)} pod(s) on {choice.node} for queue {mine}",
+            f"reclaim: evicting {len(victims)} pod(s) on {choice.node} for queue {name}",
         )
 
-    def _over_guarantee(self, leaf: int, asked: np.ndarray) -> list[int]:
-        """Leaves that are reclaimable and sit under a queue above its guarantee, off the
+    def _levels(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(target, keep) per queue and resource: a queue below its target may reclaim;
+        a queue above its keep level may be reclaimed from. With `reclaimTo: Guarantee`
+        both are the guarantee; with `FairShare` the target is the HDRF fair share (never
+        below the guarantee) and the keep level is that share plus the tolerance, so two
+        queues near their shares never take from each other back and forth."""
+        queues, tree = self.queues, self.queues.tree
+        guaranteed = tree.guaranteed
+        if self.args.reclaim_to != "FairShare":
+            return guaranteed, guaranteed
+        capacity = queues.capacity(self.handle.cluster.table)
+        demand = queues.usage + queues.pending_sum
+        fair = hdrf_fair_share(tree, demand, capacity)
+        target = np.maximum(guaranteed, np.floor(fair).astype(np.int64))
+        slack = np.ceil(fair * (1 + self.args.fair_share_tolerance)).astype(np.int64)
+        keep = np.maximum(guaranteed, slack)
+        return target, keep
+
+    def _nominated_usage(self, leaf: int, pod: PodInfo) -> NDArray[np.int64]:
+        """What the queue's other nominated pods (room being reclaimed) will use."""
+        queues, tree = self.queues, self.queues.tree
+        total = np.zeros(len(tree.resources), dtype=np.int64)
+        for uid, (_, other) in self.handle.cluster.nominations.items():
+            if uid != pod.uid and queues.queue_of(other)[0] == leaf:
+                total += tree.vector(other.requests)
+        return total
+
+    def _over(self, leaf: int, asked: NDArray[np.bool_], keep: NDArray[np.int64]) -> list[int]:
+        """Leaves that are reclaimable and sit under a queue above its keep level, off the
         preemptor's own path."""
         queues, tree = self.queues, self.queues.tree
-        mine = set(tree.paths[leaf].tolist())
+        mine = set(tree.path_lists[leaf])
         over_q = {
             q
             for q in range(1, len(tree.names))
             if q not in mine
             and tree.defs[tree.names[q]].reclaimable
-            and (queues.usage[q][asked] > tree.guaranteed[q][asked]).any()
+            and (queues.usage[q][asked] > keep[q][asked]).any()
         }
         return [
-            lf for lf in tree.leaves if lf != leaf and any(int(q) in over_q for q in tree.paths[lf])
+            lf for lf in tree.leaves if lf != leaf and any(q in over_q for q in tree.path_lists[lf])
         ]
 
-    def _pool(
-        self, leaves: list[int], pod: PodInfo, leaf: int, asked: np.ndarray
-    ) -> Iterable[PodRecord]:
-        """Pods that may be taken one by one: not more important than the preemptor, and
-        whose own removal keeps every queue on their path (off the preemptor's path) at
-        or above its guarantee."""
+    def _pool(self, leaves: list[int], pod: PodInfo) -> Iterable[PodRecord]:
+        """Pods of those leaves no more important than the preemptor (the budget decides
+        which sets may go)."""
         cluster = self.handle.cluster
-        queues, tree = self.queues, self.queues.tree
-        mine = set(tree.path_lists[leaf])
-        for uid in queues.placed_in(set(leaves)):
+        for uid in self.queues.placed_in(set(leaves)):
             record = cluster.placed.get(uid)
-            if record is None or record.pod.priority > pod.priority:
-                continue
-            vec = tree.vector(record.pod.requests)
-            path = [q for q in tree.path_lists[queues.placed_leaf(uid)] if q not in mine]
-            after = queues.usage[path] - vec
-            if np.all(after[:, asked] >= tree.guaranteed[path][:, asked]):
+            if record is not None and record.pod.priority <= pod.priority:
                 yield record
 
     def events_to_register(self) -> Sequence[ClusterEvent]:

@@ -107,6 +107,7 @@ class GroupStatus:
     namespace: str
     name: str
     source: str  # which API the group came from ("scheduler-plugins", "volcano", ...)
+    has_object: bool  # backed by a PodGroup object (else named by pod labels only)
     phase: str
     min_member: int
     running: int

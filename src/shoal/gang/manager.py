@@ -87,6 +87,7 @@ class GangManager:
         # Groups whose last attempt failed, oldest first failure first (dict order).
         self.failing: dict[str, float] = {}
         self.released = False  # a reservation ended: held pods are worth retrying
+        self.dirty: set[str] = set()  # groups whose observable state may have changed
 
     @classmethod
     def of(cls, handle: Handle) -> GangManager:
@@ -110,6 +111,7 @@ class GangManager:
         meta = obj.metadata
         group = self._group(meta.namespace or "default", meta.name, now)
         group.has_object = True
+        self.dirty.add(group.key)
         group.min_member = max(1, obj.spec.min_member)
         group.min_resources = parse_resource_list(obj.spec.min_resources)
         if isinstance(obj, PodGroup) and obj.spec.schedule_timeout_seconds:
@@ -264,6 +266,7 @@ class GangManager:
     # ---- outcomes ------------------------------------------------------------------
 
     def attempt_failed(self, group: Group, reason: str, now: float) -> None:
+        self.dirty.add(group.key)
         group.attempts += 1
         group.reason = reason
         if group.first_failure is None:
@@ -284,6 +287,7 @@ class GangManager:
         self._update_phase(group)
 
     def _update_phase(self, group: Group) -> None:
+        self.dirty.add(group.key)
         if group.failed:
             group.phase = "Failed"
             group.reason = f"{len(group.failed)} member(s) failed"

@@ -27,7 +27,14 @@ from shoal.cache.cluster import ClusterState
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
-from shoal.framework.effects import BindFailed, Bound, Evict, Nominate, Unschedulable
+from shoal.framework.effects import (
+    BindFailed,
+    Bound,
+    Evict,
+    GroupStatus,
+    Nominate,
+    Unschedulable,
+)
 from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework
@@ -119,7 +126,8 @@ class Scheduler:
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
         self.gangs = GangManager.of(handle)
         self.gang_config = gang_config or GangConfig()
-        self._bad_group: dict[str, str] = {}  # uid -> why its group key is unusable
+        self._bad_group: dict[str, str] = {}
+        self._published_groups: dict[str, GroupStatus] = {}  # uid -> why its group key is unusable
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -347,6 +355,34 @@ class Scheduler:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
                 waiting.reject("", "rejected due to timeout after waiting at permit")
         self._settle_waiting()
+        self._publish_groups()
+
+    def _publish_groups(self) -> None:
+        """A GroupStatus effect for every group whose observable state changed."""
+        gangs = self.gangs
+        if not gangs.dirty:
+            return
+        for key in sorted(gangs.dirty):
+            group = gangs.groups.get(key)
+            if group is None:
+                self._published_groups.pop(key, None)
+                continue
+            status = GroupStatus(
+                namespace=group.namespace,
+                name=group.name,
+                source=group.source,
+                has_object=group.has_object,
+                phase=group.phase,
+                min_member=group.min_member,
+                running=len(group.bound),
+                succeeded=len(group.succeeded),
+                failed=len(group.failed),
+                reason=group.reason,
+            )
+            if self._published_groups.get(key) != status:
+                self._published_groups[key] = status
+                self.effects.emit(status)
+        gangs.dirty.clear()
 
     def next_wakeup(self) -> float | None:
         """When `tick` next has something to do (None: only a new event can help)."""

@@ -18,6 +18,7 @@ demo: $(BIN)/shoal
 lint: $(BIN)/shoal
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(BIN)/shoal
 	$(BIN)/mypy

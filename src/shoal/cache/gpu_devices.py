@@ -24,7 +24,7 @@ gives the devices back.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,7 +40,6 @@ from shoal.api.gpu import (
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU
-from shoal.framework.cycle_state import CycleState
 
 if TYPE_CHECKING:  # ClusterState creates the table, so it is imported from there
     from shoal.cache.cluster import ClusterState
@@ -77,12 +76,20 @@ class _HasCluster(Protocol):
     cluster: ClusterState
 
 
-def remember_request(state: CycleState, pod: PodInfo, request: GpuRequest) -> None:
+class CycleScratch(Protocol):
+    """What of a plugin's CycleState the request cache uses (the cache layer does not
+    import the framework)."""
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+    def write(self, key: str, value: Any) -> None: ...
+
+
+def remember_request(state: CycleScratch, pod: PodInfo, request: GpuRequest) -> None:
     """Store the pod's parsed request for this cycle (read back by `request_of`)."""
     state.write(_REQUEST_KEY, (pod, request))
 
 
-def request_of(state: CycleState | None, pod: PodInfo) -> GpuRequest:
+def request_of(state: CycleScratch | None, pod: PodInfo) -> GpuRequest:
     """The pod's GPU request, parsed once per cycle (NO_GPU if it is invalid: GpuShare's
     PreFilter rejects such pods with the parse error)."""
     if state is not None:

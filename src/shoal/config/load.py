@@ -138,9 +138,11 @@ def _hint(kind: str, message: str, loc: tuple[int | str, ...]) -> str:
 def semantic_problems(
     config: KubeSchedulerConfiguration, registry: Mapping[str, Any] | None
 ) -> list[Problem]:
-    from shoal.plugins import KUBE_PLUGINS_NOT_IN_SHOAL
-    from shoal.scheduler.profiles import build_check, queue_sort_name
-
+    # What the registry knows beyond names (see shoal.framework.registry.Registry):
+    # kube-scheduler plugins Shoal lacks, and how to build a profile. Read by duck
+    # typing so a plain mapping of specs still validates names and args.
+    unavailable: Mapping[str, str] = getattr(registry, "unavailable", {})
+    check_profile = getattr(registry, "check_profile", None)
     problems: list[Problem] = []
     if config.pod_max_backoff_seconds < config.pod_initial_backoff_seconds:
         problems.append(
@@ -166,7 +168,7 @@ def semantic_problems(
             if name == "*":
                 continue
             if name not in registry:
-                why = KUBE_PLUGINS_NOT_IN_SHOAL.get(name)
+                why = unavailable.get(name)
                 hint = f" ({why}); remove it" if why else _suggest(name, registry)
                 problems.append(
                     Problem(f"{base}.plugins.{where}", f"unknown plugin {name!r}{hint}")
@@ -199,14 +201,13 @@ def semantic_problems(
                             _hint(e["type"], e["msg"], e["loc"]),
                         )
                     )
-        if any(p.path.startswith(base) for p in problems):
+        if any(p.path.startswith(base) for p in problems) or check_profile is None:
             continue
         try:
-            build_check(config, profile, registry)
+            queue_sorts.add(check_profile(registry, config, profile))
         except ValueError as err:
             problems.append(Problem(f"{base}.plugins", str(err)))
             continue
-        queue_sorts.add(queue_sort_name(profile, registry))
     if len(queue_sorts) > 1:
         problems.append(
             Problem(

@@ -47,7 +47,23 @@ class PluginSpec:
         return self.args.model_validate(dict(raw_args or {}))
 
 
+ProfileCheck = Callable[[Any, Any, Any], str]
+"""(registry, configuration, profile) -> the profile's QueueSort plugin name; ValueError
+when the profile cannot be built with that registry. Supplied by the scheduler, so that
+configuration validation can build every profile without the config layer importing the
+scheduler."""
+
+
 class Registry(dict[str, PluginSpec]):
+    """Plugin name -> spec, plus what validation needs to know about the catalogue:
+    `unavailable` (names users carry over from kube-scheduler configs that Shoal does not
+    have, with why) and `check_profile` (see `ProfileCheck`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unavailable: dict[str, str] = {}
+        self.check_profile: ProfileCheck | None = None
+
     def register(self, name: str, spec: PluginSpec) -> None:
         if name in self:
             raise RegistryError(f"plugin {name!r} is registered twice")
@@ -55,6 +71,8 @@ class Registry(dict[str, PluginSpec]):
 
     def merged(self, others: Iterable[tuple[str, PluginSpec]]) -> Registry:
         out = Registry(self)
+        out.unavailable = dict(self.unavailable)
+        out.check_profile = self.check_profile
         for name, spec in others:
             out.register(name, spec)
         return out

@@ -124,4 +124,5 @@ def in_tree_registry() -> Registry:
     registry = Registry()
     for name, spec in IN_TREE.items():
         registry.register(name, spec)
+    registry.unavailable = dict(KUBE_PLUGINS_NOT_IN_SHOAL)
     return registry

@@ -13,7 +13,7 @@ from shoal.framework.effects import Effects
 from shoal.framework.handle import Clock, Handle
 from shoal.framework.registry import PluginSpec, Registry, load_entry_points
 from shoal.gang.reservation import GangConfig
-from shoal.scheduler.profiles import build_profiles
+from shoal.scheduler.profiles import build_profiles, with_profile_check
 from shoal.scheduler.scheduler import BindingTask, CycleResult, Scheduler
 from shoal.scheduling_queue.queue import QueueConfig
 
@@ -23,6 +23,7 @@ __all__ = [
     "Scheduler",
     "default_registry",
     "new_scheduler",
+    "with_profile_check",
 ]
 
 
@@ -33,7 +34,7 @@ def default_registry(include_entry_points: bool = True) -> Registry:
     registry = in_tree_registry()
     if include_entry_points:
         registry = registry.merged(load_entry_points())
-    return registry
+    return with_profile_check(registry)
 
 
 def new_scheduler(

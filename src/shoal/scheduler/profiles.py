@@ -26,7 +26,7 @@ from shoal.config.types import (
 )
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import Plugin as PluginInstance
-from shoal.framework.registry import PluginSpec
+from shoal.framework.registry import PluginSpec, Registry
 from shoal.framework.runtime import Framework, ProfilePlugins
 from shoal.plugins import DEFAULT_MULTI_POINT
 
@@ -219,3 +219,19 @@ def build_check(
 def queue_sort_name(profile: Profile, registry: Mapping[str, PluginSpec]) -> str:
     fwk = build_framework(profile, registry, _scratch_handle())
     return fwk.queue_sort.name
+
+
+def with_profile_check(registry: Mapping[str, PluginSpec]) -> Registry:
+    """The registry, able to check that a profile builds (configuration validation)."""
+    out = registry if isinstance(registry, Registry) else Registry(registry)
+    if out.check_profile is None:
+        out = out.merged([])
+        out.check_profile = _check_profile
+    return out
+
+
+def _check_profile(
+    registry: Mapping[str, PluginSpec], config: KubeSchedulerConfiguration, profile: Profile
+) -> str:
+    build_check(config, profile, registry)
+    return queue_sort_name(profile, registry)

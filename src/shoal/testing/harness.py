@@ -118,10 +118,9 @@ class SchedulerHarness:
         if config is None:
             config = KubeSchedulerConfiguration()
         elif not isinstance(config, KubeSchedulerConfiguration):
-            if registry is None:
-                from shoal.scheduler import default_registry
+            from shoal.scheduler import default_registry, with_profile_check
 
-                registry = default_registry()
+            registry = default_registry() if registry is None else with_profile_check(registry)
             config = parse_config(config, source="harness config", registry=registry)
         self.config = config
         self.clock = ManualClock(start)

@@ -9,6 +9,7 @@ server's defaulting (a limit with no request becomes the request).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from shoal.api.objects import (
     Container,
@@ -129,6 +130,7 @@ class PodInfo:
         "required_node_terms",
         "scheduler_name",
         "spread_constraints",
+        "table_vector",
         "timestamp",
         "tolerations",
         "uid",
@@ -146,6 +148,9 @@ class PodInfo:
         self.priority = spec.priority or 0
         self.node_name = spec.node_name
         self.requests, self.nonzero = pod_requests(pod)
+        # The cache's request vector for this pod, memoised by the node table that made
+        # it (owner, column count, read-only vector); see NodeTable.pod_vector.
+        self.table_vector: tuple[object, int, Any] | None = None
         self.tolerations: tuple[Toleration, ...] = tuple(spec.tolerations)
         self.host_ports: tuple[HostPort, ...] = tuple(
             HostPort(p.host_ip, p.protocol, p.host_port)

@@ -16,6 +16,8 @@ Two kinds of observers keep derived state incremental:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -75,6 +77,7 @@ class ClusterState:
     # GPU devices per node row; created with the first node that has GPUs, so a cluster
     # without GPUs pays nothing per placement (see shoal.cache.gpu_devices).
     gpu_devices: GpuDevices | None = None
+    _muted: int = 0  # see assignments_muted
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)
@@ -187,11 +190,26 @@ class ClusterState:
         row = self.table.row_of.get(node)
         return [] if row is None else list(self.table.pods[row].values())
 
+    @contextmanager
+    def assignments_muted(self) -> Iterator[None]:
+        """Within: assignment observers are not told (a what-if that is always undone
+        and whose judges read only per-node state, e.g. preemption on node-local
+        filters, need not keep cluster-wide tallies such as queue usage in step)."""
+        self._muted += 1
+        try:
+            yield
+        finally:
+            self._muted -= 1
+
     def _assigned(self, pod: PodInfo, node: str) -> None:
+        if self._muted:
+            return
         for obs in self.assignment_observers:
             obs.pod_assigned(pod, node)
 
     def _released(self, pod: PodInfo, node: str) -> None:
+        if self._muted:
+            return
         for obs in self.assignment_observers:
             obs.pod_released(pod, node)
 

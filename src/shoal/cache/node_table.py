@@ -98,9 +98,17 @@ class NodeTable:
         return out
 
     def pod_vector(self, pod: PodInfo) -> NDArray[np.int64]:
-        """The pod's requests plus one `pods` slot."""
+        """The pod's requests plus one `pods` slot (read-only: memoised on the pod, as
+        placement, preemption and nominations ask for the same pods again and again)."""
+        cached = pod.table_vector
+        width = len(self.resources)
+        if cached is not None and cached[0] is self and cached[1] == width:
+            found: NDArray[np.int64] = cached[2]
+            return found
         vec = self.vector(pod.requests)
         vec[self.resource_index[PODS]] += 1
+        vec.flags.writeable = False
+        pod.table_vector = (self, width, vec)
         return vec
 
     # ---- rows ----------------------------------------------------------------------

@@ -53,6 +53,9 @@ REASON_WHOLE = "Insufficient free GPU devices"
 
 class GpuShare:
     name = NAME
+    # Its verdict on a node depends only on that node's pods and only improves as pods
+    # leave: preemption may judge all candidate nodes at once (shoal.preemption).
+    preemption_local = True
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle

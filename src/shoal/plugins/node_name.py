@@ -19,6 +19,9 @@ REASON = "node(s) didn't match the requested node name"
 
 class NodeName:
     name = NAME
+    # Its verdict on a node depends only on that node's pods and only improves as pods
+    # leave: preemption may judge all candidate nodes at once (shoal.preemption).
+    preemption_local = True
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle

@@ -86,6 +86,9 @@ def broken_linear(shape: list[tuple[int, int]]) -> Callable[[NDArray[np.int64]],
 
 class NodeResourcesFit:
     name = NAME
+    # Its verdict on a node depends only on that node's pods and only improves as pods
+    # leave: preemption may judge all candidate nodes at once (shoal.preemption).
+    preemption_local = True
 
     def __init__(self, handle: Handle, args: NodeResourcesFitArgs) -> None:
         self.handle = handle
@@ -191,28 +194,36 @@ class NodeResourcesFit:
         their node for pods of lower or equal priority (kube's addNominatedPods)."""
         snap = self.handle.snapshot
         devices = self.handle.cluster.gpu_devices
-        reserved: dict[int, NDArray[np.int64]] = {}
-        for row, other in snap.nominated_against(pod):
-            vec = snap.pod_vector(other)[cols]
-            reserved[row] = reserved.get(row, 0) + vec
-        for row, vec in reserved.items():
-            if isinstance(nodes.index, slice):
-                if row >= nodes.size:
-                    continue
-                pos = row
-            else:
-                where = np.flatnonzero(nodes.rows == row)
-                if not where.size:
-                    continue
-                pos = int(where[0])
-            available = snap.free[row, cols]
-            if gpu >= 0 and devices is not None:
-                at = np.array([row], dtype=np.intp)
-                available[gpu] = self._whole_gpus_free(devices, at, available[gpu : gpu + 1])[0]
-            left = available - vec
-            for j in range(len(cols)):
-                fits[j] = fits[j].copy() if not fits[j].flags.writeable else fits[j]
-                fits[j][pos] = bool(left[j] >= need[j])
+        against = snap.nominated_against(pod)
+        if not against:
+            return
+        # Vectorised: sum the nominated pods' requests per row, then locate those rows
+        # among the candidates (many preemptors may be waiting at once).
+        rows = np.fromiter((row for row, _ in against), dtype=np.intp, count=len(against))
+        vectors = np.stack([snap.pod_vector(other)[cols] for _, other in against])
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        reserved = np.zeros((uniq.size, len(cols)), dtype=np.int64)
+        np.add.at(reserved, inverse, vectors)
+        if isinstance(nodes.index, slice):
+            keep = uniq < nodes.size
+            positions = uniq[keep]
+        else:
+            cand = nodes.rows
+            order = np.argsort(cand, kind="stable")
+            at = np.searchsorted(cand, uniq, sorter=order)
+            at = np.minimum(at, cand.size - 1)
+            keep = cand[order[at]] == uniq
+            positions = order[at[keep]]
+        if not keep.any():
+            return
+        uniq, reserved = uniq[keep], reserved[keep]
+        available = snap.free[uniq][:, cols].copy()
+        if gpu >= 0 and devices is not None:
+            available[:, gpu] = self._whole_gpus_free(devices, uniq, available[:, gpu])
+        left = available - reserved
+        for j in range(len(cols)):
+            fits[j] = fits[j].copy() if not fits[j].flags.writeable else fits[j]
+            fits[j][positions] = left[:, j] >= need[j]
 
     # ---- Score ---------------------------------------------------------------------
 

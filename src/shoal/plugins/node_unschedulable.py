@@ -28,6 +28,9 @@ UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", effect="NoSc
 
 class NodeUnschedulable:
     name = NAME
+    # Its verdict on a node depends only on that node's pods and only improves as pods
+    # leave: preemption may judge all candidate nodes at once (shoal.preemption).
+    preemption_local = True
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle

@@ -56,6 +56,9 @@ def count_intolerable_prefer(taints: tuple[Taint, ...], tolerations: tuple[Toler
 
 class TaintToleration:
     name = NAME
+    # Its verdict on a node depends only on that node's pods and only improves as pods
+    # leave: preemption may judge all candidate nodes at once (shoal.preemption).
+    preemption_local = True
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle

@@ -115,25 +115,147 @@ class VictimSearch:
             return None
         rows.sort()
         offset = int(handle.rng.integers(rows.size)) if rows.size > 1 else 0
-        rows = np.concatenate([rows[offset:], rows[:offset]])
+        order = np.concatenate([rows[offset:], rows[:offset]]).tolist()
+        local = self.node_local(runner, pod)
         best: Candidate | None = None
         found = 0
-        for row in rows.tolist():
-            units = self._units_on(by_row[row], eligible)
-            if not units:
-                continue
-            victims = self.select_on_node(runner, pod, row, units)
-            if victims is None:
-                continue
-            if budget is not None and not budget(victims):
-                continue
-            candidate = Candidate(str(table.names[row]), victims, self.pdb_violations(victims))
-            found += 1
-            if best is None or candidate.rank() < best.rank():
-                best = candidate
-            if found >= max_candidates:
-                break
+        position = 0
+        while position < len(order) and found < max_candidates:
+            chunk = order[position : position + max_candidates - found]
+            position += len(chunk)
+            units_of = {row: self._units_on(by_row[row], eligible) for row in chunk}
+            chunk = [row for row in chunk if units_of[row]]
+            results: dict[int, list[PodInfo] | None] = {}
+            if local:
+                # Units confined to their node can be judged for all nodes at once.
+                alone = [
+                    row
+                    for row in chunk
+                    if all(
+                        table.row_of.get(eligible[p.uid].node) == row
+                        for u in units_of[row]
+                        for p in u
+                    )
+                ]
+                results = self.select_on_nodes(runner, pod, alone, units_of)
+            for row in chunk:
+                if row not in results:
+                    results[row] = self.select_on_node(runner, pod, row, units_of[row])
+            for row in chunk:
+                victims = results[row]
+                if victims is None or (budget is not None and not budget(victims)):
+                    continue
+                candidate = Candidate(str(table.names[row]), victims, self.pdb_violations(victims))
+                found += 1
+                if best is None or candidate.rank() < best.rank():
+                    best = candidate
+                if found >= max_candidates:
+                    break
         return best
+
+    def node_local(self, runner: Framework, pod: PodInfo) -> bool:
+        """May every node be judged with all candidates' victims gone at once? Yes when
+        each PreFilter and Filter plugin that takes part for this pod declares
+        `preemption_local` (its verdict on a node depends only on the pods on that node,
+        and only improves when pods go: resources, ports, taints, node affinity, GPU
+        devices), or skips the pod. Otherwise nodes are judged one by one, as in kube."""
+        state = CycleState()
+        _, status = runner.run_pre_filter(state, pod)
+        if not status.ok:
+            return False
+        plugins = runner.plugins
+        return all(
+            p.name in state.skip_filter or getattr(p, "preemption_local", False)
+            for p in (*plugins.pre_filter, *plugins.filter)
+        )
+
+    def select_on_nodes(
+        self,
+        runner: Framework,
+        pod: PodInfo,
+        rows: list[int],
+        units_of: dict[int, list[list[PodInfo]]],
+    ) -> dict[int, list[PodInfo] | None]:
+        """`select_on_node` for many nodes at once, exact when `node_local` holds: all
+        their victims go in one transaction, the filters run once over all the nodes,
+        then reprieve proceeds in rounds (the k-th victim of every node together)."""
+        out: dict[int, list[PodInfo] | None] = {}
+        if not rows:
+            return out
+        check_resources = runner.has_filter(RESOURCE_FILTER)
+        ordered: dict[int, list[list[PodInfo]]] = {}
+        victims: dict[int, list[PodInfo]] = {}
+        cluster = self.handle.cluster
+        # Every judge here reads per-node state only (node_local), and the transaction
+        # is always undone: cluster-wide tallies (queue usage) need not follow it.
+        with cluster.assignments_muted(), Transaction(cluster) as tx:
+            for row in rows:
+                for unit in units_of[row]:
+                    for victim in unit:
+                        tx.evict(victim)
+            passed = self.fits_rows(runner, pod, np.array(rows, dtype=np.intp))
+            for row, ok in zip(rows, passed.tolist(), strict=True):
+                if not ok:
+                    out[row] = None
+                    continue
+                units = units_of[row]
+                violating = [u for u in units if self.pdb_violations(u) > 0]
+                keeping = [u for u in units if self.pdb_violations(u) == 0]
+                ordered[row] = sorted(violating, key=_unit_importance) + sorted(
+                    keeping, key=_unit_importance
+                )
+                victims[row] = []
+            k = 0
+            while True:
+                batch = [row for row, units in ordered.items() if k < len(units)]
+                if not batch:
+                    break
+                for row in batch:
+                    for victim in ordered[row][k]:
+                        tx.restore(victim)
+                at = np.array(batch, dtype=np.intp)
+                fits = (
+                    self._resources_fit_rows(pod, at) if check_resources else np.ones(at.size, bool)
+                )
+                if fits.any():
+                    fits[fits] = self.fits_rows(runner, pod, at[fits])
+                for row, ok in zip(batch, fits.tolist(), strict=True):
+                    if not ok:
+                        for victim in ordered[row][k]:
+                            tx.evict(victim)
+                        victims[row].extend(ordered[row][k])
+                k += 1
+        for row in ordered:
+            out[row] = victims[row] or None
+        return out
+
+    def fits_rows(
+        self, runner: Framework, pod: PodInfo, rows: NDArray[np.intp]
+    ) -> NDArray[np.bool_]:
+        """`fits` for several rows with one PreFilter and one Filter pass."""
+        state = CycleState()
+        pre, status = runner.run_pre_filter(state, pod)
+        if not status.ok or not rows.size:
+            return np.zeros(rows.size, dtype=bool)
+        outcome = runner.run_filters(state, pod, Candidates.of(rows))
+        passed: NDArray[np.bool_] = outcome.passed.copy()
+        if pre is not None and pre.node_names is not None:
+            names = self.handle.cluster.table.names
+            passed &= np.array([str(names[r]) in pre.node_names for r in rows.tolist()], bool)
+        return passed
+
+    def _resources_fit_rows(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        """`_resources_fit` for several rows."""
+        cluster = self.handle.cluster
+        table = cluster.table
+        free = table.free[rows].copy()
+        position = {r: i for i, r in enumerate(rows.tolist())}
+        for uid, (node, other) in cluster.nominations.items():
+            i = position.get(table.row_of.get(node, -1), -1)
+            if i >= 0 and uid != pod.uid and other.priority >= pod.priority:
+                free[i] -= table.pod_vector(other)
+        fits: NDArray[np.bool_] = np.all(free >= table.pod_vector(pod), axis=1)
+        return fits
 
     def _could_fit(
         self, pod: PodInfo, rows: NDArray[np.intp], by_row: dict[int, list[PodInfo]]
@@ -151,9 +273,10 @@ class VictimSearch:
             i = position.get(table.row_of.get(node, -1), -1)
             if i >= 0 and uid != pod.uid and other.priority >= pod.priority:
                 free[i] -= table.pod_vector(other)[cols]
-        for i, row in enumerate(rows.tolist()):
-            for victim in by_row[row]:
-                free[i] += table.pod_vector(victim)[cols]
+        at = [i for i, row in enumerate(rows.tolist()) for _ in by_row[row]]
+        if at:
+            vectors = np.stack([table.pod_vector(v) for row in rows.tolist() for v in by_row[row]])
+            np.add.at(free, np.array(at, dtype=np.intp), vectors[:, cols])
         fits: NDArray[np.bool_] = np.all(free >= need[cols], axis=1)
         return fits
 

@@ -281,3 +281,19 @@ def test_profile_without_coscheduling_treats_group_labels_as_plain_pods() -> Non
     assert not any(placements[f"default/g-{i}"] for i in range(3))  # a gang waits
     assert "3/4 members exist, waiting for 1 more" in messages["default/g-0"]
     assert "default/p" not in h.scheduler.gangs.groups
+
+
+def test_reservation_does_not_apply_to_profiles_without_coscheduling() -> None:
+    plain = {
+        "schedulerName": "plain",
+        "plugins": {"multiPoint": {"disabled": [{"name": "Coscheduling"}]}},
+    }
+    h = SchedulerHarness(config({"schedulerName": "default-scheduler"}, plain))
+    h.add_nodes(gpu_node("gpu-0"), gpu_node("gpu-1"))
+    h.add_pods(*(train(i) for i in range(3)))
+    h.advance(125)
+    assert h.scheduler.gangs.blocking == "ml/train"
+    h.add_pods(small_gpu("held"), small_gpu("free").scheduler_name("plain"))
+    h.run()
+    assert h.node_of("held") is None
+    assert h.node_of("free") in ("gpu-0", "gpu-1")

@@ -80,11 +80,13 @@ class Coscheduling:
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
         group = reserving_group(self.gangs, pod)
-        if group is None:
+        held = self.gangs.reservation
+        if group is None or held is None or self.handle.clock.now() >= held.until:
+            # Over at `until` even if the tick that releases it has not run yet.
             return FilterResult.all_pass(nodes.size)
-        held = self._reserved()[nodes.index]
+        reserved = self._reserved()[nodes.index]
         # Code UNSCHEDULABLE: the reservation is temporary, unlike a label mismatch.
-        return FilterResult.from_mask(~held, f"node(s) were reserved for gang {group.key}")
+        return FilterResult.from_mask(~reserved, f"node(s) were reserved for gang {group.key}")
 
     def _reserved(self) -> NDArray[np.bool_]:
         """The reserved nodes as a row mask, rebuilt when the reservation or the node

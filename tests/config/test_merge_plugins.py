@@ -35,7 +35,8 @@ def _scores(built: Any) -> list[tuple[str, int]]:
 def test_default_profile_matches_kube() -> None:
     built = _profile({})
     assert built.queue_sort is not None and built.queue_sort.name == "PrioritySort"
-    assert _names(built.pre_enqueue) == ["SchedulingGates"]
+    # kube's SchedulingGates, then Shoal's gang gate.
+    assert _names(built.pre_enqueue) == ["SchedulingGates", "Coscheduling"]
     assert _names(built.bind) == ["DefaultBinder"]
     filters = _names(built.filter)
     assert filters[:6] == [

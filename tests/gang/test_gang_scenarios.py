@@ -295,9 +295,22 @@ def test_min_resources_precheck_rejects_early() -> None:
 
 
 def test_head_of_line_reservation_holds_small_pods_then_releases() -> None:
-    h = SchedulerHarness()
-    h.scheduler.gang_config = type(h.scheduler.gang_config)(
-        reservation_after=10, reservation_max=60
+    h = SchedulerHarness(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [
+                {
+                    "schedulerName": "default-scheduler",
+                    "pluginConfig": [
+                        {
+                            "name": "Coscheduling",
+                            "args": {"reservationAfterSeconds": 10, "reservationMaxSeconds": 60},
+                        }
+                    ],
+                }
+            ],
+        }
     )
     h.add_nodes(*gpu_nodes(2))
     h.add_pods(make_pod("running").req({"nvidia.com/gpu": 8}))
@@ -308,7 +321,10 @@ def test_head_of_line_reservation_holds_small_pods_then_releases() -> None:
     h.add_pods(make_pod("small").req({"nvidia.com/gpu": 1}))
     h.run()
     assert h.node_of("small") is None
-    assert "head-of-line reservation" in h.scheduler.explain("default/small")
+    assert h.scheduler.explain("default/small") == (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+        "1 node(s) were reserved for gang ml/big."
+    )
     h.delete_pod("running")  # capacity frees: the gang goes first
     h.advance(15)
     assert bound_of(h, "big-") == 2

@@ -1,9 +1,11 @@
 """GangManager: which pods form which group, and what state each group is in.
 
 The manager owns gang bookkeeping only; the all-or-nothing placement itself is done by
-the scheduler's gang cycle (`shoal.gang.cycle`), and the Coscheduling plugin is a thin
-adapter that asks the manager for queue order and admission (like scheduler-plugins'
-coscheduling plugin over its PodGroupManager).
+the scheduler's gang cycle (`shoal.scheduler.gang_cycle`), and the Coscheduling plugin
+(`shoal.plugins.coscheduling`) is a thin adapter that asks the manager for admission
+and the head-of-line reservation (like scheduler-plugins' coscheduling plugin over its
+PodGroupManager). Only pods whose profile enables Coscheduling join groups; the group's
+settings (`GangConfig`) come from that plugin's args.
 
 Phases: Pending (fewer than minMember pods exist, or a dependency has not succeeded),
 Scheduling (tried, fewer than minMember bound), Running (>= minMember bound),
@@ -33,10 +35,35 @@ from shoal.api.resources import ResourceList, parse_resource_list
 from shoal.cache.cluster import ClusterState
 from shoal.framework.handle import Handle
 
-__all__ = ["DEFAULT_SCHEDULE_TIMEOUT", "GangManager", "Group"]
+__all__ = ["DEFAULT_SCHEDULE_TIMEOUT", "GangConfig", "GangManager", "Group", "Reservation"]
 
 DEFAULT_SCHEDULE_TIMEOUT = 60.0  # scheduler-plugins' default scheduleTimeoutSeconds
 SERVICE_KEY = "shoal.gangs"
+
+
+@dataclass(frozen=True)
+class GangConfig:
+    """A profile's gang settings (the Coscheduling plugin's args)."""
+
+    schedule_timeout: float = DEFAULT_SCHEDULE_TIMEOUT  # for groups that set none
+    head_of_line_reservation: bool = True
+    reservation_after: float = 120.0
+    reservation_max: float = 300.0
+
+
+DEFAULT_CONFIG = GangConfig()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A head-of-line reservation: `group` holds `nodes` (by name, so that rows moving
+    when nodes come and go do not matter) until `until`. `serial` tells reservations
+    apart (plugins cache masks per serial)."""
+
+    group: str
+    until: float
+    nodes: frozenset[str]
+    serial: int
 
 
 @dataclass(eq=False)
@@ -46,7 +73,8 @@ class Group:
     name: str
     min_member: int = 1
     min_resources: ResourceList = field(default_factory=dict)
-    schedule_timeout: float = DEFAULT_SCHEDULE_TIMEOUT
+    schedule_timeout: float | None = None  # from the PodGroup object; None: the profile's
+    config: GangConfig = DEFAULT_CONFIG  # from the Coscheduling args of the members' profile
     topology_key: str = ""
     topology_required: bool = False
     depends_on: tuple[str, ...] = ()
@@ -68,6 +96,13 @@ class Group:
     def waiting_for_object(self) -> bool:
         return self.source in ("scheduler-plugins", "volcano") and not self.has_object
 
+    @property
+    def timeout(self) -> float:
+        """scheduleTimeoutSeconds: the group's own, else its profile's default."""
+        if self.schedule_timeout is not None:
+            return self.schedule_timeout
+        return self.config.schedule_timeout
+
     def placed(self) -> int:
         return len(self.bound)
 
@@ -80,14 +115,26 @@ class GangManager:
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
         self._group_of_uid: dict[str, str] = {}
-        # Head-of-line reservation (see shoal.gang.cycle): the group holding it, until when.
-        self.blocking: str | None = None
-        self.blocking_until = 0.0
-        self.no_block_until: dict[str, float] = {}
+        # Head-of-line reservation (policy in shoal.gang.reservation).
+        self.reservation: Reservation | None = None
+        self.no_block_until: dict[str, float] = {}  # group -> may not reserve before
         # Groups whose last attempt failed, oldest first failure first (dict order).
         self.failing: dict[str, float] = {}
         self.released = False  # a reservation ended: held pods are worth retrying
         self.dirty: set[str] = set()  # groups whose observable state may have changed
+        # When a reservation may next start (None: none can): recomputed only after
+        # `failing`, cooldowns or group settings change (`reservation_changed`).
+        self.reservation_due: float | None = None
+        self.reservation_stale = False
+        self._serial = 0
+
+    @property
+    def blocking(self) -> str | None:
+        """The group holding the head-of-line reservation, if any."""
+        return self.reservation.group if self.reservation is not None else None
+
+    def reservation_changed(self) -> None:
+        self.reservation_stale = True
 
     @classmethod
     def of(cls, handle: Handle) -> GangManager:
@@ -116,6 +163,8 @@ class GangManager:
         group.min_resources = parse_resource_list(obj.spec.min_resources)
         if isinstance(obj, PodGroup) and obj.spec.schedule_timeout_seconds:
             group.schedule_timeout = float(obj.spec.schedule_timeout_seconds)
+        else:
+            group.schedule_timeout = None
         self._read_shoal_annotations(group, meta.annotations)
         return group
 
@@ -148,8 +197,15 @@ class GangManager:
         """The pod's group reference; ValueError names the malformed key."""
         return group_of(pod)
 
-    def member_added(self, pod: PodInfo, ref: GroupRef, now: float) -> Group:
+    def member_added(
+        self, pod: PodInfo, ref: GroupRef, now: float, config: GangConfig = DEFAULT_CONFIG
+    ) -> Group:
+        """`pod` joins its group; `config` is its profile's gang settings (the group
+        keeps the settings of the profile of its first member)."""
         group = self._group(ref.namespace, ref.name, now)
+        if not group.members and group.config is not config:
+            group.config = config
+            self.reservation_changed()
         if ref.min_member is not None and not group.has_object:
             group.min_member = ref.min_member
         group.source = group.source or ref.source
@@ -195,16 +251,25 @@ class GangManager:
         if not group.members and not group.has_object and not group.succeeded:
             del self.groups[group.key]
             self.failing.pop(group.key, None)
+            self.reservation_changed()
             if self.blocking == group.key:
                 self.release()
             return
         self._update_phase(group)
 
+    def reserve(self, key: str, until: float, nodes: frozenset[str]) -> Reservation:
+        """Give group `key` the head-of-line reservation of `nodes` until `until`."""
+        self._serial += 1
+        self.reservation = Reservation(key, until, nodes, self._serial)
+        self.reservation_changed()
+        return self.reservation
+
     def release(self) -> None:
         """End the head-of-line reservation (if any)."""
-        if self.blocking is not None:
-            self.blocking = None
+        if self.reservation is not None:
+            self.reservation = None
             self.released = True
+            self.reservation_changed()
 
     def eviction_unit(self, uid: str) -> list[str]:
         """The pods that must be evicted together with `uid`: its whole gang while the
@@ -272,7 +337,8 @@ class GangManager:
         if group.first_failure is None:
             group.first_failure = now
             self.failing[group.key] = now
-        if now - group.first_failure >= group.schedule_timeout:
+            self.reservation_changed()
+        if now - group.first_failure >= group.timeout:
             group.phase = "Failed"
         elif group.phase not in ("Failed",):
             group.phase = "Scheduling"
@@ -281,7 +347,8 @@ class GangManager:
         group.attempts = 0
         group.first_failure = None
         group.reason = ""
-        self.failing.pop(group.key, None)
+        if self.failing.pop(group.key, None) is not None:
+            self.reservation_changed()
         if self.blocking == group.key:
             self.release()
         self._update_phase(group)

@@ -3,58 +3,166 @@
 A failed gang holds nothing (the gang cycle discards its transaction), so smaller work
 keeps flowing (backfill). To keep a large gang from waiting forever behind a stream of
 small pods, a gang that has failed for longer than `reservation_after` seconds takes a
-head-of-line reservation: pods of lower or equal priority outside the gang are held back
-until the gang is placed or `reservation_max` seconds pass; the same gang cannot reserve
-again for another `reservation_max` seconds. See docs/gang-scheduling.md.
+head-of-line reservation of the nodes it could use: while it lasts, pods of lower or
+equal priority outside the gang may not be placed on those nodes (the Coscheduling
+plugin's Filter rejects them there), until the gang is placed or `reservation_max`
+seconds pass; the same gang cannot reserve again for another `reservation_max` seconds.
+Nodes the gang could never use (no GPUs for a GPU gang, taints it does not tolerate,
+outside its node affinity) are not reserved, so unrelated work keeps flowing on them.
+The settings are per profile (`GangConfig`, from the Coscheduling args). See
+docs/gang-scheduling.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
-from shoal.gang.manager import GangManager
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code
+from shoal.framework.types import Candidates
+from shoal.gang.manager import GangConfig, GangManager, Group
 
-__all__ = ["GangConfig", "held_by_reservation", "update_reservation"]
-
-
-@dataclass(frozen=True)
-class GangConfig:
-    reservation_after: float = 120.0
-    reservation_max: float = 300.0
+__all__ = ["GangConfig", "reservation_due", "update_reservation", "usable_nodes"]
 
 
-def update_reservation(manager: GangManager, config: GangConfig, now: float) -> None:
-    """Start or end the head-of-line reservation. O(1): only the group that has been
-    failing the longest can take it."""
-    if manager.blocking is not None:
-        group = manager.groups.get(manager.blocking)
-        over = now >= manager.blocking_until
-        if group is None or over or group.phase in ("Running", "Finished"):
-            manager.no_block_until[manager.blocking] = now + config.reservation_max
-            manager.release()
-        else:
+def reservation_due(manager: GangManager) -> float | None:
+    """When `update_reservation` next has something to do: the current reservation's
+    end, else the earliest time a failing group may take one (None: no group can)."""
+    if manager.reservation is not None:
+        return manager.reservation.until
+    if manager.reservation_stale:
+        due: float | None = None
+        for key, since in manager.failing.items():
+            group = manager.groups.get(key)
+            if group is None or not group.config.head_of_line_reservation:
+                continue
+            at = max(since + group.config.reservation_after, manager.no_block_until.get(key, 0.0))
+            due = at if due is None else min(due, at)
+        manager.reservation_due = due
+        manager.reservation_stale = False
+    return manager.reservation_due
+
+
+def update_reservation(manager: GangManager, handle: Handle, now: float) -> None:
+    """End the reservation when its gang is placed or its time is up; else let the
+    group that has been failing the longest (among those allowed to reserve now) take
+    it. Cheap when nothing is due (`reservation_due` is cached)."""
+    held = manager.reservation
+    if held is not None:
+        group = manager.groups.get(held.group)
+        if group is not None and now < held.until and group.phase not in ("Running", "Finished"):
             return
-    oldest = next(iter(manager.failing), None)
-    if oldest is None:
+        cooldown = group.config.reservation_max if group is not None else 0.0
+        manager.no_block_until[held.group] = now + cooldown
+        manager.release()
+    due = reservation_due(manager)
+    if due is None or now < due:
         return
-    since = manager.failing[oldest]
-    if now - since < config.reservation_after or now < manager.no_block_until.get(oldest, 0.0):
-        return
-    manager.blocking = oldest
-    manager.blocking_until = now + config.reservation_max
+    for key, since in list(manager.failing.items()):
+        group = manager.groups.get(key)
+        if group is None:
+            continue
+        config = group.config
+        if (
+            not config.head_of_line_reservation
+            or now - since < config.reservation_after
+            or now < manager.no_block_until.get(key, 0.0)
+        ):
+            continue
+        pending = list(manager.members_pending(group)) or list(group.members.values())
+        nodes = usable_nodes(handle, pending)
+        if nodes:
+            manager.reserve(key, now + config.reservation_max, nodes)
+            return
+        # Nothing it could use: holding nothing would only keep others from reserving.
+        manager.no_block_until[key] = now + config.reservation_max
+        manager.reservation_changed()
 
 
-def held_by_reservation(manager: GangManager, pod: PodInfo, now: float, config: GangConfig) -> str:
-    """Why a pod outside the reserving gang is held back ("" if it is not)."""
-    update_reservation(manager, config, now)
-    if manager.blocking is None:
-        return ""
-    group = manager.groups[manager.blocking]
-    member = manager.group_of_uid(pod.uid)
-    if member is group or pod.priority > group.priority:
-        return ""
-    return (
-        f"held back: gang {group.key} has a head-of-line reservation until "
-        f"t={manager.blocking_until:g}s"
+def _signature(pod: PodInfo) -> bytes:
+    """What decides where a member may run apart from other work: members that differ
+    only in name, labels or annotations share one filter run."""
+    spec = pod.pod.spec
+    return msgspec.json.encode(
+        (
+            pod.scheduler_name,
+            sorted(pod.requests.items()),
+            spec.node_selector,
+            spec.affinity,
+            spec.tolerations,
+            spec.topology_spread_constraints,
+        )
     )
+
+
+def usable_nodes(handle: Handle, members: Iterable[PodInfo]) -> frozenset[str]:
+    """The nodes some member could run on if the node held no other work: nodes no
+    PreFilter or Filter rejects as unresolvable (UnschedulableAndUnresolvable: wrong
+    labels, untolerated taints, cordoned...) and whose allocatable holds the member's
+    requests. Rejections that other pods cause (insufficient free resources, ports,
+    pod (anti-)affinity, spread skew) do not count: those nodes are what the gang waits
+    for."""
+    snap = handle.snapshot
+    snap.refresh()
+    n = snap.n
+    usable = np.zeros(n, dtype=bool)
+    seen: set[bytes] = set()
+    for pod in members:
+        signature = _signature(pod)
+        if signature in seen:
+            continue
+        seen.add(signature)
+        try:
+            usable |= _usable_for(handle, pod)
+        except Exception:  # a plugin bug must not stop the scheduler: hold every node
+            usable[:] = True
+        if usable.all():
+            break
+    return frozenset(str(name) for name in snap.names[:n][usable])
+
+
+def _usable_for(handle: Handle, pod: PodInfo) -> NDArray[np.bool_]:
+    fwk = handle.runner(pod)
+    snap = handle.snapshot
+    n = snap.n
+    allowed = np.ones(n, dtype=bool)
+    state = CycleState()
+    # Like Framework.run_pre_filter, but a resolvable rejection (e.g. a queue at its
+    # limit) says nothing about nodes: that plugin's Filter is left out instead of the
+    # whole answer.
+    for plugin in fwk.plugins.pre_filter:
+        narrowed, status = plugin.pre_filter(state, pod)
+        if status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return np.zeros(n, dtype=bool)
+        if not status.ok:
+            state.skip_filter.add(plugin.name)
+            continue
+        if narrowed is not None and narrowed.node_names is not None:
+            allowed &= np.isin(snap.names[:n], list(narrowed.node_names))
+    outcome = fwk.run_filters(state, pod, Candidates.all(n))
+    for _, result in outcome.results:
+        for failure in result.failures:
+            if failure.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                allowed &= ~failure.nodes
+    vector = snap.pod_vector(pod)
+    allowed &= (snap.allocatable[:n] >= vector).all(axis=1)
+    return allowed
+
+
+def reserving_group(manager: GangManager, pod: PodInfo) -> Group | None:
+    """The group whose reservation keeps `pod` off the reserved nodes (None: no
+    reservation applies: there is none, the pod belongs to that group, or it has a
+    higher priority)."""
+    held = manager.reservation
+    if held is None:
+        return None
+    group = manager.groups.get(held.group)
+    if group is None or pod.uid in group.members or pod.priority > group.priority:
+        return None
+    return group

@@ -1,7 +1,8 @@
 """In-tree plugins, one module each. Plugins never import each other.
 
 `IN_TREE` is the explicit registry literal; `DEFAULT_MULTI_POINT` is kube-scheduler's
-default profile (same order and weights), minus plugins that need volumes or images.
+default profile (same order and weights), minus plugins that need volumes or images,
+plus Shoal's own (tenant queues, gangs).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from shoal.framework.registry import PluginSpec, Registry
 from shoal.plugins import (  # GPU sharing and placement policies
     balanced_allocation,
+    coscheduling,
     default_binder,
     default_preemption,
     gpu_best_fit,
@@ -34,6 +36,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     taint_toleration,
 )
 from shoal.plugins.args import (
+    CoschedulingArgs,
     DefaultPreemptionArgs,
     InterPodAffinityArgs,
     NodeAffinityArgs,
@@ -71,6 +74,7 @@ IN_TREE: dict[str, PluginSpec] = {
         queue_capacity.QueueCapacity.new, queue_capacity.QueueCapacityArgs
     ),
     node_pools.NAME: PluginSpec(node_pools.NodePools.new),
+    coscheduling.NAME: PluginSpec(coscheduling.Coscheduling.new, CoschedulingArgs),
     qos_sort.NAME: PluginSpec(qos_sort.QoSSort.new),
     default_binder.NAME: PluginSpec(default_binder.DefaultBinder.new),
     gpu_share.NAME: PluginSpec(gpu_share.GpuShare.new),
@@ -102,6 +106,7 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     # Shoal's additions after kube-scheduler's defaults:
     (node_pools.NAME, None),
     (queue_capacity.NAME, None),
+    (coscheduling.NAME, None),
     (default_binder.NAME, None),
 ]
 

@@ -11,6 +11,7 @@ from pydantic.alias_generators import to_camel
 from shoal.api.objects import NodeSelector, TopologySpreadConstraint
 
 __all__ = [
+    "CoschedulingArgs",
     "DefaultPreemptionArgs",
     "InterPodAffinityArgs",
     "NodeAffinityArgs",
@@ -128,3 +129,13 @@ class InterPodAffinityArgs(Args):
 class DefaultPreemptionArgs(Args):
     min_candidate_nodes_percentage: int = Field(default=10, ge=0, le=100)
     min_candidate_nodes_absolute: int = Field(default=100, ge=0)
+
+
+class CoschedulingArgs(Args):
+    """Gang scheduling (the Coscheduling plugin); see docs/gang-scheduling.md."""
+
+    # For groups whose PodGroup sets no scheduleTimeoutSeconds (scheduler-plugins' 60).
+    schedule_timeout_seconds: float = Field(default=60.0, gt=0)
+    head_of_line_reservation: bool = True
+    reservation_after_seconds: float = Field(default=120.0, ge=0)
+    reservation_max_seconds: float = Field(default=300.0, gt=0)

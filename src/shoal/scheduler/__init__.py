@@ -12,7 +12,6 @@ from shoal.config.types import KubeSchedulerConfiguration
 from shoal.framework.effects import Effects
 from shoal.framework.handle import Clock, Handle
 from shoal.framework.registry import PluginSpec, Registry, load_entry_points
-from shoal.gang.reservation import GangConfig
 from shoal.scheduler.profiles import build_profiles, with_profile_check
 from shoal.scheduler.scheduler import BindingTask, CycleResult, Scheduler
 from shoal.scheduling_queue.queue import QueueConfig
@@ -45,10 +44,10 @@ def new_scheduler(
     seed: int = 0,
     cluster: ClusterState | None = None,
     registry: Mapping[str, PluginSpec] | None = None,
-    gang_config: GangConfig | None = None,
 ) -> Scheduler:
     """Wire a scheduler: cluster cache, snapshot, handle, profiles and queue. Time,
-    randomness (`seed`) and the effects port are injected; nothing else is read."""
+    randomness (`seed`) and the effects port are injected; nothing else is read. Gang
+    settings come from the profiles' Coscheduling args."""
     cluster = cluster or ClusterState()
     handle = Handle(
         cluster=cluster,
@@ -62,4 +61,4 @@ def new_scheduler(
         initial_backoff_seconds=float(config.pod_initial_backoff_seconds),
         max_backoff_seconds=float(config.pod_max_backoff_seconds),
     )
-    return Scheduler(profiles, handle, queue_config, gang_config)
+    return Scheduler(profiles, handle, queue_config)

@@ -40,8 +40,9 @@ from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
-from shoal.gang.manager import GangManager, Group
-from shoal.gang.reservation import GangConfig, held_by_reservation, update_reservation
+from shoal.gang.manager import GangConfig, GangManager, Group
+from shoal.gang.reservation import reservation_due, update_reservation
+from shoal.plugins.coscheduling import Coscheduling
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
 from shoal.scheduler.gang_cycle import GangCycle
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
@@ -77,7 +78,6 @@ class Scheduler:
         profiles: Mapping[str, Framework],
         handle: Handle,
         queue_config: QueueConfig | None = None,
-        gang_config: GangConfig | None = None,
         algorithm: PlacementAlgorithm | None = None,
     ) -> None:
         if not profiles:
@@ -93,18 +93,14 @@ class Scheduler:
         self.gang_cycle = GangCycle(handle.cluster, self.algorithm)
         first = next(iter(self.profiles.values()))
         plugin_events: dict[str, list[ClusterEvent]] = {}
-        for fwk in self.profiles.values():
+        # Gang settings of the profiles that enable Coscheduling: only their pods join
+        # groups (and go through the gang cycle); elsewhere group keys are plain labels.
+        self._gang_configs: dict[str, GangConfig] = {}
+        for name, fwk in self.profiles.items():
             plugin_events.update(fwk.events_to_register())
-        # The gang cycle rejects as "Coscheduling" (group-level reasons): worth retrying
-        # when capacity frees, nodes change, or groups or queues change.
-        plugin_events.setdefault(
-            "Coscheduling",
-            [
-                ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
-                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE),
-                ClusterEvent(EventResource.POD_GROUP | EventResource.QUEUE, ActionType.ALL),
-            ],
-        )
+            for plugin in fwk.plugins.all():
+                if isinstance(plugin, Coscheduling):
+                    self._gang_configs[name] = plugin.config
         self.queues = QueueManager.of(handle)
         self.queues.job_of = self._job_of
         self._base_sort_key = first.queue_sort.sort_key
@@ -125,9 +121,7 @@ class Scheduler:
         self._binding: dict[str, BindingTask] = {}
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
         self.gangs = GangManager.of(handle)
-        self.gang_config = gang_config or GangConfig()
-        self._bad_group: dict[str, str] = {}
-        self._published_groups: dict[str, GroupStatus] = {}  # uid -> why its group key is unusable
+        self._published_groups: dict[str, GroupStatus] = {}
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -178,14 +172,16 @@ class Scheduler:
         return info
 
     def _join_group(self, info: PodInfo, now: float) -> None:
+        config = self._gang_configs.get(info.scheduler_name)
+        if config is None:
+            return  # no Coscheduling in the pod's profile: a plain pod
         try:
             ref = self.gangs.ref(info.pod)
-        except ValueError as err:
-            self._bad_group[info.uid] = f"pod {info.key}: invalid gang key: {err}"
-            return
+        except ValueError:
+            return  # Coscheduling's PreEnqueue keeps it out, naming the key
         if ref is None:
             return
-        group = self.gangs.member_added(info, ref, now)
+        group = self.gangs.member_added(info, ref, now, config)
         if not self.gangs.gate(group):
             self.queue.regate([uid for uid in group.members if uid != info.uid])
 
@@ -243,7 +239,6 @@ class Scheduler:
         self._pods.pop(uid, None)
         self.cluster.clear_nomination(uid)
         self.cluster.evicting.discard(uid)
-        self._bad_group.pop(uid, None)
         self.gangs.member_removed(uid)
         self.queue.delete(uid)
         for tasks in (self._waiting, self._binding):
@@ -277,10 +272,11 @@ class Scheduler:
         self._event(ClusterEvent(EventResource.NODE, ActionType.DELETE))
 
     def _release_held(self) -> None:
-        """Pods held back by a gang reservation that just ended get another try."""
+        """Pods kept off reserved nodes get another try when the reservation ends (an
+        event Coscheduling registered for)."""
         if self.gangs.released:
             self.gangs.released = False
-            self._event(ClusterEvent(EventResource.WILDCARD, ActionType.ALL))
+            self._event(ClusterEvent(EventResource.POD_GROUP, ActionType.UPDATE))
 
     def _event(self, event: ClusterEvent) -> None:
         self.queue.on_event(event, self.clock.now())
@@ -329,14 +325,7 @@ class Scheduler:
             self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
 
     def _pre_enqueue(self, pod: PodInfo) -> Status:
-        bad = self._bad_group.get(pod.uid)
-        if bad:
-            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, bad, plugin="Coscheduling")
-        group = self.gangs.group_of_uid(pod.uid)
-        if group is not None:
-            gate = self.gangs.gate(group)
-            if gate:
-                return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, gate, plugin="Coscheduling")
+        # Gangs gate here through Coscheduling's PreEnqueue, when the profile has it.
         fwk = self.profiles.get(pod.scheduler_name)
         return fwk.run_pre_enqueue(pod) if fwk is not None else Status()
 
@@ -348,7 +337,7 @@ class Scheduler:
     def tick(self) -> None:
         """Let time pass: expire backoffs and Permit waits."""
         now = self.clock.now()
-        update_reservation(self.gangs, self.gang_config, now)
+        update_reservation(self.gangs, self.handle, now)
         self._release_held()
         self.queue.flush(now)
         for waiting in self.handle.waiting_pods:
@@ -387,16 +376,9 @@ class Scheduler:
     def next_wakeup(self) -> float | None:
         """When `tick` next has something to do (None: only a new event can help)."""
         times = [w.deadline for w in self.handle.waiting_pods if w.pending]
-        if self.gangs.blocking is not None:
-            times.append(self.gangs.blocking_until)
-        elif self.gangs.failing:
-            key, since = next(iter(self.gangs.failing.items()))
-            times.append(
-                max(
-                    since + self.gang_config.reservation_after,
-                    self.gangs.no_block_until.get(key, 0.0),
-                )
-            )
+        due = reservation_due(self.gangs)  # a head-of-line reservation starts or ends
+        if due is not None:
+            times.append(due)
         queue_time = self.queue.next_wakeup()
         if queue_time is not None:
             times.append(queue_time)
@@ -420,11 +402,6 @@ class Scheduler:
         if pod.initial_attempt_time is None:
             pod.initial_attempt_time = now
         fwk = self.profiles[pod.scheduler_name]
-        held = held_by_reservation(self.gangs, pod, now, self.gang_config)
-        if held:
-            status = Status(Code.UNSCHEDULABLE, held, plugin="Coscheduling")
-            self._requeue(entry, now, frozenset({"Coscheduling"}), status, held)
-            return CycleResult(pod, None, status, held)
         group = self.gangs.group_of_uid(pod.uid)
         if group is not None:
             result = self._schedule_gang(entry, group, fwk, now)
@@ -739,7 +716,7 @@ class Scheduler:
         if entry.gated_by:
             message = entry.message
             group = self.gangs.group_of_uid(uid)
-            if group is not None and uid not in self._bad_group:
+            if group is not None and entry.gated_by == "Coscheduling":
                 message = self.gangs.gate(group) or message  # membership may have grown
             return f"pod is gated by {entry.gated_by}: {message}"
         return entry.message

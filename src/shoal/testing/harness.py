@@ -30,7 +30,6 @@ from shoal.drivers.loop import Driver
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework.effects import BindFailed, Bound, Effect, Evict, Unschedulable
 from shoal.framework.registry import PluginSpec
-from shoal.gang.reservation import GangConfig
 from shoal.scheduler import new_scheduler
 from shoal.scheduler.scheduler import CycleResult, Scheduler
 from shoal.testing.builders import NodeBuilder, PodBuilder
@@ -113,7 +112,6 @@ class SchedulerHarness:
         registry: Mapping[str, PluginSpec] | None = None,
         start: float = 0.0,
         echo_binds: bool = True,
-        gang_config: GangConfig | None = None,
     ) -> None:
         if config is None:
             config = KubeSchedulerConfiguration()
@@ -134,7 +132,6 @@ class SchedulerHarness:
             effects=self.effects,
             seed=seed,
             registry=registry,
-            gang_config=gang_config,
         )
         self.echo_binds = echo_binds
         self.cycles: list[CycleResult] = []

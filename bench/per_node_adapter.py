@@ -37,7 +37,8 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
+from shoal.drivers.loop import Driver
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework import (
     Candidates,
     Code,
@@ -189,7 +190,8 @@ def throughput(num_nodes: int, num_pods: int, plugin: tuple[str, PluginSpec]) ->
     config = KubeSchedulerConfiguration.model_validate(
         {"profiles": [{"plugins": {"multiPoint": {"enabled": [{"name": name}]}}}]}
     )
-    sched = new_scheduler(config, clock=ManualClock(), effects=MemoryEffects(), registry=registry)
+    effects = MemoryEffects()
+    sched = new_scheduler(config, clock=ManualClock(), effects=effects, registry=registry)
     cluster = make_handle(num_nodes).cluster
     for node in cluster.table.nodes:
         sched.add_node(node)
@@ -203,12 +205,8 @@ def throughput(num_nodes: int, num_pods: int, plugin: tuple[str, PluginSpec]) ->
             )
         )
     start = time.perf_counter()
-    placed = 0
-    while sched.has_work():
-        result = sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
-        placed += result is not None and result.node is not None
+    Driver(sched, inbox=effects).run()  # the one driver loop, binds echoed back
+    placed = len(effects.bound)
     assert placed == num_pods, placed
     return num_pods / (time.perf_counter() - start)
 

@@ -19,7 +19,8 @@ from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod
 from shoal.api.queue import Queue
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
+from shoal.drivers.loop import Driver
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.scheduler import new_scheduler
 
 
@@ -58,9 +59,8 @@ def q(name: str, parent: str, weight: int, guaranteed: int, maximum: int) -> Que
 
 
 def run(nodes: int, pods: int, with_queues: bool) -> float:
-    sched = new_scheduler(
-        KubeSchedulerConfiguration(), clock=ManualClock(), effects=MemoryEffects()
-    )
+    effects = MemoryEffects()
+    sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects)
     for i in range(nodes):
         sched.add_node(make_node(i))
     leaves: list[str] = []
@@ -72,14 +72,9 @@ def run(nodes: int, pods: int, with_queues: bool) -> float:
     for i in range(pods):
         sched.add_pod(make_pod(i, leaves[i % len(leaves)] if leaves else None))
     start = time.perf_counter()
-    bound = 0
-    while sched.has_work():
-        result = sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
-        if result is not None and result.node is not None:
-            bound += 1
+    Driver(sched, inbox=effects).run()  # the one driver loop, binds echoed back
     elapsed = time.perf_counter() - start
+    bound = len(effects.bound)
     if bound != pods:
         raise SystemExit(f"only {bound}/{pods} pods were scheduled")
     return pods / elapsed

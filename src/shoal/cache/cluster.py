@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from shoal.api.gpu import node_gpus
 from shoal.api.objects import Node
+from shoal.api.gpu import ANNOTATION_GPU_INDEX
 from shoal.api.podinfo import PodInfo
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_table import NodeTable
@@ -40,6 +41,40 @@ class PlacementObserver(Protocol):
     def pod_unplaced(self, row: int, pod: PodInfo) -> None: ...
     def row_moved(self, src: int, dst: int) -> None: ...
     def node_changed(self, row: int) -> None: ...
+
+
+def same_footprint(a: PodInfo, b: PodInfo) -> bool:
+    """Do two versions of a pod count the same for every observer (requests, ports,
+    labels, priority, affinity terms, the annotations that name queues, groups and GPU
+    needs)? The device indices Shoal writes at bind are left out: the devices were
+    chosen when the pod was assumed and the echo only records them."""
+    if a is b:
+        return True
+    if (
+        a.requests != b.requests
+        or a.labels != b.labels
+        or a.host_ports != b.host_ports
+        or a.priority != b.priority
+        or a.namespace != b.namespace
+        or a.nonzero != b.nonzero
+        or a.affinity_terms != b.affinity_terms
+        or a.anti_affinity_terms != b.anti_affinity_terms
+        or a.preferred_affinity_terms != b.preferred_affinity_terms
+        or a.preferred_anti_affinity_terms != b.preferred_anti_affinity_terms
+        or a.spread_constraints != b.spread_constraints
+    ):
+        return False
+    ann_a, ann_b = a.pod.metadata.annotations, b.pod.metadata.annotations
+    if ann_a == ann_b:
+        return True
+    index_a = ann_a.get(ANNOTATION_GPU_INDEX)
+    index_b = ann_b.get(ANNOTATION_GPU_INDEX)
+    if index_a is not None and index_b is not None and index_a != index_b:
+        return False  # someone else decided other devices: recount
+    strip = {ANNOTATION_GPU_INDEX}
+    return {k: v for k, v in ann_a.items() if k not in strip} == {
+        k: v for k, v in ann_b.items() if k not in strip
+    }
 
 
 class AssignmentObserver(Protocol):
@@ -165,7 +200,11 @@ class ClusterState:
         if record is not None:
             if record.node == node:
                 record.assumed = False
-                if record.pod is not pod:
+                if record.pod is not pod and same_footprint(record.pod, pod):
+                    # The watch echo of our own bind (or a status-only update): what the
+                    # observers count is unchanged, so only the object is replaced.
+                    self._replace(record, pod)
+                elif record.pod is not pod:
                     self._detach(record.pod, node)
                     self._released(record.pod, node)
                     record.pod = pod
@@ -177,6 +216,14 @@ class ClusterState:
         self.placed[pod.uid] = PodRecord(pod, node, assumed=False)
         self._assigned(pod, node)
         self._attach(pod, node)
+
+    def _replace(self, record: PodRecord, pod: PodInfo) -> None:
+        record.pod = pod
+        row = self.table.row_of.get(record.node)
+        if row is not None:
+            self.table.pods[row][pod.uid] = pod
+        else:
+            self._waiting_for_node.setdefault(record.node, {})[pod.uid] = pod
 
     def remove_pod(self, uid: str) -> PodInfo | None:
         record = self.placed.pop(uid, None)

@@ -5,6 +5,7 @@
         │                                                           v
         ├──── pods (annotations), pods/binding <── binding cycles (asyncio tasks)
         ├──── pods/eviction, pods/status, events <── KubeEffects (the effects port)
+        ├──── podgroups/status <── PodGroupStatusWriter (GroupStatus effects)
         └──── Lease <── LeaderElector (only the leader runs the scheduling loop)
 
 Everything runs on one asyncio event loop, so the core is only ever touched from one
@@ -67,7 +68,7 @@ from shoal.drivers.kube.resources import (
     object_key,
     object_ref,
 )
-from shoal.drivers.kube.status import EventRecorder, PodStatusWriter
+from shoal.drivers.kube.status import EventRecorder, PodGroupStatusWriter, PodStatusWriter
 from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.loop import Driver
 from shoal.framework.registry import PluginSpec
@@ -123,12 +124,51 @@ def _priority_class_gone(b: KubeBackend, namespace: str, name: str) -> None:
     b.scheduler.priority_classes.pop(name, None)
 
 
-def _pod_group(b: KubeBackend, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
-    b.scheduler.add_pod_group(group)
+def _pod_groups(kind: ResourceKind) -> Watched:
+    """PodGroups of one API (scheduler-plugins' two groups, Volcano). The backend records
+    which APIs hold an object for each group: its status is written back there."""
 
+    def upsert(b: KubeBackend, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
+        key = object_key(raw)
+        meta = raw.get("metadata") or {}
+        # Our own status writes come back through the watch: not a change for the core.
+        relevant = (raw.get("spec"), meta.get("labels"), meta.get("annotations"))
+        if b._group_seen.get((kind.name, key)) == relevant:
+            return
+        b.scheduler.add_pod_group(group)
+        b._group_seen[(kind.name, key)] = relevant
+        b._group_kinds.setdefault(key, {})[kind.name] = kind
 
-def _pod_group_gone(b: KubeBackend, namespace: str, name: str) -> None:
-    b.scheduler.gangs.delete_pod_group(namespace or "default", name)
+    def remove(b: KubeBackend, namespace: str, name: str) -> None:
+        namespace = namespace or "default"
+        key = f"{namespace}/{name}"
+        b._group_seen.pop((kind.name, key), None)
+        kinds = b._group_kinds.get(key, {})
+        kinds.pop(kind.name, None)
+        if not kinds:
+            b._group_kinds.pop(key, None)
+        s = b.scheduler
+        if kind.name == VOLCANO_PODGROUPS.name:
+            # The group's spec.queue goes with its object: members (running or
+            # pending) are charged to their own queue again.
+            group = s.gangs.groups.get(key)
+            members = list(group.members.values()) if group is not None else []
+            if s.queues.set_group_queue(key, "", members):
+                now = s.clock.now()
+                for member in members:
+                    if s.queue.get(member.uid) is not None:
+                        s.queue.update(member, now)
+        if kinds:
+            # Another API still has an object of that name: it defines the group now.
+            for other in list(kinds.values()):
+                b._group_seen.pop((other.name, key), None)
+                raw = b.informers[other.name].store.get(key)
+                if raw is not None:
+                    b.on_upsert(other, None, raw)
+            return
+        s.gangs.delete_pod_group(namespace, name)
+
+    return Watched(kind, upsert, remove)
 
 
 def _pdb(b: KubeBackend, pdb: PodDisruptionBudget, raw: JSON) -> None:
@@ -164,9 +204,9 @@ WATCHED: list[Watched] = [
     Watched(PRIORITY_CLASSES, _priority_class, _priority_class_gone),
     Watched(PDBS, _pdb, _pdb_gone),
     Watched(NAMESPACES, _namespace, _namespace_gone),
-    Watched(PODGROUPS, _pod_group, _pod_group_gone),
-    Watched(PODGROUPS_SIGS, _pod_group, _pod_group_gone),
-    Watched(VOLCANO_PODGROUPS, _pod_group, _pod_group_gone),
+    _pod_groups(PODGROUPS),
+    _pod_groups(PODGROUPS_SIGS),
+    _pod_groups(VOLCANO_PODGROUPS),
     _tenancy(QUEUES),
     _tenancy(QUEUE_BINDINGS),
     _tenancy(NODE_POOLS),
@@ -191,6 +231,7 @@ class KubeOptions:
     max_idle_seconds: float = 1.0  # tick at least this often when idle
     yield_every_seconds: float = 0.005  # let I/O run at least this often while busy
     event_repeat_seconds: float = 60.0
+    group_status_qps: float = 10.0  # PodGroup status writes per second at most
     shutdown_grace_seconds: float = 5.0
     watched: tuple[Watched, ...] = ()  # empty: WATCHED
 
@@ -302,6 +343,12 @@ class KubeBackend:
             timeout=opts.request_timeout,
         )
         self.evictor = KubeEvictor(self.client, self.events, self.metrics)
+        # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
+        self._group_kinds: dict[str, dict[str, ResourceKind]] = {}
+        self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
+        self.group_status = PodGroupStatusWriter(
+            self.client, self.group_objects, self.events, qps=opts.group_status_qps
+        )
         self.effects = KubeEffects(
             self.binder,
             self.evictor,
@@ -309,6 +356,7 @@ class KubeBackend:
             self.events,
             self.metrics,
             on_eviction_failed=self._eviction_failed,
+            groups=self.group_status,
         )
         self.clock = WallClock()
         self.scheduler: Scheduler = new_scheduler(
@@ -318,6 +366,7 @@ class KubeBackend:
             seed=seed,
             registry=registry,
         )
+        self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)
@@ -369,6 +418,15 @@ class KubeBackend:
         """The informer's latest copy of a pod, by `namespace/name`."""
         return self.pods.store.get(key)
 
+    def group_objects(self, key: str) -> list[tuple[ResourceKind, JSON]]:
+        """The PodGroup objects behind the group `namespace/name`, latest copies."""
+        found = []
+        for kind in self._group_kinds.get(key, {}).values():
+            raw = self.informers[kind.name].store.get(key)
+            if raw is not None:
+                found.append((kind, raw))
+        return found
+
     @property
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers.values())
@@ -410,6 +468,7 @@ class KubeBackend:
         ]
         tasks.append(asyncio.create_task(self.status.run(), name="status-writer"))
         tasks.append(asyncio.create_task(self.events.run(), name="event-recorder"))
+        tasks.append(asyncio.create_task(self.group_status.run(), name="group-status-writer"))
         self._background = tasks
         stop = asyncio.create_task(self._stopping.wait())
         schedule: asyncio.Task[None] | None = None

@@ -29,7 +29,8 @@ What it implements, with the real server's semantics:
 * events.k8s.io/v1 Events and coordination.k8s.io/v1 Leases are ordinary resources.
 * Fault injection (`inject`): error codes, delays, dropped connections, per method,
   path pattern, user agent, watch or not, for a number of requests; `drop_watches()`
-  cuts every open watch.
+  cuts every open watch; `delay_watch_events()` makes a resource's watch events arrive
+  late, one by one (a lagging watch cache).
 
 Deliberately missing: authentication (every request is allowed), admission and field
 validation (the fake stores what it is given, which is how the tests feed bad objects),
@@ -226,6 +227,7 @@ class FakeApiServer:
         # them), as the disruption controller's status.disruptedPods.
         self._disrupted: dict[str, int] = {}
         self._watchers: list[_Watcher] = []
+        self._event_delays: dict[tuple[str, str], float] = {}
         self._drop_generation = 0
         self._snapshots: dict[str, list[JSON]] = {}
         self._page_snapshots = page_snapshots
@@ -295,6 +297,11 @@ class FakeApiServer:
         self._drop_generation += 1
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(("DROP", {}))
+
+    def delay_watch_events(self, group: str, plural: str, seconds: float) -> None:
+        """Send each watch event of the resource `seconds` after the previous one (and
+        not before `seconds` passed): clients see changes late and one at a time."""
+        self._event_delays[(group, plural)] = seconds
 
     def compact(self) -> None:
         """Forget all history: watches from any earlier resourceVersion get 410."""
@@ -891,6 +898,9 @@ class FakeApiServer:
                     if request.transport is not None:
                         request.transport.abort()
                     return response
+                lag = self._event_delays.get((route.group, route.plural), 0.0)
+                if lag:
+                    await asyncio.sleep(lag)
                 await _send(response, event_type, obj)
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):

@@ -400,6 +400,8 @@ class KubeBackend:
         self._known: dict[str, tuple[object, ...]] = {}
         self._inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
         self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
+        # Bound by us, not yet seen bound through the watch (the core holds them assumed).
+        self._confirming: set[str] = set()
         self._bind_tasks: set[asyncio.Task[None]] = set()
         self._invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
         self._wake = asyncio.Event()
@@ -630,6 +632,7 @@ class KubeBackend:
         try:
             status = await self.scheduler.run_binding_cycle(task)
             if status.ok:
+                self._confirming.add(uid)
                 self.bound += 1
                 log.info(
                     "bound pod %s to %s",
@@ -641,7 +644,7 @@ class KubeBackend:
             self._inflight.pop(uid, None)
             latest = self._deferred.pop(uid, None)
             if latest is not None:
-                self._apply_pod(latest)
+                self._receive_pod(latest)
             self._wake.set()
 
     # ---- informer handlers -------------------------------------------------------------
@@ -653,10 +656,7 @@ class KubeBackend:
             if old is not None and old_uid and old_uid != uid:
                 # Deleted and recreated under the same name while we were not watching.
                 self.on_delete(kind, old)
-            if uid in self._inflight:
-                self._deferred[uid] = new
-                return
-            self._apply_pod(new)
+            self._receive_pod(new)
         elif kind.name == NODES.name:
             node = self._decode(kind, new, Node)
             if node is not None:
@@ -681,11 +681,13 @@ class KubeBackend:
         self._invalid.pop((kind.name, object_key(old)), None)
         if kind.name == PODS.name:
             uid = str(meta.get("uid", ""))
+            self._confirming.discard(uid)
             if uid in self._inflight:
                 self.scheduler.delete_pod(uid)  # cancels the binding cycle
                 self._known.pop(uid, None)
                 self._deferred.pop(uid, None)
             else:
+                self._deferred.pop(uid, None)
                 self._delete_pod(uid)
         elif kind.name == NODES.name:
             self.scheduler.delete_node(str(meta.get("name", "")))
@@ -731,6 +733,24 @@ class KubeBackend:
         self.events.record(
             object_ref(kind, raw), "Warning", "InvalidObject", "Reading", message, controller
         )
+
+    def _receive_pod(self, raw: JSON) -> None:
+        """A pod from the watch: held while its binding cycle runs, and after our
+        binding was accepted until a copy shows it bound. The annotations go out before
+        the Binding, so the watch can bring the annotated, still unbound pod after the
+        bind; the core must not take that for a pending pod and schedule it again
+        (kube-scheduler skips updates of assumed pods)."""
+        uid = str((raw.get("metadata") or {}).get("uid", ""))
+        if uid in self._inflight:
+            self._deferred[uid] = raw
+            return
+        if uid in self._confirming:
+            if not (raw.get("spec") or {}).get("nodeName"):
+                self._deferred[uid] = raw  # older than our binding; the bound copy follows
+                return
+            self._confirming.discard(uid)
+            self._deferred.pop(uid, None)
+        self._apply_pod(raw)
 
     def _apply_pod(self, raw: JSON) -> None:
         uid = str((raw.get("metadata") or {}).get("uid", ""))

@@ -128,12 +128,13 @@ async def backend(
     scheduler_config: KubeSchedulerConfiguration | None = None,
     *,
     graceful: bool = True,
+    seed: int = 0,
 ) -> AsyncIterator[tuple[KubeBackend, asyncio.Task[None]]]:
     """A running backend against `api`; stopped (or killed) on exit."""
     options = options or fast_options()
     kubeconfig = api.kubeconfig(tmp_path / f"kubeconfig-{options.identity}")
     connection = await connect(str(kubeconfig))
-    kube = KubeBackend(scheduler_config or config(), connection, options)
+    kube = KubeBackend(scheduler_config or config(), connection, options, seed=seed)
     task = asyncio.create_task(kube.run())
     try:
         yield kube, task

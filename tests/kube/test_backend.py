@@ -495,3 +495,65 @@ async def test_queue_objects_are_applied_and_unknown_queues_reported(
             await eventually(lambda: len(bound_pods(api)) == 3, what="third admitted")
             text = await _scrape(kube)
             assert 'shoal_queue_pending_pods{queue="nope"} 1.0' in text
+
+
+# ---- binds that write annotations ------------------------------------------------------------
+
+
+@async_test(timeout=60)
+async def test_pods_bound_with_annotations_are_not_scheduled_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The device annotations and the binding are two writes, so the watch can deliver
+    the annotated-but-unbound pod after our binding was accepted. Until the informer
+    sees the pod bound it is assumed: an update must not send it back to the queue
+    (kube-scheduler skips updates of assumed pods)."""
+    from shoal.config import parse_config
+
+    caplog.set_level(logging.ERROR, logger="shoal.kube")
+    gpu_config = parse_config(
+        {
+            "profiles": [
+                {
+                    "schedulerName": "shoal",
+                    "plugins": {"multiPoint": {"enabled": [{"name": "GpuShare"}]}},
+                }
+            ]
+        }
+    )
+    async with FakeApiServer() as api:
+        gpu = node("gpu", cpu="32")
+        for part in ("capacity", "allocatable"):
+            gpu["status"][part]["nvidia.com/gpu"] = "4"
+        api.create("v1", "nodes", gpu)
+        for i in range(4):  # two devices' worth: there is always room for one more
+            share = {"alibabacloud.com/gpu-milli": "400", "alibabacloud.com/gpu-count": "1"}
+            api.create("v1", "pods", pod(f"s{i}", cpu="1", annotations=share))
+        # The pod watch lags: binds are accepted before their events arrive, and the
+        # scheduler runs between the annotation's event and the binding's.
+        api.delay_watch_events("", "pods", 0.1)
+        async with running(api, tmp_path, scheduler_config=gpu_config) as (kube, _):
+            await eventually(lambda: len(bound_pods(api)) == 4, what="all bound")
+
+            def seen_bound() -> bool:
+                return all(
+                    (kube.lookup_pod(f"default/s{i}") or {}).get("spec", {}).get("nodeName")
+                    for i in range(4)
+                )
+
+            await eventually(seen_bound, what="every bind seen through the watch")
+            await asyncio.sleep(0.3)
+            assert [r.getMessage() for r in caplog.records] == []
+            # One attempt per pod: none was tried again after its bind.
+            attempts = kube.metrics.schedule_attempts
+            assert attempts.labels("scheduled", "shoal")._value.get() == 4
+            assert attempts.labels("unschedulable", "shoal")._value.get() == 0
+            assert attempts.labels("error", "")._value.get() == 0
+            for p in api.pods():
+                assert len(api.binds_of(p["metadata"]["uid"])) == 1
+            # The cache counts every pod once, on the devices it was given.
+            indices = sorted(
+                p["metadata"]["annotations"]["shoal.dev/gpu-index"] for p in api.pods()
+            )
+            assert indices == ["0", "0", "1", "1"]
+            assert sorted(r.node for r in kube.scheduler.cluster.placed.values()) == ["gpu"] * 4

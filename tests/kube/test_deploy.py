@@ -134,6 +134,23 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         urgent["spec"]["priority"] = 10
         api.create("v1", "pods", urgent)
         api.create("v1", "pods", pod("too-big", cpu="100"))
+        # A one-member gang per PodGroup API: each gets its status written (on a node
+        # too small for `urgent`, which must still preempt).
+        api.create("v1", "nodes", node("gangs", cpu="1"))
+        for api_version, name in (
+            ("scheduling.x-k8s.io/v1alpha1", "g-plugins"),
+            ("scheduling.sigs.k8s.io/v1alpha1", "g-sigs"),
+            ("scheduling.volcano.sh/v1beta1", "g-volcano"),
+        ):
+            api.create(api_version, "podgroups", {"metadata": {"name": name}, "spec": {}})
+            key = "scheduling.k8s.io/group-name" if "volcano" in name else ""
+            member = pod(
+                name,
+                cpu="100m",
+                labels=None if key else {"scheduling.x-k8s.io/pod-group": name},
+                annotations={key: name} if key else None,
+            )
+            api.create("v1", "pods", member)
         options = fast_options(
             "rbac",
             leader_elect=True,
@@ -150,6 +167,15 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         async with running(api, tmp_path, options):
             await eventually(lambda: bound_pods(api).get("default/urgent") == "n1", timeout=15)
             await eventually(lambda: len(events_for(api, "too-big", "FailedScheduling")) >= 1)
+            await eventually(
+                lambda: (
+                    sum(
+                        r.subresource == "status" for r in api.requests if r.resource == "podgroups"
+                    )
+                    >= 3
+                ),
+                what="PodGroup status written in every API",
+            )
             await eventually(
                 lambda: any(r.resource == "events" and r.verb == "patch" for r in api.requests),
                 timeout=15,

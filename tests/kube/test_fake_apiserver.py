@@ -252,3 +252,33 @@ async def test_crds_register_their_resources() -> None:
         assert (
             status == 201 and created["kind"] == "Queue" and "namespace" not in created["metadata"]
         )
+
+
+@async_test()
+async def test_custom_resources_honour_their_status_subresource() -> None:
+    merge = {"Content-Type": "application/merge-patch+json"}
+    async with FakeApiServer() as api, aiohttp.ClientSession() as http:
+        api.register("example.com", "v1", "widgets", "Widget", True)
+        api.register("example.com", "v1", "gadgets", "Gadget", True, status=False)
+        base = f"{api.url}/apis/example.com/v1/namespaces/default"
+        body = {"metadata": {"name": "w"}, "spec": {"size": 1}, "status": {"ok": True}}
+        status, created = await call(http, "POST", f"{base}/widgets", body)
+        assert status == 201 and "status" not in created  # create cannot set status
+        status, _ = await call(http, "PATCH", f"{base}/widgets/w", {"status": {"ok": 1}}, **merge)
+        assert status == 200 and "status" not in (
+            api.get("example.com", "widgets", "default", "w") or {}
+        )
+        status, patched = await call(
+            http,
+            "PATCH",
+            f"{base}/widgets/w/status",
+            {"status": {"ok": 2}, "spec": {"size": 9}},
+            **merge,
+        )
+        assert status == 200 and patched["status"] == {"ok": 2} and patched["spec"] == {"size": 1}
+        # Without the subresource: status is an ordinary field and /status is not served.
+        body = {"metadata": {"name": "g"}, "status": {"ok": True}}
+        status, created = await call(http, "POST", f"{base}/gadgets", body)
+        assert created["status"] == {"ok": True}
+        status, _ = await call(http, "PATCH", f"{base}/gadgets/g/status", {"status": {}}, **merge)
+        assert status == 404

@@ -43,6 +43,7 @@ __all__ = [
     "TOPOLOGY_REQUIRED",
     "GroupRef",
     "PodGroup",
+    "PodGroupCondition",
     "PodGroupSpec",
     "PodGroupStatus",
     "VolcanoPodGroup",
@@ -86,12 +87,37 @@ class PodGroupSpec(_Base):
             raise ValueError(f"minResources.{err}") from None
 
 
+class PodGroupCondition(_Base):
+    """A metav1.Condition on a PodGroup (Shoal's `Scheduled`, with why a gang does not fit)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
 class PodGroupStatus(_Base):
-    phase: Literal["", "Pending", "Scheduling", "Running", "Unknown", "Finished", "Failed"] = ""
+    # Every phase scheduler-plugins defines: objects its controller wrote must decode.
+    phase: Literal[
+        "",
+        "Pending",
+        "PreScheduling",
+        "Scheduling",
+        "Scheduled",
+        "Running",
+        "Unknown",
+        "Finished",
+        "Failed",
+    ] = ""
+    occupied_by: str = ""
+    scheduled: int = 0
     running: int = 0
     succeeded: int = 0
     failed: int = 0
     schedule_start_time: str | None = None
+    conditions: list[PodGroupCondition] = []
 
 
 class PodGroup(_Base):

@@ -17,6 +17,10 @@ What it implements, with the real server's semantics:
   synthetic ADDED events when started without a resourceVersion, replay from a
   resourceVersion, periodic BOOKMARK events, and an ERROR event with a 410 Expired
   Status when the resourceVersion is older than the retained history (`compact()`).
+* Custom resources (created through a CRD or `register`) with the status subresource:
+  `/status` writes only the status, writes to the object itself leave the status alone
+  and a create drops it (as the real server's customResourceStrategy); without the
+  subresource, `/status` is 404 and the status is an ordinary field.
 * `pods/binding`: binds once; 409 Conflict when the pod is already bound, is being
   deleted, or its UID does not match; 404 when it is gone. Sets PodScheduled=True.
 * `pods/status` (PUT and PATCH), `pods/eviction` (policy/v1 Eviction honouring
@@ -25,7 +29,8 @@ What it implements, with the real server's semantics:
 * events.k8s.io/v1 Events and coordination.k8s.io/v1 Leases are ordinary resources.
 * Fault injection (`inject`): error codes, delays, dropped connections, per method,
   path pattern, user agent, watch or not, for a number of requests; `drop_watches()`
-  cuts every open watch.
+  cuts every open watch; `delay_watch_events()` makes a resource's watch events arrive
+  late, one by one (a lagging watch cache).
 
 Deliberately missing: authentication (every request is allowed), admission and field
 validation (the fake stores what it is given, which is how the tests feed bad objects),
@@ -207,6 +212,8 @@ class FakeApiServer:
         self.bookmark_interval = bookmark_interval
         self.history_limit = history
         self.resources: dict[tuple[str, str], tuple[str, str, bool]] = dict(BUILTIN)
+        # Custom resources (group, plural) -> whether they have the status subresource.
+        self.custom: dict[tuple[str, str], bool] = {}
         self.objects: dict[tuple[str, str], dict[str, JSON]] = {}
         self.rv = 0
         self.history: deque[tuple[int, str, str, str, JSON]] = deque()
@@ -220,6 +227,7 @@ class FakeApiServer:
         # them), as the disruption controller's status.disruptedPods.
         self._disrupted: dict[str, int] = {}
         self._watchers: list[_Watcher] = []
+        self._event_delays: dict[tuple[str, str], float] = {}
         self._drop_generation = 0
         self._snapshots: dict[str, list[JSON]] = {}
         self._page_snapshots = page_snapshots
@@ -290,13 +298,29 @@ class FakeApiServer:
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(("DROP", {}))
 
+    def delay_watch_events(self, group: str, plural: str, seconds: float) -> None:
+        """Send each watch event of the resource `seconds` after the previous one (and
+        not before `seconds` passed): clients see changes late and one at a time."""
+        self._event_delays[(group, plural)] = seconds
+
     def compact(self) -> None:
         """Forget all history: watches from any earlier resourceVersion get 410."""
         self.history.clear()
         self.compacted_rv = self.rv
 
-    def register(self, group: str, version: str, plural: str, kind: str, namespaced: bool) -> None:
+    def register(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        kind: str,
+        namespaced: bool,
+        status: bool = True,
+    ) -> None:
+        """Serve a custom resource (as an installed CRD would), with the status
+        subresource unless `status` is False."""
         self.resources[(group, plural)] = (version, kind, namespaced)
+        self.custom[(group, plural)] = status
 
     def binds_of(self, uid: str) -> list[Binding]:
         return [b for b in self.bindings if b.uid == uid]
@@ -404,6 +428,8 @@ class FakeApiServer:
         if (group, plural) == ("", "pods"):
             # The API server resets a new pod's status (PrepareForCreate).
             obj["status"] = {"phase": "Pending"}
+        elif self.custom.get((group, plural)):
+            obj.pop("status", None)  # "create cannot set status"
         meta["resourceVersion"] = str(self._next_rv())
         self._typed(group, plural, obj)
         store[key] = obj
@@ -416,15 +442,16 @@ class FakeApiServer:
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
-        version = next((v["name"] for v in versions if v.get("storage")), None)
-        if version is None and versions:
-            version = versions[0]["name"]
+        stored = next((v for v in versions if v.get("storage")), None)
+        if stored is None and versions:
+            stored = versions[0]
         self.register(
             spec.get("group", ""),
-            version or "v1",
+            stored["name"] if stored else "v1",
             names.get("plural", ""),
             names.get("kind", ""),
             spec.get("scope", "Namespaced") == "Namespaced",
+            status="status" in ((stored or {}).get("subresources") or {}),
         )
 
     def _existing(self, group: str, plural: str, namespace: str, name: str) -> JSON:
@@ -468,15 +495,18 @@ class FakeApiServer:
         if subresource == "status":
             new["status"] = obj.get("status", {})
         else:
-            keep_status = (group, plural) == ("", "pods")
+            keep_status = (group, plural) == ("", "pods") or self.custom.get((group, plural))
             status = new.get("status")
             new = obj
             for field_name in ("uid", "creationTimestamp", "namespace", "deletionTimestamp"):
                 if field_name in current["metadata"]:
                     new["metadata"][field_name] = current["metadata"][field_name]
             new["metadata"]["name"] = name
-            if keep_status and status is not None:
-                new["status"] = status
+            if keep_status:
+                if status is not None:
+                    new["status"] = status
+                else:
+                    new.pop("status", None)
         return self._store(group, plural, new)
 
     def _patch(
@@ -497,7 +527,7 @@ class FakeApiServer:
         new = copy.deepcopy(current)
         if subresource == "status":
             patch = {"status": patch.get("status", {})}
-        elif (group, plural) == ("", "pods"):
+        elif (group, plural) == ("", "pods") or self.custom.get((group, plural)):
             patch = {k: v for k, v in patch.items() if k != "status"}
         patch = {k: v for k, v in patch.items() if k not in ("apiVersion", "kind")}
         meta_patch = patch.get("metadata")
@@ -731,6 +761,8 @@ class FakeApiServer:
             return web.json_response(self._evict(ns, name, body), status=201)
         if sub and sub != "status":
             raise HttpError(404, "NotFound", f"subresource {sub} is not served by the fake")
+        if sub == "status" and self.custom.get((g, p)) is False:
+            raise HttpError(404, "NotFound", "the server could not find the requested resource")
         if method == "GET" and name:
             return web.json_response(self._existing(g, p, ns, name))
         if method == "POST" and not name:
@@ -866,6 +898,9 @@ class FakeApiServer:
                     if request.transport is not None:
                         request.transport.abort()
                     return response
+                lag = self._event_delays.get((route.group, route.plural), 0.0)
+                if lag:
+                    await asyncio.sleep(lag)
                 await _send(response, event_type, obj)
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):

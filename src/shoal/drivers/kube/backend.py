@@ -5,6 +5,7 @@
         │                                                           v
         ├──── pods (annotations), pods/binding <── binding cycles (asyncio tasks)
         ├──── pods/eviction, pods/status, events <── KubeEffects (the effects port)
+        ├──── podgroups/status <── PodGroupStatusWriter (GroupStatus effects)
         └──── Lease <── LeaderElector (only the leader runs the scheduling loop)
 
 Everything runs on one asyncio event loop, so the core is only ever touched from one
@@ -67,7 +68,7 @@ from shoal.drivers.kube.resources import (
     object_key,
     object_ref,
 )
-from shoal.drivers.kube.status import EventRecorder, PodStatusWriter
+from shoal.drivers.kube.status import EventRecorder, PodGroupStatusWriter, PodStatusWriter
 from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.loop import Driver
 from shoal.framework.registry import PluginSpec
@@ -123,12 +124,51 @@ def _priority_class_gone(b: KubeBackend, namespace: str, name: str) -> None:
     b.scheduler.priority_classes.pop(name, None)
 
 
-def _pod_group(b: KubeBackend, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
-    b.scheduler.add_pod_group(group)
+def _pod_groups(kind: ResourceKind) -> Watched:
+    """PodGroups of one API (scheduler-plugins' two groups, Volcano). The backend records
+    which APIs hold an object for each group: its status is written back there."""
 
+    def upsert(b: KubeBackend, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
+        key = object_key(raw)
+        meta = raw.get("metadata") or {}
+        # Our own status writes come back through the watch: not a change for the core.
+        relevant = (raw.get("spec"), meta.get("labels"), meta.get("annotations"))
+        if b._group_seen.get((kind.name, key)) == relevant:
+            return
+        b.scheduler.add_pod_group(group)
+        b._group_seen[(kind.name, key)] = relevant
+        b._group_kinds.setdefault(key, {})[kind.name] = kind
 
-def _pod_group_gone(b: KubeBackend, namespace: str, name: str) -> None:
-    b.scheduler.gangs.delete_pod_group(namespace or "default", name)
+    def remove(b: KubeBackend, namespace: str, name: str) -> None:
+        namespace = namespace or "default"
+        key = f"{namespace}/{name}"
+        b._group_seen.pop((kind.name, key), None)
+        kinds = b._group_kinds.get(key, {})
+        kinds.pop(kind.name, None)
+        if not kinds:
+            b._group_kinds.pop(key, None)
+        s = b.scheduler
+        if kind.name == VOLCANO_PODGROUPS.name:
+            # The group's spec.queue goes with its object: members (running or
+            # pending) are charged to their own queue again.
+            group = s.gangs.groups.get(key)
+            members = list(group.members.values()) if group is not None else []
+            if s.queues.set_group_queue(key, "", members):
+                now = s.clock.now()
+                for member in members:
+                    if s.queue.get(member.uid) is not None:
+                        s.queue.update(member, now)
+        if kinds:
+            # Another API still has an object of that name: it defines the group now.
+            for other in list(kinds.values()):
+                b._group_seen.pop((other.name, key), None)
+                raw = b.informers[other.name].store.get(key)
+                if raw is not None:
+                    b.on_upsert(other, None, raw)
+            return
+        s.gangs.delete_pod_group(namespace, name)
+
+    return Watched(kind, upsert, remove)
 
 
 def _pdb(b: KubeBackend, pdb: PodDisruptionBudget, raw: JSON) -> None:
@@ -164,9 +204,9 @@ WATCHED: list[Watched] = [
     Watched(PRIORITY_CLASSES, _priority_class, _priority_class_gone),
     Watched(PDBS, _pdb, _pdb_gone),
     Watched(NAMESPACES, _namespace, _namespace_gone),
-    Watched(PODGROUPS, _pod_group, _pod_group_gone),
-    Watched(PODGROUPS_SIGS, _pod_group, _pod_group_gone),
-    Watched(VOLCANO_PODGROUPS, _pod_group, _pod_group_gone),
+    _pod_groups(PODGROUPS),
+    _pod_groups(PODGROUPS_SIGS),
+    _pod_groups(VOLCANO_PODGROUPS),
     _tenancy(QUEUES),
     _tenancy(QUEUE_BINDINGS),
     _tenancy(NODE_POOLS),
@@ -191,6 +231,7 @@ class KubeOptions:
     max_idle_seconds: float = 1.0  # tick at least this often when idle
     yield_every_seconds: float = 0.005  # let I/O run at least this often while busy
     event_repeat_seconds: float = 60.0
+    group_status_qps: float = 10.0  # PodGroup status writes per second at most
     shutdown_grace_seconds: float = 5.0
     watched: tuple[Watched, ...] = ()  # empty: WATCHED
 
@@ -302,6 +343,12 @@ class KubeBackend:
             timeout=opts.request_timeout,
         )
         self.evictor = KubeEvictor(self.client, self.events, self.metrics)
+        # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
+        self._group_kinds: dict[str, dict[str, ResourceKind]] = {}
+        self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
+        self.group_status = PodGroupStatusWriter(
+            self.client, self.group_objects, self.events, qps=opts.group_status_qps
+        )
         self.effects = KubeEffects(
             self.binder,
             self.evictor,
@@ -309,6 +356,7 @@ class KubeBackend:
             self.events,
             self.metrics,
             on_eviction_failed=self._eviction_failed,
+            groups=self.group_status,
         )
         self.clock = WallClock()
         self.scheduler: Scheduler = new_scheduler(
@@ -318,6 +366,7 @@ class KubeBackend:
             seed=seed,
             registry=registry,
         )
+        self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)
@@ -351,6 +400,8 @@ class KubeBackend:
         self._known: dict[str, tuple[object, ...]] = {}
         self._inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
         self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
+        # Bound by us, not yet seen bound through the watch (the core holds them assumed).
+        self._confirming: set[str] = set()
         self._bind_tasks: set[asyncio.Task[None]] = set()
         self._invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
         self._wake = asyncio.Event()
@@ -368,6 +419,15 @@ class KubeBackend:
     def lookup_pod(self, key: str) -> JSON | None:
         """The informer's latest copy of a pod, by `namespace/name`."""
         return self.pods.store.get(key)
+
+    def group_objects(self, key: str) -> list[tuple[ResourceKind, JSON]]:
+        """The PodGroup objects behind the group `namespace/name`, latest copies."""
+        found = []
+        for kind in self._group_kinds.get(key, {}).values():
+            raw = self.informers[kind.name].store.get(key)
+            if raw is not None:
+                found.append((kind, raw))
+        return found
 
     @property
     def synced(self) -> bool:
@@ -410,6 +470,7 @@ class KubeBackend:
         ]
         tasks.append(asyncio.create_task(self.status.run(), name="status-writer"))
         tasks.append(asyncio.create_task(self.events.run(), name="event-recorder"))
+        tasks.append(asyncio.create_task(self.group_status.run(), name="group-status-writer"))
         self._background = tasks
         stop = asyncio.create_task(self._stopping.wait())
         schedule: asyncio.Task[None] | None = None
@@ -571,6 +632,7 @@ class KubeBackend:
         try:
             status = await self.scheduler.run_binding_cycle(task)
             if status.ok:
+                self._confirming.add(uid)
                 self.bound += 1
                 log.info(
                     "bound pod %s to %s",
@@ -582,7 +644,7 @@ class KubeBackend:
             self._inflight.pop(uid, None)
             latest = self._deferred.pop(uid, None)
             if latest is not None:
-                self._apply_pod(latest)
+                self._receive_pod(latest)
             self._wake.set()
 
     # ---- informer handlers -------------------------------------------------------------
@@ -594,10 +656,7 @@ class KubeBackend:
             if old is not None and old_uid and old_uid != uid:
                 # Deleted and recreated under the same name while we were not watching.
                 self.on_delete(kind, old)
-            if uid in self._inflight:
-                self._deferred[uid] = new
-                return
-            self._apply_pod(new)
+            self._receive_pod(new)
         elif kind.name == NODES.name:
             node = self._decode(kind, new, Node)
             if node is not None:
@@ -622,11 +681,13 @@ class KubeBackend:
         self._invalid.pop((kind.name, object_key(old)), None)
         if kind.name == PODS.name:
             uid = str(meta.get("uid", ""))
+            self._confirming.discard(uid)
             if uid in self._inflight:
                 self.scheduler.delete_pod(uid)  # cancels the binding cycle
                 self._known.pop(uid, None)
                 self._deferred.pop(uid, None)
             else:
+                self._deferred.pop(uid, None)
                 self._delete_pod(uid)
         elif kind.name == NODES.name:
             self.scheduler.delete_node(str(meta.get("name", "")))
@@ -672,6 +733,24 @@ class KubeBackend:
         self.events.record(
             object_ref(kind, raw), "Warning", "InvalidObject", "Reading", message, controller
         )
+
+    def _receive_pod(self, raw: JSON) -> None:
+        """A pod from the watch: held while its binding cycle runs, and after our
+        binding was accepted until a copy shows it bound. The annotations go out before
+        the Binding, so the watch can bring the annotated, still unbound pod after the
+        bind; the core must not take that for a pending pod and schedule it again
+        (kube-scheduler skips updates of assumed pods)."""
+        uid = str((raw.get("metadata") or {}).get("uid", ""))
+        if uid in self._inflight:
+            self._deferred[uid] = raw
+            return
+        if uid in self._confirming:
+            if not (raw.get("spec") or {}).get("nodeName"):
+                self._deferred[uid] = raw  # older than our binding; the bound copy follows
+                return
+            self._confirming.discard(uid)
+            self._deferred.pop(uid, None)
+        self._apply_pod(raw)
 
     def _apply_pod(self, raw: JSON) -> None:
         uid = str((raw.get("metadata") or {}).get("uid", ""))

@@ -6,7 +6,11 @@
   (`KubeEvictor`); an eviction that does not happen is reported back to the core;
 * `Unschedulable`: the PodScheduled=False condition with kube's explanation and the
   nominated node, plus a FailedScheduling event (`PodStatusWriter`, `EventRecorder`);
-* `Bound`, `BindFailed`: Scheduled / FailedScheduling events.
+* `Bound`, `BindFailed`: Scheduled / FailedScheduling events;
+* `GroupStatus`: the status subresource of the group's PodGroup object(s), in
+  scheduler-plugins' or Volcano's terms (`PodGroupStatusWriter`); groups named by pod
+  labels only have no object and nothing is written;
+* `QueueStatus`: not written (Shoal's Queue CRD has no status subresource).
 
 Everything is queued: `emit` never blocks and never raises.
 """
@@ -18,8 +22,21 @@ from collections.abc import Callable, Mapping
 
 from shoal.api.podinfo import PodInfo
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
-from shoal.drivers.kube.status import EventRecorder, PodStatusWriter, pod_ref
-from shoal.framework.effects import BindFailed, Bound, Effect, Evict, Nominate, Unschedulable
+from shoal.drivers.kube.status import (
+    EventRecorder,
+    PodGroupStatusWriter,
+    PodStatusWriter,
+    pod_ref,
+)
+from shoal.framework.effects import (
+    BindFailed,
+    Bound,
+    Effect,
+    Evict,
+    GroupStatus,
+    Nominate,
+    Unschedulable,
+)
 from shoal.framework.status import Code, Status
 from shoal.web.metrics import SchedulerMetrics
 
@@ -30,7 +47,8 @@ log = logging.getLogger("shoal.kube.effects")
 
 class KubeEffects:
     """The effects port against a cluster: binds through `pods/binding` (annotations
-    first), evictions through the Eviction API, conditions, nominations and events.
+    first), evictions through the Eviction API, conditions, nominations, events and
+    PodGroup status.
 
     `emit` is called from inside scheduling and binding cycles, so it must never raise:
     a failure here is logged and swallowed (the pod's state is the core's business).
@@ -44,8 +62,10 @@ class KubeEffects:
         events: EventRecorder,
         metrics: SchedulerMetrics,
         on_eviction_failed: Callable[[PodInfo], None] | None = None,
+        groups: PodGroupStatusWriter | None = None,
     ) -> None:
         self.binder = binder
+        self.groups = groups
         self.evictor = evictor
         self.status = status
         self.events = events
@@ -70,6 +90,9 @@ class KubeEffects:
             self._bind_failed(effect.pod, effect.node, effect.status)
         elif isinstance(effect, Evict):
             self.evictor.evict(effect.pod, effect.reason, self.on_eviction_failed)
+        elif isinstance(effect, GroupStatus):
+            if self.groups is not None:
+                self.groups.update(effect)
         elif isinstance(effect, Nominate):
             pass  # written with the preemptor's PodScheduled=False condition (Unschedulable)
 

@@ -1,4 +1,4 @@
-"""What the scheduler writes back: pod conditions, nominations and events.
+"""What the scheduler writes back: pod conditions, nominations, events, PodGroup status.
 
 `shoal.drivers.kube.effects.KubeEffects` (the effects port for a cluster) queues work
 here from inside scheduling and binding cycles; `PodStatusWriter` and `EventRecorder`
@@ -21,6 +21,13 @@ Events are best effort: a bounded buffer (the oldest are dropped and counted whe
 API is slower than the scheduler), a repeat of the same event for the same object within
 `repeat_after` seconds is counted rather than written, and a later repeat updates the
 first event's `series`.
+
+`PodGroupStatusWriter` writes the core's `GroupStatus` effects to the status subresource
+of the PodGroup objects behind them, in each API's own terms (`group_status_patch`):
+scheduler-plugins' phases and counts, Volcano's phases (computed from the counts the way
+Volcano's session does) and conditions. Updates for a group coalesce (the latest wins),
+writes are spaced out to at most `qps` per second, unchanged statuses are not rewritten,
+and objects that are gone or being deleted are skipped.
 """
 
 from __future__ import annotations
@@ -35,11 +42,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shoal.api.podinfo import PodInfo
-from shoal.drivers.kube.client import JSON, STRATEGIC_MERGE_PATCH, ApiError, KubeClient
-from shoal.drivers.kube.resources import EVENTS, PODS
+from shoal.drivers.kube.client import (
+    JSON,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    KubeClient,
+)
+from shoal.drivers.kube.resources import EVENTS, PODS, VOLCANO_PODGROUPS, ResourceKind, object_ref
+from shoal.framework.effects import GroupStatus
 from shoal.web.metrics import SchedulerMetrics
 
-__all__ = ["EventRecorder", "PodStatusWriter", "micro_time", "pod_ref"]
+__all__ = [
+    "EventRecorder",
+    "PodGroupStatusWriter",
+    "PodStatusWriter",
+    "group_status_patch",
+    "micro_time",
+    "pod_ref",
+    "volcano_phase",
+]
 
 log = logging.getLogger("shoal.kube.status")
 
@@ -301,3 +323,277 @@ class PodStatusWriter:
             content_type=STRATEGIC_MERGE_PATCH,
         )
         self.written += 1
+
+
+# ---- PodGroup status -------------------------------------------------------------------
+
+# Volcano's condition reasons (volcano.sh/apis scheduling/v1beta1).
+VOLCANO_NOT_ENOUGH_RESOURCES = "NotEnoughResources"
+VOLCANO_READY = "tasks in gang are ready to be scheduled"
+
+GroupObjects = Callable[[str], list[tuple[ResourceKind, JSON]]]
+
+
+def _unschedulable(status: GroupStatus) -> bool:
+    """The group's last attempt found no room for its minimum (not: a member failed)."""
+    return status.phase == "Scheduling" or (status.phase == "Failed" and status.failed == 0)
+
+
+def volcano_phase(status: GroupStatus) -> str:
+    """Volcano's PodGroup phase for Shoal's counts, as Volcano's session computes it
+    (framework/session.go getPodGroupPhase): Unknown while some members run but the rest
+    cannot be placed; Running once minMember are placed, Completed once all of those
+    finished (succeeded or failed); otherwise Inqueue, because Shoal has no separate
+    enqueue step (Volcano moves a Pending group to Inqueue itself when its `enqueue`
+    action is off), and Volcano's job controller creates a job's pods only after its
+    PodGroup left Pending."""
+    scheduled = status.running + status.succeeded + status.failed
+    if status.running and scheduled < status.min_member and _unschedulable(status):
+        return "Unknown"
+    if scheduled >= status.min_member:
+        return "Running" if status.running else "Completed"
+    return "Inqueue"
+
+
+def _merge_conditions(
+    current: list[JSON], wanted: list[JSON], now: str, keep: tuple[str, ...]
+) -> list[JSON]:
+    """`current` with the `wanted` conditions put in by type; a condition whose status did
+    not change keeps its lastTransitionTime (and the fields in `keep`)."""
+    out = [dict(c) for c in current if isinstance(c, dict)]
+    for condition in wanted:
+        index = next((i for i, c in enumerate(out) if c.get("type") == condition["type"]), None)
+        new = dict(condition)
+        if index is not None and out[index].get("status") == new["status"]:
+            new["lastTransitionTime"] = out[index].get("lastTransitionTime") or now
+            for name in keep:
+                if name in out[index]:
+                    new[name] = out[index][name]
+        else:
+            new["lastTransitionTime"] = now
+        if index is None:
+            out.append(new)
+        else:
+            out[index] = new
+    return out
+
+
+def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, now: str) -> JSON:
+    """The `status` to write on the PodGroup object `current` of `kind` (a merge patch
+    body; compared with the object's status to skip writes that change nothing)."""
+    existing = current.get("status") or {}
+    conditions = existing.get("conditions") or []
+    if kind.group == VOLCANO_PODGROUPS.group:
+        phase = volcano_phase(status)
+        wanted: list[JSON] = []
+        if phase in ("Running", "Completed"):
+            wanted.append(
+                {"type": "Scheduled", "status": "True", "reason": VOLCANO_READY, "message": ""}
+            )
+            if any(c.get("type") == "Unschedulable" for c in conditions):
+                wanted.append(
+                    {"type": "Unschedulable", "status": "False", "reason": "", "message": ""}
+                )
+        elif _unschedulable(status) and status.reason:
+            wanted.append(
+                {
+                    "type": "Unschedulable",
+                    "status": "True",
+                    "reason": VOLCANO_NOT_ENOUGH_RESOURCES,
+                    "message": status.reason,
+                }
+            )
+        body: JSON = {
+            "phase": phase,
+            "running": status.running,
+            "succeeded": status.succeeded,
+            "failed": status.failed,
+        }
+        if wanted:
+            body["conditions"] = _merge_conditions(conditions, wanted, now, ("transitionID",))
+        return body
+    # scheduler-plugins (scheduling.x-k8s.io, scheduling.sigs.k8s.io): its phase names are
+    # Shoal's own.
+    body = {
+        "phase": status.phase,
+        "running": status.running,
+        "succeeded": status.succeeded,
+        "failed": status.failed,
+    }
+    if status.phase != "Pending" and not existing.get("scheduleStartTime"):
+        # As scheduler-plugins: when the group first got past Pending.
+        body["scheduleStartTime"] = now
+    wanted = []
+    if status.phase in ("Running", "Finished"):
+        wanted.append({"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": ""})
+    elif _unschedulable(status) and status.reason:
+        wanted.append(
+            {
+                "type": "Scheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": status.reason,
+            }
+        )
+    if wanted:
+        body["conditions"] = _merge_conditions(conditions, wanted, now, ())
+    return body
+
+
+@dataclass
+class _GroupUpdate:
+    status: GroupStatus
+    tries: int = 0
+
+
+class PodGroupStatusWriter:
+    """Coalesced, rate-limited PodGroup status writes; never blocks the scheduler.
+
+    `objects(key)` gives the PodGroup objects (with their kind) that back the group
+    `namespace/name`, as the informers last saw them: a group can only be written once
+    its object arrived, and an object that is gone is not written.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: GroupObjects,
+        events: EventRecorder | None = None,
+        *,
+        qps: float = 10.0,
+        retries: int = 3,
+        retry_delay: float = 0.5,
+        controller: str = "shoal",
+    ) -> None:
+        self.client = client
+        self.objects = objects
+        self.events = events
+        self.interval = 1.0 / qps if qps > 0 else 0.0
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.controller = controller
+        self._busy = False
+        self._retrying = 0
+        self._pending: dict[str, _GroupUpdate] = {}
+        self._order: deque[str] = deque()
+        self._wake = asyncio.Event()
+        self.written = 0
+        self.skipped = 0
+        self.failed = 0
+
+    def update(self, status: GroupStatus) -> None:
+        """Queue the group's latest status (replacing one not written yet)."""
+        if not status.has_object:
+            return  # named by pod labels only: there is nothing to write to
+        key = f"{status.namespace}/{status.name}"
+        if key not in self._pending:
+            self._order.append(key)
+        self._pending[key] = _GroupUpdate(status)
+        self._wake.set()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, being written or waiting for a retry."""
+        return not self._pending and not self._busy and not self._retrying
+
+    async def run(self) -> None:
+        while True:
+            while not self._order:
+                self._wake.clear()
+                await self._wake.wait()
+            key = self._order.popleft()
+            update = self._pending.pop(key, None)
+            if update is None:
+                continue
+            self._busy = True
+            try:
+                requests = await self._write(update)
+            except ApiError as err:
+                requests = 1
+                self._failed(key, update, err)
+            except Exception:  # never let one bad write stop the writer
+                requests = 1
+                self.failed += 1
+                log.exception("writing the status of pod group %s failed", key)
+            finally:
+                self._busy = False
+            if requests and self.interval:
+                await asyncio.sleep(self.interval * requests)
+
+    def _failed(self, key: str, update: _GroupUpdate, err: ApiError) -> None:
+        if err.not_found:
+            self.skipped += 1  # deleted meanwhile
+            return
+        if (err.conflict or err.retryable) and update.tries < self.retries:
+            # Changed under us (the informer brings the new version) or a passing error:
+            # try again a little later, unless a newer status is waiting by then.
+            update.tries += 1
+            self._retrying += 1
+            asyncio.get_running_loop().call_later(
+                self.retry_delay * update.tries, self._retry, key, update
+            )
+            return
+        self.failed += 1
+        log.warning(
+            "could not update the status of pod group %s: %s",
+            key,
+            err,
+            extra={"podgroup": key, "error": str(err)},
+        )
+
+    def _retry(self, key: str, update: _GroupUpdate) -> None:
+        self._retrying -= 1
+        if key not in self._pending:
+            self._pending[key] = update
+            self._order.append(key)
+            self._wake.set()
+
+    async def _write(self, update: _GroupUpdate) -> int:
+        """Write the update to the group's objects; the number of requests made."""
+        status = update.status
+        key = f"{status.namespace}/{status.name}"
+        targets = self.objects(key)
+        if not targets:
+            self.skipped += 1
+            return 0
+        now = rfc3339()
+        requests = 0
+        for kind, current in targets:
+            meta = current.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                self.skipped += 1
+                continue
+            body = group_status_patch(kind, status, current, now)
+            existing = current.get("status") or {}
+            if all(existing.get(name) == value for name, value in body.items()):
+                self.skipped += 1
+                continue
+            requests += 1
+            await self.client.request(
+                "PATCH",
+                kind.path(status.namespace, status.name, "status"),
+                body={
+                    "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
+                    "status": body,
+                },
+                content_type=MERGE_PATCH,
+            )
+            self.written += 1
+            self._report(kind, current, status, existing)
+        return requests
+
+    def _report(self, kind: ResourceKind, obj: JSON, status: GroupStatus, before: JSON) -> None:
+        """A Warning event on the PodGroup when it newly cannot be placed, with the
+        reason (scheduler-plugins' own CRD drops conditions; events always show)."""
+        if self.events is None or not status.reason or not _unschedulable(status):
+            return
+        if any(c.get("message") == status.reason for c in before.get("conditions") or []):
+            return
+        self.events.record(
+            object_ref(kind, obj),
+            "Warning",
+            "Unschedulable",
+            "Scheduling",
+            status.reason,
+            self.controller,
+        )

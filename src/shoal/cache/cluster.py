@@ -21,9 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from shoal.api.gpu import node_gpus
+from shoal.api.gpu import ANNOTATION_GPU_INDEX, node_gpus
 from shoal.api.objects import Node
-from shoal.api.gpu import ANNOTATION_GPU_INDEX
 from shoal.api.podinfo import PodInfo
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_table import NodeTable

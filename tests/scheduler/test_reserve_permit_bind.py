@@ -220,3 +220,26 @@ def test_backoff_settings_come_from_the_config() -> None:
     h = SchedulerHarness({"podInitialBackoffSeconds": 2, "podMaxBackoffSeconds": 5})
     queue = h.scheduler.queue
     assert [queue.backoff_duration(a) for a in (1, 2, 3, 4)] == [2.0, 4.0, 5.0, 5.0]
+
+
+def test_a_stale_update_of_an_assumed_pod_does_not_schedule_it_again() -> None:
+    """A watch may deliver the pod without its node after our bind was sent (the
+    annotations patch lands first): kube's IsAssumedPod check keeps it out of the queue."""
+    from shoal.drivers.memory import run_sync
+
+    h = SchedulerHarness()
+    h.add_nodes(make_node("n1").capacity(cpu="2", memory="4Gi"))
+    (info,) = h.add_pods(make_pod("p").req(cpu="1"))
+    sched = h.scheduler
+    result = sched.schedule_one()
+    assert result is not None and result.node == "n1"
+    (task,) = sched.take_bindings()
+    assert run_sync(sched.run_binding_cycle(task)).ok
+    # The pod is assumed (confirmed by our binding cycle) but its watch update has not
+    # arrived; an update without spec.nodeName comes first.
+    stale = make_pod("p").req(cpu="1").obj()
+    stale.metadata.annotations = {"shoal.dev/gpu-index": "0"}
+    sched.update_pod(stale)
+    assert not sched.has_work()
+    assert sched.schedule_one() is None
+    assert h.pods_on("n1") == ["default/p"]

@@ -158,6 +158,7 @@ class GangManager:
         meta = obj.metadata
         group = self._group(meta.namespace or "default", meta.name, now)
         group.has_object = True
+        group.source = "volcano" if isinstance(obj, VolcanoPodGroup) else "scheduler-plugins"
         self.dirty.add(group.key)
         group.min_member = max(1, obj.spec.min_member)
         group.min_resources = parse_resource_list(obj.spec.min_resources)

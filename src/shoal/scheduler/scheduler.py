@@ -121,7 +121,7 @@ class Scheduler:
         self._binding: dict[str, BindingTask] = {}
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
         self.gangs = GangManager.of(handle)
-        self._published_groups: dict[str, GroupStatus] = {}
+        self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -197,6 +197,20 @@ class Scheduler:
                     self.queue.update(member, now)
         self.queue.regate(list(group.members))
 
+    def delete_pod_group(self, namespace: str, name: str, source: str = "") -> None:
+        """A PodGroup object was deleted: its members wait for it again (if their keys
+        still name it), and a Volcano group's queue no longer applies to them."""
+        key = f"{namespace or 'default'}/{name}"
+        group = self.gangs.groups.get(key)
+        members = list(group.members.values()) if group is not None else []
+        now = self.clock.now()
+        if source == "volcano" and self.queues.set_group_queue(key, "", members):
+            for member in members:
+                if self.queue.get(member.uid) is not None:
+                    self.queue.update(member, now)
+        self.gangs.delete_pod_group(namespace or "default", name)
+        self.queue.regate([m.uid for m in members])
+
     def finish_pod(self, uid: str, succeeded: bool = True) -> None:
         """A bound pod ran to completion (Succeeded or Failed): free it, count it."""
         self.gangs.member_finished(uid, succeeded)
@@ -219,6 +233,10 @@ class Scheduler:
             if old is not None:
                 self.finish_pod(info.uid, succeeded=info.pod.status.phase == "Succeeded")
             return info
+        if old is not None and old.node_name and not info.node_name:
+            # A pod is never unbound: this copy predates our bind (e.g. the annotations
+            # patch seen before the Binding), kube's IsAssumedPod case. Keep ours.
+            return old
         if old is not None and old.initial_attempt_time is not None:
             info.initial_attempt_time = old.initial_attempt_time
         if old is not None and not old.node_name and info.node_name:
@@ -231,9 +249,19 @@ class Scheduler:
         if info.node_name:
             self.cluster.add_bound_pod(info, info.node_name)
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL))
-        elif self.is_ours(info) and info.uid not in self._binding and info.uid not in self._waiting:
+        elif self._assumed(info.uid):
+            # Assumed and being (or just) bound: an update that does not show the node
+            # yet is stale (kube's IsAssumedPod check), never a reason to schedule again.
+            pass
+        elif self.is_ours(info):
             self.queue.update(info, self.clock.now())
         return info
+
+    def _assumed(self, uid: str) -> bool:
+        if uid in self._binding or uid in self._waiting:
+            return True
+        record = self.cluster.placed.get(uid)
+        return record is not None and record.assumed
 
     def delete_pod(self, uid: str) -> None:
         self._pods.pop(uid, None)
@@ -393,10 +421,20 @@ class Scheduler:
 
     def schedule_one(self) -> CycleResult | None:
         """Run one scheduling cycle for the next pod in the active queue (for a gang
-        member: for its whole gang)."""
+        member: for its whole gang). An unexpected error fails this pod's attempt (it
+        backs off and is retried) and never the scheduler."""
         entry = self.queue.pop()
         if entry is None:
             return None
+        try:
+            return self._cycle(entry)
+        except Exception as err:
+            status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
+            if self.queue.get(entry.pod.uid) is not None:
+                self._requeue(entry, self.clock.now(), frozenset(), status, status.message)
+            return CycleResult(entry.pod, None, status, status.message)
+
+    def _cycle(self, entry: QueuedPod) -> CycleResult:
         pod = entry.pod
         now = self.clock.now()
         if pod.initial_attempt_time is None:

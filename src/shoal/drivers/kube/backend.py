@@ -166,7 +166,7 @@ def _pod_groups(kind: ResourceKind) -> Watched:
                 if raw is not None:
                     b.on_upsert(other, None, raw)
             return
-        s.gangs.delete_pod_group(namespace, name)
+        s.delete_pod_group(namespace, name)
 
     return Watched(kind, upsert, remove)
 
@@ -400,8 +400,6 @@ class KubeBackend:
         self._known: dict[str, tuple[object, ...]] = {}
         self._inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
         self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
-        # Bound by us, not yet seen bound through the watch (the core holds them assumed).
-        self._confirming: set[str] = set()
         self._bind_tasks: set[asyncio.Task[None]] = set()
         self._invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
         self._wake = asyncio.Event()
@@ -632,7 +630,6 @@ class KubeBackend:
         try:
             status = await self.scheduler.run_binding_cycle(task)
             if status.ok:
-                self._confirming.add(uid)
                 self.bound += 1
                 log.info(
                     "bound pod %s to %s",
@@ -681,7 +678,6 @@ class KubeBackend:
         self._invalid.pop((kind.name, object_key(old)), None)
         if kind.name == PODS.name:
             uid = str(meta.get("uid", ""))
-            self._confirming.discard(uid)
             if uid in self._inflight:
                 self.scheduler.delete_pod(uid)  # cancels the binding cycle
                 self._known.pop(uid, None)
@@ -735,21 +731,13 @@ class KubeBackend:
         )
 
     def _receive_pod(self, raw: JSON) -> None:
-        """A pod from the watch: held while its binding cycle runs, and after our
-        binding was accepted until a copy shows it bound. The annotations go out before
-        the Binding, so the watch can bring the annotated, still unbound pod after the
-        bind; the core must not take that for a pending pod and schedule it again
-        (kube-scheduler skips updates of assumed pods)."""
+        """A pod from the watch, held while its binding cycle runs. (A copy that arrives
+        after our bind without the node, e.g. the annotated pod before the Binding, is
+        ignored by the core: a pod is never unbound, kube's IsAssumedPod case.)"""
         uid = str((raw.get("metadata") or {}).get("uid", ""))
         if uid in self._inflight:
             self._deferred[uid] = raw
             return
-        if uid in self._confirming:
-            if not (raw.get("spec") or {}).get("nodeName"):
-                self._deferred[uid] = raw  # older than our binding; the bound copy follows
-                return
-            self._confirming.discard(uid)
-            self._deferred.pop(uid, None)
         self._apply_pod(raw)
 
     def _apply_pod(self, raw: JSON) -> None:

@@ -229,7 +229,7 @@ def test_a_stale_update_of_an_assumed_pod_does_not_schedule_it_again() -> None:
 
     h = SchedulerHarness()
     h.add_nodes(make_node("n1").capacity(cpu="2", memory="4Gi"))
-    (info,) = h.add_pods(make_pod("p").req(cpu="1"))
+    h.add_pods(make_pod("p").req(cpu="1"))
     sched = h.scheduler
     result = sched.schedule_one()
     assert result is not None and result.node == "n1"

@@ -39,7 +39,7 @@ from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource, PreFilterResult
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import Args
-from shoal.preemption.evaluator import VictimSearch
+from shoal.preemption.evaluator import GangUnits, VictimSearch
 from shoal.tenancy.fairshare import hdrf_fair_share
 from shoal.tenancy.manager import QueueManager
 
@@ -108,19 +108,14 @@ class QueueCapacity:
             return None, Status(Code.UNSCHEDULABLE)
         cluster = self.handle.cluster
         mine = set(tree.path_lists[leaf])
-        units = self.gangs.eviction_unit_of(cluster)
+        units = GangUnits(self.gangs, cluster)
 
-        def budget(victims: list[PodInfo]) -> bool:
+        def budget(chosen: list[list[PodInfo]]) -> bool:
             """Kueue's rule, per unit that must go together (a gang at its minMember):
             every queue it is taken from (off the preemptor's path) is above the level
             it keeps (guarantee, or fair share plus tolerance) just before it goes."""
             usage = queues.usage.copy()
-            seen: set[str] = set()
-            for victim in sorted(victims, key=lambda v: (v.priority, -v.timestamp)):
-                if victim.uid in seen:
-                    continue
-                unit = units(victim)
-                seen.update(p.uid for p in unit)
+            for unit in sorted(chosen, key=lambda u: min((v.priority, -v.timestamp) for v in u)):
                 for member in unit:
                     vl = queues.placed_leaf(member.uid)
                     if vl < 0 or member.priority > pod.priority:

@@ -83,10 +83,13 @@ class QueueCapacity:
         queues = self.queues
         tree = queues.tree
         leaf, error = queues.queue_of(pod)
-        if error or not tree.quota_mask.any():
+        fair = self.args.reclaim_to == "FairShare"
+        if error or not (fair or tree.quota_mask.any()):
             return None, Status(Code.UNSCHEDULABLE)
         vec = tree.vector(pod.requests)
-        asked = (vec > 0) & tree.quota_mask
+        # A fair share exists for every resource the tree tracks, guaranteed or not
+        # (equal-weight queues without guarantees still have shares to reclaim up to).
+        asked = (vec > 0) if fair else (vec > 0) & tree.quota_mask
         if not asked.any():
             return None, Status(Code.UNSCHEDULABLE)  # asks for nothing under quota
         target, keep = self._levels()

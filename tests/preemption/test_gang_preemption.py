@@ -67,9 +67,13 @@ def test_gang_preempts_exactly_enough_across_nodes_in_one_decision() -> None:
     )
     assert first_bind > max(i for i, e in enumerate(h.events) if e.kind == "evicted")
 
+    # Lower-priority pods arriving while the members wait do not take the room the
+    # members are nominated to.
+    h.add_pods(*(make_pod(f"late-{i}").req({GPU: 1}, cpu="1").priority(0) for i in range(9)))
     placements, messages = h.advance(30)
     members = {k: v for k, v in placements.items() if k.startswith("ml/")}
     assert all(members.values()), messages
+    assert not any(v for k, v in placements.items() if k.startswith("default/late-"))
     # Every member landed on a node it emptied, one member per node.
     assert sorted(members.values()) == sorted(per_node)
     # Nothing else was touched: the fourth node keeps its four pods, and the one

@@ -179,20 +179,23 @@ class QueueCapacity:
         return total
 
     def _over(self, leaf: int, asked: NDArray[np.bool_], keep: NDArray[np.int64]) -> list[int]:
-        """Leaves that are reclaimable and sit under a queue above its keep level, off the
-        preemptor's own path."""
+        """Leaves whose every queue off the preemptor's path is above its keep level (the
+        budget's condition for a first victim: a leaf at its guarantee under a borrowing
+        parent is not a victim, and must not crowd out its borrowing sibling in the
+        minimal set), one of them reclaimable."""
         queues, tree = self.queues, self.queues.tree
         mine = set(tree.path_lists[leaf])
-        over_q = {
-            q
-            for q in range(1, len(tree.names))
-            if q not in mine
-            and tree.defs[tree.names[q]].reclaimable
-            and (queues.usage[q][asked] > keep[q][asked]).any()
-        }
-        return [
-            lf for lf in tree.leaves if lf != leaf and any(q in over_q for q in tree.path_lists[lf])
-        ]
+        above = (queues.usage[:, asked] > keep[:, asked]).any(axis=1)
+        out = []
+        for lf in tree.leaves:
+            path = [q for q in tree.path_lists[lf] if q not in mine]
+            if (
+                lf != leaf
+                and all(above[q] for q in path)
+                and any(tree.defs[tree.names[q]].reclaimable for q in path)
+            ):
+                out.append(lf)
+        return out
 
     def _pool(self, leaves: list[int], pod: PodInfo) -> Iterable[PodRecord]:
         """Pods of those leaves no more important than the preemptor (the budget decides

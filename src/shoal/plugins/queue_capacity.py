@@ -185,7 +185,7 @@ class QueueCapacity:
         minimal set), one of them reclaimable."""
         queues, tree = self.queues, self.queues.tree
         mine = set(tree.path_lists[leaf])
-        above = (queues.usage[:, asked] > keep[:, asked]).any(axis=1)
+        above: NDArray[np.bool_] = np.any(queues.usage[:, asked] > keep[:, asked], axis=1)
         out = []
         for lf in tree.leaves:
             path = [q for q in tree.path_lists[lf] if q not in mine]

@@ -20,7 +20,7 @@ from shoal.framework.status import Code, Status
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import DefaultPreemptionArgs
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.preemption.evaluator import VictimSearch
+from shoal.preemption.evaluator import GangUnits, VictimSearch
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "DefaultPreemption"]
@@ -48,7 +48,7 @@ class DefaultPreemption:
         cluster = self.handle.cluster
         search = VictimSearch(
             self.handle,
-            units=self.gangs.eviction_unit_of(cluster),
+            units=GangUnits(self.gangs, cluster),
             pdb_violations=self.pdbs.checker(cluster),
         )
         choice = search.best(

@@ -39,7 +39,7 @@ from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource, PreFilterResult
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import Args
-from shoal.preemption.evaluator import VictimSearch
+from shoal.preemption.evaluator import GangUnits, VictimSearch
 from shoal.tenancy.fairshare import hdrf_fair_share
 from shoal.tenancy.manager import QueueManager
 
@@ -83,10 +83,13 @@ class QueueCapacity:
         queues = self.queues
         tree = queues.tree
         leaf, error = queues.queue_of(pod)
-        if error or not tree.quota_mask.any():
+        fair = self.args.reclaim_to == "FairShare"
+        if error or not (fair or tree.quota_mask.any()):
             return None, Status(Code.UNSCHEDULABLE)
         vec = tree.vector(pod.requests)
-        asked = (vec > 0) & tree.quota_mask
+        # A fair share exists for every resource the tree tracks, guaranteed or not
+        # (equal-weight queues without guarantees still have shares to reclaim up to).
+        asked = (vec > 0) if fair else (vec > 0) & tree.quota_mask
         if not asked.any():
             return None, Status(Code.UNSCHEDULABLE)  # asks for nothing under quota
         target, keep = self._levels()
@@ -108,19 +111,14 @@ class QueueCapacity:
             return None, Status(Code.UNSCHEDULABLE)
         cluster = self.handle.cluster
         mine = set(tree.path_lists[leaf])
-        units = self.gangs.eviction_unit_of(cluster)
+        units = GangUnits(self.gangs, cluster)
 
-        def budget(victims: list[PodInfo]) -> bool:
+        def budget(chosen: list[list[PodInfo]]) -> bool:
             """Kueue's rule, per unit that must go together (a gang at its minMember):
             every queue it is taken from (off the preemptor's path) is above the level
             it keeps (guarantee, or fair share plus tolerance) just before it goes."""
             usage = queues.usage.copy()
-            seen: set[str] = set()
-            for victim in sorted(victims, key=lambda v: (v.priority, -v.timestamp)):
-                if victim.uid in seen:
-                    continue
-                unit = units(victim)
-                seen.update(p.uid for p in unit)
+            for unit in sorted(chosen, key=lambda u: min((v.priority, -v.timestamp) for v in u)):
                 for member in unit:
                     vl = queues.placed_leaf(member.uid)
                     if vl < 0 or member.priority > pod.priority:
@@ -181,20 +179,23 @@ class QueueCapacity:
         return total
 
     def _over(self, leaf: int, asked: NDArray[np.bool_], keep: NDArray[np.int64]) -> list[int]:
-        """Leaves that are reclaimable and sit under a queue above its keep level, off the
-        preemptor's own path."""
+        """Leaves whose every queue off the preemptor's path is above its keep level (the
+        budget's condition for a first victim: a leaf at its guarantee under a borrowing
+        parent is not a victim, and must not crowd out its borrowing sibling in the
+        minimal set), one of them reclaimable."""
         queues, tree = self.queues, self.queues.tree
         mine = set(tree.path_lists[leaf])
-        over_q = {
-            q
-            for q in range(1, len(tree.names))
-            if q not in mine
-            and tree.defs[tree.names[q]].reclaimable
-            and (queues.usage[q][asked] > keep[q][asked]).any()
-        }
-        return [
-            lf for lf in tree.leaves if lf != leaf and any(q in over_q for q in tree.path_lists[lf])
-        ]
+        above: NDArray[np.bool_] = np.any(queues.usage[:, asked] > keep[:, asked], axis=1)
+        out = []
+        for lf in tree.leaves:
+            path = [q for q in tree.path_lists[lf] if q not in mine]
+            if (
+                lf != leaf
+                and all(above[q] for q in path)
+                and any(tree.defs[tree.names[q]].reclaimable for q in path)
+            ):
+                out.append(lf)
+        return out
 
     def _pool(self, leaves: list[int], pod: PodInfo) -> Iterable[PodRecord]:
         """Pods of those leaves no more important than the preemptor (the budget decides

@@ -20,20 +20,26 @@ below its guarantee"); the search does the rest the way kube-scheduler does:
    priority, smallest priority sum, fewest victims, latest start) over up to
    `max_candidates` valid candidates, starting at a random offset as kube does.
 
-Gangs: a victim whose group would fall below its minMember takes the whole group with it
-(a partial gang is never left running); members above the minimum go one by one.
+Gangs (`GangUnits`): a victim whose group would fall below its minMember takes the whole
+group with it (a partial gang is never left running); members above the minimum go one
+by one. How many may go one by one is counted against the cache as it is during the
+search: members already being evicted, or taken off earlier in the same transaction
+(the gang cycle's job-level preemption), no longer count as running. When the minimal
+set on a node would take more of a group's members than it can spare, the group
+becomes one unit and the node's search is run again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import PodRecord
+from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -41,13 +47,52 @@ from shoal.framework.interfaces import NodeFilterStatuses
 from shoal.framework.runtime import Framework
 from shoal.framework.types import Candidates
 
-__all__ = ["MAX_CANDIDATE_NODES", "Candidate", "VictimSearch", "more_important"]
+if TYPE_CHECKING:
+    from shoal.gang.manager import GangManager
+
+__all__ = ["MAX_CANDIDATE_NODES", "Candidate", "GangUnits", "VictimSearch", "more_important"]
 
 MAX_CANDIDATE_NODES = 100  # kube's minCandidateNodesAbsolute
 RESOURCE_FILTER = "NodeResourcesFit"
 
 Units = Callable[[PodInfo], list[PodInfo]]
 """The pods that must go together with a victim (its gang when at minMember)."""
+Budget = Callable[[list[list[PodInfo]]], bool]
+"""Whether a node's victims, as the units that go together, may be taken."""
+
+
+class GangUnits:
+    """Eviction units of gang members, judged against the cache as it is now.
+
+    A member goes alone while its group keeps at least minMember members running
+    without it; otherwise the group's running members go together. Members being
+    evicted (`cluster.evicting`) or off their nodes in an open transaction do not count
+    as running: two evictions must not each take "the one spare member".
+    """
+
+    def __init__(self, gangs: GangManager, cluster: ClusterState) -> None:
+        self.gangs = gangs
+        self.cluster = cluster
+
+    def running(self, pod: PodInfo) -> tuple[str, int, list[PodInfo]] | None:
+        """(group key, members that may go one by one, the running members), or None
+        for a pod outside any group."""
+        group = self.gangs.group_of_uid(pod.uid)
+        if group is None:
+            return None
+        placed, evicting = self.cluster.placed, self.cluster.evicting
+        members = [
+            record.pod
+            for uid in sorted(group.members)
+            if uid not in evicting and (record := placed.get(uid)) is not None
+        ]
+        return group.key, len(members) - group.min_member, members
+
+    def __call__(self, pod: PodInfo) -> list[PodInfo]:
+        found = self.running(pod)
+        if found is None or found[1] > 0 or all(p.uid != pod.uid for p in found[2]):
+            return [pod]
+        return found[2]
 
 
 def more_important(pod: PodInfo) -> tuple[int, float]:
@@ -73,11 +118,12 @@ class VictimSearch:
     def __init__(
         self,
         handle: Handle,
-        units: Units | None = None,
+        units: Units | GangUnits | None = None,
         pdb_violations: Callable[[Iterable[PodInfo]], int] | None = None,
     ) -> None:
         self.handle = handle
         self.units: Units = units or (lambda pod: [pod])
+        self.gangs = units if isinstance(units, GangUnits) else None
         self.pdb_violations = pdb_violations or (lambda victims: 0)
 
     def best(
@@ -86,7 +132,7 @@ class VictimSearch:
         statuses: NodeFilterStatuses,
         pool: Iterable[PodRecord],
         *,
-        budget: Callable[[list[PodInfo]], bool] | None = None,
+        budget: Budget | None = None,
         max_candidates: int = MAX_CANDIDATE_NODES,
     ) -> Candidate | None:
         """The best node and its minimal victims, or None when preemption cannot help."""
@@ -125,7 +171,7 @@ class VictimSearch:
             position += len(chunk)
             units_of = {row: self._units_on(by_row[row], eligible) for row in chunk}
             chunk = [row for row in chunk if units_of[row]]
-            results: dict[int, list[PodInfo] | None] = {}
+            results: dict[int, list[list[PodInfo]] | None] = {}
             if local:
                 # Units confined to their node can be judged for all nodes at once.
                 alone = [
@@ -138,13 +184,18 @@ class VictimSearch:
                     )
                 ]
                 results = self.select_on_nodes(runner, pod, alone, units_of)
+                if self.gangs is not None:
+                    for row, chosen in list(results.items()):
+                        if chosen is not None and self._beyond_spare(chosen, set()):
+                            del results[row]  # a group goes whole: judged on its own
             for row in chunk:
                 if row not in results:
-                    results[row] = self.select_on_node(runner, pod, row, units_of[row])
+                    results[row] = self.select_on_node(runner, pod, row, units_of[row], eligible)
             for row in chunk:
-                victims = results[row]
-                if victims is None or (budget is not None and not budget(victims)):
+                chosen = results[row]
+                if chosen is None or (budget is not None and not budget(chosen)):
                     continue
+                victims = [v for unit in chosen for v in unit]
                 candidate = Candidate(str(table.names[row]), victims, self.pdb_violations(victims))
                 found += 1
                 if best is None or candidate.rank() < best.rank():
@@ -175,16 +226,17 @@ class VictimSearch:
         pod: PodInfo,
         rows: list[int],
         units_of: dict[int, list[list[PodInfo]]],
-    ) -> dict[int, list[PodInfo] | None]:
+    ) -> dict[int, list[list[PodInfo]] | None]:
         """`select_on_node` for many nodes at once, exact when `node_local` holds: all
         their victims go in one transaction, the filters run once over all the nodes,
-        then reprieve proceeds in rounds (the k-th victim of every node together)."""
-        out: dict[int, list[PodInfo] | None] = {}
+        then reprieve proceeds in rounds (the k-th victim unit of every node together).
+        Returns the victim units per node."""
+        out: dict[int, list[list[PodInfo]] | None] = {}
         if not rows:
             return out
         check_resources = runner.has_filter(RESOURCE_FILTER)
         ordered: dict[int, list[list[PodInfo]]] = {}
-        victims: dict[int, list[PodInfo]] = {}
+        victims: dict[int, list[list[PodInfo]]] = {}
         cluster = self.handle.cluster
         # Every judge here reads per-node state only (node_local), and the transaction
         # is always undone: cluster-wide tallies (queue usage) need not follow it.
@@ -223,7 +275,7 @@ class VictimSearch:
                     if not ok:
                         for victim in ordered[row][k]:
                             tx.evict(victim)
-                        victims[row].extend(ordered[row][k])
+                        victims[row].append(ordered[row][k])
                 k += 1
         for row in ordered:
             out[row] = victims[row] or None
@@ -297,10 +349,60 @@ class VictimSearch:
         return out
 
     def select_on_node(
+        self,
+        runner: Framework,
+        pod: PodInfo,
+        row: int,
+        units: list[list[PodInfo]],
+        eligible: Collection[str] | None = None,
+    ) -> list[list[PodInfo]] | None:
+        """kube's SelectVictimsOnNode over a transaction: the victim units, or None when
+        the pod does not fit even with every unit gone, or fits with none gone. A group
+        whose members would go one by one beyond what it can spare goes whole instead
+        (only `eligible` pods may be taken), and the search is run again."""
+        whole: set[str] = set()
+        while True:
+            chosen = self._reprieve(runner, pod, row, units)
+            if chosen is None or self.gangs is None:
+                return chosen
+            over = self._beyond_spare(chosen, whole)
+            if not over:
+                return chosen
+            whole.update(over)
+            going = {p.uid for members in over.values() for p in members}
+            units = [u for u in units if not any(p.uid in going for p in u)]
+            for members in over.values():
+                if eligible is None or all(p.uid in eligible for p in members):
+                    units.append(members)
+            if not units:
+                return None
+
+    def _beyond_spare(
+        self, chosen: list[list[PodInfo]], whole: set[str]
+    ) -> dict[str, list[PodInfo]]:
+        """Groups (not yet whole) that `chosen` takes more members of than they can
+        spare, with their running members."""
+        assert self.gangs is not None
+        taken: dict[str, int] = {}
+        over: dict[str, list[PodInfo]] = {}
+        for unit in chosen:
+            for victim in unit:
+                found = self.gangs.running(victim)
+                if found is None or found[0] in whole:
+                    continue
+                key, spare, members = found
+                if spare <= 0:
+                    continue  # its units are the whole group already
+                taken[key] = taken.get(key, 0) + 1
+                if taken[key] > spare:
+                    over[key] = members
+        return over
+
+    def _reprieve(
         self, runner: Framework, pod: PodInfo, row: int, units: list[list[PodInfo]]
-    ) -> list[PodInfo] | None:
-        """kube's SelectVictimsOnNode over a transaction; None when the pod does not fit
-        even with every unit gone, or fits with none gone."""
+    ) -> list[list[PodInfo]] | None:
+        """Evict every unit, then put units back, most important first, while the pod
+        still fits; the units that could not be put back are the victims."""
         check_resources = runner.has_filter(RESOURCE_FILTER)
         with Transaction(self.handle.cluster) as tx:
             for unit in units:
@@ -314,7 +416,7 @@ class VictimSearch:
             ordered = sorted(violating, key=_unit_importance) + sorted(
                 keeping, key=_unit_importance
             )
-            victims: list[PodInfo] = []
+            victims: list[list[PodInfo]] = []
             for unit in ordered:
                 mark = tx.mark()
                 for victim in unit:
@@ -324,7 +426,7 @@ class VictimSearch:
                     runner, pod, row
                 ):
                     tx.rollback(mark)
-                    victims.extend(v for v in unit if v not in victims)
+                    victims.append(unit)
         return victims or None
 
     def _resources_fit(self, pod: PodInfo, row: int) -> bool:

@@ -67,7 +67,9 @@ class GangOutcome:
     * `placed`: members assumed in the cache (committed), to run Permit and bind;
     * `failed`: members that did not fit (each with its status and diagnosis), requeued;
     * `rejected`: set when the whole gang failed: every entry is requeued with it;
-    * `victims` / `nominations`: job-level preemption decided (placements dropped).
+    * `victims` / `nominations`: job-level preemption decided (placements dropped);
+    * `retry_soon`: a member's PostFilter will act after a delay (reclaim waits for
+      `reclaimDelaySeconds`): retry the gang after its backoff, not on an event.
     """
 
     placed: list[Placement] = field(default_factory=list)
@@ -75,6 +77,7 @@ class GangOutcome:
     rejected: tuple[Status, str, frozenset[str]] | None = None
     victims: list[Victim] = field(default_factory=list)
     nominations: list[tuple[PodInfo, str]] = field(default_factory=list)
+    retry_soon: bool = False
 
 
 def _fmt(resource: str, amount: int) -> str:
@@ -179,19 +182,22 @@ class GangCycle:
         may_preempt: bool,
     ) -> GangOutcome:
         # A retried gang competes with others for room, not with its own nominations.
+        # Every member is attempted now, also those the loop below never reaches once
+        # the minimum is out of reach: waiting (e.g. reclaim's delay) counts from here.
         for e in entries:
             tx.clear_nomination(e.pod)
+            if e.pod.initial_attempt_time is None:
+                e.pod.initial_attempt_time = now
         placed: list[Placement] = []
         failed: list[tuple[QueuedPod, Status, Diagnosis | None]] = []
         victims: dict[str, Victim] = {}
         member_uids = set(group.members)
+        retry_soon = False
         for i, e in enumerate(entries):
             if len(placed) < need and len(placed) + len(entries) - i < need:
                 failed.extend((rest, Status(Code.UNSCHEDULABLE), None) for rest in entries[i:])
                 break  # the minimum can no longer be reached
             pod = e.pod
-            if pod.initial_attempt_time is None:
-                pod.initial_attempt_time = now
             state = CycleState()
             restrict_now = restrict if len(placed) < need else None
             try:
@@ -207,7 +213,8 @@ class GangCycle:
                 and status.rejected
                 and fwk.plugins.post_filter
             ):
-                node = self._preempt_for(tx, fwk, state, pod, diagnosis, member_uids, victims)
+                node, post = self._preempt_for(tx, fwk, state, pod, diagnosis, member_uids, victims)
+                retry_soon = retry_soon or post.code == Code.PENDING
                 if node is not None:
                     state = CycleState()
                     fwk.run_pre_filter(state, pod)  # fresh state for Reserve on that node
@@ -236,7 +243,10 @@ class GangCycle:
             if first is not None:
                 message += f"; {first.message()}"
             rejectors = frozenset(p for _, _, d in failed if d for p in d.unschedulable_plugins)
-            return GangOutcome(rejected=(Status(Code.UNSCHEDULABLE, message), message, rejectors))
+            return GangOutcome(
+                rejected=(Status(Code.UNSCHEDULABLE, message), message, rejectors),
+                retry_soon=retry_soon,
+            )
 
         if victims:
             # Job-level preemption: the plan placed the gang only with the victims gone.
@@ -272,19 +282,23 @@ class GangCycle:
         diagnosis: Diagnosis,
         members: set[str],
         victims: dict[str, Victim],
-    ) -> str | None:
+    ) -> tuple[str | None, Status]:
         """Run PostFilter for one member inside the gang's transaction; take its victims
-        off their nodes in the transaction. Returns the node it nominated, or None."""
+        off their nodes in the transaction. Returns the node it nominated (or None) and
+        the PostFilter's status, whose message goes into the member's diagnosis as for a
+        single pod ("reclaim for queue b starts after 30s of waiting")."""
         result, status = fwk.run_post_filter(state, pod, diagnosis)
+        if status.message:
+            diagnosis.post_filter_message = status.message
         if not status.ok or result is None or not result.nominated_node:
-            return None
+            return None, status
         if any(v.pod.uid in members for v in result.victims):
-            return None  # never preempt the gang's own members
+            return None, status  # never preempt the gang's own members
         for victim in result.victims:
             if not tx.is_evicted(victim.pod.uid) and victim.pod.uid in self.cluster.placed:
                 tx.evict(victim.pod, victim.reason)
                 victims[victim.pod.uid] = victim
-        return result.nominated_node
+        return result.nominated_node, status
 
     def _missing_executors(
         self, tx: Transaction, group: Group, fwk: Framework, placed: list[Placement]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from shoal.api.gpu import ANNOTATION_GPU_COUNT, ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI
 from shoal.testing import SchedulerHarness, make_node, make_pod
 from shoal.testing.builders import NodeBuilder, PodBuilder
@@ -45,12 +43,6 @@ def test_anti_affinity_to_a_pod_that_may_not_be_preempted_evicts_nothing() -> No
     assert messages["default/web"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Framework.run_post_filter keeps only the last PostFilter's status; QueueCapacity "
-    "(no queues) answers last with no message, so DefaultPreemption's reason is lost. kube "
-    "joins every PostFilter's reasons (framework/runtime.py)",
-)
 def test_pending_message_says_why_preemption_did_not_help() -> None:
     h = SchedulerHarness()
     h.add_nodes(node("n1"))

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
 from shoal.api.manifests import decode
 from shoal.api.queue import Queue
 from shoal.testing import SchedulerHarness, make_node, make_pod
@@ -162,11 +160,6 @@ def test_reclaim_delay_counts_from_the_gangs_first_attempt_for_every_member() ->
     assert len(h.evicted) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Scheduler._schedule_gang must requeue with GangOutcome.retry_soon (scheduler.py): "
-    "until then a gang waiting for the reclaim delay is retried only by the 5-minute flush",
-)
 def test_gang_reclaims_once_the_reclaim_delay_has_passed() -> None:
     h = seed_cluster(reclaim_delay=30)
     h.add_pods(*(pod(f"a-{i}", "a") for i in range(6)))

@@ -225,16 +225,21 @@ class Framework:
     def run_post_filter(
         self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis
     ) -> tuple[PostFilterResult | None, Status]:
+        """kube's RunPostFilterPlugins: the first that succeeds (or answers other than
+        Unschedulable) decides; otherwise every plugin's reason is kept, in order, and
+        the first to reject is named."""
         statuses = _Statuses(diagnosis, self.handle)
-        last = Status(Code.UNSCHEDULABLE)
+        reasons: list[str] = []
+        rejector = ""
         for plugin in self.plugins.post_filter:
             result, status = plugin.post_filter(state, pod, statuses)
-            if status.ok:
+            if status.ok or status.code != Code.UNSCHEDULABLE:
                 return result, status.with_plugin(plugin.name)
-            if status.code != Code.UNSCHEDULABLE:
-                return result, status.with_plugin(plugin.name)
-            last = status.with_plugin(plugin.name)
-        return None, last
+            if status.message:
+                reasons.append(status.message.rstrip("."))
+            rejector = rejector or plugin.name
+        message = ". ".join(reasons)
+        return None, Status(Code.UNSCHEDULABLE, message, plugin=rejector)
 
     # ---- scoring -------------------------------------------------------------------
 

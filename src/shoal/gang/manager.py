@@ -16,7 +16,7 @@ it is placed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shoal.api.objects import Pod
@@ -32,7 +32,6 @@ from shoal.api.podgroup import (
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import ResourceList, parse_resource_list
-from shoal.cache.cluster import ClusterState
 from shoal.framework.handle import Handle
 
 __all__ = ["DEFAULT_SCHEDULE_TIMEOUT", "GangConfig", "GangManager", "Group", "Reservation"]
@@ -271,26 +270,6 @@ class GangManager:
             self.reservation = None
             self.released = True
             self.reservation_changed()
-
-    def eviction_unit(self, uid: str) -> list[str]:
-        """The pods that must be evicted together with `uid`: its whole gang while the
-        gang runs at or below minMember (a partial gang is never left running), else
-        just the pod."""
-        group = self.group_of_uid(uid)
-        if group is None or uid not in group.bound or len(group.bound) > group.min_member:
-            return [uid]
-        return sorted(group.bound)
-
-    def eviction_unit_of(self, cluster: ClusterState) -> Callable[[PodInfo], list[PodInfo]]:
-        """`eviction_unit` over pods, for a victim search against `cluster`."""
-
-        def unit(pod: PodInfo) -> list[PodInfo]:
-            uids = self.eviction_unit(pod.uid)
-            if uids == [pod.uid]:
-                return [pod]
-            return [cluster.placed[u].pod for u in uids if u in cluster.placed]
-
-        return unit
 
     def group_of_uid(self, uid: str) -> Group | None:
         key = self._group_of_uid.get(uid)

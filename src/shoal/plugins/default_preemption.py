@@ -18,9 +18,10 @@ from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Victim
 from shoal.framework.status import Code, Status
 from shoal.gang.manager import GangManager
+from shoal.gang.units import GangUnits
 from shoal.plugins.args import DefaultPreemptionArgs
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.preemption.evaluator import GangUnits, VictimSearch
+from shoal.preemption.evaluator import VictimSearch
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "DefaultPreemption"]
@@ -46,6 +47,11 @@ class DefaultPreemption:
                 Code.UNSCHEDULABLE, "preemption: not eligible due to preemptionPolicy=Never."
             )
         cluster = self.handle.cluster
+        pool = list(self._pool(pod))
+        if not pool:
+            # Nothing of lower priority runs where it could be taken: nothing to explain
+            # beyond the filters' reasons.
+            return None, Status(Code.UNSCHEDULABLE)
         search = VictimSearch(
             self.handle,
             units=GangUnits(self.gangs, cluster),
@@ -54,7 +60,7 @@ class DefaultPreemption:
         choice = search.best(
             pod,
             statuses,
-            self._pool(pod),
+            pool,
             max_candidates=max(
                 self.args.min_candidate_nodes_absolute,
                 cluster.table.n * self.args.min_candidate_nodes_percentage // 100,
@@ -63,8 +69,8 @@ class DefaultPreemption:
         if choice is None:
             return None, Status(
                 Code.UNSCHEDULABLE,
-                f"preemption: 0/{cluster.table.n} nodes are available: no lower-priority "
-                "pods whose removal would make room",
+                f"preemption: 0/{cluster.table.n} nodes are available: removing "
+                "lower-priority pods would not make room",
             )
         victims = [
             Victim(

@@ -38,8 +38,9 @@ from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Vic
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource, PreFilterResult
 from shoal.gang.manager import GangManager
+from shoal.gang.units import GangUnits
 from shoal.plugins.args import Args
-from shoal.preemption.evaluator import GangUnits, VictimSearch
+from shoal.preemption.evaluator import VictimSearch
 from shoal.tenancy.fairshare import hdrf_fair_share
 from shoal.tenancy.manager import QueueManager
 

@@ -20,26 +20,26 @@ below its guarantee"); the search does the rest the way kube-scheduler does:
    priority, smallest priority sum, fewest victims, latest start) over up to
    `max_candidates` valid candidates, starting at a random offset as kube does.
 
-Gangs (`GangUnits`): a victim whose group would fall below its minMember takes the whole
-group with it (a partial gang is never left running); members above the minimum go one
-by one. How many may go one by one is counted against the cache as it is during the
-search: members already being evicted, or taken off earlier in the same transaction
-(the gang cycle's job-level preemption), no longer count as running. When the minimal
-set on a node would take more of a group's members than it can spare, the group
-becomes one unit and the node's search is run again.
+Gangs (`GroupUnits`, e.g. `shoal.gang.units.GangUnits`): a victim whose group would fall
+below its minMember takes the whole group with it (a partial gang is never left
+running); members above the minimum go one by one. How many may go one by one is counted
+against the cache as it is during the search: members already being evicted, or taken
+off earlier in the same transaction (the gang cycle's job-level preemption), no longer
+count as running. When the minimal set on a node would take more of a group's members
+than it can spare, the group becomes one unit and the node's search is run again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import ClusterState, PodRecord
+from shoal.cache.cluster import PodRecord
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -47,10 +47,7 @@ from shoal.framework.interfaces import NodeFilterStatuses
 from shoal.framework.runtime import Framework
 from shoal.framework.types import Candidates
 
-if TYPE_CHECKING:
-    from shoal.gang.manager import GangManager
-
-__all__ = ["MAX_CANDIDATE_NODES", "Candidate", "GangUnits", "VictimSearch", "more_important"]
+__all__ = ["MAX_CANDIDATE_NODES", "Candidate", "GroupUnits", "VictimSearch", "more_important"]
 
 MAX_CANDIDATE_NODES = 100  # kube's minCandidateNodesAbsolute
 RESOURCE_FILTER = "NodeResourcesFit"
@@ -61,38 +58,16 @@ Budget = Callable[[list[list[PodInfo]]], bool]
 """Whether a node's victims, as the units that go together, may be taken."""
 
 
-class GangUnits:
-    """Eviction units of gang members, judged against the cache as it is now.
+class GroupUnits(Protocol):
+    """Eviction units that know about groups (see `shoal.gang.units.GangUnits`): the
+    search asks how many members of a victim's group may still go one by one."""
 
-    A member goes alone while its group keeps at least minMember members running
-    without it; otherwise the group's running members go together. Members being
-    evicted (`cluster.evicting`) or off their nodes in an open transaction do not count
-    as running: two evictions must not each take "the one spare member".
-    """
-
-    def __init__(self, gangs: GangManager, cluster: ClusterState) -> None:
-        self.gangs = gangs
-        self.cluster = cluster
+    def __call__(self, pod: PodInfo) -> list[PodInfo]: ...
 
     def running(self, pod: PodInfo) -> tuple[str, int, list[PodInfo]] | None:
         """(group key, members that may go one by one, the running members), or None
         for a pod outside any group."""
-        group = self.gangs.group_of_uid(pod.uid)
-        if group is None:
-            return None
-        placed, evicting = self.cluster.placed, self.cluster.evicting
-        members = [
-            record.pod
-            for uid in sorted(group.members)
-            if uid not in evicting and (record := placed.get(uid)) is not None
-        ]
-        return group.key, len(members) - group.min_member, members
-
-    def __call__(self, pod: PodInfo) -> list[PodInfo]:
-        found = self.running(pod)
-        if found is None or found[1] > 0 or all(p.uid != pod.uid for p in found[2]):
-            return [pod]
-        return found[2]
+        ...
 
 
 def more_important(pod: PodInfo) -> tuple[int, float]:
@@ -118,12 +93,14 @@ class VictimSearch:
     def __init__(
         self,
         handle: Handle,
-        units: Units | GangUnits | None = None,
+        units: Units | GroupUnits | None = None,
         pdb_violations: Callable[[Iterable[PodInfo]], int] | None = None,
     ) -> None:
         self.handle = handle
         self.units: Units = units or (lambda pod: [pod])
-        self.gangs = units if isinstance(units, GangUnits) else None
+        self.gangs: GroupUnits | None = (
+            cast(GroupUnits, units) if units is not None and hasattr(units, "running") else None
+        )
         self.pdb_violations = pdb_violations or (lambda victims: 0)
 
     def best(

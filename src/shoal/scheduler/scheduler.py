@@ -596,7 +596,9 @@ class Scheduler:
             )
         if outcome.rejected is not None:
             status, message, rejectors = outcome.rejected
-            return self._gang_failed(entry, entries, group, status, message, rejectors, now)
+            return self._gang_failed(
+                entry, entries, group, status, message, rejectors, now, outcome.retry_soon
+            )
         if outcome.nominations:
             self._commit_preemption(outcome.nominations, outcome.victims)
             message = (
@@ -635,11 +637,14 @@ class Scheduler:
         message: str,
         rejectors: frozenset[str],
         now: float,
+        retry_soon: bool = False,
     ) -> CycleResult:
+        """`retry_soon`: something time-based (a reclaim delay) will change the answer,
+        so the members retry after their backoff rather than on a cluster event."""
         self.gangs.attempt_failed(group, message, now)
         for e in entries:
             e.attempts = max(e.attempts, group.attempts)
-            self._requeue(e, now, rejectors, status, message)
+            self._requeue(e, now, rejectors, status, message, retry_soon)
         return CycleResult(entry.pod, None, status, message)
 
     def _admit(

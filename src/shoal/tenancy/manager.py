@@ -499,7 +499,7 @@ class QueueManager:
         owed = np.clip(want - self.usage[leaves], 0, None).sum(axis=0)
         # (paths stop below the virtual root: total usage is the sum of the top level)
         free = self.capacity(table) - self.usage[tree.children[0]].sum(axis=0)
-        short = (free - vec < owed) & borrowing
+        short = (free - vec < owed) & borrowing & (owed > 0)
         if not short.any():
             return ""
         k = int(np.flatnonzero(short)[0])

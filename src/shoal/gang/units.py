@@ -1,0 +1,48 @@
+"""Eviction units of gang members for victim searches (`shoal.preemption`).
+
+A member goes alone while its group keeps at least minMember members running without
+it; otherwise the group's running members go together, so preemption and reclaim never
+leave a partial gang running.
+"""
+
+from __future__ import annotations
+
+from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import ClusterState
+from shoal.gang.manager import GangManager
+
+__all__ = ["GangUnits"]
+
+
+class GangUnits:
+    """Eviction units of gang members, judged against the cache as it is now.
+
+    A member goes alone while its group keeps at least minMember members running
+    without it; otherwise the group's running members go together. Members being
+    evicted (`cluster.evicting`) or off their nodes in an open transaction do not count
+    as running: two evictions must not each take "the one spare member".
+    """
+
+    def __init__(self, gangs: GangManager, cluster: ClusterState) -> None:
+        self.gangs = gangs
+        self.cluster = cluster
+
+    def running(self, pod: PodInfo) -> tuple[str, int, list[PodInfo]] | None:
+        """(group key, members that may go one by one, the running members), or None
+        for a pod outside any group."""
+        group = self.gangs.group_of_uid(pod.uid)
+        if group is None:
+            return None
+        placed, evicting = self.cluster.placed, self.cluster.evicting
+        members = [
+            record.pod
+            for uid in sorted(group.members)
+            if uid not in evicting and (record := placed.get(uid)) is not None
+        ]
+        return group.key, len(members) - group.min_member, members
+
+    def __call__(self, pod: PodInfo) -> list[PodInfo]:
+        found = self.running(pod)
+        if found is None or found[1] > 0 or all(p.uid != pod.uid for p in found[2]):
+            return [pod]
+        return found[2]

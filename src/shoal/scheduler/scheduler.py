@@ -33,6 +33,7 @@ from shoal.framework.effects import (
     Evict,
     GroupStatus,
     Nominate,
+    QueueStatus,
     Unschedulable,
 )
 from shoal.framework.handle import Handle, WaitingPod
@@ -51,6 +52,7 @@ from shoal.tenancy.manager import QueueManager
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
 
 FINISHED_PHASES = ("Succeeded", "Failed")
+QUEUE_STATUS_SECONDS = 1.0  # queue statuses are published at most this often
 
 
 @dataclass
@@ -122,6 +124,8 @@ class Scheduler:
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
         self.gangs = GangManager.of(handle)
         self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
+        self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
+        self._queues_due = 0.0  # when queue statuses may be published next
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -373,6 +377,21 @@ class Scheduler:
                 waiting.reject("", "rejected due to timeout after waiting at permit")
         self._settle_waiting()
         self._publish_groups()
+        self._publish_queues(now)
+
+    def _publish_queues(self, now: float) -> None:
+        """A QueueStatus effect for every tenant queue whose status changed, at most once
+        per `QUEUE_STATUS_SECONDS` (the fair share is computed only then)."""
+        if now < self._queues_due or len(self.queues.tree.names) <= 1:
+            return
+        self._queues_due = now + QUEUE_STATUS_SECONDS
+        for name, allocated, guaranteed, fair, pending, running in self.queues.observed(
+            self.cluster.table
+        ):
+            status = QueueStatus(name, allocated, guaranteed, fair, pending, running)
+            if self._published_queues.get(name) != status:
+                self._published_queues[name] = status
+                self.effects.emit(status)
 
     def _publish_groups(self) -> None:
         """A GroupStatus effect for every group whose observable state changed."""

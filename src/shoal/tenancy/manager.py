@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,13 +41,16 @@ from shoal.api.selectors import label_selector_matches
 from shoal.cache.cluster import ClusterState
 from shoal.cache.node_table import NodeTable
 from shoal.framework.handle import Handle
-from shoal.tenancy.fairshare import choose_leaf, fair_shares_of
+from shoal.tenancy.fairshare import choose_leaf, fair_shares_of, hdrf_fair_share
 from shoal.tenancy.tree import UNLIMITED, QueueTree
 from shoal.tenancy.validation import TenancyObjects, reconcile
 
-__all__ = ["SERVICE_KEY", "QueueManager"]
+__all__ = ["SERVICE_KEY", "QueueManager", "QueueObservation"]
 
 SERVICE_KEY = "shoal.tenancy"
+
+QueueObservation = tuple[str, dict[str, int], dict[str, int], dict[str, int], int, int]
+"""name, allocated, guaranteed, fair share (resource -> amount), pending pods, running pods"""
 
 
 @dataclass
@@ -571,6 +575,38 @@ class QueueManager:
                 del self._jobs[rec.job]
             else:
                 record.usage -= rec.vector
+
+    def observed(self, table: NodeTable) -> list[QueueObservation]:
+        """Per queue (the tree's order, the virtual root left out): name, allocated,
+        guaranteed and HDRF fair share (resource -> amount), pending and running pods
+        in its subtree. What a Queue object's status shows."""
+        tree = self.tree
+        names = tree.names
+        capacity = self.capacity(table)
+        fair = hdrf_fair_share(tree, self.usage + self.pending_sum, capacity)
+        pending = [0] * len(names)
+        running = [0] * len(names)
+        for leaf in tree.leaves:
+            for q in tree.path_lists[leaf]:
+                pending[q] += self.pending.get(leaf, 0)
+                running[q] += len(self._by_leaf.get(leaf, ()))
+
+        def amounts(row: NDArray[Any]) -> dict[str, int]:
+            return {r: int(v) for r, v in zip(tree.resources, row.tolist(), strict=True) if v}
+
+        out = []
+        for q in range(1, len(names)):
+            out.append(
+                (
+                    names[q],
+                    amounts(self.usage[q]),
+                    amounts(tree.guaranteed[q]),
+                    amounts(np.floor(fair[q])),
+                    pending[q],
+                    running[q],
+                )
+            )
+        return out
 
     def placed_in(self, leaves: set[int]) -> list[str]:
         """Uids of pods placed in these leaf queues."""

@@ -11,6 +11,8 @@ from shoal.api.objects import ObjectMeta
 from shoal.api.queue import NodePool, Queue, QueueBinding
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
+from .helpers import harness
+
 GPU = "nvidia.com/gpu"
 
 
@@ -41,22 +43,6 @@ def gpus_by_queue(h: SchedulerHarness) -> Counter[str]:
     for rec in h.scheduler.cluster.placed.values():
         out[rec.pod.labels.get("shoal.dev/queue", "default")] += rec.pod.requests.get(GPU, 0)
     return out
-
-
-def harness(reclaim_delay: float = 30.0) -> SchedulerHarness:
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "profiles": [
-            {
-                "schedulerName": "default-scheduler",
-                "pluginConfig": [
-                    {"name": "QueueCapacity", "args": {"reclaimDelaySeconds": reclaim_delay}}
-                ],
-            }
-        ],
-    }
-    return SchedulerHarness(config)
 
 
 def test_seed_scenario_borrow_then_reclaim() -> None:

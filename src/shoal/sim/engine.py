@@ -146,8 +146,9 @@ class Simulation:
             problems = self.scheduler.apply_queues(
                 sc.queues, sc.elastic_quotas, sc.queue_bindings, sc.node_pools
             )
+            # Each object is validated on its own: the valid ones are in force.
             for problem in problems:
-                self.warnings.append(f"queue objects rejected (none applied): {problem}")
+                self.warnings.append(f"queue object rejected (the others apply): {problem}")
         budgets = DisruptionBudgets.of(self.scheduler.handle)
         for pdb in sc.disruption_budgets:
             budgets.add(pdb)

@@ -153,3 +153,24 @@ def test_gpu_share_pod_never_preempts_higher_priority_shares() -> None:
     assert h.evicted == {}
     assert placements["default/infer"] is None
     assert "Insufficient GPU milli on any single device" in messages["default/infer"]
+
+
+def test_a_preemptor_goes_to_the_node_it_made_room_on() -> None:
+    """kube's evaluateNominatedNode: when the preemptor is retried it is placed on its
+    nominated node if it fits there, even if another node now scores higher; otherwise
+    the room its victims left would stay empty."""
+    h = SchedulerHarness()
+    h.add_nodes(
+        make_node("n1").capacity(cpu="4", memory="16Gi"),
+        make_node("n2").capacity(cpu="8", memory="16Gi"),
+    )
+    h.add_pods(
+        make_pod("low").req(cpu="4").priority(1).node("n1"),
+        make_pod("other").req(cpu="8").priority(5).node("n2"),
+    )
+    h.add_pods(make_pod("urgent").req(cpu="4").priority(10))
+    h.run()
+    assert h.evicted == {"default/low": "preempted by default/urgent (priority 10 > 1) on node n1"}
+    h.delete_pod("other")  # n2 empties before the preemptor is retried
+    placements, _ = h.advance(30)
+    assert placements["default/urgent"] == "n1"

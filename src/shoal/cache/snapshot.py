@@ -96,6 +96,11 @@ class Snapshot:
         table = self._cluster.table
         return np.flatnonzero(table.host_port_count[: table.n])
 
+    def nomination_of(self, pod: PodInfo) -> int | None:
+        """The row of the node the pod is nominated to (after preempting), if any."""
+        found = self._cluster.nominations.get(pod.uid)
+        return None if found is None else self._cluster.table.row_of.get(found[0])
+
     def nominated_against(self, pod: PodInfo) -> list[tuple[int, PodInfo]]:
         """(row, pod) of nominated pods that `pod` must leave room for: other pods with
         equal or higher priority that preempted room on a node and wait for it."""

@@ -78,6 +78,13 @@ class PlacementAlgorithm:
             candidates = Candidates.of(np.flatnonzero(restrict[:n]))
         else:
             candidates = Candidates.all(n)
+        nominated = self._nominated_row(pod, candidates)
+        if nominated is not None:
+            # kube's evaluateNominatedNode: a preemptor goes to the node it made room on
+            # when it fits there, so the room it freed is not left empty.
+            one = Candidates.of(np.array([nominated], dtype=np.intp))
+            if fwk.run_filters(state, pod, one).passed[0]:
+                return str(snap.names[nominated]), Status(), None
         outcome = fwk.run_filters(state, pod, candidates)
         feasible = self._pick_feasible(fwk, outcome)
         if feasible is None:
@@ -97,6 +104,15 @@ class PlacementAlgorithm:
         if scores.max() > fwk.max_total_score or scores.min() < 0:
             fwk.check_scores(state, pod, feasible)  # raises, naming the plugin
         return str(snap.names[self._select_host(feasible, scores)]), Status(), None
+
+    def _nominated_row(self, pod: PodInfo, candidates: Candidates) -> int | None:
+        """The row of the node the pod is nominated to, if it is a candidate."""
+        found = self.snapshot.nomination_of(pod)
+        if found is None:
+            return None
+        if isinstance(candidates.index, slice):
+            return found if found < candidates.size else None
+        return found if bool(np.any(candidates.rows == found)) else None
 
     def _pick_feasible(self, fwk: Framework, outcome: FilterOutcome) -> Candidates | None:
         """The first numFeasibleNodesToFind passing nodes, starting where the last cycle

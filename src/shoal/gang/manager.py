@@ -250,6 +250,7 @@ class GangManager:
         group.bound.discard(uid)
         if not group.members and not group.has_object and not group.succeeded:
             del self.groups[group.key]
+            self.dirty.add(group.key)  # its published status is forgotten too
             self.failing.pop(group.key, None)
             self.reservation_changed()
             if self.blocking == group.key:

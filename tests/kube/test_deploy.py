@@ -151,6 +151,17 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                 annotations={key: name} if key else None,
             )
             api.create("v1", "pods", member)
+        # A GPU node and a whole-GPU pod: its device index goes out as an annotation.
+        gpu_node = node("gpu", cpu="1")
+        for part in ("capacity", "allocatable"):
+            gpu_node["status"][part]["nvidia.com/gpu"] = "2"
+        api.create("v1", "nodes", gpu_node)
+        trainer = pod("trainer", cpu="100m")
+        trainer["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+        api.create("v1", "pods", trainer)
+        # A tenant queue: its status is written.
+        api.create("shoal.dev/v1alpha1", "queues", {"metadata": {"name": "team"}, "spec": {}})
+        api.create("v1", "pods", pod("member", cpu="100m", labels={"shoal.dev/queue": "team"}))
         options = fast_options(
             "rbac",
             leader_elect=True,
@@ -175,6 +186,19 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                     >= 3
                 ),
                 what="PodGroup status written in every API",
+            )
+            await eventually(
+                lambda: any(
+                    r.resource == "queues" and r.subresource == "status" for r in api.requests
+                ),
+                what="Queue status written",
+            )
+            await eventually(
+                lambda: any(
+                    r.resource == "pods" and r.verb == "patch" and not r.subresource
+                    for r in api.requests
+                ),
+                what="the GPU index annotation written",
             )
             await eventually(
                 lambda: any(r.resource == "events" and r.verb == "patch" for r in api.requests),

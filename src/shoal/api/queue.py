@@ -23,6 +23,7 @@ __all__ = [
     "PodDisruptionBudget",
     "Queue",
     "QueueBinding",
+    "QueueObservedStatus",
     "QueueOrdering",
 ]
 
@@ -77,11 +78,23 @@ class QueueSpec(_Base):
                 raise ValueError("use either resources or guaranteed/max, not both")
 
 
+class QueueObservedStatus(_Base):
+    """Written by the scheduler (the status subresource): what the queue (its whole
+    subtree) holds, is guaranteed and would get under HDRF fair share, and its pods."""
+
+    allocated: dict[str, Quantity] = {}
+    guaranteed: dict[str, Quantity] = {}
+    fair_share: dict[str, Quantity] = {}
+    pending_pods: int = 0
+    running_pods: int = 0
+
+
 class Queue(_Base):
     api_version: str = "shoal.dev/v1alpha1"
     kind: str = "Queue"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: QueueSpec = msgspec.field(default_factory=QueueSpec)
+    status: QueueObservedStatus = msgspec.field(default_factory=QueueObservedStatus)
 
     def guaranteed(self) -> dict[str, int]:
         spec = self.spec

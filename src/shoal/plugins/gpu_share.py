@@ -1,4 +1,4 @@
-"""GpuShare (PreFilter, Filter, Reserve, PreBind): device-level GPU feasibility.
+"""GpuShare (PreFilter, Filter, Reserve): device-level GPU feasibility.
 
 A pod asking for `count` devices with `milli` milli-GPU each (see `shoal.api.gpu`) fits a
 node whose model is allowed and which has `count` devices with at least `milli` free each:
@@ -6,9 +6,9 @@ a GPU share needs one device with enough free milli, a k-GPU pod k fully free de
 
 The devices are picked when the pod is assumed on the chosen node (`GpuDevices`, following
 the plan of the GPU placement policy that scored the node); Reserve checks that it got
-them, PreBind asks for them to be written on the pod with its binding as
-`shoal.dev/gpu-index: "0,3"` (through the effects port), so that the device plugin on
-the node can expose exactly those devices and a restarted scheduler reads them back.
+them; the core writes them on the pod with its binding as `shoal.dev/gpu-index: "0,3"`
+(through the effects port, in every profile), so that the device plugin on the node
+can expose exactly those devices and a restarted scheduler reads them back.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from shoal.api.gpu import ANNOTATION_GPU_INDEX, GpuRequestError, format_gpu_index, pod_gpu_request
+from shoal.api.gpu import GpuRequestError, pod_gpu_request
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices, remember_request, request_of
 from shoal.framework.cycle_state import CycleState
-from shoal.framework.effects import annotate
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code, Status
 from shoal.framework.types import (
@@ -109,12 +108,6 @@ class GpuShare:
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
         # The devices go back when the scheduler forgets the assumed pod (pod_unplaced).
         return None
-
-    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        held = self.devices.devices_of(pod.uid)
-        if held:
-            annotate(state, ANNOTATION_GPU_INDEX, format_gpu_index(held))
-        return Status()
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [

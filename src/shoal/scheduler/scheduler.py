@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from shoal.api.gpu import ANNOTATION_GPU_INDEX, format_gpu_index
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.podinfo import PodInfo
@@ -35,6 +36,7 @@ from shoal.framework.effects import (
     Nominate,
     QueueStatus,
     Unschedulable,
+    annotate,
 )
 from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.interfaces import Victim
@@ -741,6 +743,13 @@ class Scheduler:
         """PreBind, Bind, PostBind for one assumed pod. Safe to run concurrently."""
         fwk, pod, node = task.framework, task.pod, task.node
         self._binding[pod.uid] = task
+        devices = self.cluster.gpu_devices
+        held = devices.devices_of(pod.uid) if devices is not None else None
+        if held:
+            # The GPU devices the cache chose at assume go out with the binding, in every
+            # profile, so the node's device plugin exposes exactly those and a restart
+            # reads them back.
+            annotate(task.state, ANNOTATION_GPU_INDEX, format_gpu_index(held))
         try:
             status = Status()
             if not task.cancelled:

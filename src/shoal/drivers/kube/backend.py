@@ -6,6 +6,7 @@
         ├──── pods (annotations), pods/binding <── binding cycles (asyncio tasks)
         ├──── pods/eviction, pods/status, events <── KubeEffects (the effects port)
         ├──── podgroups/status <── PodGroupStatusWriter (GroupStatus effects)
+        ├──── queues/status <── QueueStatusWriter (QueueStatus effects)
         └──── Lease <── LeaderElector (only the leader runs the scheduling loop)
 
 Everything runs on one asyncio event loop, so the core is only ever touched from one
@@ -68,7 +69,12 @@ from shoal.drivers.kube.resources import (
     object_key,
     object_ref,
 )
-from shoal.drivers.kube.status import EventRecorder, PodGroupStatusWriter, PodStatusWriter
+from shoal.drivers.kube.status import (
+    EventRecorder,
+    PodGroupStatusWriter,
+    PodStatusWriter,
+    QueueStatusWriter,
+)
 from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.loop import Driver
 from shoal.framework.registry import PluginSpec
@@ -232,6 +238,7 @@ class KubeOptions:
     yield_every_seconds: float = 0.005  # let I/O run at least this often while busy
     event_repeat_seconds: float = 60.0
     group_status_qps: float = 10.0  # PodGroup status writes per second at most
+    queue_status_qps: float = 5.0  # Queue status writes per second at most
     shutdown_grace_seconds: float = 5.0
     watched: tuple[Watched, ...] = ()  # empty: WATCHED
 
@@ -349,6 +356,9 @@ class KubeBackend:
         self.group_status = PodGroupStatusWriter(
             self.client, self.group_objects, self.events, qps=opts.group_status_qps
         )
+        self.queue_status = QueueStatusWriter(
+            self.client, self.queue_object, qps=opts.queue_status_qps
+        )
         self.effects = KubeEffects(
             self.binder,
             self.evictor,
@@ -357,6 +367,7 @@ class KubeBackend:
             self.metrics,
             on_eviction_failed=self._eviction_failed,
             groups=self.group_status,
+            queues=self.queue_status,
         )
         self.clock = WallClock()
         self.scheduler: Scheduler = new_scheduler(
@@ -418,6 +429,11 @@ class KubeBackend:
         """The informer's latest copy of a pod, by `namespace/name`."""
         return self.pods.store.get(key)
 
+    def queue_object(self, name: str) -> JSON | None:
+        """The informer's latest copy of a Queue (cluster-scoped, by name)."""
+        informer = self.informers.get(QUEUES.name)
+        return None if informer is None else informer.store.get(name)
+
     def group_objects(self, key: str) -> list[tuple[ResourceKind, JSON]]:
         """The PodGroup objects behind the group `namespace/name`, latest copies."""
         found = []
@@ -469,6 +485,7 @@ class KubeBackend:
         tasks.append(asyncio.create_task(self.status.run(), name="status-writer"))
         tasks.append(asyncio.create_task(self.events.run(), name="event-recorder"))
         tasks.append(asyncio.create_task(self.group_status.run(), name="group-status-writer"))
+        tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status-writer"))
         self._background = tasks
         stop = asyncio.create_task(self._stopping.wait())
         schedule: asyncio.Task[None] | None = None

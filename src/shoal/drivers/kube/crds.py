@@ -84,9 +84,10 @@ CRDS: list[CrdSpec] = [
         columns=(
             PrinterColumn("Parent", ".spec.parent"),
             PrinterColumn("Weight", ".spec.weight", "integer"),
+            PrinterColumn("Running", ".status.runningPods", "integer"),
+            PrinterColumn("Pending", ".status.pendingPods", "integer"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
-        status_subresource=False,
     ),
     CrdSpec(
         QUEUE_BINDINGS,

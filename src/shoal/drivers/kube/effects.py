@@ -10,7 +10,8 @@
 * `GroupStatus`: the status subresource of the group's PodGroup object(s), in
   scheduler-plugins' or Volcano's terms (`PodGroupStatusWriter`); groups named by pod
   labels only have no object and nothing is written;
-* `QueueStatus`: not written (Shoal's Queue CRD has no status subresource).
+* `QueueStatus`: the status subresource of the Queue object (allocated, guaranteed,
+  fair share, pending and running pods; `QueueStatusWriter`).
 
 Everything is queued: `emit` never blocks and never raises.
 """
@@ -26,6 +27,7 @@ from shoal.drivers.kube.status import (
     EventRecorder,
     PodGroupStatusWriter,
     PodStatusWriter,
+    QueueStatusWriter,
     pod_ref,
 )
 from shoal.framework.effects import (
@@ -35,6 +37,7 @@ from shoal.framework.effects import (
     Evict,
     GroupStatus,
     Nominate,
+    QueueStatus,
     Unschedulable,
 )
 from shoal.framework.status import Code, Status
@@ -47,8 +50,8 @@ log = logging.getLogger("shoal.kube.effects")
 
 class KubeEffects:
     """The effects port against a cluster: binds through `pods/binding` (annotations
-    first), evictions through the Eviction API, conditions, nominations, events and
-    PodGroup status.
+    first), evictions through the Eviction API, conditions, nominations, events,
+    PodGroup status and Queue status.
 
     `emit` is called from inside scheduling and binding cycles, so it must never raise:
     a failure here is logged and swallowed (the pod's state is the core's business).
@@ -63,9 +66,11 @@ class KubeEffects:
         metrics: SchedulerMetrics,
         on_eviction_failed: Callable[[PodInfo], None] | None = None,
         groups: PodGroupStatusWriter | None = None,
+        queues: QueueStatusWriter | None = None,
     ) -> None:
         self.binder = binder
         self.groups = groups
+        self.queues = queues
         self.evictor = evictor
         self.status = status
         self.events = events
@@ -93,6 +98,9 @@ class KubeEffects:
         elif isinstance(effect, GroupStatus):
             if self.groups is not None:
                 self.groups.update(effect)
+        elif isinstance(effect, QueueStatus):
+            if self.queues is not None:
+                self.queues.update(effect)
         elif isinstance(effect, Nominate):
             pass  # written with the preemptor's PodScheduled=False condition (Unschedulable)
 

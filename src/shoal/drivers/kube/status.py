@@ -36,12 +36,13 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from shoal.api.podinfo import PodInfo
+from shoal.api.resources import CPU
 from shoal.drivers.kube.client import (
     JSON,
     MERGE_PATCH,
@@ -49,17 +50,27 @@ from shoal.drivers.kube.client import (
     ApiError,
     KubeClient,
 )
-from shoal.drivers.kube.resources import EVENTS, PODS, VOLCANO_PODGROUPS, ResourceKind, object_ref
-from shoal.framework.effects import GroupStatus
+from shoal.drivers.kube.resources import (
+    EVENTS,
+    PODS,
+    QUEUES,
+    VOLCANO_PODGROUPS,
+    ResourceKind,
+    object_ref,
+)
+from shoal.framework.effects import GroupStatus, QueueStatus
 from shoal.web.metrics import SchedulerMetrics
 
 __all__ = [
     "EventRecorder",
+    "ObjectStatusWriter",
     "PodGroupStatusWriter",
     "PodStatusWriter",
+    "QueueStatusWriter",
     "group_status_patch",
     "micro_time",
     "pod_ref",
+    "queue_status_patch",
     "volcano_phase",
 ]
 
@@ -440,55 +451,74 @@ def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, n
     return body
 
 
+S = TypeVar("S", GroupStatus, QueueStatus)
+
+
 @dataclass
-class _GroupUpdate:
-    status: GroupStatus
+class _Update(Generic[S]):
+    status: S
     tries: int = 0
 
 
-class PodGroupStatusWriter:
-    """Coalesced, rate-limited PodGroup status writes; never blocks the scheduler.
+class ObjectStatusWriter(Generic[S]):
+    """Coalesced, rate-limited status writes of custom objects (PodGroups, Queues);
+    never blocks the scheduler.
 
-    `objects(key)` gives the PodGroup objects (with their kind) that back the group
-    `namespace/name`, as the informers last saw them: a group can only be written once
-    its object arrived, and an object that is gone is not written.
+    Updates for one object coalesce (the latest wins); writes go one at a time, at most
+    `qps` per second, as merge patches of the status subresource carrying the
+    resourceVersion the informer last saw; a write that would change nothing is
+    skipped, an object that is gone or being deleted is not written, and a conflict or
+    passing error is retried a few times. Subclasses say which objects back a status
+    (`targets`) and what to write (`patch`).
     """
+
+    what = "object"
 
     def __init__(
         self,
         client: KubeClient,
-        objects: GroupObjects,
-        events: EventRecorder | None = None,
         *,
         qps: float = 10.0,
         retries: int = 3,
         retry_delay: float = 0.5,
-        controller: str = "shoal",
     ) -> None:
         self.client = client
-        self.objects = objects
-        self.events = events
         self.interval = 1.0 / qps if qps > 0 else 0.0
         self.retries = retries
         self.retry_delay = retry_delay
-        self.controller = controller
         self._busy = False
         self._retrying = 0
-        self._pending: dict[str, _GroupUpdate] = {}
+        self._pending: dict[str, _Update[S]] = {}
         self._order: deque[str] = deque()
         self._wake = asyncio.Event()
         self.written = 0
         self.skipped = 0
         self.failed = 0
 
-    def update(self, status: GroupStatus) -> None:
-        """Queue the group's latest status (replacing one not written yet)."""
-        if not status.has_object:
-            return  # named by pod labels only: there is nothing to write to
-        key = f"{status.namespace}/{status.name}"
+    # ---- what a subclass says ------------------------------------------------------
+
+    def key(self, status: S) -> str:
+        raise NotImplementedError
+
+    def targets(self, status: S) -> list[tuple[ResourceKind, JSON]]:
+        """The objects (with their kind) that show this status, as last seen."""
+        raise NotImplementedError
+
+    def patch(self, kind: ResourceKind, status: S, current: JSON, now: str) -> JSON:
+        """The status fields to write on `current`."""
+        raise NotImplementedError
+
+    def written_to(self, kind: ResourceKind, obj: JSON, status: S, before: JSON) -> None:
+        """Called after a successful write (e.g. to record an event)."""
+
+    # ---- queueing and writing ------------------------------------------------------
+
+    def update(self, status: S) -> None:
+        """Queue the object's latest status (replacing one not written yet)."""
+        key = self.key(status)
         if key not in self._pending:
             self._order.append(key)
-        self._pending[key] = _GroupUpdate(status)
+        self._pending[key] = _Update(status)
         self._wake.set()
 
     @property
@@ -514,13 +544,13 @@ class PodGroupStatusWriter:
             except Exception:  # never let one bad write stop the writer
                 requests = 1
                 self.failed += 1
-                log.exception("writing the status of pod group %s failed", key)
+                log.exception("writing the status of %s %s failed", self.what, key)
             finally:
                 self._busy = False
             if requests and self.interval:
                 await asyncio.sleep(self.interval * requests)
 
-    def _failed(self, key: str, update: _GroupUpdate, err: ApiError) -> None:
+    def _failed(self, key: str, update: _Update[S], err: ApiError) -> None:
         if err.not_found:
             self.skipped += 1  # deleted meanwhile
             return
@@ -535,24 +565,24 @@ class PodGroupStatusWriter:
             return
         self.failed += 1
         log.warning(
-            "could not update the status of pod group %s: %s",
+            "could not update the status of %s %s: %s",
+            self.what,
             key,
             err,
-            extra={"podgroup": key, "error": str(err)},
+            extra={"object": key, "error": str(err)},
         )
 
-    def _retry(self, key: str, update: _GroupUpdate) -> None:
+    def _retry(self, key: str, update: _Update[S]) -> None:
         self._retrying -= 1
         if key not in self._pending:
             self._pending[key] = update
             self._order.append(key)
             self._wake.set()
 
-    async def _write(self, update: _GroupUpdate) -> int:
-        """Write the update to the group's objects; the number of requests made."""
+    async def _write(self, update: _Update[S]) -> int:
+        """Write the update to its objects; the number of requests made."""
         status = update.status
-        key = f"{status.namespace}/{status.name}"
-        targets = self.objects(key)
+        targets = self.targets(status)
         if not targets:
             self.skipped += 1
             return 0
@@ -563,7 +593,7 @@ class PodGroupStatusWriter:
             if meta.get("deletionTimestamp"):
                 self.skipped += 1
                 continue
-            body = group_status_patch(kind, status, current, now)
+            body = self.patch(kind, status, current, now)
             existing = current.get("status") or {}
             if all(existing.get(name) == value for name, value in body.items()):
                 self.skipped += 1
@@ -571,7 +601,7 @@ class PodGroupStatusWriter:
             requests += 1
             await self.client.request(
                 "PATCH",
-                kind.path(status.namespace, status.name, "status"),
+                kind.path(meta.get("namespace", ""), meta.get("name", ""), "status"),
                 body={
                     "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
                     "status": body,
@@ -579,8 +609,52 @@ class PodGroupStatusWriter:
                 content_type=MERGE_PATCH,
             )
             self.written += 1
-            self._report(kind, current, status, existing)
+            self.written_to(kind, current, status, existing)
         return requests
+
+
+class PodGroupStatusWriter(ObjectStatusWriter[GroupStatus]):
+    """PodGroup status in scheduler-plugins' or Volcano's terms (`group_status_patch`).
+
+    `objects(key)` gives the PodGroup objects (with their kind) that back the group
+    `namespace/name`, as the informers last saw them: a group can only be written once
+    its object arrived, and an object that is gone is not written.
+    """
+
+    what = "pod group"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: GroupObjects,
+        events: EventRecorder | None = None,
+        *,
+        qps: float = 10.0,
+        retries: int = 3,
+        retry_delay: float = 0.5,
+        controller: str = "shoal",
+    ) -> None:
+        super().__init__(client, qps=qps, retries=retries, retry_delay=retry_delay)
+        self.objects = objects
+        self.events = events
+        self.controller = controller
+
+    def update(self, status: GroupStatus) -> None:
+        if not status.has_object:
+            return  # named by pod labels only: there is nothing to write to
+        super().update(status)
+
+    def key(self, status: GroupStatus) -> str:
+        return f"{status.namespace}/{status.name}"
+
+    def targets(self, status: GroupStatus) -> list[tuple[ResourceKind, JSON]]:
+        return self.objects(self.key(status))
+
+    def patch(self, kind: ResourceKind, status: GroupStatus, current: JSON, now: str) -> JSON:
+        return group_status_patch(kind, status, current, now)
+
+    def written_to(self, kind: ResourceKind, obj: JSON, status: GroupStatus, before: JSON) -> None:
+        self._report(kind, obj, status, before)
 
     def _report(self, kind: ResourceKind, obj: JSON, status: GroupStatus, before: JSON) -> None:
         """A Warning event on the PodGroup when it newly cannot be placed, with the
@@ -597,3 +671,48 @@ class PodGroupStatusWriter:
             status.reason,
             self.controller,
         )
+
+
+def queue_status_patch(status: QueueStatus) -> JSON:
+    """A Queue's status: what it holds, is guaranteed and would get under fair share
+    (quantities as Kubernetes writes them), and its pending and running pods."""
+    return {
+        "allocated": _quantities(status.allocated),
+        "guaranteed": _quantities(status.guaranteed),
+        "fairShare": _quantities(status.fair_share),
+        "pendingPods": status.pending_pods,
+        "runningPods": status.running_pods,
+    }
+
+
+def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
+    return {r: (f"{v}m" if r == CPU else str(v)) for r, v in sorted(amounts.items())}
+
+
+class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):
+    """Queue status (`shoal.dev/v1alpha1` Queue objects, cluster-scoped). `objects(name)`
+    gives the Queue object as the informer last saw it."""
+
+    what = "queue"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: Callable[[str], JSON | None],
+        *,
+        qps: float = 5.0,
+        retries: int = 3,
+        retry_delay: float = 0.5,
+    ) -> None:
+        super().__init__(client, qps=qps, retries=retries, retry_delay=retry_delay)
+        self.objects = objects
+
+    def key(self, status: QueueStatus) -> str:
+        return status.name
+
+    def targets(self, status: QueueStatus) -> list[tuple[ResourceKind, JSON]]:
+        found = self.objects(status.name)
+        return [] if found is None else [(QUEUES, found)]
+
+    def patch(self, kind: ResourceKind, status: QueueStatus, current: JSON, now: str) -> JSON:
+        return queue_status_patch(status)

@@ -61,6 +61,11 @@ class TenancySync:
     _flagged: set[tuple[str, str]] = field(default_factory=set)
 
     def upsert(self, kind: ResourceKind, obj: object, raw: JSON) -> None:
+        if isinstance(obj, Queue) and _status_only(self.raw.get(("Queue", obj.metadata.name)), raw):
+            # Our own status write coming back through the watch: nothing to apply.
+            self.queues[obj.metadata.name] = obj
+            self.raw[("Queue", obj.metadata.name)] = (kind, raw)
+            return
         if isinstance(obj, Queue):
             self.queues[obj.metadata.name] = obj
             self.deleted_queues.discard(obj.metadata.name)
@@ -151,3 +156,17 @@ class TenancySync:
                 self.clear(*fine)
         self._flagged = flagged
         return problems
+
+
+def _status_only(seen: tuple[ResourceKind, JSON] | None, raw: JSON) -> bool:
+    """Did only the status (or bookkeeping metadata) change since `seen`?"""
+    if seen is None:
+        return False
+    old = seen[1]
+    before, after = old.get("metadata") or {}, raw.get("metadata") or {}
+    return (
+        old.get("spec") == raw.get("spec")
+        and before.get("labels") == after.get("labels")
+        and before.get("annotations") == after.get("annotations")
+        and before.get("deletionTimestamp") == after.get("deletionTimestamp")
+    )

@@ -1,0 +1,56 @@
+"""Queue status written back through the effects port (`QueueStatus` effects), against
+the fake API server: allocation, guarantee, fair share and pod counts on the Queue's
+status subresource; the scheduler's own status writes do not re-apply the queues."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubehelpers import async_test, bound_pods, eventually, node, pod
+from kubehelpers import backend as running
+
+from shoal.drivers.kube.crds import render
+from shoal.testing.fake_apiserver import FakeApiServer
+
+SHOAL = "shoal.dev/v1alpha1"
+
+
+def _status(api: FakeApiServer, name: str) -> dict[str, Any]:
+    obj = api.get("shoal.dev", "queues", "", name)
+    return dict((obj or {}).get("status") or {})
+
+
+@async_test(timeout=60)
+async def test_queue_status_shows_usage_guarantee_and_pods(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        for text in render().values():
+            api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        api.create(
+            SHOAL, "queues", {"metadata": {"name": "team"}, "spec": {"guaranteed": {"cpu": "1"}}}
+        )
+        for i in range(2):
+            api.create("v1", "pods", pod(f"t{i}", cpu="1", labels={"shoal.dev/queue": "team"}))
+        api.create("v1", "pods", pod("big", cpu="5", labels={"shoal.dev/queue": "team"}))
+        async with running(api, tmp_path) as (kube, _):
+            await eventually(lambda: len(bound_pods(api)) == 2, what="two pods bound")
+            await eventually(
+                lambda: (
+                    _status(api, "team").get("runningPods") == 2
+                    and _status(api, "team").get("pendingPods") == 1
+                ),
+                timeout=15,
+                what="the queue's status",
+            )
+            status = _status(api, "team")
+            assert status["allocated"] == {"cpu": "2000m", "memory": str(2 * 256 * 2**20)}
+            assert status["guaranteed"] == {"cpu": "1000m"}
+            assert "cpu" in status["fairShare"]
+            # Our own status writes come back through the watch without re-applying the
+            # queue tree (which would re-file every pod).
+            version = kube.scheduler.queues.version
+            writes = sum(1 for r in api.requests if r.resource == "queues" and r.subresource)
+            assert writes >= 1
+            assert kube.scheduler.queues.version == version

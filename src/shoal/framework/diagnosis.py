@@ -29,6 +29,9 @@ class Diagnosis:
     unschedulable_plugins: set[str] = field(default_factory=set)
     pre_filter_message: str = ""
     post_filter_message: str = ""
+    # PostFilter plugins that tried and could not help yet (they said why): the pod is
+    # also worth retrying on the events they registered for.
+    post_filter_plugins: set[str] = field(default_factory=set)
     # Per candidate row: True where preemption cannot help (UnschedulableAndUnresolvable).
     unresolvable: NDArray[np.bool_] | None = None
     # Per candidate row: the plugin that first rejected it ("" where the node passed).

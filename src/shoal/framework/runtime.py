@@ -139,6 +139,11 @@ class _Statuses(NodeFilterStatuses):
         return by_row[rows]
 
 
+def post_filter_key(plugin: str) -> str:
+    """The queueing key of a PostFilter's own retry events (see `events_to_register`)."""
+    return f"{plugin}/PostFilter"
+
+
 class Framework:
     """One profile (schedulerName) with its plugins, weights and tuning."""
 
@@ -179,6 +184,11 @@ class Framework:
         for plugin in self.plugins.all():
             if isinstance(plugin, EnqueueExtensions):
                 out[plugin.name] = list(plugin.events_to_register())
+            # A PostFilter that could not help yet (e.g. reclaim finding no queue above
+            # its level) may name other events than its Filter-side rejections need.
+            post = getattr(plugin, "post_filter_events", None)
+            if callable(post):
+                out[post_filter_key(plugin.name)] = list(post())
         return out
 
     # ---- filtering -----------------------------------------------------------------
@@ -237,6 +247,7 @@ class Framework:
                 return result, status.with_plugin(plugin.name)
             if status.message:
                 reasons.append(status.message.rstrip("."))
+                diagnosis.post_filter_plugins.add(plugin.name)
             rejector = rejector or plugin.name
         message = ". ".join(reasons)
         return None, Status(Code.UNSCHEDULABLE, message, plugin=rejector)

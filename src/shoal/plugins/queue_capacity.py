@@ -207,6 +207,15 @@ class QueueCapacity:
             if record is not None and record.pod.priority <= pod.priority:
                 yield record
 
+    def post_filter_events(self) -> Sequence[ClusterEvent]:
+        """When a pod whose reclaim found nothing is worth another try: a pod landing can
+        lift another queue above its level, besides what admission waits for."""
+        return [
+            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD | ActionType.DELETE),
+            ClusterEvent(EventResource.QUEUE, ActionType.ALL),
+            ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE),
+        ]
+
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [
             ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),

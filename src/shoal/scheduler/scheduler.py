@@ -40,7 +40,7 @@ from shoal.framework.effects import (
 )
 from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.interfaces import Victim
-from shoal.framework.runtime import Framework
+from shoal.framework.runtime import Framework, post_filter_key
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
 from shoal.gang.manager import GangConfig, GangManager, Group
@@ -533,6 +533,12 @@ class Scheduler:
                 tx.clear_nomination(pod)
                 self._emit_nominations(tx.commit().nominated)
         rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
+        if diagnosis is not None and diagnosis.post_filter_plugins:
+            # What a PostFilter tried and could not do yet (reclaim finding no queue above
+            # its level) may become possible on the events it registered for.
+            events = self.queue.plugin_events
+            keys = {post_filter_key(p) for p in diagnosis.post_filter_plugins}
+            rejectors |= {k for k in keys if k in events}
         self._requeue(entry, now, rejectors, status, message, retry_soon, nominated)
         return CycleResult(pod, None, status, message, diagnosis)
 

@@ -357,3 +357,16 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
     assert any(e.get("flag") == "--authentication-kubeconfig" for e in warnings)
     assert any(e.get("scheme") == "https" for e in proc.logs)
     assert any(e.get("level") == "debug" for e in proc.logs)  # --v=4
+
+
+def test_tls_certificate_given_or_made(tmp_path: Path) -> None:
+    from shoal.drivers.kube.tls import TlsError, _self_signed, server_context
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _self_signed(cert, key)
+    assert server_context(cert, key) is not None
+    assert server_context() is not None  # self-signed, made in memory
+    with pytest.raises(TlsError, match="give both --tls-cert-file and --tls-private-key-file"):
+        server_context(cert, None)
+    with pytest.raises(TlsError, match="cannot load"):
+        server_context(key, cert)

@@ -6,6 +6,7 @@ Only argument parsing and exit codes live here; the work is done in `shoal.sim` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from shoal import __version__
-from shoal.config import ConfigError
+from shoal.config import ConfigError, Problem
 
 app = typer.Typer(
     name="shoal",
@@ -34,6 +35,15 @@ def _print_problems(console: Console, err: ConfigError) -> None:
     console.print(f"[red]{escape(err.source)}: {len(err.problems)} problem(s):[/]", soft_wrap=True)
     for problem in err.problems:
         console.print(f"  - {problem}", markup=False, soft_wrap=True)
+
+
+def _print_warnings(console: Console, source: object, warnings: Sequence[Problem]) -> None:
+    """What is accepted but will not take effect (or may surprise), one line each."""
+    if not warnings:
+        return
+    console.print(f"[yellow]{escape(str(source))}: {len(warnings)} warning(s):[/]", soft_wrap=True)
+    for warning in warnings:
+        console.print(f"  - {warning}", markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -108,6 +118,7 @@ def simulate(
     except ConfigError as err:
         _print_problems(errors, err)
         raise typer.Exit(2) from None
+    _print_warnings(errors, config, scheduler_config.warnings)
     options = SimOptions(
         seed=seed,
         until=until,
@@ -129,7 +140,8 @@ def validate_config(
         Path, typer.Argument(exists=True, dir_okay=False, help="A KubeSchedulerConfiguration.")
     ],
 ) -> None:
-    """Check a scheduler configuration; print every problem (exit 1 if there are any)."""
+    """Check a scheduler configuration as `shoal run` and `shoal simulate` load it; print
+    every problem (exit 1 if there are any) and every warning (exit 0 if only those)."""
     from shoal.sim.runner import load_scheduler_config
 
     console = _console()
@@ -138,6 +150,7 @@ def validate_config(
     except ConfigError as err:
         _print_problems(console, err)
         raise typer.Exit(1) from None
+    _print_warnings(console, file, config.warnings)
     names = ", ".join(p.scheduler_name for p in config.profiles)
     console.print(f"OK: {len(config.profiles)} profile(s): {names}", markup=False)
 

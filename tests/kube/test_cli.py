@@ -1,22 +1,29 @@
 """`shoal run` as a real process against the fake API server: killed with SIGKILL
 mid-run and restarted, it loses no pod and binds none twice; it serves /metrics,
-/healthz and /readyz and logs JSON lines."""
+/healthz and /readyz and logs JSON lines; it takes kube-scheduler's flags, and refuses
+what `shoal validate-config` refuses."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import logging
 import signal
+import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+import typer
 import yaml
 from kubehelpers import async_test, bound_pods, eventually, node, pod
+from typer.testing import CliRunner
 
+from shoal.drivers.kube.cli import Serving, normalize_flags, serving
 from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 SHOAL = [sys.executable, "-c", "from shoal.cli import app; app()"]
@@ -146,3 +153,220 @@ async def test_shoal_run_reports_a_bad_configuration(tmp_path: Path) -> None:
     ) as proc:
         assert await asyncio.wait_for(proc.wait(), 30) == 2
         assert any("Nope" in line for line in proc.raw)
+
+
+# ---- kube-scheduler's flags and configuration checks -----------------------------------
+
+
+@pytest.fixture
+def cli() -> Iterator[CliRunner]:
+    # `shoal run` points the root logger at the runner's stderr; put it back afterwards.
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield CliRunner()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_kube_scheduler_boolean_and_verbosity_spellings_are_normalized() -> None:
+    assert normalize_flags(
+        ["--leader-elect=false", "--leader-elect=true", "--profiling=0", "-v=4", "--v=2"]
+    ) == ["--no-leader-elect", "--leader-elect", "--no-profiling", "-v", "4", "--v=2"]
+    # Not a boolean value: left for click to report; nothing after "--" is touched.
+    assert normalize_flags(["--leader-elect=maybe", "--", "-v=1"]) == [
+        "--leader-elect=maybe",
+        "--",
+        "-v=1",
+    ]
+
+
+def test_serving_addresses() -> None:
+    assert serving(None, None) == Serving("0.0.0.0", 10251, tls=False)
+    assert serving("127.0.0.1:0", None) == Serving("127.0.0.1", 0, tls=False)
+    assert serving("", None) is None
+    # kube-scheduler's form: an IP, HTTPS on --secure-port (10259 by default, 0: off).
+    assert serving("127.0.0.1", None) == Serving("127.0.0.1", 10259, tls=True)
+    assert serving("::1", 8443) == Serving("::1", 8443, tls=True)
+    assert serving(None, 8443) == Serving("0.0.0.0", 8443, tls=True)
+    assert serving("0.0.0.0", 0) is None
+    # A certificate makes Shoal's form HTTPS too.
+    assert serving("127.0.0.1:9000", None, tls_files=True) == Serving("127.0.0.1", 9000, True)
+    with pytest.raises(typer.BadParameter, match="give --bind-address as an IP"):
+        serving("127.0.0.1:9000", 8443)
+    with pytest.raises(typer.BadParameter, match="neither HOST:PORT nor an IP"):
+        serving("localhost", None)
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "expected"),
+    [
+        (
+            "clientConnection: {qps: abc}\n",
+            [],
+            "clientConnection.qps: 'abc' is not a number",
+        ),
+        (
+            "leaderElection: {leaseDuration: abc}\n",
+            [],
+            "leaderElection.leaseDuration: 'abc' is not a duration",
+        ),
+        (
+            "leaderElection: {leaseDuration: 10s, renewDeadline: 10s}\n",
+            [],
+            "leaderElection.leaseDuration: must be greater than renewDeadline (10s <= 10s)",
+        ),
+        (
+            # The flag overrides the file, then the result is checked, as in kube-scheduler.
+            "leaderElection: {leaseDuration: 15s}\n",
+            ["--leader-elect-renew-deadline", "20s"],
+            "leaderElection.leaseDuration: must be greater than renewDeadline (15s <= 20s)",
+        ),
+    ],
+)
+def test_run_refuses_what_validate_config_refuses(
+    cli: CliRunner, tmp_path: Path, config: str, flags: list[str], expected: str
+) -> None:
+    from shoal.cli import app
+
+    path = tmp_path / "config.yaml"
+    path.write_text(config + "profiles: [{schedulerName: shoal}]\n")
+    kubeconfig = str(tmp_path / "missing")
+    result = cli.invoke(app, ["run", "--kubeconfig", kubeconfig, "--config", str(path), *flags])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+    if not flags:
+        checked = cli.invoke(app, ["validate-config", str(path)])
+        assert checked.exit_code == 1 and expected in checked.output
+
+
+def test_a_bad_duration_flag_is_named(cli: CliRunner, tmp_path: Path) -> None:
+    from shoal.cli import app
+
+    result = cli.invoke(app, ["run", "--leader-elect-lease-duration", "abc"])
+    assert result.exit_code == 2
+    assert "--leader-elect-lease-duration" in result.output
+    assert "'abc' is not a duration" in result.output
+    result = cli.invoke(app, ["run", "--leader-elect-resource-lock", "endpoints"])
+    assert result.exit_code == 2 and "only 'leases'" in result.output
+
+
+def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: Path) -> None:
+    from shoal.cli import app
+
+    path = tmp_path / "stock.yaml"
+    path.write_text(
+        "profiles:\n- schedulerName: shoal\n  plugins:\n"
+        "    multiPoint: {disabled: [{name: VolumeBinding}]}\n"
+        "    score: {enabled: [{name: ImageLocality, weight: 1}]}\n"
+    )
+    result = cli.invoke(app, ["validate-config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"{path}: 2 warning(s):",
+        "  - profiles[0].plugins.score.enabled[0].name: ImageLocality is not in Shoal (Shoal "
+        "does not track container images on nodes): profile 'shoal' runs without it, so pods "
+        "are placed without ImageLocality's checks and scores",
+        "  - profiles[0].plugins.multiPoint.disabled[0].name: VolumeBinding is not in Shoal "
+        "(Shoal does not model volumes); disabling it in profile 'shoal' changes nothing",
+        "OK: 1 profile(s): shoal",
+    ]
+
+
+def test_simulate_prints_warnings_and_serves_shoal_pods_by_default(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    from shoal.cli import app
+
+    named = pod("named", cpu="1", scheduler="shoal")
+    unnamed = pod("unnamed", cpu="1")
+    del unnamed["spec"]["schedulerName"]
+    workload = tmp_path / "w.yaml"
+    workload.write_text(yaml.safe_dump_all([node("n1"), named, unnamed]))
+    out = tmp_path / "r.jsonl"
+    # Without --config: run's profile 'shoal', and pods that name no scheduler.
+    result = cli.invoke(app, ["simulate", "-w", str(workload), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    records = {r["pod"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert {name: r["node"] for name, r in records.items()} == {"named": "n1", "unnamed": "n1"}
+    config = tmp_path / "c.yaml"
+    config.write_text("profiles: [{plugins: {filter: {enabled: [{name: VolumeZone}]}}}]\n")
+    result = cli.invoke(app, ["simulate", "--config", str(config), "-w", str(workload), "-q"])
+    assert result.exit_code == 0, result.output
+    assert f"{config}: 2 warning(s):" in result.output
+    assert "VolumeZone is not in Shoal" in result.output
+    assert "'default-scheduler' is the stock kube-scheduler's name" in result.output
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@async_test(timeout=90)
+async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "leaderElection": {
+                    "leaderElect": False,
+                    "resourceName": "from-file",
+                    "leaseDuration": "2s",
+                    "renewDeadline": "1s",
+                    "retryPeriod": "200ms",
+                },
+                "profiles": [
+                    {
+                        "schedulerName": "shoal",
+                        "plugins": {"filter": {"enabled": [{"name": "VolumeBinding"}]}},
+                    }
+                ],
+            }
+        )
+    )
+    port = free_port()
+    async with FakeApiServer() as api:
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        for i in range(3):
+            api.create("v1", "pods", pod(f"p{i}", cpu="1"))
+        args = ["--kubeconfig", str(kubeconfig), "--config", str(config)]
+        # Flags override the file: leader election on, under the flag's lease name.
+        args += ["--leader-elect=true", "--leader-elect-resource-name=from-flag"]
+        args += ["--leader-elect-resource-namespace", "kube-system"]
+        args += ["--kube-api-qps", "0", "--kube-api-burst", "5", "--v=4"]
+        args += ["--bind-address", "127.0.0.1", "--secure-port", str(port)]
+        args += ["--authentication-kubeconfig", "/etc/kubernetes/scheduler.conf"]
+        async with shoal_run(*args) as proc:
+            await eventually(lambda: len(bound_pods(api)) == 3, timeout=30, what="all bound")
+            async with aiohttp.ClientSession() as http:
+                url = f"https://127.0.0.1:{port}/healthz"
+                async with http.get(url, ssl=False) as r:
+                    assert r.status == 200 and await r.text() == "ok"
+            proc.proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 15) == 0
+        assert api.get("coordination.k8s.io", "leases", "kube-system", "from-flag") is not None
+        assert api.get("coordination.k8s.io", "leases", "kube-system", "from-file") is None
+    warnings = [e for e in proc.logs if e.get("level") == "warning"]
+    assert any(
+        e.get("field") == "profiles[0].plugins.filter.enabled[0].name"
+        and "VolumeBinding is not in Shoal" in e["msg"]
+        for e in warnings
+    ), proc.raw[:10]
+    assert any(e.get("flag") == "--authentication-kubeconfig" for e in warnings)
+    assert any(e.get("scheme") == "https" for e in proc.logs)
+    assert any(e.get("level") == "debug" for e in proc.logs)  # --v=4
+
+
+def test_tls_certificate_given_or_made(tmp_path: Path) -> None:
+    from shoal.drivers.kube.tls import TlsError, _self_signed, server_context
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _self_signed(cert, key)
+    assert server_context(cert, key) is not None
+    assert server_context() is not None  # self-signed, made in memory
+    with pytest.raises(TlsError, match="give both --tls-cert-file and --tls-private-key-file"):
+        server_context(cert, None)
+    with pytest.raises(TlsError, match="cannot load"):
+        server_context(key, cert)

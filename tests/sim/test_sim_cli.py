@@ -118,7 +118,13 @@ def test_validate_config_ok(tmp_path: Path):
     )
     result = runner.invoke(app, ["validate-config", str(config)])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == "OK: 2 profile(s): default-scheduler, bin-packing"
+    assert result.output.strip() == (
+        f"{config}: 1 warning(s):\n"
+        "  - profiles[0].schedulerName: 'default-scheduler' is the stock kube-scheduler's "
+        "name: in a cluster, Shoal would compete with kube-scheduler for every pod that sets "
+        "no schedulerName; name the profile e.g. 'shoal' unless Shoal replaces kube-scheduler\n"
+        "OK: 2 profile(s): default-scheduler, bin-packing"
+    )
 
 
 def test_simulate_uses_the_config_profiles(tmp_path: Path):

@@ -1,9 +1,24 @@
 """Scheduler configuration: KubeSchedulerConfiguration v1 types, loading, validation."""
 
-from shoal.config.load import ConfigError, Problem, load_config, parse_config
-from shoal.config.types import KubeSchedulerConfiguration, PluginConfig, Plugins, PluginSet, Profile
+from shoal.config.load import (
+    ConfigError,
+    Problem,
+    default_config,
+    leader_election_problems,
+    load_config,
+    parse_config,
+)
+from shoal.config.types import (
+    DEFAULT_PROFILE_NAME,
+    KubeSchedulerConfiguration,
+    PluginConfig,
+    Plugins,
+    PluginSet,
+    Profile,
+)
 
 __all__ = [
+    "DEFAULT_PROFILE_NAME",
     "ConfigError",
     "KubeSchedulerConfiguration",
     "PluginConfig",
@@ -11,6 +26,8 @@ __all__ = [
     "Plugins",
     "Problem",
     "Profile",
+    "default_config",
+    "leader_election_problems",
     "load_config",
     "parse_config",
 ]

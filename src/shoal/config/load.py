@@ -2,33 +2,52 @@
 
 Structural problems (types, unknown fields) come from the models; semantic problems
 (unknown plugins, bad plugin args, duplicate schedulerNames, more than one QueueSort,
-profiles with different QueueSorts) are checked against the plugin registry. Each problem
-is one line naming the field path.
+profiles with different QueueSorts, client and leader-election settings) are checked
+against the plugin registry. Each problem is one line naming the field path.
+
+What kube-scheduler accepts but Shoal cannot honour (plugins it does not have yet, a
+profile named like the stock scheduler) is not an error: it comes back as the
+configuration's `warnings`, for the command line to show.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import yaml
 
-from shoal.config.types import EXTENSION_POINTS, KubeSchedulerConfiguration, PluginSet, Profile
+from shoal.config.durations import parse_duration
+from shoal.config.problems import Problem
+from shoal.config.types import (
+    DEFAULT_PROFILE_NAME,
+    DEFAULT_SCHEDULER_NAME,
+    EXTENSION_POINTS,
+    KubeSchedulerConfiguration,
+    PluginSet,
+    Profile,
+)
 
-__all__ = ["ConfigError", "Problem", "load_config", "parse_config"]
+__all__ = [
+    "ConfigError",
+    "Problem",
+    "default_config",
+    "leader_election_problems",
+    "load_config",
+    "parse_config",
+]
 
+# Plugins kube-scheduler's v1 API itself refuses to enable or configure (removed in favour
+# of NodeVolumeLimits); kube-scheduler accepts them only in a `disabled` list.
+KUBE_REMOVED_PLUGINS = frozenset({"AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits"})
 
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+# client-go's leaderelection.JitterFactor: a renewal may be retried up to 1.2 retry
+# periods late, so the renew deadline must leave room for that (NewLeaderElector).
+LEADER_JITTER = 1.2
 
 
 class ConfigError(ValueError):
@@ -56,10 +75,20 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def default_config(*, serve_unnamed_pods: bool = False) -> KubeSchedulerConfiguration:
+    """What `shoal run` and `shoal simulate` use without a file: one profile named
+    'shoal' with the default plugins. `serve_unnamed_pods` adds a profile named
+    'default-scheduler' with the same plugins, for the simulator: it has no stock
+    kube-scheduler to schedule pods that name no scheduler."""
+    names = [DEFAULT_PROFILE_NAME] + ([DEFAULT_SCHEDULER_NAME] if serve_unnamed_pods else [])
+    return KubeSchedulerConfiguration(profiles=[Profile(scheduler_name=n) for n in names])
+
+
 def load_config(
     path: Path, registry: Mapping[str, Any] | None = None
 ) -> KubeSchedulerConfiguration:
-    """Read a YAML/JSON file. Raises ConfigError listing every problem."""
+    """Read a YAML/JSON file. Raises ConfigError listing every problem; what will not
+    take effect is in the result's `warnings`."""
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
@@ -92,10 +121,19 @@ def parse_config(
                 if not any(_within(p.path, path) for path in bad)
             ]
         raise ConfigError(source, problems) from None
-    problems = semantic_problems(config, registry)
+    if not config.profiles:
+        # kube-scheduler's defaulting: no profiles means the one default profile.
+        config = config.model_copy(update={"profiles": [Profile()]})
+    warnings: list[Problem] = []
+    problems = semantic_problems(config, registry, warnings)
     if problems:
         raise ConfigError(source, problems)
-    return config
+    unavailable: Mapping[str, str] = getattr(registry, "unavailable", {})
+    if unavailable:
+        # The profiles as they will run: the plugins Shoal lacks (warned about) are gone.
+        profiles = [_without(p, unavailable) for p in config.profiles]
+        config = config.model_copy(update={"profiles": profiles})
+    return config.with_warnings(tuple(warnings))
 
 
 def _within(path: str, prefix: str) -> bool:
@@ -136,8 +174,14 @@ def _hint(kind: str, message: str, loc: tuple[int | str, ...]) -> str:
 
 
 def semantic_problems(
-    config: KubeSchedulerConfiguration, registry: Mapping[str, Any] | None
+    config: KubeSchedulerConfiguration,
+    registry: Mapping[str, Any] | None,
+    warnings: list[Problem] | None = None,
 ) -> list[Problem]:
+    """The problems of `config`; what is accepted but will not take effect is appended
+    to `warnings` when given."""
+    if warnings is None:
+        warnings = []
     # What the registry knows beyond names (see shoal.framework.registry.Registry):
     # kube-scheduler plugins Shoal lacks, and how to build a profile. Read by duck
     # typing so a plain mapping of specs still validates names and args.
@@ -148,6 +192,8 @@ def semantic_problems(
         problems.append(
             Problem("podMaxBackoffSeconds", "must be at least podInitialBackoffSeconds")
         )
+    problems += client_connection_problems(config.client_connection)
+    problems += leader_election_problems(config.leader_election)
     seen: dict[str, int] = {}
     queue_sorts: set[str] = set()
     for i, profile in enumerate(config.profiles):
@@ -161,17 +207,50 @@ def semantic_problems(
                 )
             )
         seen.setdefault(profile.scheduler_name, i)
+        if profile.scheduler_name == DEFAULT_SCHEDULER_NAME:
+            warnings.append(
+                Problem(
+                    f"{base}.schedulerName",
+                    f"{DEFAULT_SCHEDULER_NAME!r} is the stock kube-scheduler's name: in a "
+                    "cluster, Shoal would compete with kube-scheduler for every pod that "
+                    "sets no schedulerName; name the profile e.g. "
+                    f"{DEFAULT_PROFILE_NAME!r} unless Shoal replaces kube-scheduler",
+                )
+            )
         if registry is None:
             continue
         names = _plugin_names(profile)
         for where, name in names:
-            if name == "*":
+            if name == "*" or name in registry:
                 continue
-            if name not in registry:
-                why = unavailable.get(name)
-                hint = f" ({why}); remove it" if why else _suggest(name, registry)
+            why = unavailable.get(name)
+            path = f"{base}.plugins.{where}"
+            if why is None:
+                problems.append(Problem(path, f"unknown plugin {name!r}{_suggest(name, registry)}"))
+            elif ".disabled[" in where:
+                warnings.append(
+                    Problem(
+                        path,
+                        f"{name} is not in Shoal ({why}); disabling it in profile "
+                        f"{profile.scheduler_name!r} changes nothing",
+                    )
+                )
+            elif name in KUBE_REMOVED_PLUGINS:
                 problems.append(
-                    Problem(f"{base}.plugins.{where}", f"unknown plugin {name!r}{hint}")
+                    Problem(
+                        path,
+                        f"{name} was removed from kubescheduler.config.k8s.io/v1 (kube-scheduler "
+                        "refuses it too); remove it (NodeVolumeLimits replaced it)",
+                    )
+                )
+            else:
+                warnings.append(
+                    Problem(
+                        path,
+                        f"{name} is not in Shoal ({why}): profile {profile.scheduler_name!r} "
+                        f"runs without it, so pods are placed without {name}'s checks and "
+                        "scores",
+                    )
                 )
         configured: set[str] = set()
         for j, pc in enumerate(profile.plugin_config):
@@ -180,6 +259,25 @@ def semantic_problems(
                 problems.append(Problem(f"{where}.name", f"args for {pc.name!r} given twice"))
             configured.add(pc.name)
             spec = registry.get(pc.name)
+            why = unavailable.get(pc.name)
+            if spec is None and why is not None:
+                if pc.name in KUBE_REMOVED_PLUGINS:
+                    problems.append(
+                        Problem(
+                            f"{where}.name",
+                            f"{pc.name} was removed from kubescheduler.config.k8s.io/v1 "
+                            "(kube-scheduler refuses it too); remove these args",
+                        )
+                    )
+                else:
+                    warnings.append(
+                        Problem(
+                            f"{where}.args",
+                            f"{pc.name} is not in Shoal ({why}): these args for profile "
+                            f"{profile.scheduler_name!r} are not used",
+                        )
+                    )
+                continue
             if spec is None:
                 problems.append(
                     Problem(
@@ -204,7 +302,7 @@ def semantic_problems(
         if any(p.path.startswith(base) for p in problems) or check_profile is None:
             continue
         try:
-            queue_sorts.add(check_profile(registry, config, profile))
+            queue_sorts.add(check_profile(registry, config, _without(profile, unavailable)))
         except ValueError as err:
             problems.append(Problem(f"{base}.plugins", str(err)))
             continue
@@ -216,6 +314,152 @@ def semantic_problems(
             )
         )
     return problems
+
+
+def _without(profile: Profile, names: Mapping[str, str]) -> Profile:
+    """`profile` with every mention of `names` dropped (plugin lists and pluginConfig)."""
+    if not names:
+        return profile
+
+    def keep(plugin_set: PluginSet) -> PluginSet:
+        return PluginSet(
+            enabled=[p for p in plugin_set.enabled if p.name not in names],
+            disabled=[p for p in plugin_set.disabled if p.name not in names],
+        )
+
+    plugins = profile.plugins.model_copy(
+        update={
+            point: keep(getattr(profile.plugins, point))
+            for point in (*EXTENSION_POINTS, "multi_point")
+        }
+    )
+    return profile.model_copy(
+        update={
+            "plugins": plugins,
+            "plugin_config": [pc for pc in profile.plugin_config if pc.name not in names],
+        }
+    )
+
+
+def client_connection_problems(client: Mapping[str, Any]) -> list[Problem]:
+    """kube's clientConnection: qps a number >= 0, burst a whole number >= 0."""
+    problems: list[Problem] = []
+    for key in client:
+        if key not in _CLIENT_FIELDS:
+            problems.append(Problem(f"clientConnection.{key}", _unknown(key, _CLIENT_FIELDS)))
+    if "qps" in client:
+        qps = client["qps"]
+        if isinstance(qps, bool) or not isinstance(qps, int | float) or not math.isfinite(qps):
+            problems.append(
+                Problem("clientConnection.qps", f"{qps!r} is not a number; write e.g. qps: 50")
+            )
+        elif qps < 0:
+            problems.append(
+                Problem("clientConnection.qps", f"{qps!r} is negative; use 0 for no limit")
+            )
+    if "burst" in client:
+        burst = client["burst"]
+        if isinstance(burst, bool) or not isinstance(burst, int):
+            problems.append(
+                Problem(
+                    "clientConnection.burst",
+                    f"{burst!r} is not a whole number; write e.g. burst: 100",
+                )
+            )
+        elif burst < 0:
+            problems.append(Problem("clientConnection.burst", f"{burst} must be non-negative"))
+    return problems
+
+
+def leader_election_problems(election: Mapping[str, Any]) -> list[Problem]:
+    """kube's leaderElection, checked as kube-scheduler and client-go check it: durations
+    parse and are positive, leaseDuration > renewDeadline > retryPeriod x 1.2, and the
+    lock is a Lease. The timing is checked only when leader election may be on (a flag
+    can turn it on, so only an explicit `leaderElect: false` skips it)."""
+    problems: list[Problem] = []
+    for key in election:
+        if key not in _ELECTION_FIELDS:
+            problems.append(Problem(f"leaderElection.{key}", _unknown(key, _ELECTION_FIELDS)))
+    elect = election.get("leaderElect", True)
+    if not isinstance(elect, bool):
+        problems.append(Problem("leaderElection.leaderElect", f"{elect!r} is not true or false"))
+    for key in ("resourceName", "resourceNamespace"):
+        value = election.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            problems.append(
+                Problem(f"leaderElection.{key}", f"{value!r} is not a non-empty string")
+            )
+    lock = election.get("resourceLock", "leases")
+    if lock != "leases":
+        problems.append(
+            Problem(
+                "leaderElection.resourceLock",
+                f"{lock!r} is not supported; only 'leases' (as in kube-scheduler)",
+            )
+        )
+    timings: dict[str, float] = {}
+    for key, default in _ELECTION_TIMINGS.items():
+        raw = election.get(key, default)
+        try:
+            value = parse_duration(raw)
+        except ValueError:
+            problems.append(
+                Problem(
+                    f"leaderElection.{key}",
+                    f"{raw!r} is not a duration; write it like {default!r}, '1m30s' or '500ms'",
+                )
+            )
+            continue
+        if value <= 0:
+            problems.append(Problem(f"leaderElection.{key}", f"{raw!r} must be greater than zero"))
+            continue
+        timings[key] = value
+    if elect is False or len(timings) < len(_ELECTION_TIMINGS):
+        return problems
+    lease, renew, retry = (timings[k] for k in _ELECTION_TIMINGS)
+    if lease <= renew:
+        problems.append(
+            Problem(
+                "leaderElection.leaseDuration",
+                f"must be greater than renewDeadline ({_seconds(lease)} <= {_seconds(renew)}): "
+                "a leader that cannot renew must stop before another may take over",
+            )
+        )
+    if renew <= retry * LEADER_JITTER:
+        problems.append(
+            Problem(
+                "leaderElection.renewDeadline",
+                f"must be greater than retryPeriod x {LEADER_JITTER} ({_seconds(renew)} <= "
+                f"{_seconds(retry * LEADER_JITTER)}): lower retryPeriod or raise renewDeadline",
+            )
+        )
+    return problems
+
+
+_CLIENT_FIELDS = ("kubeconfig", "acceptContentTypes", "contentType", "qps", "burst")
+_ELECTION_FIELDS = (
+    "leaderElect",
+    "leaseDuration",
+    "renewDeadline",
+    "retryPeriod",
+    "resourceLock",
+    "resourceName",
+    "resourceNamespace",
+)
+# kube-scheduler's defaults, in the order they must decrease.
+_ELECTION_TIMINGS = {"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"}
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _unknown(key: str, known: tuple[str, ...]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(known)}"
+    return f"unknown field {key!r}{hint}"
 
 
 def _plugin_names(profile: Profile) -> list[tuple[str, str]]:
@@ -231,7 +475,9 @@ def _plugin_names(profile: Profile) -> list[tuple[str, str]]:
 def _suggest(name: str, registry: Mapping[str, Any]) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name, list(registry), n=1)
+    # A near miss of a kube plugin Shoal lacks ("VolumeBindings") is worth naming too.
+    unavailable: Mapping[str, str] = getattr(registry, "unavailable", {})
+    close = difflib.get_close_matches(name, [*registry, *unavailable], n=1)
     return (
         f"; did you mean {close[0]!r}?"
         if close

@@ -4,16 +4,23 @@ Field names and defaults follow the upstream v1 API; unknown fields are rejected
 a typo ("scoreingStrategy") is an error, not a silently ignored setting. Fields of the
 upstream API that concern only a real cluster (clientConnection, leaderElection, ...)
 are accepted and kept for the Kubernetes backend.
+
+A configuration that came through `shoal.config.parse_config` carries `warnings`: the
+parts of it that are accepted but will not take effect (plugins kube-scheduler has and
+Shoal does not, a profile that would compete with the stock kube-scheduler).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
+from shoal.config.problems import Problem
+
 __all__ = [
+    "DEFAULT_PROFILE_NAME",
     "EXTENSION_POINTS",
     "KubeSchedulerConfiguration",
     "Plugin",
@@ -24,7 +31,11 @@ __all__ = [
 ]
 
 API_VERSION: Literal["kubescheduler.config.k8s.io/v1"] = "kubescheduler.config.k8s.io/v1"
+# kube's default for Profile.schedulerName (and for a pod's spec.schedulerName).
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
+# The profile `shoal run` and `shoal simulate` use without a configuration file: pods opt
+# in with `schedulerName: shoal`, next to the stock kube-scheduler.
+DEFAULT_PROFILE_NAME = "shoal"
 
 # Extension points in Plugins, in execution order (attribute names).
 EXTENSION_POINTS = (
@@ -102,3 +113,14 @@ class KubeSchedulerConfiguration(_Model):
     enable_contention_profiling: bool | None = None
     health_z_bind_address: str | None = Field(default=None, alias="healthzBindAddress")
     metrics_bind_address: str | None = None
+    # Set by parse_config: what is accepted but will not take effect (see the module doc).
+    _warnings: tuple[Problem, ...] = PrivateAttr(default=())
+
+    @property
+    def warnings(self) -> tuple[Problem, ...]:
+        return self._warnings
+
+    def with_warnings(self, warnings: tuple[Problem, ...]) -> KubeSchedulerConfiguration:
+        out = self.model_copy()
+        out._warnings = warnings
+        return out

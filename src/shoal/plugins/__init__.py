@@ -110,8 +110,10 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (default_binder.NAME, None),
 ]
 
-# kube-scheduler plugins a user may carry over from a kube config; Shoal explains why
-# they are not available instead of reporting a bare "unknown plugin".
+# kube-scheduler plugins a user may carry over from a kube config. Configuration
+# validation accepts them with a warning naming what is not modelled (disabling one is
+# harmless; enabling or configuring one does not take effect), except the in-tree volume
+# limits kube's v1 API removed, which kube-scheduler itself refuses unless disabled.
 KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
     "VolumeRestrictions": "Shoal does not model volumes",
     "NodeVolumeLimits": "Shoal does not model volumes",
@@ -120,6 +122,7 @@ KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
     "EBSLimits": "Shoal does not model volumes",
     "GCEPDLimits": "Shoal does not model volumes",
     "AzureDiskLimits": "Shoal does not model volumes",
+    "CinderLimits": "Shoal does not model volumes",
     "ImageLocality": "Shoal does not track container images on nodes",
     "DynamicResources": "Shoal does not implement dynamic resource allocation",
 }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from shoal.config import KubeSchedulerConfiguration, load_config
+from shoal.config import KubeSchedulerConfiguration, default_config, load_config
 from shoal.sim.engine import SimOptions, SimResult, simulate
 from shoal.sim.progress import progress_bar
 from shoal.sim.report import RESULT_SUFFIXES, print_report, render_groups, write_results
@@ -20,10 +20,13 @@ __all__ = ["check_results_path", "load_scheduler_config", "run"]
 def load_scheduler_config(path: Path | None) -> KubeSchedulerConfiguration:
     """The default configuration, or `path` checked against the plugin registry.
 
-    Raises `shoal.config.ConfigError` listing every problem.
+    The default is `shoal run`'s profile ('shoal'), which also serves pods that name no
+    scheduler: the simulated cluster has no stock kube-scheduler to take them. Raises
+    `shoal.config.ConfigError` listing every problem; what will not take effect is in the
+    result's `warnings`.
     """
     if path is None:
-        return KubeSchedulerConfiguration()
+        return default_config(serve_unnamed_pods=True)
     from shoal.scheduler import default_registry
 
     return load_config(path, registry=default_registry())

@@ -7,6 +7,7 @@ a passing endpoint with `?verbose`).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -34,12 +35,14 @@ class HealthServer:
         readyz: Checks,
         host: str = "0.0.0.0",
         port: int = 10251,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.registry = registry
         self.healthz = healthz
         self.readyz = readyz
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context  # HTTPS when set
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -52,7 +55,7 @@ class HealthServer:
             app, access_log=None, handle_signals=False, shutdown_timeout=0.1
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         for address in self._runner.addresses:
             if isinstance(address, tuple) and len(address) >= 2:

@@ -45,6 +45,7 @@ from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
+from shoal.config.durations import parse_duration
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
@@ -89,6 +90,7 @@ __all__ = [
     "KubeOptions",
     "WallClock",
     "Watched",
+    "parse_duration",
 ]
 
 log = logging.getLogger("shoal.kube")
@@ -265,33 +267,6 @@ class KubeOptions:
         values["leader"] = leader
         values.update({k: v for k, v in overrides.items() if v is not None})
         return KubeOptions(**values)
-
-
-def parse_duration(value: object) -> float:
-    """A Go duration ("15s", "1m30s", "500ms") or a number of seconds."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-    total, number = 0.0, ""
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            number += ch
-            i += 1
-            continue
-        unit = next(
-            (u for u in ("ms", "us", "µs", "ns", "h", "m", "s") if text.startswith(u, i)), None
-        )
-        if unit is None or not number:
-            raise ValueError(f"invalid duration {value!r}")
-        total += float(number) * units[unit]
-        number = ""
-        i += len(unit)
-    if number:
-        raise ValueError(f"invalid duration {value!r}: missing unit")
-    return total
 
 
 # ---- the backend -----------------------------------------------------------------------

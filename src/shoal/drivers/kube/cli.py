@@ -3,27 +3,171 @@
 Registered on the main `shoal` app by `register(app)`. Only typer is imported at module
 level, so `shoal` works without the `kube` extra; the client library is imported when
 the command runs.
+
+kube-scheduler's flag spellings are accepted too, so that a Deployment written for it
+needs few changes: `--leader-elect[=BOOL]` and the `--leader-elect-*` flags,
+`--kube-api-qps`, `--kube-api-burst`, `-v`/`--v`, `--logging-format`, `--bind-address IP`
+with `--secure-port` and `--tls-cert-file`/`--tls-private-key-file` (HTTPS). Leader
+election flags override the configuration file, as in kube-scheduler. Flags that only
+concern kube-scheduler's own API server (`--authentication-kubeconfig`, ...) are accepted
+and ignored with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
 import socket
+import ssl
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
-__all__ = ["register", "run"]
+if TYPE_CHECKING:
+    from shoal.config import KubeSchedulerConfiguration
+
+__all__ = ["KubeSchedulerFlags", "Serving", "register", "run", "serving"]
 
 log = logging.getLogger("shoal.kube")
 
-DEFAULT_SCHEDULER_NAME = "shoal"
+HTTP_ADDRESS = "0.0.0.0:10251"  # Shoal's plain-HTTP default
+SECURE_PORT = 10259  # kube-scheduler's --secure-port default
+# Go's strconv.ParseBool, which kube-scheduler's boolean flags use.
+_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
+_FALSE = {"0", "f", "F", "false", "FALSE", "False"}
+# Boolean flags kube-scheduler users write as --flag=false; click wants --no-flag.
+_BOOLEAN_FLAGS = ("--leader-elect", "--profiling", "--contention-profiling")
+# Accepted for kube-scheduler compatibility, then ignored: what they would have done.
+_IGNORED = {
+    "authentication_kubeconfig": "--authentication-kubeconfig",
+    "authorization_kubeconfig": "--authorization-kubeconfig",
+    "client_ca_file": "--client-ca-file",
+    "requestheader_client_ca_file": "--requestheader-client-ca-file",
+    "feature_gates": "--feature-gates",
+    "profiling": "--profiling",
+    "contention_profiling": "--contention-profiling",
+}
+_WHY_IGNORED = {
+    "--feature-gates": "Shoal has no kube feature gates",
+    "--profiling": "Shoal serves no profiling endpoints",
+    "--contention-profiling": "Shoal serves no profiling endpoints",
+}
+_NO_AUTH = "Shoal's /metrics, /healthz and /readyz do not authenticate or authorize requests"
+
+
+def normalize_flags(args: Sequence[str]) -> list[str]:
+    """kube-scheduler's `--leader-elect=false` and `-v=2` in the forms click parses."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + list(args[i:])
+        name, eq, value = arg.partition("=")
+        if eq and name in _BOOLEAN_FLAGS and (value in _TRUE or value in _FALSE):
+            out.append(name if value in _TRUE else "--no-" + name[2:])
+        elif eq and name == "-v":
+            out += ["-v", value]
+        else:
+            out.append(arg)
+    return out
+
+
+class KubeSchedulerFlags(TyperCommand):
+    """`shoal run`'s command: also takes kube-scheduler's `--bool-flag=value` spelling."""
+
+    # ctx is typer's (vendored) click Context; Any keeps this independent of which.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, normalize_flags(args))
+
+
+def _duration(flag: str) -> Any:
+    def check(value: str | None) -> str | None:
+        from shoal.config.durations import parse_duration
+
+        if value is None:
+            return None
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{value!r} is not a duration; write it like 15s, 1m30s or 500ms",
+                param_hint=flag,
+            ) from None
+        if seconds <= 0:
+            raise typer.BadParameter("must be greater than zero", param_hint=flag)
+        return value
+
+    return check
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Where /metrics, /healthz and /readyz are served, and whether over HTTPS."""
+
+    host: str
+    port: int
+    tls: bool
+
+
+def serving(
+    bind_address: str | None,
+    secure_port: int | None,
+    tls_files: bool = False,
+) -> Serving | None:
+    """The address from `--bind-address` and `--secure-port`; None: not served.
+
+    `--bind-address HOST:PORT` (Shoal's form) serves plain HTTP there ('' disables);
+    `--bind-address IP` (kube-scheduler's form) or `--secure-port` serves HTTPS on that
+    IP (default 0.0.0.0) and port (default 10259; 0 disables, as in kube-scheduler).
+    A certificate (`tls_files`) makes Shoal's form HTTPS too.
+    """
+    if bind_address == "":
+        return None
+    ip = _ip(bind_address) if bind_address is not None else None
+    if bind_address is not None and ip is None:
+        if secure_port is not None:
+            raise typer.BadParameter(
+                "with --secure-port, give --bind-address as an IP address (kube-scheduler's "
+                "form), e.g. --bind-address 0.0.0.0 --secure-port 10259",
+                param_hint="--bind-address",
+            )
+        host, port = _host_port(bind_address)
+        return Serving(host, port, tls_files)
+    if secure_port is None and ip is None:
+        host, port = _host_port(HTTP_ADDRESS)
+        return Serving(host, port, tls_files)
+    port = SECURE_PORT if secure_port is None else secure_port
+    if port == 0:
+        return None
+    return Serving(ip or "0.0.0.0", port, True)
+
+
+def _ip(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text.strip("[]")))
+    except ValueError:
+        return None
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not sep or not 0 <= number <= 65535:
+        raise typer.BadParameter(
+            f"{text!r} is neither HOST:PORT nor an IP address", param_hint="--bind-address"
+        )
+    return host.strip("[]") or "0.0.0.0", number
 
 
 def run(
@@ -33,8 +177,9 @@ def run(
             "--kubeconfig",
             envvar="KUBECONFIG",
             dir_okay=False,
-            help="Kubeconfig file; without it (and without $KUBECONFIG) the pod's "
-            "service account is used (in-cluster config).",
+            help="Kubeconfig file; without it (and without $KUBECONFIG or the "
+            "configuration's clientConnection.kubeconfig) the pod's service account is used "
+            "(in-cluster config).",
         ),
     ] = None,
     config: Annotated[
@@ -55,30 +200,147 @@ def run(
         typer.Option(
             "--leader-elect/--no-leader-elect",
             help="Elect a leader among replicas with a Lease (default: on, or the "
-            "configuration's leaderElection.leaderElect).",
+            "configuration's leaderElection.leaderElect). --leader-elect=false works too.",
         ),
     ] = None,
-    lease_name: Annotated[str | None, typer.Option(help="Lease name (default: shoal).")] = None,
+    lease_name: Annotated[
+        str | None,
+        typer.Option(
+            "--lease-name",
+            "--leader-elect-resource-name",
+            help="Lease name (default: shoal, or leaderElection.resourceName).",
+        ),
+    ] = None,
     lease_namespace: Annotated[
         str | None,
-        typer.Option(help="Lease namespace (default: $POD_NAMESPACE, else kube-system)."),
+        typer.Option(
+            "--lease-namespace",
+            "--leader-elect-resource-namespace",
+            help="Lease namespace (default: leaderElection.resourceNamespace, else "
+            "$POD_NAMESPACE, else kube-system).",
+        ),
+    ] = None,
+    lease_duration: Annotated[
+        str | None,
+        typer.Option(
+            "--leader-elect-lease-duration",
+            callback=_duration("--leader-elect-lease-duration"),
+            help="How long a standby waits before taking an unrenewed Lease (default 15s).",
+        ),
+    ] = None,
+    renew_deadline: Annotated[
+        str | None,
+        typer.Option(
+            "--leader-elect-renew-deadline",
+            callback=_duration("--leader-elect-renew-deadline"),
+            help="How long the leader keeps trying to renew before it stops (default 10s).",
+        ),
+    ] = None,
+    retry_period: Annotated[
+        str | None,
+        typer.Option(
+            "--leader-elect-retry-period",
+            callback=_duration("--leader-elect-retry-period"),
+            help="How often the Lease is read or renewed (default 2s).",
+        ),
+    ] = None,
+    resource_lock: Annotated[
+        str | None,
+        typer.Option("--leader-elect-resource-lock", help="Only 'leases', as in kube-scheduler."),
     ] = None,
     identity: Annotated[
         str | None, typer.Option(help="This replica's identity (default: hostname_uuid).")
     ] = None,
     qps: Annotated[
-        float | None, typer.Option(min=0, help="Client QPS for binds and status (default 50).")
+        float | None,
+        typer.Option(
+            "--qps",
+            "--kube-api-qps",
+            min=0,
+            help="Client QPS for binds and status (default 50, or clientConnection.qps).",
+        ),
     ] = None,
-    burst: Annotated[int | None, typer.Option(min=1, help="Client burst (default 100).")] = None,
+    burst: Annotated[
+        int | None,
+        typer.Option(
+            "--burst",
+            "--kube-api-burst",
+            min=1,
+            help="Client burst (default 100, or clientConnection.burst).",
+        ),
+    ] = None,
     bind_concurrency: Annotated[
         int, typer.Option(min=1, help="At most this many bind requests in flight.")
     ] = 64,
     bind_address: Annotated[
-        str,
-        typer.Option(help="host:port for /metrics, /healthz and /readyz ('' to disable)."),
-    ] = "0.0.0.0:10251",
-    log_format: Annotated[str, typer.Option(help="json or text.")] = "json",
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+        str | None,
+        typer.Option(
+            help="HOST:PORT to serve /metrics, /healthz and /readyz over HTTP (default "
+            f"{HTTP_ADDRESS}; '' to disable), or an IP to serve them over HTTPS on "
+            "--secure-port (kube-scheduler's form).",
+        ),
+    ] = None,
+    secure_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help=f"Serve over HTTPS on this port (default {SECURE_PORT} when --bind-address "
+            "is an IP; 0 disables).",
+        ),
+    ] = None,
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="Certificate for HTTPS (default: a self-signed one made at start).",
+        ),
+    ] = None,
+    tls_private_key_file: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="The certificate's private key."),
+    ] = None,
+    log_format: Annotated[
+        str, typer.Option("--log-format", "--logging-format", help="json or text.")
+    ] = "json",
+    log_level: Annotated[
+        str | None,
+        typer.Option(help="debug, info, warning or error (default info, or from -v)."),
+    ] = None,
+    verbosity: Annotated[
+        int | None,
+        typer.Option(
+            "-v",
+            "--v",
+            min=0,
+            help="kube-scheduler's log verbosity: 4 and up logs at debug level, below at info.",
+        ),
+    ] = None,
+    authentication_kubeconfig: Annotated[
+        str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")
+    ] = None,
+    authorization_kubeconfig: Annotated[
+        str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")
+    ] = None,
+    client_ca_file: Annotated[str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")] = None,
+    requestheader_client_ca_file: Annotated[
+        str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")
+    ] = None,
+    feature_gates: Annotated[
+        str | None, typer.Option(help="Ignored (Shoal has no kube feature gates).")
+    ] = None,
+    profiling: Annotated[
+        bool | None,
+        typer.Option("--profiling/--no-profiling", help="Ignored (no profiling endpoints)."),
+    ] = None,
+    contention_profiling: Annotated[
+        bool | None,
+        typer.Option(
+            "--contention-profiling/--no-contention-profiling",
+            help="Ignored (no profiling endpoints).",
+        ),
+    ] = None,
 ) -> None:
     """Run the scheduler against a Kubernetes cluster.
 
@@ -91,86 +353,119 @@ def run(
 
     if log_format not in ("json", "text"):
         raise typer.BadParameter("must be json or text", param_hint="--log-format")
-    configure_logging(log_format, log_level)
+    if resource_lock is not None and resource_lock != "leases":
+        raise typer.BadParameter(
+            f"{resource_lock!r} is not supported; only 'leases' (as in kube-scheduler)",
+            param_hint="--leader-elect-resource-lock",
+        )
+    address = serving(
+        bind_address, secure_port, tls_cert_file is not None or tls_private_key_file is not None
+    )
+    level = log_level or ("debug" if verbosity is not None and verbosity >= 4 else "info")
+    configure_logging(log_format, level)
+    election_flags = {
+        "leaderElect": leader_elect,
+        "resourceName": lease_name,
+        "resourceNamespace": lease_namespace,
+        "leaseDuration": lease_duration,
+        "renewDeadline": renew_deadline,
+        "retryPeriod": retry_period,
+    }
     try:
-        scheduler_config = _load(config)
+        scheduler_config = _load(config, election_flags)
     except ConfigError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
+    for warning in scheduler_config.warnings:
+        log.warning("configuration: %s", warning, extra={"field": warning.path})
+    given = locals()
+    for name, flag in _IGNORED.items():
+        if given[name] is not None:
+            why = _WHY_IGNORED.get(flag, _NO_AUTH)
+            log.warning(
+                "%s is accepted for kube-scheduler compatibility and ignored: %s",
+                flag,
+                why,
+                extra={"flag": flag},
+            )
+    from_file = scheduler_config.client_connection.get("kubeconfig")
+    if kubeconfig is None and from_file:
+        kubeconfig = Path(str(from_file))
     code = asyncio.run(
         _serve(
             scheduler_config,
             kubeconfig=str(kubeconfig) if kubeconfig else None,
             context=context,
-            leader_elect=leader_elect,
-            lease_name=lease_name,
-            lease_namespace=lease_namespace,
             identity=identity or f"{socket.gethostname()}_{uuid.uuid4()}",
             qps=qps,
             burst=burst,
             bind_concurrency=bind_concurrency,
-            bind_address=bind_address,
+            address=address,
+            tls_files=(tls_cert_file, tls_private_key_file),
         )
     )
     raise typer.Exit(code)
 
 
-def _load(path: Path | None) -> object:
-    from shoal.config import load_config, parse_config
+def _load(path: Path | None, election_flags: dict[str, Any]) -> KubeSchedulerConfiguration:
+    """The configuration (the file, or the default profile) with the leader election
+    flags applied over it and checked again, as kube-scheduler's ApplyLeaderElectionTo."""
+    from shoal.config import ConfigError, default_config, leader_election_problems, load_config
     from shoal.scheduler import default_registry
 
-    if path is None:
-        return parse_config({"profiles": [{"schedulerName": DEFAULT_SCHEDULER_NAME}]})
-    return load_config(path, registry=default_registry())
+    loaded = default_config() if path is None else load_config(path, registry=default_registry())
+    flags = {k: v for k, v in election_flags.items() if v is not None}
+    if not flags:
+        return loaded
+    election = {**loaded.leader_election, **flags}
+    problems = leader_election_problems(election)
+    if problems:
+        source = "the --leader-elect-* flags" + (f" over {path}" if path else "")
+        raise ConfigError(source, problems)
+    return loaded.model_copy(update={"leader_election": election})
 
 
 async def _serve(
-    scheduler_config: object,
+    scheduler_config: KubeSchedulerConfiguration,
     *,
     kubeconfig: str | None,
     context: str | None,
-    leader_elect: bool | None,
-    lease_name: str | None,
-    lease_namespace: str | None,
     identity: str,
     qps: float | None,
     burst: int | None,
     bind_concurrency: int,
-    bind_address: str,
+    address: Serving | None,
+    tls_files: tuple[Path | None, Path | None],
 ) -> int:
     from dataclasses import replace
 
-    from shoal.config import KubeSchedulerConfiguration
     from shoal.drivers.kube.backend import KubeBackend, KubeOptions
     from shoal.drivers.kube.client import connect
     from shoal.drivers.kube.leader import LeadershipLost
+    from shoal.drivers.kube.tls import TlsError, server_context
     from shoal.web.server import HealthServer
 
-    assert isinstance(scheduler_config, KubeSchedulerConfiguration)
     options = KubeOptions.from_config(
         scheduler_config,
         identity=identity,
         qps=qps,
         burst=burst,
         bind_concurrency=bind_concurrency,
-        leader_elect=leader_elect,
     )
     election = scheduler_config.leader_election
     namespace = (
-        lease_namespace
-        or election.get("resourceNamespace")
-        or os.environ.get("POD_NAMESPACE")
-        or "kube-system"
+        election.get("resourceNamespace") or os.environ.get("POD_NAMESPACE") or "kube-system"
     )
     options = replace(
-        options,
-        leader=replace(
-            options.leader,
-            name=lease_name or options.leader.name,
-            namespace=str(namespace),
-            identity=identity,
-        ),
+        options, leader=replace(options.leader, namespace=str(namespace), identity=identity)
     )
+    ssl_context: ssl.SSLContext | None = None
+    if address is not None and address.tls:
+        try:
+            ssl_context = server_context(*tls_files)
+        except TlsError as err:
+            log.error("cannot serve HTTPS: %s", err, extra={"error": str(err)})
+            return 2
     try:
         connection = await connect(kubeconfig, context=context)
     except Exception as err:  # kubeconfig missing or unreadable, not in a cluster
@@ -178,21 +473,23 @@ async def _serve(
         return 2
     backend = KubeBackend(scheduler_config, connection, options)
     server: HealthServer | None = None
-    if bind_address:
-        host, _, port = bind_address.rpartition(":")
+    if address is not None:
         server = HealthServer(
             backend.metrics.registry,
             backend.healthz,
             backend.readyz,
-            host=host or "0.0.0.0",
-            port=int(port),
+            host=address.host,
+            port=address.port,
+            ssl_context=ssl_context,
         )
         await server.start()
+        scheme = "https" if address.tls else "http"
         log.info(
-            "serving /metrics, /healthz and /readyz on %s:%d",
+            "serving /metrics, /healthz and /readyz on %s://%s:%d",
+            scheme,
             server.host,
             server.port,
-            extra={"address": f"{server.host}:{server.port}"},
+            extra={"address": f"{server.host}:{server.port}", "scheme": scheme},
         )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -221,4 +518,4 @@ async def _serve(
 
 def register(app: typer.Typer) -> None:
     """Add `run` to the `shoal` command line."""
-    app.command("run")(run)
+    app.command("run", cls=KubeSchedulerFlags)(run)

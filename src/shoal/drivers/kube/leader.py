@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shoal.config.load import LEADER_JITTER
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import LEASES
 from shoal.drivers.kube.status import micro_time
@@ -50,10 +51,18 @@ class LeaderSettings:
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
-        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+        # client-go's NewLeaderElector rule, which configuration validation also applies
+        # (shoal.config.leader_election_problems), so a file that passes validate-config
+        # never fails here.
+        jitter = LEADER_JITTER
+        if not (
+            self.retry_period > 0
+            and self.retry_period * jitter < self.renew_deadline < self.lease_duration
+        ):
             raise ValueError(
-                "leader election needs 0 < retryPeriod < renewDeadline < leaseDuration, got "
-                f"{self.retry_period}s, {self.renew_deadline}s, {self.lease_duration}s"
+                f"leader election needs 0 < retryPeriod x {jitter} < renewDeadline < "
+                f"leaseDuration, got {self.retry_period:g}s, {self.renew_deadline:g}s, "
+                f"{self.lease_duration:g}s"
             )
 
 

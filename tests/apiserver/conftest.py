@@ -12,7 +12,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
-def _kubectl(env: dict[str, str], *args: str, timeout: float = 60) -> str:
+def _kubectl(env: dict[str, str], *args: str, timeout: float = 60, check: bool = True) -> str:
     done = subprocess.run(
         [str(Path(env["K8S_BIN_DIR"]) / "kubectl"), *args],
         env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
@@ -53,7 +53,7 @@ def _kubectl(env: dict[str, str], *args: str, timeout: float = 60) -> str:
         text=True,
         timeout=timeout,
     )
-    if done.returncode != 0:
+    if check and done.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
     return done.stdout
 
@@ -95,8 +95,11 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 
 @pytest.fixture(scope="session")
-def kubectl(control_plane: dict[str, str]) -> object:
-    def run(*args: str, timeout: float = 60) -> str:
-        return _kubectl(control_plane, *args, timeout=timeout)
+def kubectl(control_plane: dict[str, str]) -> Callable[..., str]:
+    """The kit's kubectl against the control plane: stdout; fails the test on a non-zero
+    exit unless check=False."""
+
+    def run(*args: str, timeout: float = 60, check: bool = True) -> str:
+        return _kubectl(control_plane, *args, timeout=timeout, check=check)
 
     return run

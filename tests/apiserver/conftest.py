@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -32,6 +33,9 @@ def _missing() -> str:
         return f"no Kubernetes test kit at {KIT} (set SHOAL_K8S_KIT to use another)"
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return "the Kubernetes test kit runs on Linux x86-64 only"
+    needed = [tool for tool in ("openssl", "curl", "setsid", "flock") if not shutil.which(tool)]
+    if needed:
+        return f"the Kubernetes test kit needs {', '.join(needed)} (apt-get install openssl curl)"
     return ""
 
 

@@ -179,6 +179,30 @@ class Space:
             and (not reason or e.get("reason") == reason)
         ]
 
+    @contextlib.asynccontextmanager
+    async def watching_pods(self) -> AsyncIterator[list[JSON]]:
+        """Every pod object the API server reports from now on (a watch), in order: for
+        states that do not last, such as a nomination before the bind. The watch starts
+        at the resourceVersion of a list made now, so nothing after it is missed however
+        late the stream opens; events arrive a little after the change."""
+        seen: list[JSON] = []
+        listing = await self.client.request("GET", PODS.path(self.name))
+        version = listing["metadata"]["resourceVersion"]
+
+        async def watch() -> None:
+            query = {"watch": "1", "resourceVersion": version}
+            async with self.client.stream(PODS.path(self.name), query, read_timeout=60) as events:
+                async for event in events:
+                    seen.append(event["object"])
+
+        task = asyncio.create_task(watch())
+        try:
+            yield seen
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
     # ---- Shoal ---------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager

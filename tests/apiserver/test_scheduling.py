@@ -6,6 +6,7 @@ Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see confte
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 
 from apihelpers import space, wait_for
 from kubehelpers import async_test
@@ -96,30 +97,28 @@ async def test_preemption_sets_nominated_node_name_and_evicts_through_the_api(
         await s.create(PDBS.path(s.name), {"metadata": {"name": "keep"}, "spec": budget})
         high = await s.add_priority_class("high", 100)
         await s.create_pod("urgent", "1", priority_class=high)
-        async with s.shoal(s.options("preempt")) as shoal:
-
-            async def nominated() -> bool:
-                urgent = (await s.pods())["urgent"]
-                return (urgent.get("status") or {}).get("nominatedNodeName") == n1
+        async with s.watching_pods() as seen, s.shoal(s.options("preempt")) as shoal:
 
             async def bound() -> bool:
                 return (await s.bound()).get("urgent") == n1
 
-            # The nomination is written before the victim goes, and the pod binds after:
-            # either may already be visible; the nomination must have happened.
-            await wait_for(lambda: _either(nominated, bound), what="urgent nominated to its node")
+            def history() -> list[tuple[str | None, str | None]]:
+                """(nominatedNodeName, nodeName) of each version of urgent."""
+                return [
+                    ((p.get("status") or {}).get("nominatedNodeName"), p["spec"].get("nodeName"))
+                    for p in seen
+                    if p["metadata"]["name"] == "urgent"
+                ]
+
             await wait_for(bound, what="urgent bound after the eviction")
+            await wait_for(
+                _true(lambda: any(node == n1 for _, node in history())), what="the bind watched"
+            )
+            assert (n1, None) in history(), history()  # nominated while still unbound
             pods = await s.pods()
             assert "free" not in pods and "protected" in pods
             assert shoal.kube.metrics.evictions.labels("evicted")._value.get() == 1
             assert await s.events("free", "Preempted")
-
-
-async def _either(*checks: object) -> bool:
-    for check in checks:
-        if await check():  # type: ignore[operator]
-            return True
-    return False
 
 
 @async_test(timeout=60)
@@ -172,8 +171,8 @@ async def test_evictions_go_through_the_eviction_api_and_the_server_enforces_bud
             assert await evictor.evict_now(infos["web0"], "test") == "gone"
 
 
-def _true(check: object) -> object:
+def _true(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
     async def run() -> bool:
-        return bool(check())  # type: ignore[operator]
+        return check()
 
     return run

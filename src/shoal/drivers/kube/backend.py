@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -376,7 +377,12 @@ class KubeBackend:
         for watched in opts.watched or tuple(WATCHED):
             self.watched[watched.kind.name] = watched
             self.informers[watched.kind.name] = Informer(
-                self.client, watched.kind, self, opts.informer, observer=self.metrics
+                self.client,
+                watched.kind,
+                self,
+                opts.informer,
+                observer=self.metrics,
+                rng=random.Random(f"{seed}/{watched.kind.name}"),
             )
         self.pods = self.informers[PODS.name]
 
@@ -452,9 +458,17 @@ class KubeBackend:
 
     def readyz(self) -> list[Check]:
         waiting = [n for n, i in self.informers.items() if not i.synced.is_set()]
+        down = [f"{n} ({i.down})" for n, i in self.informers.items() if i.down]
+        # An informer task that ended (it should not) leaves its store frozen.
+        down += [
+            f"{t.get_name().removeprefix('informer-')} (stopped)"
+            for t in self._background
+            if t.get_name().startswith("informer-") and t.done() and not self._stopping.is_set()
+        ]
         return [
             *self.healthz(),
             Check("informerSync", not waiting, "waiting for " + ", ".join(waiting)),
+            Check("informers", not down, "not watching " + "; ".join(down)),
         ]
 
     # ---- running -------------------------------------------------------------------

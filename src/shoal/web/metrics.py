@@ -23,7 +23,8 @@ Shoal's own:
 * `shoal_queue_pending_pods{queue}`: pending pods per tenancy queue.
 * `shoal_invalid_objects_total{resource}`: objects from the API that could not be read.
 * `shoal_informer_operations_total{resource, operation}`: list, relist, watch,
-  expired, list_error, watch_error.
+  expired, list_error, watch_error, informer_error (an unexpected exception: the
+  informer relists after a backoff and /readyz fails until it recovers).
 * `shoal_events_dropped_total`: events not written because the recorder fell behind.
 """
 

@@ -75,7 +75,7 @@ def test_concurrent_scrapes_share_one_render_and_the_ttl_bounds_renders() -> Non
 def test_a_failed_render_is_not_cached() -> None:
     async def main() -> None:
         clock = [0.0]
-        server, counting = _server(clock)
+        server, _ = _server(clock)
 
         class Broken(Collector):
             fail = True

@@ -149,3 +149,81 @@ def test_backoff_is_exponential_bounded_and_jittered_from_the_injected_rng() -> 
         assert base <= delay <= base * 1.2
     backoff.reset()
     assert backoff.next() <= 0.6
+
+
+# ---- two active schedulers for one schedulerName ------------------------------------------
+
+
+@async_test(timeout=60)
+async def test_two_active_schedulers_for_one_scheduler_name_notice_each_other(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from kubehelpers import events_for, fast_options
+
+    caplog.set_level(logging.WARNING, logger="shoal.kube")
+    async with FakeApiServer() as api:
+        for i in range(4):
+            api.create("v1", "nodes", node(f"n{i}", cpu="4"))
+        # No leader election on either (or each on its own Lease): both schedule.
+        async with (
+            running(api, tmp_path, fast_options("alpha")) as (alpha, _),
+            running(api, tmp_path, fast_options("beta")) as (beta, _),
+        ):
+            await eventually(lambda: alpha.synced and beta.synced, what="both synced")
+            for i in range(40):
+                api.create("v1", "pods", pod(f"p{i:02d}", cpu="100m"))
+            await eventually(lambda: len(bound_pods(api)) == 40, what="all bound")
+            await eventually(
+                lambda: alpha.foreign_binds + beta.foreign_binds > 0, what="a foreign bind seen"
+            )
+            for me, other in ((alpha, "beta"), (beta, "alpha")):
+                if not me.foreign_binds:
+                    continue
+                failed = _failed_checks(me)
+                assert f"'{other}'" in failed["exclusiveScheduler"]
+                assert me.metrics.foreign_binds.labels("shoal")._value.get() == me.foreign_binds
+            # Every pod carries who bound it; the event names the other binder.
+            for p in api.pods():
+                assert p["metadata"]["annotations"]["shoal.dev/scheduled-by"] in {"alpha", "beta"}
+            await eventually(
+                lambda: any(
+                    events_for(api, p["metadata"]["name"], "ForeignBinding") for p in api.pods()
+                ),
+                what="a ForeignBinding event",
+            )
+            foreign = [
+                e
+                for p in api.pods()
+                for e in events_for(api, p["metadata"]["name"], "ForeignBinding")
+            ]
+            assert "leader election" in foreign[0]["note"]
+            assert any("was bound to" in r.getMessage() for r in caplog.records)
+
+
+@async_test()
+async def test_a_scheduler_alone_reports_no_foreign_binds(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        for i in range(2):
+            api.create("v1", "nodes", node(f"n{i}", cpu="4"))
+        for i in range(20):
+            api.create("v1", "pods", pod(f"p{i:02d}", cpu="100m"))
+        async with running(api, tmp_path) as (kube, _):
+            await eventually(lambda: len(bound_pods(api)) == 20, what="all bound")
+            api.create("v1", "pods", pod("late", cpu="100m"))
+            await eventually(lambda: len(bound_pods(api)) == 21, what="late bound")
+            assert kube.foreign_binds == 0
+            assert not _failed_checks(kube)
+            # A pod of ours bound by hand (another binder) is noticed.
+            api.create("v1", "pods", pod("manual", cpu="100m", node_selector={"none": "x"}))
+            await eventually(lambda: kube.scheduler.queue.get(_uid(api, "manual")) is not None)
+            api.bind("default", "manual", "n0", user_agent="kubectl")
+            await eventually(lambda: kube.foreign_binds == 1, what="the manual bind noticed")
+            assert "an unknown binder" in _failed_checks(kube)["exclusiveScheduler"]
+
+
+def _uid(api: FakeApiServer, name: str) -> str:
+    obj = api.get("", "pods", "default", name)
+    assert obj is not None
+    return str(obj["metadata"]["uid"])

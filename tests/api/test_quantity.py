@@ -158,3 +158,38 @@ def test_resource_list_errors_name_the_resource() -> None:
     with pytest.raises(ValueError, match=r"^cpu: quantity '1 core' is not valid"):
         parse_resource_list({"cpu": "1 core"})
     assert parse_resource_list({"cpu": "-1"}, allow_negative=True) == {"cpu": -1000}
+
+
+def test_quantities_beyond_int64_are_refused_with_the_limit() -> None:
+    # The largest whole quantity kube's resource.Quantity (and an int64 column) holds.
+    assert to_units("9223372036854775807") == 2**63 - 1
+    assert to_milli("9223372036854775.807") == 2**63 - 1
+    for text in ("9223372036854775808", "1e30", "10E", "8Ei"):
+        with pytest.raises(QuantityError, match="9223372036854775807"):
+            to_units(text)
+    with pytest.raises(ValueError, match=r"^cpu: quantity '99999999999999999999' is too large"):
+        parse_resource_list({"cpu": "99999999999999999999"})
+    with pytest.raises(ValueError, match=r"^memory: quantity '1e30' is too large"):
+        parse_resource_list({"memory": "1e30"})
+
+
+def test_a_pod_whose_total_request_overflows_int64_is_refused() -> None:
+    from shoal.api.errors import ManifestError
+    from shoal.api.manifests import decode
+    from shoal.api.objects import Pod
+
+    def pod(*memory: str, init: str = "") -> dict[str, object]:
+        spec: dict[str, object] = {
+            "containers": [
+                {"name": f"c{i}", "resources": {"requests": {"memory": m}}}
+                for i, m in enumerate(memory)
+            ]
+        }
+        if init:
+            spec["initContainers"] = [{"name": "i", "resources": {"requests": {"memory": init}}}]
+        return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+
+    with pytest.raises(ManifestError, match=r"ns/p.*total memory request is too large"):
+        decode(pod("5E", "5E"), Pod)
+    # An init container runs before the others: the effective request is the max.
+    assert decode(pod("5E", init="5E"), Pod).metadata.name == "p"

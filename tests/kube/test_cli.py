@@ -181,13 +181,14 @@ def test_kube_scheduler_boolean_and_verbosity_spellings_are_normalized() -> None
 
 
 def test_serving_addresses() -> None:
-    assert serving(None, None) == Serving("0.0.0.0", 10251, tls=False)
+    # Loopback unless asked otherwise (the deploy manifests bind 0.0.0.0 explicitly).
+    assert serving(None, None) == Serving("127.0.0.1", 10251, tls=False)
     assert serving("127.0.0.1:0", None) == Serving("127.0.0.1", 0, tls=False)
     assert serving("", None) is None
     # kube-scheduler's form: an IP, HTTPS on --secure-port (10259 by default, 0: off).
     assert serving("127.0.0.1", None) == Serving("127.0.0.1", 10259, tls=True)
     assert serving("::1", 8443) == Serving("::1", 8443, tls=True)
-    assert serving(None, 8443) == Serving("0.0.0.0", 8443, tls=True)
+    assert serving(None, 8443) == Serving("127.0.0.1", 8443, tls=True)
     assert serving("0.0.0.0", 0) is None
     # A certificate makes Shoal's form HTTPS too.
     assert serving("127.0.0.1:9000", None, tls_files=True) == Serving("127.0.0.1", 9000, True)

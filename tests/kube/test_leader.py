@@ -122,6 +122,47 @@ async def test_a_partitioned_leader_steps_down_before_anyone_else_takes_over(
 
 
 @async_test()
+async def test_a_fractional_lease_duration_is_written_rounded_up_so_leaders_never_overlap(
+    tmp_path: Path,
+) -> None:
+    # 1.4 s rounded down would be a 1 s lease: the standby would take over 1 s after the
+    # last renewal while the leader keeps leading until 1.2 s after it.
+    fractional = dict(lease_duration=1.4, renew_deadline=1.2, retry_period=0.1)
+    changes: list[tuple[float, str, bool]] = []
+
+    def candidate(client: KubeClient, identity: str) -> LeaderElector:
+        return LeaderElector(
+            client,
+            LeaderSettings(identity=identity, namespace="kube-system", **fractional),
+            on_change=lambda leading: changes.append((time.monotonic(), identity, leading)),
+        )
+
+    async with FakeApiServer() as api, clients(api, tmp_path, "a", "b") as (ca, cb):
+        a, b = candidate(ca, "a"), candidate(cb, "b")
+        await a.acquire()
+        lease = api.get("coordination.k8s.io", "leases", "kube-system", "shoal")
+        assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 2
+        hold = asyncio.create_task(a.hold())
+        standby = asyncio.create_task(b.acquire())
+        await asyncio.sleep(0.3)
+        api.inject(Fault(user_agent="(a)", status=503, times=None))
+        with pytest.raises(LeadershipLost):
+            await asyncio.wait_for(hold, 4)
+        await asyncio.wait_for(standby, 4)
+        a_down = next(t for t, who, leading in changes if who == "a" and not leading)
+        b_up = next(t for t, who, leading in changes if who == "b" and leading)
+        assert b_up > a_down, f"b led {a_down - b_up:.2f}s before a stepped down"
+
+
+def test_settings_need_more_than_one_jittered_retry_before_the_renew_deadline() -> None:
+    with pytest.raises(ValueError, match="renewDeadline"):
+        LeaderSettings(lease_duration=3, renew_deadline=1.1, retry_period=1)
+    assert (
+        LeaderSettings(lease_duration=15.2, renew_deadline=10, retry_period=2).lease_seconds == 16
+    )
+
+
+@async_test()
 async def test_lease_conflicts_are_refused_with_409(tmp_path: Path) -> None:
     async with FakeApiServer() as api, clients(api, tmp_path, "a") as (ca,):
         a = elector(ca, "a")

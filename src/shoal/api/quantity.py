@@ -12,7 +12,13 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["QuantityError", "parse_quantity", "to_milli", "to_units"]
+__all__ = ["INT64_MAX", "QuantityError", "check_int64", "parse_quantity", "to_milli", "to_units"]
+
+# Kubernetes' resource.Quantity holds at most 2^63-1 in magnitude ("numbers larger ...
+# will be capped"), and the scheduler reads it with Value()/MilliValue() into an int64
+# (which silently overflows); Shoal's node table columns are int64 too. Anything larger
+# is refused with a message instead of crashing, wrapping or turning into a zero.
+INT64_MAX = 2**63 - 1
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -71,13 +77,25 @@ def parse_quantity(text: str | int | float) -> Fraction:
     return -value if match["sign"] == "-" else value
 
 
+def check_int64(amount: int, what: str, unit: str = "") -> int:
+    """`amount` if it fits in an int64; otherwise a QuantityError naming `what` and the
+    limit (`unit`: the unit the amount is counted in, e.g. "millicores")."""
+    if -INT64_MAX <= amount <= INT64_MAX:
+        return amount
+    counted = f" {unit}" if unit else ""
+    raise QuantityError(
+        f"{what} is too large: {amount}{counted} does not fit in a 64-bit integer "
+        f"(at most {INT64_MAX}{counted}, the limit of Kubernetes' resource.Quantity)"
+    )
+
+
 @lru_cache(maxsize=4096, typed=True)
 def to_milli(text: str | int | float) -> int:
     """Quantity in thousandths of a unit, rounded up (Kubernetes `MilliValue`)."""
-    return math.ceil(parse_quantity(text) * 1000)
+    return check_int64(math.ceil(parse_quantity(text) * 1000), f"quantity {text!r}", "milli-units")
 
 
 @lru_cache(maxsize=4096, typed=True)
 def to_units(text: str | int | float) -> int:
     """Quantity in whole units, rounded up (Kubernetes `Value`)."""
-    return math.ceil(parse_quantity(text))
+    return check_int64(math.ceil(parse_quantity(text)), f"quantity {text!r}")

@@ -358,9 +358,17 @@ class FakeApiServer:
         status["phase"] = phase
         return self._replace("", "pods", namespace, name, {"status": status}, "status")
 
-    def bind(self, namespace: str, name: str, node: str, user_agent: str = "test") -> None:
-        """Bind as some other scheduler would."""
-        self._bind(namespace, name, {"target": {"name": node}}, user_agent)
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        user_agent: str = "test",
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        """Bind as some other scheduler would (with these Binding annotations)."""
+        body: JSON = {"target": {"name": node}, "metadata": {"annotations": annotations or {}}}
+        self._bind(namespace, name, body, user_agent)
 
     # ---- storage ---------------------------------------------------------------------
 
@@ -578,6 +586,11 @@ class FakeApiServer:
             )
         new = copy.deepcopy(pod)
         new["spec"]["nodeName"] = target
+        # As the real BindingREST (setPodHostAndAnnotations): the Binding's annotations
+        # are copied onto the pod.
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        if annotations:
+            new["metadata"].setdefault("annotations", {}).update(annotations)
         status = new.setdefault("status", {})
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conditions.append(

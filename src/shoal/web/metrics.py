@@ -23,8 +23,11 @@ Shoal's own:
 * `shoal_queue_pending_pods{queue}`: pending pods per tenancy queue.
 * `shoal_invalid_objects_total{resource}`: objects from the API that could not be read.
 * `shoal_informer_operations_total{resource, operation}`: list, relist, watch,
-  expired, list_error, watch_error.
+  expired, list_error, watch_error, informer_error (an unexpected exception: the
+  informer relists after a backoff and /readyz fails until it recovers).
 * `shoal_events_dropped_total`: events not written because the recorder fell behind.
+* `shoal_foreign_binds_total{profile}`: pending pods of our profiles that someone else
+  bound (two active schedulers for one schedulerName; see docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -97,6 +100,13 @@ class SchedulerMetrics:
             "shoal_informer_operations",
             "Informer lists, relists, watches and failures.",
             ["resource", "operation"],
+            registry=r,
+        )
+        self.foreign_binds = Counter(
+            "shoal_foreign_binds",
+            "Pods of this scheduler's profiles bound by someone else (another scheduler "
+            "with the same schedulerName).",
+            ["profile"],
             registry=r,
         )
         self.events_dropped = Counter(

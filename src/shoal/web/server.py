@@ -3,11 +3,20 @@
 Health checks answer like kube-scheduler's: `ok` when every check passes, otherwise
 HTTP 500 and one `[+]name ok` / `[-]name failed: reason` line per check (also shown for
 a passing endpoint with `?verbose`).
+
+The server shares the event loop with the scheduler, and collecting the metrics walks
+the pending pods, so /metrics is rendered at most once per `metrics_ttl` seconds: every
+scrape in that window (however many scrapers) gets the same bytes, and concurrent
+scrapes of a stale exposition wait for one render instead of each rendering. The
+server listens on loopback unless told otherwise (metrics and queue sizes are not for
+everyone on the pod network).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -33,9 +42,12 @@ class HealthServer:
         registry: CollectorRegistry,
         healthz: Checks,
         readyz: Checks,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         port: int = 10251,
         ssl_context: ssl.SSLContext | None = None,
+        *,
+        metrics_ttl: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
         self.healthz = healthz
@@ -43,6 +55,12 @@ class HealthServer:
         self.host = host
         self.port = port
         self.ssl_context = ssl_context  # HTTPS when set
+        self.metrics_ttl = metrics_ttl
+        self.renders = 0
+        self._clock = clock
+        self._exposition = b""
+        self._rendered_at: float | None = None
+        self._rendering: asyncio.Future[bytes] | None = None
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -68,8 +86,34 @@ class HealthServer:
             self._runner = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.registry)
+        body = await self.exposition()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def exposition(self) -> bytes:
+        """The rendered metrics, at most `metrics_ttl` seconds old."""
+        now = self._clock()
+        if self._rendered_at is not None and now - self._rendered_at < self.metrics_ttl:
+            return self._exposition
+        if self._rendering is not None:
+            return await asyncio.shield(self._rendering)
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._rendering = future
+        try:
+            # Let the loop run what is ready (binds, renewals) before the render.
+            await asyncio.sleep(0)
+            body = generate_latest(self.registry)
+            self._exposition, self._rendered_at = body, self._clock()
+            self.renders += 1
+            future.set_result(body)
+        except Exception as err:
+            future.set_exception(err)
+            future.exception()  # marked retrieved: only the waiters (if any) raise it
+            raise
+        finally:
+            self._rendering = None
+            if not future.done():
+                future.cancel()  # we were cancelled: so are the waiters
+        return body
 
     @staticmethod
     def _probe(checks: Checks) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
 from shoal.config.durations import parse_duration
 from shoal.config.types import KubeSchedulerConfiguration
-from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
+from shoal.drivers.kube.binder import SCHEDULED_BY, KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
 from shoal.drivers.kube.effects import KubeEffects
 from shoal.drivers.kube.informer import Informer, InformerSettings
@@ -242,6 +243,8 @@ class KubeOptions:
     group_status_qps: float = 10.0  # PodGroup status writes per second at most
     queue_status_qps: float = 5.0  # Queue status writes per second at most
     shutdown_grace_seconds: float = 5.0
+    # How long /readyz reports another scheduler binding our pods after its last bind.
+    foreign_bind_window_seconds: float = 300.0
     watched: tuple[Watched, ...] = ()  # empty: WATCHED
 
     @staticmethod
@@ -323,6 +326,7 @@ class KubeBackend:
             self.metrics,
             concurrency=opts.bind_concurrency,
             timeout=opts.request_timeout,
+            identity=opts.identity,
         )
         self.evictor = KubeEvictor(self.client, self.events, self.metrics)
         # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
@@ -362,7 +366,12 @@ class KubeBackend:
         for watched in opts.watched or tuple(WATCHED):
             self.watched[watched.kind.name] = watched
             self.informers[watched.kind.name] = Informer(
-                self.client, watched.kind, self, opts.informer, observer=self.metrics
+                self.client,
+                watched.kind,
+                self,
+                opts.informer,
+                observer=self.metrics,
+                rng=random.Random(f"{seed}/{watched.kind.name}"),
             )
         self.pods = self.informers[PODS.name]
 
@@ -387,6 +396,10 @@ class KubeBackend:
         self._inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
         self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
         self._bind_tasks: set[asyncio.Task[None]] = set()
+        self._issued: set[str] = set()  # pod uids this process sent a Binding for
+        self.foreign_binds = 0
+        # (when, pod, node, binder) of the last pod of ours someone else bound.
+        self.last_foreign_bind: tuple[float, str, str, str] | None = None
         self._invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -443,10 +456,32 @@ class KubeBackend:
 
     def readyz(self) -> list[Check]:
         waiting = [n for n, i in self.informers.items() if not i.synced.is_set()]
+        down = [f"{n} ({i.down})" for n, i in self.informers.items() if i.down]
+        # An informer task that ended (it should not) leaves its store frozen.
+        down += [
+            f"{t.get_name().removeprefix('informer-')} (stopped)"
+            for t in self._background
+            if t.get_name().startswith("informer-") and t.done() and not self._stopping.is_set()
+        ]
         return [
             *self.healthz(),
             Check("informerSync", not waiting, "waiting for " + ", ".join(waiting)),
+            Check("informers", not down, "not watching " + "; ".join(down)),
+            self._exclusive_check(),
         ]
+
+    def _exclusive_check(self) -> Check:
+        last = self.last_foreign_bind
+        window = self.options.foreign_bind_window_seconds
+        if last is None or time.monotonic() - last[0] > window:
+            return Check("exclusiveScheduler", True)
+        _, pod, node, binder = last
+        return Check(
+            "exclusiveScheduler",
+            False,
+            f"another scheduler ({binder}) is binding pods of our profiles: {pod} to {node}, "
+            f"{self.foreign_binds} such binds so far",
+        )
 
     # ---- running -------------------------------------------------------------------
 
@@ -613,6 +648,7 @@ class KubeBackend:
     def _launch(self, tasks: list[BindingTask]) -> None:
         for task in tasks:
             self._inflight[task.pod.uid] = task
+            self._issued.add(task.pod.uid)
             job = asyncio.create_task(self._bind(task))
             self._bind_tasks.add(job)
             job.add_done_callback(self._bind_tasks.discard)
@@ -670,6 +706,7 @@ class KubeBackend:
         self._invalid.pop((kind.name, object_key(old)), None)
         if kind.name == PODS.name:
             uid = str(meta.get("uid", ""))
+            self._issued.discard(uid)
             if uid in self._inflight:
                 self.scheduler.delete_pod(uid)  # cancels the binding cycle
                 self._known.pop(uid, None)
@@ -760,13 +797,63 @@ class KubeBackend:
             return
         if not pod.spec.node_name and pod.spec.scheduler_name not in s.profiles:
             return  # another scheduler's pending pod
+        if pod.spec.node_name:
+            # Ours: we sent a Binding for it and the API server copied our identity from
+            # it (a conflicting bind by another replica carries its own, or none).
+            binder = pod.metadata.annotations.get(SCHEDULED_BY, "")
+            ours = uid in self._issued and binder == self.options.identity
+            self._issued.discard(uid)
+            before = self._known[uid][0] if known else None
+            was_pending = known and not (isinstance(before, dict) and before.get("nodeName"))
+            if was_pending and not ours and pod.spec.scheduler_name in s.profiles:
+                self._foreign_bind(pod, raw)
         if known:
             s.update_pod(pod)
         else:
             s.add_pod(pod)
         self._known[uid] = relevant
 
+    def _foreign_bind(self, pod: Pod, raw: JSON) -> None:
+        """A pending pod of our profiles was bound, and not by us: another scheduler
+        runs for the same schedulerName (no leader election, or another Lease), and
+        both place pods on capacity each thinks is free."""
+        binder = pod.metadata.annotations.get(SCHEDULED_BY, "")
+        who = (
+            f"Shoal instance {binder!r}"
+            if binder and binder != self.options.identity
+            else "an unknown binder"
+            if not binder
+            else f"another Shoal instance with our identity {binder!r}"
+        )
+        node = pod.spec.node_name
+        self.foreign_binds += 1
+        self.last_foreign_bind = (time.monotonic(), object_key(raw), node, who)
+        profile = pod.spec.scheduler_name
+        self.metrics.foreign_binds.labels(profile).inc()
+        lease = ""
+        if self.elector is not None:
+            lease = (
+                f"; our Lease {self.elector.settings.namespace}/{self.elector.settings.name} "
+                f"is held by {self.elector.leader!r}"
+            )
+        else:
+            lease = "; leader election is off here"
+        message = (
+            f"pod {object_key(raw)} (schedulerName {profile!r}) was bound to {node} by {who}, "
+            f"not by this scheduler ({self.options.identity!r}){lease}. Two schedulers for one "
+            "schedulerName overcommit nodes: run every replica with leader election on the "
+            "same Lease (leaderElection.resourceName), or give them different schedulerNames"
+        )
+        log.warning(
+            message,
+            extra={"pod": object_key(raw), "node": node, "binder": binder, "profile": profile},
+        )
+        self.events.record(
+            object_ref(PODS, raw), "Warning", "ForeignBinding", "Binding", message, profile
+        )
+
     def _delete_pod(self, uid: str) -> None:
+        self._issued.discard(uid)
         if uid in self._known:
             self._known.pop(uid, None)
             self.scheduler.delete_pod(uid)

@@ -39,7 +39,10 @@ __all__ = ["KubeSchedulerFlags", "Serving", "register", "run", "serving"]
 
 log = logging.getLogger("shoal.kube")
 
-HTTP_ADDRESS = "0.0.0.0:10251"  # Shoal's plain-HTTP default
+# Shoal's plain-HTTP default: loopback, so /metrics and /healthz are not exposed unless
+# asked for (the deploy manifests bind 0.0.0.0 for the kubelet's probes and Prometheus).
+HTTP_ADDRESS = "127.0.0.1:10251"
+DEFAULT_IP = "127.0.0.1"
 SECURE_PORT = 10259  # kube-scheduler's --secure-port default
 # Go's strconv.ParseBool, which kube-scheduler's boolean flags use.
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
@@ -126,7 +129,7 @@ def serving(
 
     `--bind-address HOST:PORT` (Shoal's form) serves plain HTTP there ('' disables);
     `--bind-address IP` (kube-scheduler's form) or `--secure-port` serves HTTPS on that
-    IP (default 0.0.0.0) and port (default 10259; 0 disables, as in kube-scheduler).
+    IP (default 127.0.0.1) and port (default 10259; 0 disables, as in kube-scheduler).
     A certificate (`tls_files`) makes Shoal's form HTTPS too.
     """
     if bind_address == "":
@@ -147,7 +150,7 @@ def serving(
     port = SECURE_PORT if secure_port is None else secure_port
     if port == 0:
         return None
-    return Serving(ip or "0.0.0.0", port, True)
+    return Serving(ip or DEFAULT_IP, port, True)
 
 
 def _ip(text: str) -> str | None:
@@ -167,7 +170,7 @@ def _host_port(text: str) -> tuple[str, int]:
         raise typer.BadParameter(
             f"{text!r} is neither HOST:PORT nor an IP address", param_hint="--bind-address"
         )
-    return host.strip("[]") or "0.0.0.0", number
+    return host.strip("[]") or DEFAULT_IP, number
 
 
 def run(

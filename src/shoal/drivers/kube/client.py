@@ -42,6 +42,14 @@ __all__ = [
 ]
 
 JSON = dict[str, Any]
+# The API server accepts JSON nested far deeper than Python's recursion limit lets us
+# decode; such an object cannot be read at all (not even its name), so the error says
+# what to look for.
+_TOO_DEEP = (
+    "a response of {} bytes is nested too deeply to decode (an object with JSON nested "
+    "about a thousand levels or more, e.g. in annotations or spec): find and fix or delete it"
+)
+
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
@@ -318,6 +326,10 @@ class KubeClient:
             raise ApiError(
                 code, "BadResponse", f"invalid JSON: {err}", method=method, path=path
             ) from None
+        except RecursionError:
+            raise ApiError(
+                code, "BadResponse", _TOO_DEEP.format(len(data)), method=method, path=path
+            ) from None
         return decoded if isinstance(decoded, dict) else {"value": decoded}
 
     @asynccontextmanager
@@ -377,6 +389,10 @@ class KubeClient:
             except msgspec.DecodeError as err:
                 raise TransportError(
                     "BadResponse", f"invalid watch event: {err}", method="WATCH", path=path
+                ) from None
+            except RecursionError:
+                raise TransportError(
+                    "BadResponse", _TOO_DEEP.format(len(line)), method="WATCH", path=path
                 ) from None
             if isinstance(event, dict):
                 yield event

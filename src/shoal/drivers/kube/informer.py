@@ -11,7 +11,11 @@ watches from the list's resourceVersion with bookmarks on:
   events were compacted away: the informer relists and diffs the new list against its
   store, so objects deleted while it was not looking are reported deleted;
 * an optional kind (a CRD) that is not installed (404 on list) is marked absent and
-  looked for again later, without holding up readiness.
+  looked for again later, without holding up readiness;
+* any other exception (a bug, an object nested too deeply to decode, ...) does not end
+  the informer: it is logged, the informer is marked down (`down`, which fails
+  /readyz naming the resource) and it relists after the same backoff, until a list or
+  watch succeeds again.
 
 Handlers run synchronously on the event loop; they must not block.
 """
@@ -59,6 +63,10 @@ class InformerSettings:
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     absent_retry: float = 60.0  # how often to look again for an absent optional kind
+    # A run of ordinary API failures (a dropped watch, a 500) marks the informer down
+    # only once it has lasted this long, so one reconnect does not flap readiness; an
+    # unexpected exception marks it down at once.
+    down_after: float = 10.0
 
 
 class Backoff:
@@ -91,6 +99,9 @@ class Informer:
         settings: InformerSettings | None = None,
         observer: InformerObserver | None = None,
         namespace: str | None = None,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.kind = kind
@@ -105,7 +116,26 @@ class Informer:
         self.lists = 0
         self.watches = 0
         self.last_error = ""
-        self._backoff = Backoff(self.settings.backoff_initial, self.settings.backoff_max)
+        self.crashes = 0  # unexpected exceptions survived
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._failing_since: float | None = None  # start of the current run of failures
+        self._unexpected = False  # the current run includes an unexpected exception
+        self._backoff = Backoff(self.settings.backoff_initial, self.settings.backoff_max, self._rng)
+
+    @property
+    def down(self) -> str:
+        """Why this informer is not keeping its store current ("" when it is)."""
+        if self._failing_since is None:
+            return ""
+        lasted = self._clock() - self._failing_since
+        if not self._unexpected and lasted < self.settings.down_after:
+            return ""
+        return f"failing for {lasted:.0f}s: {self.last_error}"
+
+    def _succeeded(self) -> None:
+        self._failing_since = None
+        self._unexpected = False
 
     def _note(self, what: str) -> None:
         if self.observer is not None:
@@ -114,7 +144,20 @@ class Informer:
     # ---- the loop ------------------------------------------------------------------
 
     async def run(self) -> None:
-        """List, then watch forever (until cancelled)."""
+        """List, then watch forever (until cancelled); never ends on an exception."""
+        while True:
+            try:
+                await self._list_and_watch()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                # A bug or an object we cannot read must not stop the watch for good with
+                # health still green: record it, back off, relist.
+                self.crashes += 1
+                self._failed("informer", err, unexpected=True)
+                await self._backoff.sleep()
+
+    async def _list_and_watch(self) -> None:
         while True:
             try:
                 await self._list()
@@ -130,7 +173,7 @@ class Informer:
                     self.synced.set()
                     await asyncio.sleep(self.settings.absent_retry)
                     continue
-                self._failed("list", err)
+                self._failed("list", err, unexpected=_unreadable(err))
                 await self._backoff.sleep()
                 continue
             self.absent = False
@@ -138,16 +181,22 @@ class Informer:
             await self._watch_until_expired()
             self._note("relist")
 
-    def _failed(self, what: str, err: Exception) -> None:
-        self.last_error = str(err)
+    def _failed(self, what: str, err: BaseException, unexpected: bool = False) -> None:
+        self.last_error = f"{type(err).__name__}: {err}" if unexpected else str(err)
+        if self._failing_since is None:
+            self._failing_since = self._clock()
+        self._unexpected = self._unexpected or unexpected
         self._note(f"{what}_error")
-        log.warning(
-            "%s %s failed: %s",
-            what,
-            self.kind.name,
-            err,
-            extra={"resource": self.kind.name, "error": str(err)},
-        )
+        extra = {"resource": self.kind.name, "error": self.last_error}
+        if unexpected:
+            log.error(
+                "watching %s failed unexpectedly; relisting after a backoff",
+                self.kind.name,
+                exc_info=err,
+                extra=extra,
+            )
+        else:
+            log.warning("%s %s failed: %s", what, self.kind.name, err, extra=extra)
 
     async def _list(self) -> None:
         items: list[JSON] = []
@@ -170,6 +219,7 @@ class Informer:
         self._note("list")
         self._replace(items)
         self.resource_version = resource_version
+        self._succeeded()
         self.synced.set()
 
     def _replace(self, items: list[JSON]) -> None:
@@ -216,8 +266,12 @@ class Informer:
                 if err.gone:
                     self._note("expired")
                     return
-                self._failed("watch", err)
+                self._failed("watch", err, unexpected=_unreadable(err))
                 await self._backoff.sleep()
+                if _unreadable(err):
+                    # Resuming would replay the same unreadable event forever; a relist
+                    # reads the current state (in which the object may be fixed).
+                    return
                 continue
             if events == 0 and time.monotonic() - started < 1.0:
                 await self._backoff.sleep()  # a server that closes watches at once
@@ -225,7 +279,7 @@ class Informer:
                 self._backoff.reset()
 
     async def _watch_once(self) -> int:
-        timeout = self.settings.watch_timeout * (1.0 + random.random())
+        timeout = self.settings.watch_timeout * (1.0 + self._rng.random())
         query = {
             "watch": "1",
             "resourceVersion": self.resource_version,
@@ -243,6 +297,8 @@ class Informer:
         ):
             async for event in lines:
                 self._apply(event)
+                if count == 0:
+                    self._succeeded()
                 count += 1
         return count
 
@@ -273,6 +329,11 @@ class Informer:
             self._deliver(self.handler.on_delete, self.kind, old or obj)
         if rv:
             self.resource_version = rv
+
+
+def _unreadable(err: ApiError) -> bool:
+    """A response we cannot decode: retrying will not help until the object is fixed."""
+    return err.reason == "BadResponse"
 
 
 def _rv(obj: JSON) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from shoal.drivers.kube.status import micro_time
 __all__ = ["LeaderElector", "LeaderSettings", "LeadershipLost"]
 
 log = logging.getLogger("shoal.kube.leader")
+
+JITTER_FACTOR = 1.2  # client-go's leaderelection.JitterFactor
 
 
 class LeadershipLost(Exception):
@@ -64,6 +67,23 @@ class LeaderSettings:
                 f"leaseDuration, got {self.retry_period:g}s, {self.renew_deadline:g}s, "
                 f"{self.lease_duration:g}s"
             )
+        if self.renew_deadline <= JITTER_FACTOR * self.retry_period:
+            # client-go's check: a renewal must get more than one (jittered) try.
+            raise ValueError(
+                f"leader election needs renewDeadline > {JITTER_FACTOR} * retryPeriod, got "
+                f"{self.renew_deadline}s and {self.retry_period}s"
+            )
+
+    @property
+    def lease_seconds(self) -> int:
+        """`leaseDurationSeconds` as written to the Lease: an integer, rounded UP.
+
+        Standbys take over `leaseDurationSeconds` after they saw the last renewal, and
+        the leader steps down `renew_deadline` after it sent its last one; rounding down
+        (1.4 s -> 1 with a 1.2 s deadline) would let a standby take over while the leader
+        still schedules. Rounding up only makes failover up to a second slower.
+        """
+        return max(1, math.ceil(self.lease_duration))
 
 
 class LeaderElector:
@@ -168,7 +188,7 @@ class LeaderElector:
         now = micro_time()
         record = {
             "holderIdentity": s.identity,
-            "leaseDurationSeconds": max(1, round(s.lease_duration)),
+            "leaseDurationSeconds": s.lease_seconds,
             "acquireTime": now,
             "renewTime": now,
             "leaseTransitions": 0,

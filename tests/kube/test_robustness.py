@@ -1,0 +1,229 @@
+"""Robustness in the cluster: informers that survive anything, and say so in /readyz."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubehelpers import async_test, bound_pods, eventually, node, pod
+from kubehelpers import backend as running
+
+import shoal.testing.fake_apiserver as fake_module
+from shoal.drivers.kube.backend import KubeBackend
+from shoal.drivers.kube.crds import render
+from shoal.testing.fake_apiserver import FakeApiServer
+
+PODGROUPS = "podgroups.scheduling.x-k8s.io"
+
+
+def _install_crds(api: FakeApiServer) -> None:
+    for text in render().values():
+        api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+
+
+@contextlib.contextmanager
+def _deep_recursion() -> Iterator[None]:
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 50_000))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+class _DeepJson:
+    """The fake's json module, able to write what kube's API server accepts (JSON nested
+    up to 10000 levels); Shoal's client still reads with Python's default limit."""
+
+    loads = staticmethod(json.loads)
+
+    @staticmethod
+    def dumps(obj: Any, **kwargs: Any) -> str:
+        with _deep_recursion():
+            return json.dumps(obj, **kwargs)
+
+
+class _DeepCopy:
+    @staticmethod
+    def deepcopy(obj: Any) -> Any:
+        with _deep_recursion():
+            return copy.deepcopy(obj)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    cur = root
+    for _ in range(depth):
+        cur["x"] = {}
+        cur = cur["x"]
+    return root
+
+
+def _failed_checks(kube: KubeBackend) -> dict[str, str]:
+    return {c.name: c.message for c in kube.readyz() if not c.ok}
+
+
+@async_test()
+async def test_a_podgroup_nested_thousands_of_levels_does_not_stop_the_podgroup_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fake_module, "json", _DeepJson)
+    monkeypatch.setattr(fake_module, "copy", _DeepCopy)
+    async with FakeApiServer() as api:
+        _install_crds(api)
+        api.create("v1", "nodes", node("n1", cpu="8"))
+        async with running(api, tmp_path) as (kube, _):
+            await eventually(lambda: kube.synced and kube.leading, what="synced")
+            assert not _failed_checks(kube)
+            api.create(
+                "scheduling.x-k8s.io/v1alpha1",
+                "podgroups",
+                {"metadata": {"name": "deep"}, "spec": {"minMember": 1, "x": _nested(3000)}},
+            )
+            tasks = {t.get_name(): t for t in kube._background}
+            await eventually(lambda: "informers" in _failed_checks(kube), what="/readyz failing")
+            failed = _failed_checks(kube)
+            assert PODGROUPS in failed["informers"]
+            assert "nested too deeply" in failed["informers"]
+            # It keeps trying (relists after a backoff) instead of ending.
+            assert not tasks[f"informer-{PODGROUPS}"].done()
+            # Once the object is gone, the watch recovers and gangs are served again.
+            api.delete("scheduling.x-k8s.io", "podgroups", "default", "deep")
+            api.create(
+                "scheduling.x-k8s.io/v1alpha1",
+                "podgroups",
+                {"metadata": {"name": "train"}, "spec": {"minMember": 2}},
+            )
+            label = {"scheduling.x-k8s.io/pod-group": "train"}
+            for i in range(2):
+                api.create("v1", "pods", pod(f"w{i}", cpu="1", labels=label))
+            await eventually(lambda: len(bound_pods(api)) == 2, what="the gang bound")
+            await eventually(lambda: not _failed_checks(kube), what="ready again")
+            assert "default/train" in kube.scheduler.gangs.status()
+
+
+@async_test()
+async def test_an_unexpected_exception_in_the_informer_relists_after_a_backoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shoal.drivers.kube.informer import Informer
+
+    original = Informer._replace
+    failures = {"left": 3}
+
+    def flaky(self: Informer, items: list[dict[str, Any]]) -> None:
+        if self.kind.name == "nodes" and failures["left"]:
+            failures["left"] -= 1
+            raise KeyError("a bug while listing")
+        original(self, items)
+
+    monkeypatch.setattr(Informer, "_replace", flaky)
+    async with FakeApiServer() as api:
+        api.create("v1", "nodes", node("n1", cpu="2"))
+        api.create("v1", "pods", pod("p", cpu="1"))
+        async with running(api, tmp_path) as (kube, _):
+            await eventually(lambda: bound_pods(api) == {"default/p": "n1"}, what="bound")
+            nodes = kube.informers["nodes"]
+            assert nodes.crashes == 3 and not nodes.down
+            assert not _failed_checks(kube)
+
+
+def test_backoff_is_exponential_bounded_and_jittered_from_the_injected_rng() -> None:
+    import random
+
+    from shoal.drivers.kube.informer import Backoff
+
+    backoff = Backoff(0.5, 30.0, random.Random(7))
+    delays = [backoff.next() for _ in range(10)]
+    again = Backoff(0.5, 30.0, random.Random(7))
+    assert [again.next() for _ in range(10)] == delays  # reproducible
+    for i, delay in enumerate(delays):
+        base = min(30.0, 0.5 * 2**i)
+        assert base <= delay <= base * 1.2
+    backoff.reset()
+    assert backoff.next() <= 0.6
+
+
+# ---- two active schedulers for one schedulerName ------------------------------------------
+
+
+@async_test(timeout=60)
+async def test_two_active_schedulers_for_one_scheduler_name_notice_each_other(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from kubehelpers import events_for, fast_options
+
+    caplog.set_level(logging.WARNING, logger="shoal.kube")
+    async with FakeApiServer() as api:
+        for i in range(4):
+            api.create("v1", "nodes", node(f"n{i}", cpu="4"))
+        # No leader election on either (or each on its own Lease): both schedule.
+        async with (
+            running(api, tmp_path, fast_options("alpha")) as (alpha, _),
+            running(api, tmp_path, fast_options("beta")) as (beta, _),
+        ):
+            await eventually(lambda: alpha.synced and beta.synced, what="both synced")
+            for i in range(40):
+                api.create("v1", "pods", pod(f"p{i:02d}", cpu="100m"))
+            await eventually(lambda: len(bound_pods(api)) == 40, what="all bound")
+            await eventually(
+                lambda: alpha.foreign_binds + beta.foreign_binds > 0, what="a foreign bind seen"
+            )
+            for me, other in ((alpha, "beta"), (beta, "alpha")):
+                if not me.foreign_binds:
+                    continue
+                failed = _failed_checks(me)
+                assert f"'{other}'" in failed["exclusiveScheduler"]
+                assert me.metrics.foreign_binds.labels("shoal")._value.get() == me.foreign_binds
+            # Every pod carries who bound it; the event names the other binder.
+            for p in api.pods():
+                assert p["metadata"]["annotations"]["shoal.dev/scheduled-by"] in {"alpha", "beta"}
+            await eventually(
+                lambda: any(
+                    events_for(api, p["metadata"]["name"], "ForeignBinding") for p in api.pods()
+                ),
+                what="a ForeignBinding event",
+            )
+            foreign = [
+                e
+                for p in api.pods()
+                for e in events_for(api, p["metadata"]["name"], "ForeignBinding")
+            ]
+            assert "leader election" in foreign[0]["note"]
+            assert any("was bound to" in r.getMessage() for r in caplog.records)
+
+
+@async_test()
+async def test_a_scheduler_alone_reports_no_foreign_binds(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        for i in range(2):
+            api.create("v1", "nodes", node(f"n{i}", cpu="4"))
+        for i in range(20):
+            api.create("v1", "pods", pod(f"p{i:02d}", cpu="100m"))
+        async with running(api, tmp_path) as (kube, _):
+            await eventually(lambda: len(bound_pods(api)) == 20, what="all bound")
+            api.create("v1", "pods", pod("late", cpu="100m"))
+            await eventually(lambda: len(bound_pods(api)) == 21, what="late bound")
+            assert kube.foreign_binds == 0
+            assert not _failed_checks(kube)
+            # A pod of ours bound by hand (another binder) is noticed.
+            api.create("v1", "pods", pod("manual", cpu="100m", node_selector={"none": "x"}))
+            await eventually(lambda: kube.scheduler.queue.get(_uid(api, "manual")) is not None)
+            api.bind("default", "manual", "n0", user_agent="kubectl")
+            await eventually(lambda: kube.foreign_binds == 1, what="the manual bind noticed")
+            assert "an unknown binder" in _failed_checks(kube)["exclusiveScheduler"]
+
+
+def _uid(api: FakeApiServer, name: str) -> str:
+    obj = api.get("", "pods", "default", name)
+    assert obj is not None
+    return str(obj["metadata"]["uid"])

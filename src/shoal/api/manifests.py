@@ -73,12 +73,21 @@ def decode(raw: Mapping[str, Any], cls: type[T], source: str = "") -> T:
     if not isinstance(raw, Mapping):
         raise ManifestError(kind, "", "", f"expected a mapping, got {type(raw).__name__}", source)
     try:
-        return msgspec.convert(raw, cls, strict=False)
+        obj = msgspec.convert(raw, cls, strict=False)
     except msgspec.ValidationError as err:
         text = str(err)
         match = _PATH.match(text)
         problem, path = (match["msg"], match["path"].lstrip(".")) if match else (text, "")
         raise ManifestError(kind, _display_name(raw), path, problem, source) from None
+    check = getattr(obj, "check_totals", None)
+    if check is not None:
+        # Whole-object checks too costly for every copy (see Pod.check_totals).
+        try:
+            check()
+        except ValueError as err:
+            path, _, problem = str(err).partition(": ")
+            raise ManifestError(kind, _display_name(raw), path, problem, source) from None
+    return obj
 
 
 def iter_documents(path: Path) -> Iterator[Any]:

@@ -306,9 +306,11 @@ class Pod(_Base):
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
 
-    def __post_init__(self) -> None:
-        # Each quantity fits in an int64 (checked when parsed); their sum (containers,
-        # sidecars, overhead) must too, or the pod's request vector would overflow.
+    def check_totals(self) -> None:
+        """Each quantity fits in an int64 (checked when parsed); their sum (containers,
+        sidecars, overhead) must too, or the pod's request vector would overflow.
+        Run when a pod is read from a manifest or the API (`shoal.api.manifests.decode`),
+        not on every copy the scheduler makes of it. ValueError names the field."""
         # podinfo builds on this module, hence the late import.
         from shoal.api.podinfo import pod_requests
 

@@ -16,7 +16,7 @@ pods/s is measured pods over the wall time spent inside the scheduler (adding th
 measured pods, scheduling, preempting, binding), not virtual time. At the end it checks
 that every measured pod is bound, that no node is overcommitted, and that every evicted
 pod had a lower priority than the measured pods; it exits 1 if any check fails.
-  python bench/preemption_basic.py [--nodes 500] [--init-pods 2000] [--pods 500] [--seed 0]
+  python bench/preemption.py [--nodes 500] [--init-pods 2000] [--pods 500] [--seed 0]
 """
 
 from __future__ import annotations

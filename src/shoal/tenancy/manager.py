@@ -275,6 +275,15 @@ class QueueManager:
         self._leaf_of[pod.uid] = found
         return found
 
+    def named_queue(self, pod: PodInfo) -> str:
+        """The queue the pod is in by the scheduler's precedence (label, Volcano
+        annotation, its PodGroup's queue, QueueBinding, ElasticQuota, default), whether or
+        not that queue exists (for reports: a typo shows under the name given)."""
+        cached = self._leaf_of.get(pod.uid)
+        if cached is not None and not cached[1]:
+            return self.tree.names[cached[0]]
+        return self._named_queue(pod)[0]
+
     def _named_queue(self, pod: PodInfo) -> tuple[str, str]:
         """The pod's queue name and what names it."""
         if name := pod.labels.get(QUEUE_LABEL):

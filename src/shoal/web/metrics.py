@@ -42,13 +42,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from shoal.api.podinfo import PodInfo
     from shoal.scheduler import Scheduler
 
-__all__ = ["QUEUE_KEYS", "SchedulerMetrics", "queue_of", "register_scheduler_collector"]
-
-# Where a pod names its tenancy queue (Shoal's own key first, then other projects').
-QUEUE_KEYS = ("shoal.dev/queue", "kueue.x-k8s.io/queue-name", "scheduling.volcano.sh/queue-name")
+__all__ = ["SchedulerMetrics", "register_scheduler_collector"]
 
 _ATTEMPT_BUCKETS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0)
 _REQUEST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
@@ -153,24 +149,11 @@ class SchedulerMetrics:
             self.informer_operations.labels(resource, what).inc()
 
 
-def queue_of(pod: PodInfo) -> str:
-    """The tenancy queue a pod names ("" when none)."""
-    meta = pod.pod.metadata
-    for key in QUEUE_KEYS:
-        value = meta.labels.get(key) or meta.annotations.get(key)
-        if value:
-            return value
-    return ""
-
-
 class _SchedulerCollector(Collector):
     """Reads queue and gang state at scrape time (on the event loop: no locking)."""
 
-    def __init__(
-        self, scheduler: Callable[[], Scheduler | None], queue_name: Callable[[PodInfo], str]
-    ) -> None:
+    def __init__(self, scheduler: Callable[[], Scheduler | None]) -> None:
         self._scheduler = scheduler
-        self._queue_name = queue_name
 
     def collect(self) -> Iterable[Metric]:
         scheduler = self._scheduler()
@@ -203,7 +186,10 @@ class _SchedulerCollector(Collector):
                 groups.add_metric([phase], phases.get(phase, 0))
             gang_pods.add_metric(["members"], members)
             gang_pods.add_metric(["running"], running)
-            queues: Tally[str] = Tally(self._queue_name(e.pod) for e in scheduler.queue.pending())
+            # The queue each pod is in by the scheduler's own precedence (labels,
+            # Volcano annotations and PodGroups, bindings), as admission sees it.
+            named = scheduler.queues.named_queue
+            queues: Tally[str] = Tally(named(e.pod) for e in scheduler.queue.pending())
             for queue, count in sorted(queues.items()):
                 per_queue.add_metric([queue], count)
         yield pending
@@ -213,9 +199,7 @@ class _SchedulerCollector(Collector):
 
 
 def register_scheduler_collector(
-    registry: CollectorRegistry,
-    scheduler: Callable[[], Scheduler | None],
-    queue_name: Callable[[PodInfo], str] = queue_of,
+    registry: CollectorRegistry, scheduler: Callable[[], Scheduler | None]
 ) -> None:
     """Export the scheduler's queue and gang state from `registry`."""
-    registry.register(_SchedulerCollector(scheduler, queue_name))
+    registry.register(_SchedulerCollector(scheduler))

@@ -297,3 +297,24 @@ def test_reservation_does_not_apply_to_profiles_without_coscheduling() -> None:
     h.run()
     assert h.node_of("held") is None
     assert h.node_of("free") in ("gpu-0", "gpu-1")
+
+
+def test_gated_members_say_what_they_wait_for_through_the_effects_port() -> None:
+    from shoal.framework.effects import Unschedulable
+
+    h = SchedulerHarness()
+    h.add_nodes(make_node("n1").capacity(cpu="8", memory="16Gi"))
+    seen: list[Unschedulable] = []
+    h.effects.listeners.append(
+        lambda e: seen.append(e) if isinstance(e, Unschedulable) and e.gated else None
+    )
+    labels = {
+        "pod-group.scheduling.sigs.k8s.io/name": "g",
+        "pod-group.scheduling.sigs.k8s.io/min-available": "3",
+    }
+    h.add_pods(*(make_pod(f"m{i}").labels(labels).req(cpu="1") for i in range(2)))
+    h.run()
+    assert {e.pod.key for e in seen} == {"default/m0", "default/m1"}
+    assert seen[-1].message == (
+        "pod is gated by Coscheduling: gang default/g: 2/3 members exist, waiting for 1 more"
+    )

@@ -557,3 +557,40 @@ async def test_pods_bound_with_annotations_are_not_scheduled_again(
             )
             assert indices == ["0", "0", "1", "1"]
             assert sorted(r.node for r in kube.scheduler.cluster.placed.values()) == ["gpu"] * 4
+
+
+@async_test()
+async def test_a_pod_waiting_for_its_gang_says_so_on_its_condition(tmp_path: Path) -> None:
+    """Gated pods explain themselves in the cluster: PodScheduled=False with reason
+    SchedulingGated and what they wait for, and a Normal event."""
+    async with FakeApiServer() as api:
+        api.create("v1", "nodes", node("n1", cpu="8"))
+        labels = {
+            "pod-group.scheduling.sigs.k8s.io/name": "train",
+            "pod-group.scheduling.sigs.k8s.io/min-available": "3",
+        }
+        for i in range(2):
+            api.create("v1", "pods", pod(f"w{i}", cpu="1", labels=labels))
+        async with running(api, tmp_path):
+
+            def gated(name: str) -> bool:
+                cond = condition(api.get("", "pods", "default", name))
+                return cond is not None and cond.get("reason") == "SchedulingGated"
+
+            # Each member says so when it is gated (the count is the group's at that
+            # moment: rewriting every member's condition on each arrival would cost
+            # O(members^2) writes for a large gang).
+            await eventually(lambda: gated("w0") and gated("w1"), what="SchedulingGated")
+            cond = condition(api.get("", "pods", "default", "w0"))
+            assert cond is not None and cond["status"] == "False"
+            assert "gang default/train:" in cond["message"] and "waiting for" in cond["message"]
+            members = {
+                condition(api.get("", "pods", "default", n))["message"]  # type: ignore[index]
+                for n in ("w0", "w1")
+            }
+            assert any("2/3 members exist, waiting for 1 more" in m for m in members)
+            await eventually(lambda: bool(events_for(api, "w0", "SchedulingGated")))
+            assert events_for(api, "w0", "SchedulingGated")[0]["type"] == "Normal"
+            # The third member arrives: the gang is placed and the condition flips.
+            api.create("v1", "pods", pod("w2", cpu="1", labels=labels))
+            await eventually(lambda: len(bound_pods(api)) == 3, what="the gang bound")

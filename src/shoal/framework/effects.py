@@ -75,12 +75,15 @@ class Evict:
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
-    """A scheduling attempt failed: PodScheduled=False with kube's explanation."""
+    """A scheduling attempt failed: PodScheduled=False with kube's explanation. With
+    `gated`, the pod was not tried at all: PreEnqueue keeps it out of the queue (kube's
+    SchedulingGated reason)."""
 
     pod: PodInfo
     status: Status
     message: str
     nominated: str = ""
+    gated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,7 @@ class Scheduler:
             choose_partition=self._choose_partition,
             on_active_delta=self.queues.on_active_delta,
             on_pending=self.queues.on_pending,
+            on_gated=self._gated,
         )
         self.queues.on_install.append(self.queue.repartition)
         self.priority_classes: dict[str, PriorityClass] = {}
@@ -357,6 +358,25 @@ class Scheduler:
         self.cluster.namespaces.set(namespace, labels)
         if self.queues.set_namespace_labels(namespace, labels):
             self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
+
+    def _gated(self, entry: QueuedPod, status: Status) -> None:
+        """A pod kept out of the queue by PreEnqueue (scheduling gates, an incomplete
+        gang, a missing PodGroup or dependency) says why, like an unschedulable one."""
+        message = (
+            f"pod is gated by {status.plugin}: {status.message}"
+            if status.plugin
+            else (status.message)
+        )
+        self.effects.emit(Unschedulable(entry.pod, status, message, gated=True))
+
+    def announce_gated(self) -> None:
+        """Say again why every gated pod waits (a new leader writes what a standby
+        could not)."""
+        for entry in self.queue.gated():
+            status = Status(
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE, entry.message, plugin=entry.gated_by
+            )
+            self._gated(entry, status)
 
     def _pre_enqueue(self, pod: PodInfo) -> Status:
         # Gangs gate here through Coscheduling's PreEnqueue, when the profile has it.

@@ -62,6 +62,8 @@ class SchedulingQueue:
     choose_partition: Callable[[], int] | None = None
     on_active_delta: Callable[[int, int], None] | None = None  # (partition, +1/-1)
     on_pending: Callable[[PodInfo, int], None] | None = None  # pod entered (+1) / left (-1)
+    # A pod was gated by PreEnqueue (first time, or for a new reason): it should say why.
+    on_gated: Callable[[QueuedPod, Status], None] | None = None
 
     def __post_init__(self) -> None:
         self._entries: dict[str, QueuedPod] = {}
@@ -120,9 +122,12 @@ class SchedulingQueue:
         if self.pre_enqueue is not None:
             status = self.pre_enqueue(entry.pod)
             if not status.ok:
+                changed = entry.gated_by != status.plugin or entry.message != status.message
                 entry.gated_by = status.plugin
                 entry.message = status.message
                 self._gated[entry.pod.uid] = entry
+                if changed and self.on_gated is not None:
+                    self.on_gated(entry, status)
                 return
         entry.gated_by = ""
         self._push_active(entry)
@@ -311,6 +316,10 @@ class SchedulingQueue:
     def pending(self) -> Iterator[QueuedPod]:
         """Every pod not yet scheduled (active, backoff, unschedulable, gated)."""
         return iter(list(self._entries.values()))
+
+    def gated(self) -> Iterator[QueuedPod]:
+        """Pods PreEnqueue keeps out of the queue, with why (`gated_by`, `message`)."""
+        return iter(list(self._gated.values()))
 
     def get(self, uid: str) -> QueuedPod | None:
         return self._entries.get(uid)

@@ -584,6 +584,7 @@ class KubeBackend:
         if leading:
             for kind, raw, message in list(self._invalid.values()):
                 self._report_invalid(kind, raw, message, log_it=False)
+            self.scheduler.announce_gated()
 
     # ---- the scheduling loop -----------------------------------------------------------
 

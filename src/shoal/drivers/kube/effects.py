@@ -6,6 +6,8 @@
   (`KubeEvictor`); an eviction that does not happen is reported back to the core;
 * `Unschedulable`: the PodScheduled=False condition with kube's explanation and the
   nominated node, plus a FailedScheduling event (`PodStatusWriter`, `EventRecorder`);
+  for a gated pod (not tried yet: gang members, PodGroup, dependency, scheduling gates)
+  reason SchedulingGated and a Normal event;
 * `Bound`, `BindFailed`: Scheduled / FailedScheduling events;
 * `GroupStatus`: the status subresource of the group's PodGroup object(s), in
   scheduler-plugins' or Volcano's terms (`PodGroupStatusWriter`); groups named by pod
@@ -89,6 +91,8 @@ class KubeEffects:
     def _emit(self, effect: Effect) -> None:
         if isinstance(effect, Bound):
             self._bound(effect.pod, effect.node)
+        elif isinstance(effect, Unschedulable) and effect.gated:
+            self._gated(effect.pod, effect.message)
         elif isinstance(effect, Unschedulable):
             self._unschedulable(effect.pod, effect.status, effect.message, effect.nominated)
         elif isinstance(effect, BindFailed):
@@ -132,6 +136,19 @@ class KubeEffects:
                 message,
                 extra={"pod": pod.key, "reason": reason},
             )
+
+    def _gated(self, pod: PodInfo, message: str) -> None:
+        """Not tried yet (waiting for gang members, a PodGroup, a dependency, or
+        scheduling gates): PodScheduled=False with kube's SchedulingGated reason and a
+        Normal event, so `kubectl describe` says what the pod waits for. Only the
+        leader writes (gating happens as soon as pods are read, also on a standby; the
+        new leader announces every gated pod again)."""
+        if not self.events.enabled:
+            return
+        self.status.set_unschedulable(pod, "SchedulingGated", message, "")
+        self.events.record(
+            pod_ref(pod), "Normal", "SchedulingGated", "Scheduling", message, pod.scheduler_name
+        )
 
     def _bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
         message = f"Binding rejected: {status.message}" if status.message else "Binding rejected"

@@ -167,10 +167,6 @@ class Transaction:
         return uid in self._off
 
     @property
-    def empty(self) -> bool:
-        return not self._ops
-
-    @property
     def closed(self) -> bool:
         """Committed or discarded."""
         return self._done

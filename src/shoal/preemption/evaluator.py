@@ -227,12 +227,7 @@ class VictimSearch:
                 if not ok:
                     out[row] = None
                     continue
-                units = units_of[row]
-                violating = [u for u in units if self.pdb_violations(u) > 0]
-                keeping = [u for u in units if self.pdb_violations(u) == 0]
-                ordered[row] = sorted(violating, key=_unit_importance) + sorted(
-                    keeping, key=_unit_importance
-                )
+                ordered[row] = self._reprieve_order(units_of[row])
                 victims[row] = []
             k = 0
             while True:
@@ -273,35 +268,36 @@ class VictimSearch:
             passed &= np.array([str(names[r]) in pre.node_names for r in rows.tolist()], bool)
         return passed
 
-    def _resources_fit_rows(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
-        """`_resources_fit` for several rows."""
+    def _free_for(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.int64]:
+        """Free resources of `rows` (all columns) less the room nominated to other pods of
+        equal or higher priority (kube adds nominated pods before judging a node)."""
         cluster = self.handle.cluster
         table = cluster.table
-        free = table.free[rows].copy()
-        position = {r: i for i, r in enumerate(rows.tolist())}
+        free: NDArray[np.int64] = table.free[rows].copy()
+        position = {int(r): i for i, r in enumerate(rows.tolist())}
         for uid, (node, other) in cluster.nominations.items():
             i = position.get(table.row_of.get(node, -1), -1)
             if i >= 0 and uid != pod.uid and other.priority >= pod.priority:
                 free[i] -= table.pod_vector(other)
-        fits: NDArray[np.bool_] = np.all(free >= table.pod_vector(pod), axis=1)
+        return free
+
+    def _resources_fit_rows(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        """A cheap necessary condition for NodeResourcesFit (nominated room included),
+        to skip re-running every filter when a reprieved victim plainly does not fit."""
+        table = self.handle.cluster.table
+        fits: NDArray[np.bool_] = np.all(self._free_for(pod, rows) >= table.pod_vector(pod), axis=1)
         return fits
 
     def _could_fit(
         self, pod: PodInfo, rows: NDArray[np.intp], by_row: dict[int, list[PodInfo]]
     ) -> NDArray[np.bool_]:
         """Rows where removing every eligible victim would free enough resources."""
-        cluster = self.handle.cluster
-        table = cluster.table
+        table = self.handle.cluster.table
         need = table.pod_vector(pod)
         cols = np.flatnonzero(need)
         if not cols.size:
             return np.ones(rows.size, dtype=bool)
-        free = table.free[rows][:, cols].copy()
-        position = {int(r): i for i, r in enumerate(rows.tolist())}
-        for uid, (node, other) in cluster.nominations.items():
-            i = position.get(table.row_of.get(node, -1), -1)
-            if i >= 0 and uid != pod.uid and other.priority >= pod.priority:
-                free[i] -= table.pod_vector(other)[cols]
+        free = self._free_for(pod, rows)[:, cols]
         at = [i for i, row in enumerate(rows.tolist()) for _ in by_row[row]]
         if at:
             vectors = np.stack([table.pod_vector(v) for row in rows.tolist() for v in by_row[row]])
@@ -388,35 +384,27 @@ class VictimSearch:
                         tx.evict(victim)
             if not self.fits(runner, pod, row):
                 return None
-            violating = [u for u in units if self.pdb_violations(u) > 0]
-            keeping = [u for u in units if self.pdb_violations(u) == 0]
-            ordered = sorted(violating, key=_unit_importance) + sorted(
-                keeping, key=_unit_importance
-            )
+            ordered = self._reprieve_order(units)
             victims: list[list[PodInfo]] = []
             for unit in ordered:
                 mark = tx.mark()
                 for victim in unit:
                     if tx.is_evicted(victim.uid):
                         tx.restore(victim)
-                if (check_resources and not self._resources_fit(pod, row)) or not self.fits(
+                one = np.array([row], dtype=np.intp)
+                if (check_resources and not self._resources_fit_rows(pod, one)[0]) or not self.fits(
                     runner, pod, row
                 ):
                     tx.rollback(mark)
                     victims.append(unit)
         return victims or None
 
-    def _resources_fit(self, pod: PodInfo, row: int) -> bool:
-        """A cheap necessary condition for NodeResourcesFit (nominated room included),
-        to skip re-running every filter when a reprieved victim plainly does not fit."""
-        cluster = self.handle.cluster
-        table = cluster.table
-        free = table.free[row].copy()
-        name = str(table.names[row])
-        for uid, (node, other) in cluster.nominations.items():
-            if node == name and uid != pod.uid and other.priority >= pod.priority:
-                free -= table.pod_vector(other)
-        return bool(np.all(free >= table.pod_vector(pod)))
+    def _reprieve_order(self, units: list[list[PodInfo]]) -> list[list[PodInfo]]:
+        """kube's order for putting victims back: PDB-violating ones first, then the
+        rest, each most important first."""
+        violating = [u for u in units if self.pdb_violations(u) > 0]
+        keeping = [u for u in units if self.pdb_violations(u) == 0]
+        return sorted(violating, key=_unit_importance) + sorted(keeping, key=_unit_importance)
 
     def fits(self, runner: Framework, pod: PodInfo, row: int) -> bool:
         """Does the pod pass every PreFilter and Filter on `row`, against the cache as

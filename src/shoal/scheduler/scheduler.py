@@ -194,29 +194,36 @@ class Scheduler:
 
     def add_pod_group(self, obj: PodGroup | VolcanoPodGroup) -> None:
         """A PodGroup object (scheduler-plugins or Volcano) was created or updated."""
-        now = self.clock.now()
-        group = self.gangs.add_pod_group(obj, now)
-        queue = obj.spec.queue if isinstance(obj, VolcanoPodGroup) else ""
-        if self.queues.set_group_queue(group.key, queue, list(group.members.values())):
-            # Members waiting in the scheduling queue go to their new queue's partition.
-            for member in list(group.members.values()):
-                if self.queue.get(member.uid) is not None:
-                    self.queue.update(member, now)
+        group = self.gangs.add_pod_group(obj, self.clock.now())
+        self._set_group_queue(group.key, obj.spec.queue if isinstance(obj, VolcanoPodGroup) else "")
         self.queue.regate(list(group.members))
 
     def delete_pod_group(self, namespace: str, name: str, source: str = "") -> None:
         """A PodGroup object was deleted: its members wait for it again (if their keys
         still name it), and a Volcano group's queue no longer applies to them."""
         key = f"{namespace or 'default'}/{name}"
+        if source == "volcano":
+            self.clear_group_queue(key)
+        group = self.gangs.groups.get(key)
+        members = list(group.members) if group is not None else []
+        self.gangs.delete_pod_group(namespace or "default", name)
+        self.queue.regate(members)
+
+    def clear_group_queue(self, key: str) -> None:
+        """The group's `spec.queue` went with its Volcano object: its members (running
+        or pending) are charged to their own queue again."""
+        self._set_group_queue(key, "")
+
+    def _set_group_queue(self, key: str, queue: str) -> None:
+        """The group names `queue` ("" for none): its members move there, and those
+        waiting in the scheduling queue go to their new queue's partition."""
         group = self.gangs.groups.get(key)
         members = list(group.members.values()) if group is not None else []
-        now = self.clock.now()
-        if source == "volcano" and self.queues.set_group_queue(key, "", members):
+        if self.queues.set_group_queue(key, queue, members):
+            now = self.clock.now()
             for member in members:
                 if self.queue.get(member.uid) is not None:
                     self.queue.update(member, now)
-        self.gangs.delete_pod_group(namespace or "default", name)
-        self.queue.regate([m.uid for m in members])
 
     def finish_pod(self, uid: str, succeeded: bool = True) -> None:
         """A bound pod ran to completion (Succeeded or Failed): free it, count it."""

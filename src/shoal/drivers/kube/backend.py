@@ -158,15 +158,7 @@ def _pod_groups(kind: ResourceKind) -> Watched:
             b._group_kinds.pop(key, None)
         s = b.scheduler
         if kind.name == VOLCANO_PODGROUPS.name:
-            # The group's spec.queue goes with its object: members (running or
-            # pending) are charged to their own queue again.
-            group = s.gangs.groups.get(key)
-            members = list(group.members.values()) if group is not None else []
-            if s.queues.set_group_queue(key, "", members):
-                now = s.clock.now()
-                for member in members:
-                    if s.queue.get(member.uid) is not None:
-                        s.queue.update(member, now)
+            s.clear_group_queue(key)
         if kinds:
             # Another API still has an object of that name: it defines the group now.
             for other in list(kinds.values()):

@@ -1,0 +1,475 @@
+"""Shoal and the stock kube-scheduler side by side on the same real API server.
+
+For every shape and every scheduler this starts a fresh control plane from the kit in
+../shared/k8s (kube-apiserver + etcd; `up.sh`), creates the nodes and all the pending
+pods up front, then starts the scheduler as its own process with the same
+KubeSchedulerConfiguration (client QPS/burst, no leader election, one profile) and
+times the binds through a watch. Both schedulers therefore get identical clusters,
+identical client rate limits and the same cold start (informer list included).
+
+Shapes:
+  basic       scheduler_perf's SchedulingBasic: nodes of 4 CPU / 32Gi / 110 pods,
+              pods of 100m / 500Mi (node-default.yaml, pod-default.yaml).
+  gang-queue  the same nodes and pods, grouped into scheduler-plugins PodGroups of
+              --gang-size pods (minMember = size) in 4 namespaces bound to 4 Queues
+              (guarantee and max each big enough for a quarter of the pods). Shoal
+              schedules them as gangs under its queues; kube-scheduler, which knows
+              neither, places the same pods one by one (its number is the upper bound
+              of what a gang-unaware scheduler does with them).
+
+Reported per run: pods/s over the whole run (scheduler start to last bind, informer
+sync included) and steady pods/s (first bind to last bind); then the ratio Shoal /
+kube-scheduler. CPU milliseconds per pod, of the scheduler process and of kube-apiserver +
+etcd during the run, show where the cores went (wall-clock rates depend on what else
+the machine runs; CPU per pod much less). After each run every pod's requests are
+summed per node against the node's allocatable: no node may be overcommitted.
+
+  python bench/vs_kube_scheduler.py [--nodes 5000] [--pods 10000] [--qps 1000]
+      [--burst 2000] [--shape basic,gang-queue] [--scheduler kube,shoal] [--repeat 1]
+
+Needs ../shared/k8s (or SHOAL_K8S_KIT). The etcd, apiserver, scheduler and this
+script share the machine's cores: compare ratios measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shoal.api.quantity import parse_quantity
+from shoal.drivers.kube.client import ClientSettings, KubeClient, connect
+from shoal.drivers.kube.resources import NAMESPACES, NODES, PODGROUPS, PODS, QUEUE_BINDINGS, QUEUES
+
+ROOT = Path(__file__).resolve().parents[1]
+KIT = Path(os.environ.get("SHOAL_K8S_KIT") or ROOT.parent / "shared" / "k8s")
+SCHEDULER_NAME = "bench"
+NAMESPACE_COUNT = 4
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+MERGE = "application/merge-patch+json"
+PORT_VARIABLES = ("API_PORT", "ETCD_CLIENT_PORT", "ETCD_PEER_PORT", "SCHED_PORT")
+JSON = dict[str, Any]
+
+
+@dataclass
+class Result:
+    shape: str
+    scheduler: str
+    pods: int
+    bound: int
+    total_seconds: float  # scheduler start -> last bind
+    steady_seconds: float  # first bind -> last bind
+    overcommitted: int
+    scheduler_cpu: float  # CPU seconds the scheduler process used during the run
+    control_plane_cpu: float  # CPU seconds of kube-apiserver + etcd during the run
+
+    @property
+    def pods_per_second(self) -> float:
+        return self.bound / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    @property
+    def steady_pods_per_second(self) -> float:
+        return (self.bound - 1) / self.steady_seconds if self.steady_seconds > 0 else 0.0
+
+
+# ---- the control plane ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def control_plane() -> Iterator[tuple[Path, dict[str, str]]]:
+    with tempfile.TemporaryDirectory(prefix="shoal-vs-kube-") as tmp:
+        state = Path(tmp) / "k8s"
+        env = {k: v for k, v in os.environ.items() if k not in PORT_VARIABLES}
+        env["OWNER_PID"] = str(os.getpid())
+        started = subprocess.run(
+            [str(KIT / "up.sh"), str(state)], env=env, capture_output=True, text=True
+        )
+        if started.returncode != 0:
+            raise SystemExit(f"up.sh failed:\n{started.stdout}{started.stderr}")
+        try:
+            values = dict(
+                line.split("=", 1)
+                for line in (state / "env").read_text().splitlines()
+                if "=" in line and not line.startswith("#")
+            )
+            yield state, values
+        finally:
+            subprocess.run([str(KIT / "down.sh"), str(state)], capture_output=True)
+
+
+def kubectl(env: dict[str, str], *args: str) -> None:
+    done = subprocess.run(
+        [str(Path(env["K8S_BIN_DIR"]) / "kubectl"), *args],
+        env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+
+
+# ---- objects ----------------------------------------------------------------------------
+
+CAPACITY = {"cpu": "4", "memory": "32Gi", "pods": "110"}
+REQUESTS = {"cpu": "100m", "memory": "500Mi"}
+
+
+async def gather_limited(jobs: list[Any], limit: int = 64) -> None:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job: Any) -> None:
+        async with gate:
+            await job
+
+    await asyncio.gather(*(one(job) for job in jobs))
+
+
+async def create_node(client: KubeClient, i: int) -> None:
+    name = f"node-{i}"
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    await client.request("POST", NODES.path(), body=body)
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "bench"}
+    status = {"capacity": CAPACITY, "allocatable": CAPACITY, "conditions": [ready]}
+    await client.request(
+        "PATCH",
+        NODES.path(name=name, subresource="status"),
+        body={"status": status},
+        content_type=MERGE,
+    )
+
+
+def pod(namespace: str, name: str, group: str = "") -> JSON:
+    labels = {GROUP_LABEL: group} if group else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": REQUESTS},
+                }
+            ],
+        },
+    }
+
+
+def namespaces() -> list[str]:
+    return [f"team-{i}" for i in range(NAMESPACE_COUNT)]
+
+
+async def create_workload(client: KubeClient, shape: str, pods: int, gang_size: int) -> None:
+    spaces = namespaces()
+    for ns in spaces:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        await client.request("POST", NAMESPACES.path(), body=body)
+    jobs: list[Any] = []
+    if shape == "gang-queue":
+        share = -(-pods // NAMESPACE_COUNT)
+        cpu = f"{share * 100 + 1000}m"  # a quarter of the pods, and room to spare
+        memory = f"{share * 500 + 4000}Mi"
+        for ns in spaces:
+            quota = {"cpu": cpu, "memory": memory}
+            queue = {
+                "apiVersion": QUEUES.api_version,
+                "kind": "Queue",
+                "metadata": {"name": ns},
+                "spec": {"guaranteed": quota, "max": quota},
+            }
+            await client.request("POST", QUEUES.path(), body=queue)
+            binding = {
+                "apiVersion": QUEUE_BINDINGS.api_version,
+                "kind": "QueueBinding",
+                "metadata": {"name": ns},
+                "spec": {"queue": ns, "namespaces": [ns]},
+            }
+            await client.request("POST", QUEUE_BINDINGS.path(), body=binding)
+        groups = -(-pods // gang_size)
+        for g in range(groups):
+            ns = spaces[g % NAMESPACE_COUNT]
+            group = {
+                "apiVersion": PODGROUPS.api_version,
+                "kind": "PodGroup",
+                "metadata": {"name": f"job-{g}", "namespace": ns},
+                "spec": {"minMember": min(gang_size, pods - g * gang_size)},
+            }
+            jobs.append(client.request("POST", PODGROUPS.path(ns), body=group))
+        await gather_limited(jobs)
+        jobs = []
+        for i in range(pods):
+            g = i // gang_size
+            ns = spaces[g % NAMESPACE_COUNT]
+            jobs.append(client.request("POST", PODS.path(ns), body=pod(ns, f"pod-{i}", f"job-{g}")))
+    else:
+        for i in range(pods):
+            ns = spaces[i % NAMESPACE_COUNT]
+            jobs.append(client.request("POST", PODS.path(ns), body=pod(ns, f"pod-{i}")))
+    await gather_limited(jobs)
+
+
+# ---- the schedulers ---------------------------------------------------------------------
+
+
+def write_config(state: Path, env: dict[str, str], qps: float, burst: int) -> Path:
+    path = state / "bench-scheduler.yaml"
+    path.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        "leaderElection: {leaderElect: false}\n"
+        f"clientConnection: {{kubeconfig: {env['KUBECONFIG']}, qps: {qps}, burst: {burst}}}\n"
+        f"profiles: [{{schedulerName: {SCHEDULER_NAME}}}]\n"
+    )
+    return path
+
+
+def scheduler_command(name: str, config: Path, env: dict[str, str]) -> list[str]:
+    if name == "kube":
+        return [
+            str(Path(env["K8S_BIN_DIR"]) / "kube-scheduler"),
+            f"--config={config}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+        ]
+    shoal = Path(sys.executable).parent / "shoal"
+    return [
+        str(shoal),
+        "run",
+        "--config",
+        str(config),
+        "--leader-elect=false",
+        "--bind-address",
+        "",
+        "--log-level",
+        "warning",
+    ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def control_plane_cpu(state: Path) -> float:
+    total = 0.0
+    for name in ("kube-apiserver", "etcd"):
+        pid_file = state / "run" / f"{name}.pid"
+        if pid_file.exists():
+            total += cpu_seconds(int(pid_file.read_text().strip()))
+    return total
+
+
+@contextlib.asynccontextmanager
+async def running(command: list[str], log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+async def watch_binds(
+    client: KubeClient, pods: int, resource_version: str, timeout: float
+) -> list[float]:
+    """Times (monotonic) at which pods got a node, until all `pods` have one."""
+    seen: set[str] = set()
+    times: list[float] = []
+    deadline = time.monotonic() + timeout
+    query = {
+        "watch": "1",
+        "resourceVersion": resource_version,
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": str(int(timeout) + 10),
+    }
+    while len(seen) < pods and time.monotonic() < deadline:
+        async with client.stream(PODS.path(), query, read_timeout=60) as events:
+            async for event in events:
+                if event.get("type") == "BOOKMARK":
+                    query["resourceVersion"] = event["object"]["metadata"]["resourceVersion"]
+                    continue
+                obj = event.get("object") or {}
+                meta = obj.get("metadata") or {}
+                query["resourceVersion"] = meta.get("resourceVersion", query["resourceVersion"])
+                if (obj.get("spec") or {}).get("nodeName") and meta.get("uid") not in seen:
+                    seen.add(meta["uid"])
+                    times.append(time.monotonic())
+                    if len(seen) >= pods:
+                        break
+                if time.monotonic() > deadline:
+                    break
+    return times
+
+
+def overcommitted(pod_list: list[JSON]) -> int:
+    limit_cpu = parse_quantity(CAPACITY["cpu"])
+    limit_mem = parse_quantity(CAPACITY["memory"])
+    limit_pods = int(CAPACITY["pods"])
+    cpu: dict[str, float] = defaultdict(float)
+    mem: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for item in pod_list:
+        node = (item.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        for container in item["spec"]["containers"]:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            cpu[node] += float(parse_quantity(requests.get("cpu", "0")))
+            mem[node] += float(parse_quantity(requests.get("memory", "0")))
+        count[node] += 1
+    return sum(
+        1
+        for node in count
+        if cpu[node] > float(limit_cpu) or mem[node] > float(limit_mem) or count[node] > limit_pods
+    )
+
+
+async def list_pods(client: KubeClient) -> tuple[list[JSON], str]:
+    items: list[JSON] = []
+    query = {"limit": "5000"}
+    while True:
+        page = await client.request("GET", PODS.path(), query=query, timeout=120)
+        items += page.get("items") or []
+        meta = page.get("metadata") or {}
+        if not meta.get("continue"):
+            return items, str(meta.get("resourceVersion", ""))
+        query = {"limit": "5000", "continue": meta["continue"]}
+
+
+async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Result:
+    with control_plane() as (state, env):
+        if shape == "gang-queue":
+            kubectl(env, "apply", "-f", str(ROOT / "deploy" / "crds"))
+            kubectl(
+                env,
+                "wait",
+                "--for=condition=Established",
+                "customresourcedefinitions",
+                "--all",
+                "--timeout=60s",
+            )
+        connection = await connect(env["KUBECONFIG"])
+        client = connection.client("bench", ClientSettings(qps=0, burst=1, timeout=120))
+        try:
+            started = time.monotonic()
+            await gather_limited([create_node(client, i) for i in range(args.nodes)])
+            await create_workload(client, shape, args.pods, args.gang_size)
+            print(
+                f"  {shape}/{scheduler}: {args.nodes} nodes and {args.pods} pods created in "
+                f"{time.monotonic() - started:.0f} s",
+                flush=True,
+            )
+            _, resource_version = await list_pods(client)
+            config = write_config(state, env, args.qps, args.burst)
+            log = state / f"{scheduler}.log"
+            plane_before = control_plane_cpu(state)
+            async with running(scheduler_command(scheduler, config, env), log) as process:
+                start = time.monotonic()
+                times = await watch_binds(client, args.pods, resource_version, args.timeout)
+                scheduler_cpu = cpu_seconds(process.pid)
+                plane_cpu = control_plane_cpu(state) - plane_before
+            pod_list, _ = await list_pods(client)
+            if len(times) < args.pods:
+                tail = log.read_text()[-2000:]
+                print(f"  only {len(times)}/{args.pods} bound; log tail:\n{tail}", flush=True)
+            return Result(
+                shape=shape,
+                scheduler=scheduler,
+                pods=args.pods,
+                bound=len(times),
+                total_seconds=(times[-1] - start) if times else 0.0,
+                steady_seconds=(times[-1] - times[0]) if len(times) > 1 else 0.0,
+                overcommitted=overcommitted(pod_list),
+                scheduler_cpu=scheduler_cpu,
+                control_plane_cpu=plane_cpu,
+            )
+        finally:
+            await connection.close()
+
+
+NAMES = {"kube": "kube-scheduler", "shoal": "Shoal"}
+
+
+def report(results: list[Result]) -> None:
+    print()
+    print(
+        f"{'shape':<11} {'scheduler':<15} {'bound':>11} {'pods/s':>8} {'steady':>8} "
+        f"{'overcommitted':>13} {'sched CPU ms/pod':>16} {'apiserver+etcd ms/pod':>21}"
+    )
+    for r in results:
+        per_pod = 1000 / max(1, r.bound)
+        print(
+            f"{r.shape:<11} {NAMES[r.scheduler]:<15} {r.bound:>5}/{r.pods:<5} "
+            f"{r.pods_per_second:>8.0f} {r.steady_pods_per_second:>8.0f} "
+            f"{r.overcommitted:>13} {r.scheduler_cpu * per_pod:>16.2f} "
+            f"{r.control_plane_cpu * per_pod:>21.2f}"
+        )
+    print()
+    for shape in dict.fromkeys(r.shape for r in results):
+        kube = [r for r in results if r.shape == shape and r.scheduler == "kube"]
+        shoal = [r for r in results if r.shape == shape and r.scheduler == "shoal"]
+        for k, s in zip(kube, shoal, strict=False):
+            if k.pods_per_second and k.steady_pods_per_second:
+                print(
+                    f"{shape}: Shoal / kube-scheduler = "
+                    f"{s.pods_per_second / k.pods_per_second:.2f}x overall, "
+                    f"{s.steady_pods_per_second / k.steady_pods_per_second:.2f}x steady"
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--qps", type=float, default=1000)
+    parser.add_argument("--burst", type=int, default=2000)
+    parser.add_argument("--gang-size", type=int, default=8)
+    parser.add_argument("--shape", default="basic,gang-queue")
+    parser.add_argument("--scheduler", default="kube,shoal")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds to wait for all binds of one run"
+    )
+    args = parser.parse_args()
+    if not (KIT / "up.sh").exists():
+        raise SystemExit(f"no Kubernetes kit at {KIT} (set SHOAL_K8S_KIT)")
+    results: list[Result] = []
+    for _ in range(args.repeat):
+        for shape in args.shape.split(","):
+            for scheduler in args.scheduler.split(","):
+                result = asyncio.run(one_run(shape, scheduler, args))
+                print(
+                    f"  {shape}/{NAMES[scheduler]}: {result.bound} bound, "
+                    f"{result.pods_per_second:.0f} pods/s "
+                    f"({result.steady_pods_per_second:.0f} steady), "
+                    f"{result.overcommitted} overcommitted nodes",
+                    flush=True,
+                )
+                results.append(result)
+    report(results)
+
+
+if __name__ == "__main__":
+    main()

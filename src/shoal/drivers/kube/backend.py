@@ -48,6 +48,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
 from shoal.config.durations import parse_duration
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.extenders import http_extenders
 from shoal.drivers.kube.binder import SCHEDULED_BY, KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
 from shoal.drivers.kube.effects import KubeEffects
@@ -347,6 +348,7 @@ class KubeBackend:
             effects=self.effects,
             seed=seed,
             registry=registry,
+            extenders=http_extenders(config, offload=True),
         )
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)

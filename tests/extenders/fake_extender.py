@@ -1,6 +1,7 @@
 """A small kube-scheduler HTTP extender, run by the tests as a separate process.
 
     python fake_extender.py            # prints "PORT <n>" once listening on 127.0.0.1
+    python fake_extender.py CERT KEY   # the same over HTTPS
 
 It speaks the extender protocol with Go's field names and answers by rules the test
 sets with `POST /control` (JSON):
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import sys
 import threading
 import time
@@ -139,6 +141,10 @@ class Handler(BaseHTTPRequestHandler):
 def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if len(sys.argv) == 3:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(sys.argv[1], sys.argv[2])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print(f"PORT {server.server_address[1]}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever(poll_interval=0.1)

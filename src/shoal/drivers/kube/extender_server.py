@@ -137,6 +137,12 @@ class ExtenderService:
         passed: list[str] = []
         self.scheduler.snapshot.refresh()
         fwk = self._framework(info)
+        gate = fwk.run_pre_enqueue(info)
+        if not gate.ok:
+            # Shoal would not even try the pod yet (an incomplete gang, a missing
+            # PodGroup or dependency): no node will do until that changes.
+            why = f"pod is gated by {gate.plugin}: {gate.message}" if gate.plugin else gate.message
+            return self._filtered(args, [], {}, dict.fromkeys(names, why))
         state = CycleState()
         pre, status = fwk.run_pre_filter(state, info)
         if not status.ok:

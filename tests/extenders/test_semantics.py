@@ -51,8 +51,8 @@ def test_extender_scores_are_added_as_score_times_weight_times_ten() -> None:
     assert plugin_totals[0] == plugin_totals[1]  # identical nodes: only the extender differs
     placements, _ = h.run()
     assert placements == {"default/a": "n2"}
-    nodes = [h.scheduler.cluster.node("n1"), h.scheduler.cluster.node("n2")]
-    added = prioritize_with_extenders(h.scheduler.handle.extenders, pod, nodes)  # type: ignore[arg-type]
+    extenders = h.scheduler.handle.extenders
+    added = prioritize_with_extenders(extenders, pod, ["n1", "n2"], h.scheduler.cluster.node)
     assert added == {"n1": 0, "n2": 7 * 3 * 10}
 
 

@@ -169,10 +169,16 @@ def decode_wire(data: bytes, kind: type[T]) -> T:
     return msgspec.convert(_canonical(raw), type=kind)
 
 
+_CANONICAL = frozenset(_GO_NAMES.values())
+
+
 def _canonical(raw: Any) -> Any:
     """Protocol-level keys in their Go spelling (API objects inside are left alone)."""
-    if isinstance(raw, list):
-        return [_canonical_struct(item) for item in raw]  # a HostPriorityList
+    if isinstance(raw, list):  # a HostPriorityList: one spelling throughout, as written
+        first = raw[0] if raw else None
+        if not isinstance(first, dict) or all(k in _CANONICAL for k in first):
+            return raw
+        return [_canonical_struct(item) for item in raw]
     return _canonical_struct(raw)
 
 

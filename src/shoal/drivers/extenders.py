@@ -27,6 +27,7 @@ import asyncio
 import base64
 import http.client
 import os
+import socket
 import ssl
 import tempfile
 import threading
@@ -166,8 +167,14 @@ class HTTPTransport:
         deadline: float,
     ) -> bytes:
         conn.timeout = max(deadline - time.monotonic(), 0.001)
+        if conn.sock is None:
+            conn.connect()
+            # One request is one write, but the extender's answer is awaited at once:
+            # never let Nagle's algorithm hold a segment back.
+            sock: socket.socket = conn.sock  # type: ignore[assignment]
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if conn.sock is not None:
-            conn.sock.settimeout(conn.timeout)
+            conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
         conn.request(
             "POST",
             f"{self.path}/{verb}",

@@ -32,7 +32,7 @@ Ignorable extenders are placed after the others, as kube-scheduler orders them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -77,6 +77,9 @@ __all__ = [
 EXTENDER_NAME = "Extender"
 
 T = TypeVar("T")
+
+NodeLookup = Callable[[str], Node | None]
+"""A node's object by name (for extenders that are sent whole Node objects)."""
 
 
 class ExtenderError(Exception):
@@ -176,21 +179,22 @@ class Extender:
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
             raise ExtenderError(f"{verb}: unreadable answer: {err}") from None
 
-    def _args(self, pod: PodInfo, nodes: Sequence[Node]) -> ExtenderArgs:
+    def _args(self, pod: PodInfo, nodes: Sequence[str], node_of: NodeLookup) -> ExtenderArgs:
         if self.config.node_cache_capable:
-            return ExtenderArgs(pod=_pod_json(pod), node_names=[n.metadata.name for n in nodes])
-        items = [_node_json(n) for n in nodes]
+            return ExtenderArgs(pod=_pod_json(pod), node_names=list(nodes))
+        found = (node_of(name) for name in nodes)
+        items = [_node_json(n) for n in found if n is not None]
         return ExtenderArgs(pod=_pod_json(pod), nodes=NodeList(items=items))
 
     def filter(
-        self, pod: PodInfo, nodes: Sequence[Node]
+        self, pod: PodInfo, nodes: Sequence[str], node_of: NodeLookup
     ) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """(passing node names, failed, failed-and-unresolvable) as kube's Filter."""
         verb = self.config.filter_verb
-        result = self._call(verb, self._args(pod, nodes), ExtenderFilterResult)
+        result = self._call(verb, self._args(pod, nodes, node_of), ExtenderFilterResult)
         if result.error:
             raise ExtenderError(f"{verb}: {result.error}")
-        given = {n.metadata.name for n in nodes}
+        given = set(nodes)
         if self.config.node_cache_capable and result.node_names is not None:
             passed = list(result.node_names)
         elif result.nodes is not None:
@@ -206,8 +210,11 @@ class Extender:
         failed = dict(result.failed_nodes or {})
         return passed, failed, dict(result.failed_and_unresolvable_nodes or {})
 
-    def prioritize(self, pod: PodInfo, nodes: Sequence[Node]) -> list[HostPriority]:
-        return self._call(self.config.prioritize_verb, self._args(pod, nodes), list[HostPriority])
+    def prioritize(
+        self, pod: PodInfo, nodes: Sequence[str], node_of: NodeLookup
+    ) -> list[HostPriority]:
+        args = self._args(pod, nodes, node_of)
+        return self._call(self.config.prioritize_verb, args, list[HostPriority])
 
     async def bind(self, pod: PodInfo, node: str) -> None:
         args = ExtenderBindingArgs(
@@ -271,18 +278,19 @@ class FilterOutcome:
 
 
 def filter_with_extenders(
-    extenders: Sequence[Extender], pod: PodInfo, nodes: Sequence[Node]
+    extenders: Sequence[Extender], pod: PodInfo, nodes: Sequence[str], node_of: NodeLookup
 ) -> FilterOutcome:
-    """kube's findNodesThatPassExtenders over `nodes` (those that passed the plugins)."""
+    """kube's findNodesThatPassExtenders over `nodes` (those that passed the plugins);
+    `node_of` gives the Node objects sent to extenders that are not nodeCacheCapable."""
     current = list(nodes)
-    outcome = FilterOutcome([n.metadata.name for n in current])
+    outcome = FilterOutcome(list(current))
     for extender in extenders:
         if not current:
             break
         if not extender.is_filter or not extender.is_interested(pod):
             continue
         try:
-            passed, failed, unresolvable = extender.filter(pod, current)
+            passed, failed, unresolvable = extender.filter(pod, current, node_of)
         except ExtenderError as err:
             if extender.ignorable:
                 continue
@@ -296,13 +304,13 @@ def filter_with_extenders(
         keep = set(passed)
         if len(keep) != len(current):
             outcome.filtered = True
-        current = [n for n in current if n.metadata.name in keep]
-    outcome.passed = [n.metadata.name for n in current]
+        current = [n for n in current if n in keep]
+    outcome.passed = current
     return outcome
 
 
 def prioritize_with_extenders(
-    extenders: Sequence[Extender], pod: PodInfo, nodes: Sequence[Node]
+    extenders: Sequence[Extender], pod: PodInfo, nodes: Sequence[str], node_of: NodeLookup
 ) -> dict[str, int]:
     """Per node name, what the extenders add to the plugins' total score."""
     added: dict[str, int] = {}
@@ -311,7 +319,7 @@ def prioritize_with_extenders(
         if not extender.is_prioritizer or not extender.is_interested(pod):
             continue
         try:
-            scores = extender.prioritize(pod, nodes)
+            scores = extender.prioritize(pod, nodes, node_of)
         except ExtenderError:
             continue  # kube: no score from this extender, the others decide
         weight = extender.config.weight

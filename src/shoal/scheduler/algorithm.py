@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.cache.snapshot import Snapshot
 from shoal.framework.cycle_state import CycleState
@@ -135,7 +134,9 @@ class PlacementAlgorithm:
         if scores.max() > fwk.max_total_score or scores.min() < 0:
             fwk.check_scores(state, pod, feasible)  # raises, naming the plugin
         if self._prioritizing(pod):
-            added = prioritize_with_extenders(self.extenders, pod, self._nodes(feasible.rows))
+            added = prioritize_with_extenders(
+                self.extenders, pod, self._names(feasible.rows), self.snapshot._cluster.node
+            )
             if added:
                 names = snap.names[feasible.rows]
                 extra = (added.get(str(name), 0) for name in names)
@@ -150,14 +151,8 @@ class PlacementAlgorithm:
     def _prioritizing(self, pod: PodInfo) -> bool:
         return any(e.is_prioritizer and e.is_interested(pod) for e in self.extenders)
 
-    def _nodes(self, rows: np.ndarray) -> list[Node]:
-        cluster = self.snapshot._cluster
-        out = []
-        for name in self.snapshot.names[rows]:
-            node = cluster.node(str(name))
-            if node is not None:
-                out.append(node)
-        return out
+    def _names(self, rows: np.ndarray) -> list[str]:
+        return [str(name) for name in self.snapshot.names[rows]]
 
     def _extender_filter(
         self, pod: PodInfo, feasible: Candidates
@@ -167,7 +162,9 @@ class PlacementAlgorithm:
         if not self._filtering(pod):
             return feasible.rows, {}
         rows = feasible.rows
-        result = filter_with_extenders(self.extenders, pod, self._nodes(rows))
+        result = filter_with_extenders(
+            self.extenders, pod, self._names(rows), self.snapshot._cluster.node
+        )
         if result.error:
             return Status(Code.ERROR, result.error, plugin=EXTENDER_NAME)
         row_of = self.snapshot._cluster.table.row_of

@@ -24,9 +24,11 @@ import yaml
 from shoal.config.durations import parse_duration
 from shoal.config.problems import Problem
 from shoal.config.types import (
+    DEFAULT_EXTENDER_TIMEOUT,
     DEFAULT_PROFILE_NAME,
     DEFAULT_SCHEDULER_NAME,
     EXTENSION_POINTS,
+    Extender,
     KubeSchedulerConfiguration,
     PluginSet,
     Profile,
@@ -36,6 +38,8 @@ __all__ = [
     "ConfigError",
     "Problem",
     "default_config",
+    "extender_problems",
+    "extender_timeout",
     "leader_election_problems",
     "load_config",
     "parse_config",
@@ -193,6 +197,7 @@ def semantic_problems(
             Problem("podMaxBackoffSeconds", "must be at least podInitialBackoffSeconds")
         )
     problems += client_connection_problems(config.client_connection)
+    problems += extender_problems(config.extenders)
     problems += leader_election_problems(config.leader_election)
     seen: dict[str, int] = {}
     queue_sorts: set[str] = set()
@@ -434,6 +439,129 @@ def leader_election_problems(election: Mapping[str, Any]) -> list[Problem]:
             )
         )
     return problems
+
+
+def extender_timeout(extender: Extender) -> float:
+    """The extender's httpTimeout in seconds (kube's default when unset or zero)."""
+    seconds = parse_duration(extender.http_timeout)
+    return seconds if seconds > 0 else DEFAULT_EXTENDER_TIMEOUT
+
+
+def extender_problems(extenders: list[Extender]) -> list[Problem]:
+    """kube-scheduler's validateExtenders, plus what it would only find when calling
+    (an unparsable httpTimeout or urlPrefix, TLS data that is not base64)."""
+    import base64
+    from urllib.parse import urlsplit
+
+    problems: list[Problem] = []
+    binders: list[int] = []
+    managed: dict[str, int] = {}
+    for i, extender in enumerate(extenders):
+        base = f"extenders[{i}]"
+        url = urlsplit(extender.url_prefix)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            problems.append(
+                Problem(
+                    f"{base}.urlPrefix",
+                    f"{extender.url_prefix!r} is not an http(s) URL; write it like "
+                    "'http://127.0.0.1:8888/scheduler'",
+                )
+            )
+        if extender.prioritize_verb and extender.weight <= 0:
+            problems.append(
+                Problem(
+                    f"{base}.weight",
+                    f"{extender.weight} with prioritizeVerb {extender.prioritize_verb!r}: "
+                    "must have a positive weight applied to it",
+                )
+            )
+        if extender.weight < 0:
+            problems.append(Problem(f"{base}.weight", f"{extender.weight} must not be negative"))
+        if extender.bind_verb:
+            binders.append(i)
+        try:
+            if parse_duration(extender.http_timeout) < 0:
+                problems.append(
+                    Problem(f"{base}.httpTimeout", f"{extender.http_timeout!r} is negative")
+                )
+        except ValueError:
+            problems.append(
+                Problem(
+                    f"{base}.httpTimeout",
+                    f"{extender.http_timeout!r} is not a duration; write it like '5s' or '500ms'",
+                )
+            )
+        tls = extender.tls_config
+        if tls is not None:
+            for field_name in ("cert_data", "key_data", "ca_data"):
+                value = getattr(tls, field_name)
+                if not value:
+                    continue
+                try:
+                    base64.b64decode(value, validate=True)
+                except ValueError:
+                    problems.append(
+                        Problem(
+                            f"{base}.tlsConfig.{_camel(field_name)}",
+                            "is not base64: a Go []byte is written base64-encoded "
+                            f"(e.g. `base64 -w0 file.pem`); or use {_camel(field_name)[:-4]}File",
+                        )
+                    )
+        for j, resource in enumerate(extender.managed_resources):
+            where = f"{base}.managedResources[{j}].name"
+            why = _not_extended_resource(resource.name)
+            if why:
+                problems.append(Problem(where, f"{resource.name!r} {why}"))
+            if resource.name in managed:
+                problems.append(
+                    Problem(
+                        where,
+                        f"{resource.name!r} duplicate extender managed resource name (also "
+                        f"managed by extenders[{managed[resource.name]}])",
+                    )
+                )
+            managed.setdefault(resource.name, i)
+    if len(binders) > 1:
+        problems.append(
+            Problem(
+                "extenders",
+                f"found {len(binders)} extenders implementing bind "
+                f"({', '.join(f'extenders[{i}]' for i in binders)}): only one extender can "
+                "implement bind",
+            )
+        )
+    return problems
+
+
+# validation.IsQualifiedName: an optional DNS-subdomain prefix and "/", then a name of
+# at most 63 characters, alphanumerics at both ends, '-', '_' or '.' between.
+_QUALIFIED_NAME = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)"
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+def _not_extended_resource(name: str) -> str:
+    """Why `name` is not an extended resource name (kube's IsExtendedResourceName), or ""."""
+    import re
+
+    if "/" not in name or "kubernetes.io/" in name:
+        return (
+            "is an invalid extended resource name: it must be fully qualified outside the "
+            "kubernetes.io domain, e.g. 'example.com/gpu'"
+        )
+    if name.startswith("requests."):
+        return "is an invalid extended resource name: it must not start with 'requests.'"
+    prefix, _, short = ("requests." + name).partition("/")
+    if (
+        len(prefix) > 253
+        or not re.fullmatch(_DNS_SUBDOMAIN, prefix)
+        or len(short) > 63
+        or not re.fullmatch(_QUALIFIED_NAME, short)
+    ):
+        return (
+            "is an invalid extended resource name: a DNS subdomain, '/', then a name of "
+            "alphanumerics, '-', '_' or '.' (at most 63 characters)"
+        )
+    return ""
 
 
 _CLIENT_FIELDS = ("kubeconfig", "acceptContentTypes", "contentType", "qps", "burst")

@@ -20,8 +20,12 @@ from pydantic.alias_generators import to_camel
 from shoal.config.problems import Problem
 
 __all__ = [
+    "DEFAULT_EXTENDER_TIMEOUT",
     "DEFAULT_PROFILE_NAME",
     "EXTENSION_POINTS",
+    "Extender",
+    "ExtenderManagedResource",
+    "ExtenderTLSConfig",
     "KubeSchedulerConfiguration",
     "Plugin",
     "PluginConfig",
@@ -96,6 +100,50 @@ class Profile(_Model):
     plugin_config: list[PluginConfig] = Field(default_factory=list)
 
 
+# kube-scheduler's DefaultExtenderTimeout: an extender's httpTimeout when unset or zero.
+DEFAULT_EXTENDER_TIMEOUT = 5.0
+
+
+class ExtenderManagedResource(_Model):
+    name: str
+    ignored_by_scheduler: bool = False
+
+
+class ExtenderTLSConfig(_Model):
+    """kube's ExtenderTLSConfig. The *Data fields hold PEM, base64-encoded as a Go
+    []byte is in JSON and YAML; they take precedence over the *File fields."""
+
+    insecure: bool = False
+    server_name: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    cert_data: str = ""
+    key_data: str = ""
+    ca_data: str = ""
+
+
+class Extender(_Model):
+    """An HTTP extender (kubescheduler.config.k8s.io/v1 Extender): a verb left empty is
+    an extension the extender does not provide. Checked as kube-scheduler checks it in
+    `shoal.config.load` (a prioritizer needs a positive weight, one binder at most,
+    managed resources are extended resource names, each managed by one extender)."""
+
+    url_prefix: str
+    filter_verb: str = ""
+    preempt_verb: str = ""
+    prioritize_verb: str = ""
+    weight: int = 0
+    bind_verb: str = ""
+    enable_https: bool = Field(default=False, alias="enableHTTPS")
+    tls_config: ExtenderTLSConfig | None = None
+    # A Go duration ("5s", "1m30s") or seconds; 0 or unset: DEFAULT_EXTENDER_TIMEOUT.
+    http_timeout: str | float = 0
+    node_cache_capable: bool = False
+    managed_resources: list[ExtenderManagedResource] = Field(default_factory=list)
+    ignorable: bool = False
+
+
 class KubeSchedulerConfiguration(_Model):
     api_version: Literal["kubescheduler.config.k8s.io/v1"] = API_VERSION
     kind: Literal["KubeSchedulerConfiguration"] = "KubeSchedulerConfiguration"
@@ -104,7 +152,7 @@ class KubeSchedulerConfiguration(_Model):
     pod_initial_backoff_seconds: int = Field(default=1, ge=1)
     pod_max_backoff_seconds: int = Field(default=10, ge=1)
     profiles: list[Profile] = Field(default_factory=lambda: [Profile()])
-    extenders: list[dict[str, Any]] = Field(default_factory=list)
+    extenders: list[Extender] = Field(default_factory=list)
     # Accepted for the Kubernetes backend; the core does not read them.
     leader_election: dict[str, Any] = Field(default_factory=dict)
     client_connection: dict[str, Any] = Field(default_factory=dict)

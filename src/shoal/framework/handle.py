@@ -21,6 +21,7 @@ from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.cache.transaction import Transaction
 from shoal.framework.effects import BindError, Effects
+from shoal.framework.extender import Extender
 from shoal.framework.status import Code, Status
 
 if TYPE_CHECKING:
@@ -84,6 +85,9 @@ class Handle:
     services: dict[str, object] = field(default_factory=dict)
     # One plugin runner per profile (schedulerName), filled in when profiles are built.
     frameworks: dict[str, Framework] = field(default_factory=dict)
+    # HTTP extenders (KubeSchedulerConfiguration `extenders`), in kube's calling order
+    # (see `shoal.framework.extender`); shared by every profile, as in kube-scheduler.
+    extenders: list[Extender] = field(default_factory=list)
 
     def transaction(self) -> Transaction:
         """A new what-if over the cache (see `shoal.cache.transaction`)."""

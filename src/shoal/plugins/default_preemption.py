@@ -66,6 +66,8 @@ class DefaultPreemption:
                 cluster.table.n * self.args.min_candidate_nodes_percentage // 100,
             ),
         )
+        if choice is None and search.extender_error:
+            return None, Status(Code.ERROR, f"preemption: {search.extender_error}")
         if choice is None:
             return None, Status(
                 Code.UNSCHEDULABLE,

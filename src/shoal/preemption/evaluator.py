@@ -42,6 +42,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import PodRecord
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
+from shoal.framework.extender import NodeVictims, preempt_with_extenders
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses
 from shoal.framework.runtime import Framework
@@ -102,6 +103,7 @@ class VictimSearch:
             cast(GroupUnits, units) if units is not None and hasattr(units, "running") else None
         )
         self.pdb_violations = pdb_violations or (lambda victims: 0)
+        self.extender_error = ""  # why preemption stopped at an extender, if it did
 
     def best(
         self,
@@ -141,6 +143,7 @@ class VictimSearch:
         order = np.concatenate([rows[offset:], rows[:offset]]).tolist()
         local = self.node_local(runner, pod)
         best: Candidate | None = None
+        found_all: list[Candidate] = []
         found = 0
         position = 0
         while position < len(order) and found < max_candidates:
@@ -175,11 +178,27 @@ class VictimSearch:
                 victims = [v for unit in chosen for v in unit]
                 candidate = Candidate(str(table.names[row]), victims, self.pdb_violations(victims))
                 found += 1
+                found_all.append(candidate)
                 if best is None or candidate.rank() < best.rank():
                     best = candidate
                 if found >= max_candidates:
                     break
+        if best is not None and any(
+            e.supports_preemption and e.is_interested(pod) for e in handle.extenders
+        ):
+            return self._through_extenders(pod, found_all)
         return best
+
+    def _through_extenders(self, pod: PodInfo, candidates: list[Candidate]) -> Candidate | None:
+        """kube's callExtenders: preempting extenders narrow the candidates (and their
+        victims) before the best is picked; when one fails, nobody is preempted."""
+        offered = {c.node: NodeVictims(c.victims, c.pdb_violations) for c in candidates}
+        left, error = preempt_with_extenders(self.handle.extenders, pod, offered)
+        if error:
+            self.extender_error = error
+            return None
+        kept = [Candidate(node, v.pods, v.pdb_violations) for node, v in left.items()]
+        return min(kept, key=Candidate.rank, default=None)
 
     def node_local(self, runner: Framework, pod: PodInfo) -> bool:
         """May every node be judged with all candidates' victims gone at once? Yes when

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
-from shoal.config.types import KubeSchedulerConfiguration
+from shoal.config.types import KubeSchedulerConfiguration, PluginConfig
 from shoal.framework.effects import Effects
+from shoal.framework.extender import Extender, order_extenders
 from shoal.framework.handle import Clock, Handle
 from shoal.framework.registry import PluginSpec, Registry, load_entry_points
 from shoal.scheduler.profiles import build_profiles, with_profile_check
@@ -22,6 +23,7 @@ __all__ = [
     "Scheduler",
     "default_registry",
     "new_scheduler",
+    "with_extender_ignored_resources",
     "with_profile_check",
 ]
 
@@ -44,10 +46,19 @@ def new_scheduler(
     seed: int = 0,
     cluster: ClusterState | None = None,
     registry: Mapping[str, PluginSpec] | None = None,
+    extenders: Sequence[Extender] | None = None,
 ) -> Scheduler:
     """Wire a scheduler: cluster cache, snapshot, handle, profiles and queue. Time,
-    randomness (`seed`) and the effects port are injected; nothing else is read. Gang
-    settings come from the profiles' Coscheduling args."""
+    randomness (`seed`), the effects port and the extenders' transports are injected;
+    nothing else is read. Gang settings come from the profiles' Coscheduling args.
+
+    `extenders`: one per entry of `config.extenders`, in the same order (the driver
+    builds them, e.g. `shoal.drivers.extenders.http_extenders`)."""
+    if extenders is None and config.extenders:
+        raise ValueError(
+            f"the configuration names {len(config.extenders)} extender(s) but no transport "
+            "was given for them: build them with shoal.drivers.extenders.http_extenders"
+        )
     cluster = cluster or ClusterState()
     handle = Handle(
         cluster=cluster,
@@ -55,10 +66,40 @@ def new_scheduler(
         clock=clock,
         rng=np.random.default_rng(seed),
         effects=effects,
+        extenders=order_extenders(extenders or ()),
     )
+    config = with_extender_ignored_resources(config)
     profiles = build_profiles(config, registry or default_registry(), handle)
     queue_config = QueueConfig(
         initial_backoff_seconds=float(config.pod_initial_backoff_seconds),
         max_backoff_seconds=float(config.pod_max_backoff_seconds),
     )
     return Scheduler(profiles, handle, queue_config)
+
+
+def with_extender_ignored_resources(
+    config: KubeSchedulerConfiguration,
+) -> KubeSchedulerConfiguration:
+    """kube-scheduler's buildExtenders: the managed resources marked
+    `ignoredByScheduler` become NodeResourcesFit's `ignoredResources` in every profile
+    (replacing what the profile set there): the extender alone judges them."""
+    ignored = [
+        r.name for e in config.extenders for r in e.managed_resources if r.ignored_by_scheduler
+    ]
+    if not ignored:
+        return config
+    profiles = []
+    for profile in config.profiles:
+        configs = list(profile.plugin_config)
+        for i, pc in enumerate(configs):
+            if pc.name == "NodeResourcesFit":
+                configs[i] = PluginConfig(
+                    name=pc.name, args={**pc.args, "ignoredResources": list(ignored)}
+                )
+                break
+        else:
+            configs.append(
+                PluginConfig(name="NodeResourcesFit", args={"ignoredResources": list(ignored)})
+            )
+        profiles.append(profile.model_copy(update={"plugin_config": configs}))
+    return config.model_copy(update={"profiles": profiles})

@@ -5,6 +5,10 @@ A plain function of the cache as it is when called (pods assumed or evicted insi
 open transaction included), so the single-pod cycle, the gang transaction, the Spark
 driver-first what-if and the rescheduler's plans all place pods the same way. It keeps
 kube's `nextStartNodeIndex` rotation across calls.
+
+HTTP extenders (`extenders`, see `shoal.framework.extender`) are consulted where
+kube-scheduler consults them: their filter after the plugins' Filter (also for the
+nominated node), their scores added to the plugins' total.
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.snapshot import Snapshot
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
+from shoal.framework.extender import (
+    EXTENDER_NAME,
+    Extender,
+    filter_with_extenders,
+    prioritize_with_extenders,
+)
 from shoal.framework.runtime import FilterOutcome, Framework
 from shoal.framework.status import Code, Status
 from shoal.framework.types import Candidates
@@ -38,10 +48,17 @@ def num_feasible_nodes_to_find(num_nodes: int, percentage: int | None) -> int:
 
 
 class PlacementAlgorithm:
-    def __init__(self, snapshot: Snapshot, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        rng: np.random.Generator,
+        extenders: list[Extender] | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.rng = rng
         self._next_start_node_index = 0
+        # The handle's list (shared, so extenders configured later are seen).
+        self.extenders: list[Extender] = extenders if extenders is not None else []
 
     def schedule_pod(
         self,
@@ -84,11 +101,24 @@ class PlacementAlgorithm:
             # when it fits there, so the room it freed is not left empty.
             one = Candidates.of(np.array([nominated], dtype=np.intp))
             if fwk.run_filters(state, pod, one).passed[0]:
-                return str(snap.names[nominated]), Status(), None
+                passed = self._extender_filter(pod, one)
+                if isinstance(passed, Status):
+                    return None, passed, None
+                if passed[0].size:
+                    return str(snap.names[nominated]), Status(), None
         outcome = fwk.run_filters(state, pod, candidates)
         feasible = self._pick_feasible(fwk, outcome)
+        extender_failed: dict[int, tuple[str, bool]] | None = None
+        if feasible is not None and self._filtering(pod):
+            passed = self._extender_filter(pod, feasible)
+            if isinstance(passed, Status):
+                return None, passed, None
+            feasible_rows, extender_failed = passed
+            feasible = Candidates.of(feasible_rows) if feasible_rows.size else None
         if feasible is None:
             diagnosis = Diagnosis.from_filters(n, candidates, outcome.results)
+            if extender_failed is not None:
+                self._charge_extenders(diagnosis, candidates, outcome.passed, extender_failed)
             if absent and pre_result is not None:
                 # kube's AbsentNodesStatus for the nodes the PreFilter result excluded.
                 plugins = " ".join(sorted(pre_result.plugins))
@@ -103,7 +133,71 @@ class PlacementAlgorithm:
         scores = fwk.run_score(state, pod, feasible)
         if scores.max() > fwk.max_total_score or scores.min() < 0:
             fwk.check_scores(state, pod, feasible)  # raises, naming the plugin
+        if self._prioritizing(pod):
+            added = prioritize_with_extenders(
+                self.extenders, pod, self._names(feasible.rows), self.snapshot._cluster.node
+            )
+            if added:
+                names = snap.names[feasible.rows]
+                extra = (added.get(str(name), 0) for name in names)
+                scores = scores + np.fromiter(extra, dtype=scores.dtype, count=len(names))
         return str(snap.names[self._select_host(feasible, scores)]), Status(), None
+
+    # ---- extenders -----------------------------------------------------------------
+
+    def _filtering(self, pod: PodInfo) -> bool:
+        return any(e.is_filter and e.is_interested(pod) for e in self.extenders)
+
+    def _prioritizing(self, pod: PodInfo) -> bool:
+        return any(e.is_prioritizer and e.is_interested(pod) for e in self.extenders)
+
+    def _names(self, rows: np.ndarray) -> list[str]:
+        return [str(name) for name in self.snapshot.names[rows]]
+
+    def _extender_filter(
+        self, pod: PodInfo, feasible: Candidates
+    ) -> tuple[np.ndarray, dict[int, tuple[str, bool]]] | Status:
+        """The rows that also pass the extenders, and the rows they rejected (reason,
+        unresolvable); a Status when a non-ignorable extender failed."""
+        if not self._filtering(pod):
+            return feasible.rows, {}
+        rows = feasible.rows
+        result = filter_with_extenders(
+            self.extenders, pod, self._names(rows), self.snapshot._cluster.node
+        )
+        if result.error:
+            return Status(Code.ERROR, result.error, plugin=EXTENDER_NAME)
+        row_of = self.snapshot._cluster.table.row_of
+        keep = np.fromiter(
+            (row_of[name] for name in result.passed if name in row_of), dtype=np.intp
+        )
+        keep = rows[np.isin(rows, keep)]
+        failed = {row_of[name]: why for name, why in result.failed.items() if name in row_of}
+        return keep, failed
+
+    def _charge_extenders(
+        self,
+        diagnosis: Diagnosis,
+        candidates: Candidates,
+        filter_passed: np.ndarray,
+        failed: dict[int, tuple[str, bool]],
+    ) -> None:
+        """kube's findNodesThatPassExtenders statuses in the diagnosis: the nodes that
+        passed the plugins and not the extenders, with the extenders' reasons; a node
+        an extender dropped without a reason cannot be helped by preemption (kube's
+        absent-node status)."""
+        rows = candidates.rows
+        diagnosis.unschedulable_plugins.add(EXTENDER_NAME)
+        unresolvable = diagnosis.unresolvable
+        for position in np.flatnonzero(filter_passed):
+            row = int(rows[position])
+            reason, hopeless = failed.get(row, ("", True))
+            diagnosis.rejected_by[position] = EXTENDER_NAME
+            if reason:
+                diagnosis.reasons[reason] += 1
+                diagnosis.node_reasons[position] = (reason,)
+            if unresolvable is not None and hopeless:
+                unresolvable[position] = True
 
     def _nominated_row(self, pod: PodInfo, candidates: Candidates) -> int | None:
         """The row of the node the pod is nominated to, if it is a candidate."""

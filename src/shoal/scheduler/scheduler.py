@@ -38,6 +38,7 @@ from shoal.framework.effects import (
     Unschedulable,
     annotate,
 )
+from shoal.framework.extender import EXTENDER_NAME, bind_with_extenders
 from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework, post_filter_key
@@ -93,7 +94,9 @@ class Scheduler:
         self.clock = handle.clock
         self.effects = handle.effects
         handle.frameworks.update(self.profiles)
-        self.algorithm = algorithm or PlacementAlgorithm(handle.snapshot, handle.rng)
+        self.algorithm = algorithm or PlacementAlgorithm(
+            handle.snapshot, handle.rng, handle.extenders
+        )
         self.gang_cycle = GangCycle(handle.cluster, self.algorithm)
         first = next(iter(self.profiles.values()))
         plugin_events: dict[str, list[ClusterEvent]] = {}
@@ -788,7 +791,7 @@ class Scheduler:
             if not task.cancelled:
                 status = await fwk.run_pre_bind(task.state, pod, node)
             if status.ok and not task.cancelled:
-                status = await fwk.run_bind(task.state, pod, node)
+                status = await self._bind(task)
         except Exception as err:  # a plugin or the binder failed: never lose the pod
             status = Status.error(f"binding failed: {err}")
         finally:
@@ -809,6 +812,14 @@ class Scheduler:
         self.effects.emit(Bound(pod, node))
         await fwk.run_post_bind(task.state, pod, node)
         return status
+
+    async def _bind(self, task: BindingTask) -> Status:
+        """kube's bind: an interested binder extender first, else the Bind plugins."""
+        if self.handle.extenders:
+            bound, error = await bind_with_extenders(self.handle.extenders, task.pod, task.node)
+            if bound:
+                return Status.error(error, plugin=EXTENDER_NAME) if error else Status()
+        return await task.framework.run_bind(task.state, task.pod, task.node)
 
     # ---- inspection ----------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import msgspec
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.extenders import http_extenders
 from shoal.drivers.loop import Driver, SyncBindings
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.preemption.budgets import DisruptionBudgets
@@ -119,6 +120,7 @@ class Simulation:
             effects=self.effects,
             seed=self.options.seed,
             cluster=self.cluster,
+            extenders=http_extenders(self.options.config),
         )
         self.events = EventQueue()
         self.driver = Driver(

@@ -18,7 +18,7 @@ cluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -26,9 +26,11 @@ from shoal.api.objects import Node, Pod
 from shoal.api.podinfo import PodInfo, pod_key
 from shoal.config.load import parse_config
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.extenders import http_extenders
 from shoal.drivers.loop import Driver
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework.effects import BindFailed, Bound, Effect, Evict, Unschedulable
+from shoal.framework.extender import Extender
 from shoal.framework.registry import PluginSpec
 from shoal.scheduler import new_scheduler
 from shoal.scheduler.scheduler import CycleResult, Scheduler
@@ -102,6 +104,9 @@ class SchedulerHarness:
     `parse_config`, so mistakes raise `ConfigError`), or None for the default profile.
     `echo_binds=False` skips the post-bind pod update (the cache then keeps pods as
     bound-but-unconfirmed-by-watch, which is enough for most plugin tests).
+    `extenders`: the configuration's `extenders:` with their transports (default: over
+    HTTP, as configured; pass in-process ones, see `shoal.framework.extender`, to test
+    without a server).
     """
 
     def __init__(
@@ -112,6 +117,7 @@ class SchedulerHarness:
         registry: Mapping[str, PluginSpec] | None = None,
         start: float = 0.0,
         echo_binds: bool = True,
+        extenders: Sequence[Extender] | None = None,
     ) -> None:
         if config is None:
             config = KubeSchedulerConfiguration()
@@ -132,6 +138,7 @@ class SchedulerHarness:
             effects=self.effects,
             seed=seed,
             registry=registry,
+            extenders=http_extenders(config) if extenders is None else extenders,
         )
         self.echo_binds = echo_binds
         self.cycles: list[CycleResult] = []

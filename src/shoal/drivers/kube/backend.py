@@ -48,6 +48,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
 from shoal.config.durations import parse_duration
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.extenders import http_extenders
 from shoal.drivers.kube.binder import SCHEDULED_BY, KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
 from shoal.drivers.kube.effects import KubeEffects
@@ -79,6 +80,7 @@ from shoal.drivers.kube.status import (
 )
 from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.loop import Driver
+from shoal.framework.effects import Effect
 from shoal.framework.registry import PluginSpec
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
@@ -238,6 +240,9 @@ class KubeOptions:
     # How long /readyz reports another scheduler binding our pods after its last bind.
     foreign_bind_window_seconds: float = 300.0
     watched: tuple[Watched, ...] = ()  # empty: WATCHED
+    # Watch only (`shoal extender`): keep the cache, never elect, never run the
+    # scheduling loop, and send nothing out but the binds a caller asks for.
+    passive: bool = False
 
     @staticmethod
     def from_config(config: KubeSchedulerConfiguration, **overrides: Any) -> KubeOptions:
@@ -275,6 +280,20 @@ class _AsyncBindings:
 
     def launch(self, tasks: list[BindingTask]) -> None:
         self.backend._launch(tasks)
+
+
+class _BindOnly:
+    """The effects port of a passive backend: binds go out, everything else (conditions,
+    events, statuses the core would write about pods it does not schedule) is dropped."""
+
+    def __init__(self, effects: KubeEffects) -> None:
+        self.effects = effects
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        await self.effects.bind(pod, node, annotations)
+
+    def emit(self, effect: Effect) -> None:
+        return None
 
 
 class KubeBackend:
@@ -344,9 +363,10 @@ class KubeBackend:
         self.scheduler: Scheduler = new_scheduler(
             config,
             clock=self.clock,
-            effects=self.effects,
+            effects=_BindOnly(self.effects) if opts.passive else self.effects,
             seed=seed,
             registry=registry,
+            extenders=http_extenders(config, offload=True),
         )
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
@@ -504,6 +524,9 @@ class KubeBackend:
                 len(self.pods.store),
                 extra={"identity": self.options.identity},
             )
+            if self.options.passive:
+                await stop
+                return
             if self.elector is not None:
                 await self._until(self.elector.acquire(), stop)
                 if self._stopping.is_set():
@@ -798,7 +821,12 @@ class KubeBackend:
             self._issued.discard(uid)
             before = self._known[uid][0] if known else None
             was_pending = known and not (isinstance(before, dict) and before.get("nodeName"))
-            if was_pending and not ours and pod.spec.scheduler_name in s.profiles:
+            if (
+                was_pending
+                and not ours
+                and pod.spec.scheduler_name in s.profiles
+                and not self.options.passive
+            ):
                 self._foreign_bind(pod, raw)
         if known:
             s.update_pod(pod)

@@ -35,7 +35,7 @@ from typer.core import TyperCommand
 if TYPE_CHECKING:
     from shoal.config import KubeSchedulerConfiguration
 
-__all__ = ["KubeSchedulerFlags", "Serving", "register", "run", "serving"]
+__all__ = ["KubeSchedulerFlags", "Serving", "extender", "register", "run", "serving"]
 
 log = logging.getLogger("shoal.kube")
 
@@ -520,5 +520,221 @@ async def _serve(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `run` to the `shoal` command line."""
+    """Add `run` and `extender` to the `shoal` command line."""
     app.command("run", cls=KubeSchedulerFlags)(run)
+    app.command("extender")(extender)
+
+
+# ---- `shoal extender` -------------------------------------------------------------------
+
+EXTENDER_ADDRESS = "127.0.0.1:8888"
+# What `shoal extender` runs without --config: kube-scheduler's default profile name (the
+# pods it serves), Shoal's default plugins, GPU sharing and fragmentation-aware scoring.
+EXTENDER_DEFAULT_CONFIG: dict[str, Any] = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "profiles": [
+        {
+            "schedulerName": "default-scheduler",
+            "plugins": {
+                "multiPoint": {
+                    "enabled": [{"name": "GpuShare"}, {"name": "GpuFragmentation", "weight": 1}]
+                }
+            },
+        }
+    ],
+}
+
+
+def extender(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            envvar="KUBECONFIG",
+            dir_okay=False,
+            help="Kubeconfig file; without it the pod's service account (in-cluster).",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            exists=True,
+            dir_okay=False,
+            help="A KubeSchedulerConfiguration whose profile is named like the pods' "
+            "schedulerName (default: 'default-scheduler' with Shoal's default plugins plus "
+            "GpuShare and GpuFragmentation).",
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="Kubeconfig context to use.")
+    ] = None,
+    address: Annotated[
+        str, typer.Option(help="HOST:PORT to serve the extender verbs on.")
+    ] = EXTENDER_ADDRESS,
+    url_prefix: Annotated[
+        str,
+        typer.Option(
+            help="Path the verbs are served under (kube-scheduler's urlPrefix is "
+            "scheme://HOST:PORT + this)."
+        ),
+    ] = "/",
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True, dir_okay=False, help="Serve HTTPS with this certificate (enableHTTPS)."
+        ),
+    ] = None,
+    tls_private_key_file: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="The certificate's private key."),
+    ] = None,
+    identity: Annotated[
+        str | None, typer.Option(help="Written on the pods it binds (default: hostname_uuid).")
+    ] = None,
+    qps: Annotated[float | None, typer.Option("--qps", "--kube-api-qps", min=0)] = None,
+    burst: Annotated[int | None, typer.Option("--burst", "--kube-api-burst", min=1)] = None,
+    log_format: Annotated[
+        str, typer.Option("--log-format", "--logging-format", help="json or text.")
+    ] = "json",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve Shoal's policies as an HTTP extender for a stock kube-scheduler.
+
+    Verbs filter, prioritize and bind (configure kube-scheduler's `extenders:` with
+    filterVerb: filter, prioritizeVerb: prioritize, bindVerb: bind, nodeCacheCapable:
+    true). Shoal watches the cluster itself and answers from its own cache; the bind
+    writes shoal.dev/gpu-index on GPU pods. Exits 2 on a bad configuration.
+    """
+    from shoal.config import ConfigError, load_config, parse_config
+    from shoal.drivers.kube.logs import configure_logging
+    from shoal.scheduler import default_registry
+
+    if log_format not in ("json", "text"):
+        raise typer.BadParameter("must be json or text", param_hint="--log-format")
+    configure_logging(log_format, log_level)
+    try:
+        host, port = _host_port(address)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--address") from None
+    if (tls_cert_file is None) != (tls_private_key_file is None):
+        raise typer.BadParameter("give both --tls-cert-file and --tls-private-key-file, or neither")
+    try:
+        scheduler_config = (
+            parse_config(
+                EXTENDER_DEFAULT_CONFIG,
+                "the default extender configuration",
+                registry=default_registry(),
+            )
+            if config is None
+            else load_config(config, registry=default_registry())
+        )
+    except ConfigError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+    if scheduler_config.extenders:
+        typer.echo(
+            f"{config}: an extender does not call extenders itself; remove `extenders:`", err=True
+        )
+        raise typer.Exit(2)
+    code = asyncio.run(
+        _serve_extender(
+            scheduler_config,
+            kubeconfig=str(kubeconfig) if kubeconfig else None,
+            context=context,
+            identity=identity or f"{socket.gethostname()}_{uuid.uuid4()}",
+            qps=qps,
+            burst=burst,
+            host=host,
+            port=port,
+            prefix=url_prefix,
+            tls_files=(tls_cert_file, tls_private_key_file),
+        )
+    )
+    raise typer.Exit(code)
+
+
+async def _serve_extender(
+    scheduler_config: KubeSchedulerConfiguration,
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    identity: str,
+    qps: float | None,
+    burst: int | None,
+    host: str,
+    port: int,
+    prefix: str,
+    tls_files: tuple[Path | None, Path | None],
+) -> int:
+    from aiohttp import web
+
+    from shoal.drivers.kube.backend import KubeBackend, KubeOptions
+    from shoal.drivers.kube.client import connect
+    from shoal.drivers.kube.extender_server import ExtenderService
+    from shoal.drivers.kube.tls import TlsError, server_context
+
+    options = KubeOptions.from_config(
+        scheduler_config, identity=identity, qps=qps, burst=burst, leader_elect=False
+    )
+    from dataclasses import replace
+
+    options = replace(options, passive=True, leader_elect=False)
+    ssl_context: ssl.SSLContext | None = None
+    if tls_files[0] is not None:
+        try:
+            ssl_context = server_context(*tls_files)
+        except TlsError as err:
+            log.error("cannot serve HTTPS: %s", err, extra={"error": str(err)})
+            return 2
+    try:
+        connection = await connect(kubeconfig, context=context)
+    except Exception as err:
+        log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
+        return 2
+    backend = KubeBackend(scheduler_config, connection, options)
+    service = ExtenderService(backend)
+    app = service.app(prefix)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if backend.synced:
+            return web.Response(text="ok")
+        return web.Response(status=503, text="informers not synced")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    scheme = "https" if ssl_context is not None else "http"
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    log.info(
+        "serving extender verbs on %s://%s:%d%s (profiles %s)",
+        scheme,
+        host,
+        bound,
+        prefix.rstrip("/") or "",
+        ", ".join(backend.scheduler.profiles),
+        extra={"address": f"{host}:{bound}", "scheme": scheme},
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, backend.stop)
+    code = 0
+    try:
+        await backend.run()
+    except Exception:
+        log.exception("the extender stopped on an unexpected error")
+        code = 1
+    finally:
+        await runner.cleanup()
+        await connection.close()
+    return code

@@ -53,7 +53,7 @@ ENDPOINTS = {
 class BadQuery(web.HTTPBadRequest):
     def __init__(self, message: str) -> None:
         super().__init__(
-            body=msgspec.json.encode({"error": message}), content_type="application/json"
+            text=msgspec.json.encode({"error": message}).decode(), content_type="application/json"
         )
 
 

@@ -22,9 +22,11 @@ idle GPU that none of today's GPU jobs could take.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -45,8 +47,11 @@ from shoal.web.dashboard.history import queue_shares
 __all__ = ["DashboardSource", "Frame", "NodeFrame", "reason_of"]
 
 EXAMPLES = 5  # example pods per pending group
+MAX_SHAPES = 10_000  # distinct GPU shapes remembered
 _PHASE_ORDER = {"Failed": 0, "Pending": 1, "Scheduling": 2, "Running": 3, "Finished": 4}
 WHOLE_GPU = TargetShape(0, GPU_MILLI, 1)
+_ARRIVAL = attrgetter("pod.timestamp", "pod.key")
+_MESSAGE = attrgetter("message")
 
 
 @dataclass
@@ -150,7 +155,9 @@ class DashboardSource:
     def __init__(self, scheduler: Scheduler, clock_kind: str = "virtual") -> None:
         self.scheduler = scheduler
         self.clock_kind = clock_kind  # "virtual" (simulation) or "wall" (a cluster)
-        self._shapes: dict[str, TargetShape | None] = {}  # uid -> GPU shape, cached
+        self._shapes: dict[str, int] = {}  # uid -> index into _shape_list (-1: no GPU)
+        self._shape_list: list[TargetShape] = []
+        self._shape_index: dict[TargetShape, int] = {}
         self._model: FragmentationModel | None = None
         self._model_key: tuple[object, ...] = ()
 
@@ -277,7 +284,7 @@ class DashboardSource:
         out: list[dict[str, Any]] = []
         for (kind, plugins), members in groups.items():
             # The longest waiting first: they are the ones an operator asks about.
-            members.sort(key=lambda e: (e.pod.timestamp, e.pod.key))
+            oldest = heapq.nsmallest(EXAMPLES, members, key=_ARRIVAL)
             examples = [
                 {
                     "pod": e.pod.key,
@@ -286,9 +293,10 @@ class DashboardSource:
                     "waiting": round(max(now - e.pod.timestamp, 0.0), 3),
                     "message": explain(e.pod.uid) or e.message,
                 }
-                for e in members[:EXAMPLES]
+                for e in oldest
             ]
-            messages = Counter(e.message for e in members if e.message)
+            messages = Counter(map(_MESSAGE, members))
+            messages.pop("", None)
             out.append(
                 {
                     "kind": kind,
@@ -305,38 +313,49 @@ class DashboardSource:
 
     # ---- nodes ---------------------------------------------------------------------
 
-    def _shape(self, pod: PodInfo) -> TargetShape | None:
-        uid = pod.uid
-        if uid in self._shapes:
-            return self._shapes[uid]
+    def _shape_id(self, pod: PodInfo) -> int:
+        """The pod's GPU shape as an index into `self._shape_list` (-1: no GPU)."""
         request = request_of(None, pod)
-        shape = pod_shape(pod, request) if request.count and request.milli else None
-        self._shapes[uid] = shape
-        return shape
+        if not (request.count and request.milli):
+            return -1
+        shape = pod_shape(pod, request)
+        found = self._shape_index.get(shape)
+        if found is None:
+            found = self._shape_index[shape] = len(self._shape_list)
+            self._shape_list.append(shape)
+        return found
 
     def _target(self, entries: list[QueuedPod]) -> TargetWorkload:
-        """The GPU shapes pending and placed now (see the module docstring)."""
+        """The GPU shapes pending and placed now (see the module docstring). A pod's shape
+        is parsed once (its first snapshot) and kept by uid while the pod is known, so a
+        refresh costs a dict lookup per pod and the parsing of the pods new since."""
         devices = self.scheduler.cluster.gpu_devices
         pods = self.scheduler.cluster.table.pods
-        counts: Counter[TargetShape] = Counter()
-        seen: dict[str, TargetShape | None] = {}
-        shape_of = self._shape
+        if len(self._shape_list) > MAX_SHAPES:  # shapes of long-gone pods: start afresh
+            self._shapes, self._shape_list, self._shape_index = {}, [], {}
+        cached = self._shapes
+        kept: dict[str, int] = {}
         for entry in entries:
-            shape = seen[entry.pod.uid] = shape_of(entry.pod)
-            if shape is not None:
-                counts[shape] += 1
+            pod = entry.pod
+            uid = pod.uid
+            sid = cached.get(uid)
+            kept[uid] = self._shape_id(pod) if sid is None else sid
         if devices is not None:
             for uid, found in devices.assigned.items():
-                pod = pods[found.row].get(uid) if found.row < len(pods) else None
-                if pod is None:
-                    continue
-                shape = seen[uid] = shape_of(pod)
-                if shape is not None:
-                    counts[shape] += 1
-        self._shapes = seen  # forget pods that left
+                sid = cached.get(uid)
+                if sid is None:
+                    placed = pods[found.row].get(uid) if found.row < len(pods) else None
+                    if placed is None:
+                        continue
+                    sid = self._shape_id(placed)
+                kept[uid] = sid
+        self._shapes = kept  # forget pods that left
+        counts = Counter(kept.values())
+        counts.pop(-1, None)
         if not counts:
             return TargetWorkload((WHOLE_GPU,), (1,))
-        return TargetWorkload.from_counts(counts, 0.95)
+        shapes = self._shape_list
+        return TargetWorkload.from_counts({shapes[i]: n for i, n in counts.items()}, 0.95)
 
     def _nodes(
         self, entries: list[QueuedPod]

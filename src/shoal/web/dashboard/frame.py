@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from shoal.api.gpu import GPU_MILLI
 from shoal.api.podinfo import PodInfo
-from shoal.api.resources import CPU, GPU, MEMORY
+from shoal.api.resources import CPU, MEMORY
 from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.cache.gpu_frag import FragmentationModel, NodeStates, TargetShape, TargetWorkload
 from shoal.framework.status import Code
@@ -386,7 +386,7 @@ class DashboardSource:
             )
         else:
             frame, target = self._gpu_nodes(devices, entries, cpu, memory, pods)
-        return frame, _node_summary(frame, table.resource_index.get(GPU) is not None), target
+        return frame, _node_summary(frame), target
 
     def _gpu_nodes(
         self,
@@ -447,7 +447,7 @@ class DashboardSource:
         return frame, target
 
 
-def _node_summary(nodes: NodeFrame, has_gpu_column: bool) -> dict[str, Any]:
+def _node_summary(nodes: NodeFrame) -> dict[str, Any]:
     gpu_rows = nodes.gpus > 0
     capacity = int(nodes.gpus.sum()) * GPU_MILLI
     used = int(nodes.gpu_used.sum())
@@ -481,5 +481,4 @@ def _node_summary(nodes: NodeFrame, has_gpu_column: bool) -> dict[str, Any]:
             "gpuUse": use_hist.tolist(),
             "fragOfFree": frag_hist.tolist(),
         },
-        "gpuResource": has_gpu_column,
     }

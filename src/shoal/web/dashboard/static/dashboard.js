@@ -231,6 +231,7 @@ function renderNodes(n, heat) {
         `style="background:hsl(210,70%,${light}%);${ring}"></div>`;
     }).join("");
   }
+  if (n.total && n.offset >= n.total) state.nodeOffset = Math.max(0, n.total - state.nodePage);
   $("node-page").textContent = n.total ? ` ${n.offset + 1}–${n.offset + n.items.length} of ${n.total} ` : " none ";
   $("node-table").tBodies[0].innerHTML = n.items.map((x) =>
     `<tr data-node="${esc(x.name)}"><td>${esc(x.name)}${x.unschedulable ? " (cordoned)" : ""}</td>` +

@@ -10,6 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shoal.api.manifests import decode
 from shoal.api.queue import Queue
@@ -354,3 +356,70 @@ def test_shoal_run_serves_the_dashboard_beside_metrics() -> None:
             await server.stop()
 
     asyncio.run(main())
+
+
+# ---- invariants over random GPU clusters ---------------------------------------------
+
+node_gpus = st.lists(st.integers(0, 8), min_size=1, max_size=12)  # GPUs per node
+pods_st = st.lists(
+    st.tuples(st.sampled_from([0, 100, 250, 500, 1000]), st.integers(1, 2)), max_size=30
+)  # (milli per device, devices) of pods the scheduler places; milli 1000 = whole GPUs
+
+
+@settings(max_examples=40, deadline=None)
+@given(node_gpus, pods_st, st.sampled_from(["frag", "used", "free", "name"]), st.integers(1, 5))
+def test_node_pages_and_aggregates_agree(
+    gpus: list[int], pods: list[tuple[int, int]], sort: str, limit: int
+) -> None:
+    """Whatever the cluster: pages cover every GPU node once, in the order asked; the
+    aggregates are the sums of the rows; fragment lies between 0 and the free GPU."""
+    h = SchedulerHarness()
+    h.add_nodes(
+        *(
+            make_node(f"n{i:02d}").capacity({GPU: g} if g else {}, cpu="64", memory="64Gi")
+            for i, g in enumerate(gpus)
+        )
+    )
+    for k, (milli, count) in enumerate(pods):
+        pod = make_pod(f"p{k}").req(cpu="1")
+        if milli == 1000:
+            pod = pod.req({GPU: count}, cpu="1")
+        elif milli:
+            pod = pod.annotations({"alibabacloud.com/gpu-milli": str(milli)})
+        h.add_pods(pod)
+    h.run()
+    dashboard = Dashboard(DashboardSource(h.scheduler), ttl=60.0)
+    first, heat = get_all(dashboard, f"/api/nodes?sort={sort}&limit={limit}", "/api/nodes/heat")
+    total = first["total"]
+    pages = [first]
+    while sum(len(p["items"]) for p in pages) < total:
+        offset = sum(len(p["items"]) for p in pages)
+        (page,) = get_all(dashboard, f"/api/nodes?sort={sort}&limit={limit}&offset={offset}")
+        assert page["items"], "a page came back empty before the end"
+        pages.append(page)
+    items = [n for p in pages for n in p["items"]]
+    names = [n["name"] for n in items]
+    assert sorted(names) == sorted(f"n{i:02d}" for i, g in enumerate(gpus) if g)
+    assert len(names) == total == sum(1 for g in gpus if g) == heat["total"]
+    key = {
+        "frag": lambda n: (-n["fragMilli"], n["name"]),
+        "used": lambda n: (-n["gpuUsedMilli"], n["name"]),
+        "free": lambda n: (-n["gpuFreeMilli"], n["name"]),
+        "name": lambda n: n["name"],
+    }[sort]
+    assert items == sorted(items, key=key)
+    summary = first["summary"]
+    assert summary["gpus"] == sum(gpus)
+    assert summary["gpuMilli"]["used"] == sum(n["gpuUsedMilli"] for n in items)
+    assert summary["gpuMilli"]["free"] == sum(n["gpuFreeMilli"] for n in items)
+    assert summary["fragMilli"] == pytest.approx(
+        sum(n["fragMilli"] for n in items), abs=0.1 * total + 0.1
+    )
+    assert sum(summary["histogram"]["gpuUse"]) == total
+    for n in items:
+        assert (
+            sum(n["deviceFreeMilli"]) == n["gpuFreeMilli"] == 1000 * n["gpus"] - n["gpuUsedMilli"]
+        )
+        assert -1e-6 <= n["fragMilli"] <= n["gpuFreeMilli"] + 1e-6
+    assert all(0 <= u <= 100 for u in heat["usePercent"])
+    assert all(0 <= f <= 100 for f in heat["fragPercentOfFree"])

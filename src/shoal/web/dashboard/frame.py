@@ -158,6 +158,7 @@ class DashboardSource:
         self._shapes: dict[str, int] = {}  # uid -> index into _shape_list (-1: no GPU)
         self._shape_list: list[TargetShape] = []
         self._shape_index: dict[TargetShape, int] = {}
+        self._shape_counts: Counter[int] = Counter()  # shape index -> pods of _shapes
         self._model: FragmentationModel | None = None
         self._model_key: tuple[object, ...] = ()
 
@@ -327,35 +328,32 @@ class DashboardSource:
 
     def _target(self, entries: list[QueuedPod]) -> TargetWorkload:
         """The GPU shapes pending and placed now (see the module docstring). A pod's shape
-        is parsed once (its first snapshot) and kept by uid while the pod is known, so a
-        refresh costs a dict lookup per pod and the parsing of the pods new since."""
+        is parsed once (its first snapshot) and counted while the pod is known: a refresh
+        costs set differences over the uids plus the parsing of the pods new since."""
         devices = self.scheduler.cluster.gpu_devices
-        pods = self.scheduler.cluster.table.pods
+        rows = self.scheduler.cluster.table.pods
         if len(self._shape_list) > MAX_SHAPES:  # shapes of long-gone pods: start afresh
             self._shapes, self._shape_list, self._shape_index = {}, [], {}
-        cached = self._shapes
-        kept: dict[str, int] = {}
-        for entry in entries:
-            pod = entry.pod
-            uid = pod.uid
-            sid = cached.get(uid)
-            kept[uid] = self._shape_id(pod) if sid is None else sid
-        if devices is not None:
-            for uid, found in devices.assigned.items():
-                sid = cached.get(uid)
-                if sid is None:
-                    placed = pods[found.row].get(uid) if found.row < len(pods) else None
-                    if placed is None:
-                        continue
-                    sid = self._shape_id(placed)
-                kept[uid] = sid
-        self._shapes = kept  # forget pods that left
-        counts = Counter(kept.values())
-        counts.pop(-1, None)
-        if not counts:
+            self._shape_counts = Counter()
+        cached, counts = self._shapes, self._shape_counts
+        pending = {e.pod.uid: e.pod for e in entries}
+        placed = devices.assigned if devices is not None else {}
+        for uid in cached.keys() - pending.keys() - placed.keys():
+            counts[cached.pop(uid)] -= 1
+        for uid in pending.keys() - cached.keys():
+            sid = cached[uid] = self._shape_id(pending[uid])
+            counts[sid] += 1
+        for uid in placed.keys() - cached.keys():
+            row = placed[uid].row
+            pod = rows[row].get(uid) if row < len(rows) else None
+            if pod is not None:
+                sid = cached[uid] = self._shape_id(pod)
+                counts[sid] += 1
+        present = {sid: n for sid, n in counts.items() if n > 0 and sid >= 0}
+        if not present:
             return TargetWorkload((WHOLE_GPU,), (1,))
         shapes = self._shape_list
-        return TargetWorkload.from_counts({shapes[i]: n for i, n in counts.items()}, 0.95)
+        return TargetWorkload.from_counts({shapes[i]: n for i, n in present.items()}, 0.95)
 
     def _nodes(
         self, entries: list[QueuedPod]

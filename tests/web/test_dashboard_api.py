@@ -423,3 +423,29 @@ def test_node_pages_and_aggregates_agree(
         assert -1e-6 <= n["fragMilli"] <= n["gpuFreeMilli"] + 1e-6
     assert all(0 <= u <= 100 for u in heat["usePercent"])
     assert all(0 <= f <= 100 for f in heat["fragPercentOfFree"])
+
+
+def test_fragmentation_target_follows_pods_that_come_and_go() -> None:
+    """The target workload is counted incrementally across snapshots; it must equal the
+    one a fresh source computes, as pods arrive, bind and leave."""
+    h = SchedulerHarness()
+    h.add_nodes(*(make_node(f"n{i}").capacity({GPU: 4}, cpu="32", memory="64Gi") for i in range(3)))
+    source = DashboardSource(h.scheduler)
+
+    def same() -> list[tuple[int, float]]:
+        target = source.build().target
+        assert target == DashboardSource(h.scheduler).build().target
+        return sorted((t["gpuMilli"], round(t["popularity"], 3)) for t in target)
+
+    assert same() == [(1000, 1.0)]  # no GPU pod: one whole GPU
+    share = {"alibabacloud.com/gpu-milli": "250"}
+    h.add_pods(*(make_pod(f"s{i}").annotations(share).req(cpu="1") for i in range(3)))
+    h.add_pods(*(make_pod(f"w{i}").req({GPU: 4}, cpu="2") for i in range(4)))  # 1 waits
+    assert same() == [(250, 0.429), (1000, 0.571)]
+    h.run()
+    assert same() == [(250, 0.429), (1000, 0.571)]
+    for key in ("w0", "w1", "w2", "w3", "s0"):
+        h.delete_pod(key)
+    assert same() == [(250, 1.0)]
+    h.add_pods(make_pod("cpu-only").req(cpu="1"))
+    assert same() == [(250, 1.0)]

@@ -63,7 +63,7 @@ async def test_shoal_run_serves_the_dashboard_and_its_read_only_api(tmp_path: Pa
         args += ["--leader-elect=false"]
         async with shoal_run(*args) as logs, aiohttp.ClientSession() as http:
             await eventually(lambda: address(logs) != "", timeout=30, what="serving")
-            assert any("the dashboard (/dashboard/, /api)" in e.get("msg", "") for e in logs)
+            assert any("(and the dashboard: /dashboard/, /api)" in e.get("msg", "") for e in logs)
             await eventually(lambda: len(bound_pods(api)) == 4, timeout=30, what="4 binds")
             base = f"http://{address(logs)}"
 

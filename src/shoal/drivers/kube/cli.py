@@ -504,8 +504,8 @@ async def _serve(
         await server.start()
         scheme = "https" if address.tls else "http"
         log.info(
-            "serving /metrics, /healthz, /readyz%s on %s://%s:%d",
-            " and the dashboard (/dashboard/, /api)" if dashboard else "",
+            "serving /metrics, /healthz and /readyz%s on %s://%s:%d",
+            " (and the dashboard: /dashboard/, /api)" if dashboard else "",
             scheme,
             server.host,
             server.port,

@@ -102,6 +102,24 @@ def simulate(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar, no pending-pod table.")
     ] = False,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="Serve the web dashboard (docs/dashboard.md) after the run, until Ctrl-C.",
+        ),
+    ] = False,
+    serve_address: Annotated[
+        str, typer.Option(help="HOST:PORT of the dashboard with --serve (port 0: any free).")
+    ] = "127.0.0.1:8080",
+    serve_speed: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="With --serve: serve while simulating, at this many simulated seconds per "
+            "second ('inf': full speed); keeps serving after the end.",
+        ),
+    ] = None,
 ) -> None:
     """Simulate scheduling a workload on a cluster, in virtual time.
 
@@ -127,11 +145,34 @@ def simulate(
         recreate_evicted=recreate_evicted,
     )
     paths = [*(cluster or []), *(workload or [])]
+    address = _serve_address(serve_address) if serve else None
+    if serve_speed is not None and address is None:
+        errors.print("[red]error:[/] --serve-speed needs --serve")
+        raise typer.Exit(2)
+    if serve_speed == 0:
+        errors.print("[red]error:[/] --serve-speed must be > 0 ('inf' for full speed)")
+        raise typer.Exit(2)
     try:
-        run(paths, options, console, out=out, queue_metrics=queue_metrics, quiet=quiet)
+        run(
+            paths,
+            options,
+            console,
+            out=out,
+            queue_metrics=queue_metrics,
+            quiet=quiet,
+            serve=address,
+            serve_speed=serve_speed,
+        )
     except (ValueError, OSError) as err:
         errors.print(f"[red]error:[/] {escape(str(err))}")
         raise typer.Exit(2) from None
+
+
+def _serve_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise typer.BadParameter(f"{text!r} is not HOST:PORT", param_hint="--serve-address")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 @app.command("validate-config")

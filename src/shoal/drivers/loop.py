@@ -74,6 +74,9 @@ class Driver:
         self.inbox = inbox
         self.on_cycle = on_cycle
         self.cycles = 0
+        # Observers outside the core (the dashboard's queue history) called after every
+        # tick with the scheduler's clock, so they never read a clock of their own.
+        self.samplers: list[Callable[[float], None]] = []
 
     def intake(self) -> bool:
         """Feed back what the effects produced (in memory). True if anything came in."""
@@ -85,6 +88,10 @@ class Driver:
         self.intake()
         self.scheduler.tick()
         self._bind()
+        if self.samplers:
+            now = self.scheduler.clock.now()
+            for sample in self.samplers:
+                sample(now)
 
     def cycle(self) -> CycleResult | None:
         """One scheduling cycle, then start whatever it made ready to bind."""

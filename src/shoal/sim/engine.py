@@ -137,6 +137,7 @@ class Simulation:
         self._idle_wakeups = 0
         self._steps = 0
         self._recreated = 0
+        self._stop_reason = ""
 
     # ---- setup ---------------------------------------------------------------------
 
@@ -169,26 +170,44 @@ class Simulation:
     # ---- the loop ------------------------------------------------------------------
 
     def run(self) -> SimResult:
+        self.start()
+        while self.step():
+            pass
+        return self.finish()
+
+    def start(self) -> None:
+        """Load the scenario (then `step` until it returns False, then `finish`)."""
         self._load()
+        self._stop_reason = ""
+
+    def step(self) -> bool:
+        """Handle what is due now and schedule, or move the clock on. False: the run is
+        over (`finish` gives the result). Callers that interleave other work (a server)
+        call this in a loop; `run` does it all at once."""
         until = self.options.until
-        stop_reason = "no events left"
-        while True:
-            now = self.clock.now()
-            self._handle_due(now)
-            self.driver.tick()
-            if self.scheduler.has_work() and now >= self._busy_until:
-                self._schedule(now)
-                continue
-            nxt = self._next_time(now)
-            if nxt is None:
-                if self._idle_wakeups > MAX_IDLE_WAKEUPS:
-                    stop_reason = "pods kept failing with no events left"
-                break
-            if until is not None and nxt > until:
-                stop_reason = "reached --until"
-                break
-            self._advance(nxt)
-        if until is not None and self.clock.now() < until:
+        now = self.clock.now()
+        self._handle_due(now)
+        self.driver.tick()
+        if self.scheduler.has_work() and now >= self._busy_until:
+            self._schedule(now)
+            return True
+        nxt = self._next_time(now)
+        if nxt is None:
+            self._stop_reason = "no events left"
+            if self._idle_wakeups > MAX_IDLE_WAKEUPS:
+                self._stop_reason = "pods kept failing with no events left"
+            return False
+        if until is not None and nxt > until:
+            self._stop_reason = "reached --until"
+            return False
+        self._advance(nxt)
+        return True
+
+    def finish(self, interrupted: bool = False) -> SimResult:
+        """The result (`interrupted`: the caller stopped stepping before the end)."""
+        until = self.options.until
+        stop_reason = "interrupted" if interrupted else self._stop_reason
+        if not interrupted and until is not None and self.clock.now() < until:
             stop_reason += ", idle until --until"
             self._advance(until)
         self._report_progress(force=True)

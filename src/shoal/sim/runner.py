@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from shoal.config import KubeSchedulerConfiguration, default_config, load_config
-from shoal.sim.engine import SimOptions, SimResult, simulate
+from shoal.sim.engine import SimOptions, SimResult, Simulation, simulate
 from shoal.sim.progress import progress_bar
 from shoal.sim.report import RESULT_SUFFIXES, print_report, render_groups, write_results
 from shoal.sim.scenario import Scenario, bundled_example, load_scenario
@@ -54,8 +54,13 @@ def run(
     out: Path | None = None,
     queue_metrics: Path | None = None,
     quiet: bool = False,
+    serve: tuple[str, int] | None = None,
+    serve_speed: float | None = None,
 ) -> tuple[Scenario, SimResult]:
     """Load `paths` (cluster files first; none: the bundled example), simulate, report.
+
+    With `serve` (host, port), the web dashboard serves the simulation until Ctrl-C
+    (`serve_speed`: while it runs, see `shoal.sim.serve`).
 
     Raises ValueError for an unusable results path before doing any work.
     """
@@ -65,8 +70,65 @@ def run(
         scenario = load_scenario(files, seed=options.seed)
     if not scenario.nodes and not any(c.node is not None for c in scenario.node_changes):
         console.print("[yellow]warning:[/] the scenario has no nodes; every pod stays pending")
+    if serve is not None:
+        result = _serve(scenario, options, console, serve, serve_speed, quiet, out, queue_metrics)
+        return scenario, result
     with progress_bar(console, enabled=not quiet) as progress:
         result = simulate(scenario, options, progress)
+    _report(console, scenario, result, out, queue_metrics, quiet)
+    return scenario, result
+
+
+def _serve(
+    scenario: Scenario,
+    options: SimOptions,
+    console: Console,
+    address: tuple[str, int],
+    speed: float | None,
+    quiet: bool,
+    out: Path | None,
+    queue_metrics: Path | None,
+) -> SimResult:
+    """Run with the dashboard (shoal.sim.serve) until Ctrl-C."""
+    import asyncio
+
+    from shoal.sim.serve import serve_simulation
+
+    sim = Simulation(scenario, options)
+    results: list[SimResult] = []
+
+    def run_now() -> SimResult:
+        with progress_bar(console, enabled=not quiet) as progress:
+            sim.progress = progress
+            return sim.run()
+
+    def serving(url: str) -> None:
+        live = "" if speed is None else f" (simulating at {speed:g}x)"
+        console.print(f"Dashboard: {url}{live}; Ctrl-C to stop", markup=False, soft_wrap=True)
+        console.file.flush()
+
+    def report(result: SimResult) -> None:
+        results.append(result)
+        _report(console, scenario, result, out, queue_metrics, quiet)
+        console.file.flush()
+
+    host, port = address
+    asyncio.run(
+        serve_simulation(
+            sim, host, port, speed=speed, run=run_now, on_serving=serving, on_result=report
+        )
+    )
+    return results[-1]
+
+
+def _report(
+    console: Console,
+    scenario: Scenario,
+    result: SimResult,
+    out: Path | None,
+    queue_metrics: Path | None,
+    quiet: bool,
+) -> None:
     print_report(
         console,
         result.summary,
@@ -85,4 +147,3 @@ def run(
     if out is not None:
         write_results(out, result.records)
         console.print(f"Wrote {len(result.records)} pod record(s) to {out}", markup=False)
-    return scenario, result

@@ -48,6 +48,7 @@ class HealthServer:
         *,
         metrics_ttl: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        routes: Callable[[web.Application], None] | None = None,
     ) -> None:
         self.registry = registry
         self.healthz = healthz
@@ -57,6 +58,7 @@ class HealthServer:
         self.ssl_context = ssl_context  # HTTPS when set
         self.metrics_ttl = metrics_ttl
         self.renders = 0
+        self.routes = routes  # more routes on the same app (the dashboard's)
         self._clock = clock
         self._exposition = b""
         self._rendered_at: float | None = None
@@ -69,6 +71,8 @@ class HealthServer:
         app.router.add_get("/healthz", self._probe(self.healthz))
         app.router.add_get("/livez", self._probe(self.healthz))
         app.router.add_get("/readyz", self._probe(self.readyz))
+        if self.routes is not None:
+            self.routes(app)
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=0.1
         )

@@ -283,6 +283,14 @@ def run(
             "--secure-port (kube-scheduler's form).",
         ),
     ] = None,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard/--no-dashboard",
+            help="Serve the read-only web dashboard (/dashboard/) and its JSON API (/api) "
+            "beside /metrics (docs/dashboard.md).",
+        ),
+    ] = True,
     secure_port: Annotated[
         int | None,
         typer.Option(
@@ -405,6 +413,7 @@ def run(
             bind_concurrency=bind_concurrency,
             address=address,
             tls_files=(tls_cert_file, tls_private_key_file),
+            dashboard=dashboard,
         )
     )
     raise typer.Exit(code)
@@ -439,6 +448,7 @@ async def _serve(
     bind_concurrency: int,
     address: Serving | None,
     tls_files: tuple[Path | None, Path | None],
+    dashboard: bool = True,
 ) -> int:
     from dataclasses import replace
 
@@ -477,6 +487,11 @@ async def _serve(
     backend = KubeBackend(scheduler_config, connection, options)
     server: HealthServer | None = None
     if address is not None:
+        routes = None
+        if dashboard:
+            from shoal.web.dashboard import attach_dashboard
+
+            routes = attach_dashboard(backend.driver, backend.scheduler).install
         server = HealthServer(
             backend.metrics.registry,
             backend.healthz,
@@ -484,11 +499,13 @@ async def _serve(
             host=address.host,
             port=address.port,
             ssl_context=ssl_context,
+            routes=routes,
         )
         await server.start()
         scheme = "https" if address.tls else "http"
         log.info(
-            "serving /metrics, /healthz and /readyz on %s://%s:%d",
+            "serving /metrics, /healthz and /readyz%s on %s://%s:%d",
+            " (and the dashboard: /dashboard/, /api)" if dashboard else "",
             scheme,
             server.host,
             server.port,

@@ -1,0 +1,482 @@
+"""What the dashboard shows, read from the scheduler's cache in one pass.
+
+`DashboardSource.build()` returns a `Frame`: the queue tree with allocation, guarantee and
+fair share; the pod groups with their phase and member counts; the pending pods grouped by
+why they wait; and per node its GPU use and fragmentation, as numpy columns so that a page
+of 100 nodes out of 5000 is a slice, not a walk. The builder only reads: it runs on the
+scheduler's event loop between driver passes (the state is consistent there), and its cost
+is what the scheduling loop waits (`bench/dashboard_snapshot.py` measures it at 5000
+nodes and 10000 pending pods).
+
+Why a pod waits is the last explanation the scheduler gave for it (the message of its
+last Unschedulable effect, kept on its queue entry): pods are grouped by kind (gated by a
+PreEnqueue plugin, rejected by plugins, failed with an error, not tried yet) and by the
+plugins that rejected them, with a few example pods and messages per group.
+
+GPU fragmentation of a node is F_n(M) of `shoal.cache.gpu_frag` (the FGD measure): the
+free milli-GPU on the node that the target workload M could not use. M is the mix of GPU
+shapes the scheduler currently holds, pending and placed, weighted by count (the shapes
+covering 95 % of them); with no GPU pod at all, one whole GPU. So a node's fragment is
+idle GPU that none of today's GPU jobs could take.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.gpu import GPU_MILLI
+from shoal.api.podinfo import PodInfo
+from shoal.api.resources import CPU, MEMORY
+from shoal.cache.gpu_devices import GpuDevices, request_of
+from shoal.cache.gpu_frag import FragmentationModel, NodeStates, TargetShape, TargetWorkload
+from shoal.framework.status import Code
+from shoal.plugins.fragmentation_base import pod_shape
+from shoal.scheduler import Scheduler
+from shoal.scheduling_queue.queue import QueuedPod
+from shoal.tenancy.tree import UNLIMITED
+from shoal.web.dashboard.history import queue_shares
+
+__all__ = ["DashboardSource", "Frame", "NodeFrame", "reason_of"]
+
+EXAMPLES = 5  # example pods per pending group
+MAX_SHAPES = 10_000  # distinct GPU shapes remembered
+_PHASE_ORDER = {"Failed": 0, "Pending": 1, "Scheduling": 2, "Running": 3, "Finished": 4}
+WHOLE_GPU = TargetShape(0, GPU_MILLI, 1)
+_ARRIVAL = attrgetter("pod.timestamp", "pod.key")
+_MESSAGE = attrgetter("message")
+
+
+@dataclass
+class NodeFrame:
+    """Per-node columns, row-aligned, over all nodes (GPU or not)."""
+
+    names: list[str]
+    gpus: NDArray[np.int64]
+    gpu_used: NDArray[np.int64]  # milli-GPU
+    gpu_free: NDArray[np.int64]
+    frag: NDArray[np.float64]  # milli-GPU, F_n(M)
+    free_devices: NDArray[np.int64]  # fully free devices
+    model: list[str]  # "" when unknown
+    cpu: NDArray[np.int64]  # [allocatable, requested] milli
+    memory: NDArray[np.int64]  # [allocatable, requested] bytes
+    pods: NDArray[np.int64]
+    unschedulable: NDArray[np.bool_]
+    devices: NDArray[np.int32]  # free milli per device, [n, width] (0 past the last)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def order(self, sort: str, gpu_only: bool) -> NDArray[np.intp]:
+        """Row order of a listing: by fragmentation, GPU use, free GPU or name (the first
+        three descending, ties by name)."""
+        rows = np.flatnonzero(self.gpus > 0) if gpu_only else np.arange(len(self.names))
+        by_name = np.argsort(np.asarray(self.names, dtype=object)[rows], kind="stable")
+        rows = rows[by_name]
+        if sort == "name":
+            return rows
+        keys = {"frag": self.frag, "used": self.gpu_used, "free": self.gpu_free}
+        key = keys[sort][rows]
+        return rows[np.argsort(-key, kind="stable")]
+
+    def item(self, row: int) -> dict[str, Any]:
+        gpus = int(self.gpus[row])
+        return {
+            "name": self.names[row],
+            "model": self.model[row],
+            "gpus": gpus,
+            "gpuUsedMilli": int(self.gpu_used[row]),
+            "gpuFreeMilli": int(self.gpu_free[row]),
+            "fragMilli": round(float(self.frag[row]), 1),
+            "freeDevices": int(self.free_devices[row]),
+            "deviceFreeMilli": self.devices[row, :gpus].tolist(),
+            "cpuMilli": {"allocatable": int(self.cpu[row, 0]), "requested": int(self.cpu[row, 1])},
+            "memory": {
+                "allocatable": int(self.memory[row, 0]),
+                "requested": int(self.memory[row, 1]),
+            },
+            "pods": int(self.pods[row]),
+            "unschedulable": bool(self.unschedulable[row]),
+        }
+
+
+@dataclass
+class Frame:
+    time: float  # the scheduler's clock
+    build_seconds: float
+    summary: dict[str, Any]
+    queues: dict[str, Any]
+    gangs: list[dict[str, Any]]
+    pending: dict[str, Any]
+    nodes: NodeFrame
+    node_summary: dict[str, Any]
+    target: list[dict[str, Any]] = field(default_factory=list)  # the fragmentation workload
+
+
+def reason_of(entry: QueuedPod) -> tuple[str, tuple[str, ...]]:
+    """(kind, plugins) a pending pod is grouped under."""
+    if entry.gated_by:
+        return "gated", (entry.gated_by,)
+    status = entry.last_status
+    if status is None:
+        return "waiting", ()
+    if status.code == Code.ERROR:
+        return "error", (status.plugin,) if status.plugin else ()
+    plugins = tuple(sorted(p.removesuffix("/PostFilter") for p in entry.rejected_by))
+    if not plugins and status.plugin:
+        plugins = (status.plugin,)
+    return "unschedulable", tuple(dict.fromkeys(plugins))
+
+
+_KIND_TITLES = {
+    "gated": "Gated by {}",
+    "unschedulable": "Unschedulable: {}",
+    "error": "Error: {}",
+    "waiting": "Waiting for a first attempt",
+}
+
+
+def _title(kind: str, plugins: tuple[str, ...]) -> str:
+    if kind == "waiting":
+        return _KIND_TITLES[kind]
+    return _KIND_TITLES[kind].format(", ".join(plugins) or "no plugin named")
+
+
+class DashboardSource:
+    """Builds `Frame`s from one scheduler (see the module docstring)."""
+
+    def __init__(self, scheduler: Scheduler, clock_kind: str = "virtual") -> None:
+        self.scheduler = scheduler
+        self.clock_kind = clock_kind  # "virtual" (simulation) or "wall" (a cluster)
+        self._shapes: dict[str, int] = {}  # uid -> index into _shape_list (-1: no GPU)
+        self._shape_list: list[TargetShape] = []
+        self._shape_index: dict[TargetShape, int] = {}
+        self._shape_counts: Counter[int] = Counter()  # shape index -> pods of _shapes
+        self._model: FragmentationModel | None = None
+        self._model_key: tuple[object, ...] = ()
+
+    def build(self) -> Frame:
+        started = time.perf_counter()
+        sched = self.scheduler
+        now = sched.clock.now()
+        entries = list(sched.queue.pending())
+        queues = self._queues()
+        gangs = self._gangs(now)
+        pending = self._pending(entries, now)
+        nodes, node_summary, target = self._nodes(entries)
+        summary = {
+            "time": now,
+            "clock": self.clock_kind,
+            "nodes": len(nodes),
+            "gpuNodes": int((nodes.gpus > 0).sum()),
+            "placedPods": len(sched.cluster.placed),
+            "pendingPods": len(entries),
+            "queue": sched.queue.counts(),
+            "queues": len(queues["queues"]),
+            "gangs": len(gangs),
+            "gangPhases": dict(Counter(g["phase"] for g in gangs)),
+            "profiles": sorted(sched.profiles),
+        }
+        frame = Frame(now, 0.0, summary, queues, gangs, pending, nodes, node_summary, target)
+        frame.build_seconds = time.perf_counter() - started
+        summary["buildSeconds"] = round(frame.build_seconds, 6)
+        return frame
+
+    # ---- queues --------------------------------------------------------------------
+
+    def _queues(self) -> dict[str, Any]:
+        manager = self.scheduler.queues
+        tree, table = manager.tree, self.scheduler.cluster.table
+        observed = {o[0]: o for o in manager.observed(table)}
+        names, _, shares = queue_shares(manager, table)
+        dominant = shares[:, 0, :]
+        capacity = manager.capacity(table)
+        out: list[dict[str, Any]] = []
+
+        def walk(q: int, depth: int) -> None:
+            for child in sorted(tree.children_list[q], key=lambda c: tree.names[c]):
+                name = tree.names[child]
+                _, allocated, guaranteed, fair, pending, running = observed[name]
+                d = tree.defs[name]
+                maximum = {
+                    r: int(v)
+                    for r, v in zip(tree.resources, tree.maximum[child].tolist(), strict=True)
+                    if v < UNLIMITED
+                }
+                alloc_share, guar_share, fair_share = dominant[child - 1].tolist()
+                out.append(
+                    {
+                        "name": name,
+                        "parent": tree.names[q] if q else None,
+                        "depth": depth,
+                        "leaf": child in tree.leaves,
+                        "source": d.source,
+                        "weight": float(tree.weight[child]),
+                        "allocated": allocated,
+                        "guaranteed": guaranteed,
+                        "maximum": maximum,
+                        "fairShare": fair,
+                        "pending": pending,
+                        "running": running,
+                        "share": {
+                            "allocated": round(alloc_share, 6),
+                            "guaranteed": round(guar_share, 6),
+                            "fairShare": round(fair_share, 6),
+                        },
+                    }
+                )
+                walk(child, depth + 1)
+
+        walk(0, 0)
+        assert len(out) == len(names)
+        return {
+            "resources": tree.resources,
+            "capacity": {r: int(c) for r, c in zip(tree.resources, capacity.tolist(), strict=True)},
+            "defaultQueue": tree.default_queue,
+            "queues": out,
+        }
+
+    # ---- gangs ---------------------------------------------------------------------
+
+    def _gangs(self, now: float) -> list[dict[str, Any]]:
+        sched = self.scheduler
+        manager = sched.queues
+        out: list[dict[str, Any]] = []
+        for key, g in sched.gangs.groups.items():
+            done = len(g.bound) + len(g.succeeded) + len(g.failed)
+            queue = manager.named_queue(next(iter(g.members.values()))) if g.members else ""
+            out.append(
+                {
+                    "key": key,
+                    "namespace": g.namespace,
+                    "name": g.name,
+                    "phase": g.phase,
+                    "minMember": g.min_member,
+                    "members": len(g.members),
+                    "running": len(g.bound),
+                    "succeeded": len(g.succeeded),
+                    "failed": len(g.failed),
+                    "waiting": max(len(g.members) - done, 0),
+                    "attempts": g.attempts,
+                    "queue": queue,
+                    "source": g.source,
+                    "age": round(max(now - g.created, 0.0), 3),
+                    "reason": g.reason,
+                }
+            )
+        out.sort(key=lambda g: (_PHASE_ORDER.get(g["phase"], 5), g["key"]))
+        return out
+
+    # ---- pending pods --------------------------------------------------------------
+
+    def _pending(self, entries: list[QueuedPod], now: float) -> dict[str, Any]:
+        explain = self.scheduler.explain
+        groups: dict[tuple[str, tuple[str, ...]], list[QueuedPod]] = {}
+        for entry in entries:
+            groups.setdefault(reason_of(entry), []).append(entry)
+        manager = self.scheduler.queues
+        out: list[dict[str, Any]] = []
+        for (kind, plugins), members in groups.items():
+            # The longest waiting first: they are the ones an operator asks about.
+            oldest = heapq.nsmallest(EXAMPLES, members, key=_ARRIVAL)
+            examples = [
+                {
+                    "pod": e.pod.key,
+                    "queue": manager.named_queue(e.pod),
+                    "attempts": e.attempts,
+                    "waiting": round(max(now - e.pod.timestamp, 0.0), 3),
+                    "message": explain(e.pod.uid) or e.message,
+                }
+                for e in oldest
+            ]
+            messages = Counter(map(_MESSAGE, members))
+            messages.pop("", None)
+            out.append(
+                {
+                    "kind": kind,
+                    "plugins": list(plugins),
+                    "reason": _title(kind, plugins),
+                    "count": len(members),
+                    "distinctMessages": len(messages),
+                    "topMessage": messages.most_common(1)[0][0] if messages else "",
+                    "examples": examples,
+                }
+            )
+        out.sort(key=lambda g: (-g["count"], g["reason"]))
+        return {"total": len(entries), "groups": out}
+
+    # ---- nodes ---------------------------------------------------------------------
+
+    def _shape_id(self, pod: PodInfo) -> int:
+        """The pod's GPU shape as an index into `self._shape_list` (-1: no GPU)."""
+        request = request_of(None, pod)
+        if not (request.count and request.milli):
+            return -1
+        shape = pod_shape(pod, request)
+        found = self._shape_index.get(shape)
+        if found is None:
+            found = self._shape_index[shape] = len(self._shape_list)
+            self._shape_list.append(shape)
+        return found
+
+    def _target(self, entries: list[QueuedPod]) -> TargetWorkload:
+        """The GPU shapes pending and placed now (see the module docstring). A pod's shape
+        is parsed once (its first snapshot) and counted while the pod is known: a refresh
+        costs set differences over the uids plus the parsing of the pods new since."""
+        devices = self.scheduler.cluster.gpu_devices
+        rows = self.scheduler.cluster.table.pods
+        if len(self._shape_list) > MAX_SHAPES:  # shapes of long-gone pods: start afresh
+            self._shapes, self._shape_list, self._shape_index = {}, [], {}
+            self._shape_counts = Counter()
+        cached, counts = self._shapes, self._shape_counts
+        pending = {e.pod.uid: e.pod for e in entries}
+        placed = devices.assigned if devices is not None else {}
+        for uid in cached.keys() - pending.keys() - placed.keys():
+            counts[cached.pop(uid)] -= 1
+        for uid in pending.keys() - cached.keys():
+            sid = cached[uid] = self._shape_id(pending[uid])
+            counts[sid] += 1
+        for uid in placed.keys() - cached.keys():
+            row = placed[uid].row
+            pod = rows[row].get(uid) if row < len(rows) else None
+            if pod is not None:
+                sid = cached[uid] = self._shape_id(pod)
+                counts[sid] += 1
+        present = {sid: n for sid, n in counts.items() if n > 0 and sid >= 0}
+        if not present:
+            return TargetWorkload((WHOLE_GPU,), (1,))
+        shapes = self._shape_list
+        return TargetWorkload.from_counts({shapes[i]: n for i, n in present.items()}, 0.95)
+
+    def _nodes(
+        self, entries: list[QueuedPod]
+    ) -> tuple[NodeFrame, dict[str, Any], list[dict[str, Any]]]:
+        table = self.scheduler.cluster.table
+        n = table.n
+        cpu_c, mem_c = table.resource_index[CPU], table.resource_index[MEMORY]
+        cpu = np.stack([table.allocatable[:n, cpu_c], table.requested[:n, cpu_c]], axis=1)
+        memory = np.stack([table.allocatable[:n, mem_c], table.requested[:n, mem_c]], axis=1)
+        pods = np.fromiter((len(p) for p in table.pods[:n]), dtype=np.int64, count=n)
+        devices = self.scheduler.cluster.gpu_devices
+        target: list[dict[str, Any]] = []
+        if devices is None or n == 0:
+            zeros = np.zeros(n, dtype=np.int64)
+            frame = NodeFrame(
+                list(table.names[:n]),
+                zeros,
+                zeros,
+                zeros,
+                np.zeros(n),
+                zeros,
+                [""] * n,
+                cpu,
+                memory,
+                pods,
+                table.unschedulable[:n].copy(),
+                np.zeros((n, 0), dtype=np.int32),
+            )
+        else:
+            frame, target = self._gpu_nodes(devices, entries, cpu, memory, pods)
+        return frame, _node_summary(frame), target
+
+    def _gpu_nodes(
+        self,
+        devices: GpuDevices,
+        entries: list[QueuedPod],
+        cpu: NDArray[np.int64],
+        memory: NDArray[np.int64],
+        pods: NDArray[np.int64],
+    ) -> tuple[NodeFrame, list[dict[str, Any]]]:
+        table = self.scheduler.cluster.table
+        n = table.n
+        count = devices.count[:n].astype(np.int64)
+        free = devices.free[:n].astype(np.int64)
+        width = int(count.max()) if n else 0
+        free = free[:, :width]
+        # Devices past a node's count hold 0 free milli, so sums need no mask.
+        gpu_free = free.sum(axis=1)
+        gpu_used = count * GPU_MILLI - gpu_free
+        workload = self._target(entries)
+        key = (workload, tuple(devices.models))
+        if self._model is None or key != self._model_key:
+            self._model = FragmentationModel(workload, devices.models)
+            self._model_key = key
+        states = NodeStates(
+            free,
+            cpu[:, 0] - cpu[:, 1],
+            memory[:, 0] - memory[:, 1],
+            devices.model[:n].astype(np.int64),
+        )
+        frag = self._model.frag(states) if width else np.zeros(n)
+        models = devices.models
+        model = [models[c] if c >= 0 else "" for c in devices.model[:n].tolist()]
+        frame = NodeFrame(
+            list(table.names[:n]),
+            count,
+            gpu_used,
+            gpu_free,
+            frag,
+            (free == GPU_MILLI).sum(axis=1).astype(np.int64),
+            model,
+            cpu,
+            memory,
+            pods,
+            table.unschedulable[:n].copy(),
+            devices.free[:n, :width].copy(),
+        )
+        total = workload.total_weight or 1
+        target = [
+            {
+                "cpuMilli": s.cpu_milli,
+                "gpuMilli": s.gpu_milli,
+                "gpuCount": s.gpu_count,
+                "models": list(s.models),
+                "popularity": round(w / total, 6),
+            }
+            for s, w in zip(workload.shapes, workload.weights, strict=True)
+        ]
+        return frame, target
+
+
+def _node_summary(nodes: NodeFrame) -> dict[str, Any]:
+    gpu_rows = nodes.gpus > 0
+    capacity = int(nodes.gpus.sum()) * GPU_MILLI
+    used = int(nodes.gpu_used.sum())
+    free = capacity - used
+    frag = float(nodes.frag[gpu_rows].sum())
+    # Histograms over GPU nodes, in tenths: GPU use of the node, and the share of its free
+    # GPU that is fragment.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        use = np.where(gpu_rows, nodes.gpu_used / np.maximum(nodes.gpus * GPU_MILLI, 1), 0.0)
+        frag_share = np.where(nodes.gpu_free > 0, nodes.frag / np.maximum(nodes.gpu_free, 1), 0.0)
+    bins = np.linspace(0.0, 1.0, 11)
+    use_hist = np.histogram(np.clip(use[gpu_rows], 0, 1), bins=bins)[0]
+    frag_hist = np.histogram(np.clip(frag_share[gpu_rows], 0, 1), bins=bins)[0]
+    models = Counter(m for m, g in zip(nodes.model, nodes.gpus.tolist(), strict=True) if g)
+    return {
+        "nodes": len(nodes),
+        "gpuNodes": int(gpu_rows.sum()),
+        "gpus": int(nodes.gpus.sum()),
+        "gpuMilli": {"capacity": capacity, "used": used, "free": free},
+        "fragMilli": round(frag, 1),
+        "fragOfFree": round(frag / free, 6) if free else 0.0,
+        "freeDevices": int(nodes.free_devices.sum()),
+        "models": dict(sorted(models.items())),
+        "cpuMilli": {
+            "allocatable": int(nodes.cpu[:, 0].sum()),
+            "requested": int(nodes.cpu[:, 1].sum()),
+        },
+        "unschedulableNodes": int(nodes.unschedulable.sum()),
+        "histogram": {
+            "bins": [round(b, 1) for b in bins.tolist()],
+            "gpuUse": use_hist.tolist(),
+            "fragOfFree": frag_hist.tolist(),
+        },
+    }

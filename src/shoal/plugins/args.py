@@ -134,6 +134,21 @@ class DefaultPreemptionArgs(Args):
 class CoschedulingArgs(Args):
     """Gang scheduling (the Coscheduling plugin); see docs/gang-scheduling.md."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _permit_waiting_time_alias(cls, data: object) -> object:
+        # scheduler-plugins spells this arg permitWaitingTimeSeconds; a config written
+        # for it must keep working here. Both at once would be ambiguous.
+        if isinstance(data, dict) and "permitWaitingTimeSeconds" in data:
+            if "scheduleTimeoutSeconds" in data or "schedule_timeout_seconds" in data:
+                raise ValueError(
+                    "set either permitWaitingTimeSeconds (scheduler-plugins' name) or "
+                    "scheduleTimeoutSeconds, not both"
+                )
+            data = dict(data)
+            data["scheduleTimeoutSeconds"] = data.pop("permitWaitingTimeSeconds")
+        return data
+
     # For groups whose PodGroup sets no scheduleTimeoutSeconds (scheduler-plugins' 60).
     schedule_timeout_seconds: float = Field(default=60.0, gt=0)
     head_of_line_reservation: bool = True

@@ -13,12 +13,13 @@ __all__ = ["CycleState"]
 
 
 class CycleState:
-    __slots__ = ("_data", "skip_filter", "skip_score")
+    __slots__ = ("_data", "sampled", "skip_filter", "skip_score")
 
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()  # plugins whose PreFilter returned Skip
         self.skip_score: set[str] = set()  # plugins whose PreScore returned Skip
+        self.sampled = False  # this cycle's plugin calls are timed (framework/timing.py)
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
@@ -38,4 +39,5 @@ class CycleState:
         copy._data = dict(self._data)
         copy.skip_filter = set(self.skip_filter)
         copy.skip_score = set(self.skip_score)
+        copy.sampled = self.sampled
         return copy

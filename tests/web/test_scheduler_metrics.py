@@ -7,13 +7,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shoal.api.manifests import decode
 from shoal.api.queue import Queue
 from shoal.framework.timing import instrument
 from shoal.testing import SchedulerHarness, make_node, make_pod
+from shoal.web.latency import BufferedHistogram
 from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
 
 
@@ -123,3 +124,32 @@ def test_queue_gauges_follow_the_tenancy_manager_and_are_capped() -> None:
     assert "team-3" not in exported
     (omitted,) = samples["shoal_queue_series_omitted"]
     assert omitted[1] == 3.0  # 6 queues (default included), 3 exported
+
+
+def test_buffered_histogram_exposes_what_a_prometheus_histogram_would() -> None:
+    buckets = (0.001, 0.01, 0.1)
+    observations = [0.0005, 0.001, 0.002, 0.05, 0.1, 0.3, 7.0] * 700
+    reference = CollectorRegistry()
+    histogram = Histogram("lat", "Latency.", ["point"], buckets=buckets, registry=reference)
+    buffered_registry = CollectorRegistry()
+    buffered = BufferedHistogram(
+        "lat", "Latency.", ["point"], buckets=buckets, registry=buffered_registry
+    )
+    observe = buffered.observer("Filter")
+    for i, value in enumerate(observations):
+        histogram.labels("Filter").observe(value)
+        observe(value)
+        if i == 4500:
+            buffered.fold_large()  # as the framework timer does every 1024 cycles
+            assert not buffered._series[("Filter",)].values
+
+    def series(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+        return {
+            (name, labels.get("le", "")): round(value, 6)
+            for name, samples in _samples(registry).items()
+            if not name.endswith("_created")
+            for labels, value in samples
+        }
+
+    assert series(buffered_registry) == series(reference)
+    assert series(buffered_registry)[("lat_bucket", "0.001")] == 1400  # le is inclusive

@@ -4,7 +4,8 @@ kube-scheduler's `scheduler_framework_extension_point_duration_seconds` (every c
 and `scheduler_plugin_execution_duration_seconds` (plugins, in a sample of cycles: kube
 records them in 10% of cycles, decided when the cycle starts). The core reads no clock:
 the driver passes an `ExecutionTimer` (its `now()` is the clock, `sample()` the draw,
-the other two methods record), and `instrument` installs it on a framework:
+the other two methods say where each series' durations go), and `instrument` installs
+it on a framework:
 
 * each extension point method of the framework is shadowed on the instance by a timed
   one, so a framework without a timer runs exactly the untimed code;
@@ -32,7 +33,7 @@ from shoal.framework.types import FilterResult
 if TYPE_CHECKING:
     from shoal.framework.runtime import Framework, ProfilePlugins
 
-__all__ = ["EXTENSION_POINTS", "STATUS_NAMES", "ExecutionTimer", "instrument"]
+__all__ = ["EXTENSION_POINTS", "STATUS_NAMES", "ExecutionTimer", "instrument", "status_name"]
 
 # kube's status label values, by Code.
 STATUS_NAMES = (
@@ -60,6 +61,9 @@ EXTENSION_POINTS: dict[str, tuple[str, str, str]] = {
 }
 
 
+Observe = Callable[[float], None]
+
+
 class ExecutionTimer(Protocol):
     def now(self) -> float:
         """Seconds from an arbitrary origin (a monotonic clock)."""
@@ -67,26 +71,46 @@ class ExecutionTimer(Protocol):
     def sample(self) -> bool:
         """Whether this cycle's plugins are timed."""
 
-    def extension_point(self, profile: str, point: str, status: str, seconds: float) -> None: ...
+    def extension_point(self, profile: str, point: str, status: str) -> Observe:
+        """Where the durations of this extension point with this status go."""
 
-    def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None: ...
+    def plugin(self, plugin: str, point: str, status: str) -> Observe:
+        """Where the durations of this plugin's calls with this status go."""
 
 
-def status_name(result: Any) -> str:
-    """The status label of what a framework method or a plugin returned."""
-    if isinstance(result, Status):
-        return STATUS_NAMES[result.code]
+def status_code(result: Any) -> int:
+    """The status (a `Code`) of what a framework method or a plugin returned."""
+    if type(result) is Status:
+        return result.code
     if isinstance(result, tuple):
         for item in result:
             if isinstance(item, Status):
-                return STATUS_NAMES[item.code]
-        return "Success"
+                return item.code
+        return Code.SUCCESS
     if isinstance(result, FilterResult):
-        return "Success" if bool(result.passed.all()) else "Unschedulable"
+        return Code.SUCCESS if bool(result.passed.all()) else Code.UNSCHEDULABLE
     passed = getattr(result, "passed", None)  # a FilterOutcome
     if isinstance(passed, np.ndarray):
-        return "Success" if bool(passed.any()) else STATUS_NAMES[Code.UNSCHEDULABLE]
-    return "Success"
+        return Code.SUCCESS if bool(passed.any()) else Code.UNSCHEDULABLE
+    return Code.SUCCESS
+
+
+def status_name(result: Any) -> str:
+    """kube's status label of what a framework method or a plugin returned."""
+    return STATUS_NAMES[status_code(result)]
+
+
+def _observers(
+    make: Callable[[str], Observe],
+) -> tuple[list[Observe | None], Callable[[int], Observe]]:
+    """Per status code, the series' observe function, made on first use."""
+    observers: list[Observe | None] = [None] * len(STATUS_NAMES)
+
+    def first(code: int) -> Observe:
+        observe = observers[code] = make(STATUS_NAMES[code])
+        return observe
+
+    return observers, first
 
 
 class _TimedPlugin:
@@ -98,21 +122,27 @@ class _TimedPlugin:
         self.name = plugin.name
         fn = getattr(plugin, method)
         name = plugin.name
+        now = timer.now
+        observers, first = _observers(lambda status: timer.plugin(name, point, status))
         if inspect.iscoroutinefunction(fn):
 
             async def timed_async(*args: Any) -> Any:
-                start = timer.now()
+                start = now()
                 result = await fn(*args)
-                timer.plugin(name, point, status_name(result), timer.now() - start)
+                elapsed = now() - start
+                code = status_code(result)
+                (observers[code] or first(code))(elapsed)
                 return result
 
             setattr(self, method, timed_async)
         else:
 
             def timed(*args: Any) -> Any:
-                start = timer.now()
+                start = now()
                 result = fn(*args)
-                timer.plugin(name, point, status_name(result), timer.now() - start)
+                elapsed = now() - start
+                code = result.code if type(result) is Status else status_code(result)
+                (observers[code] or first(code))(elapsed)
                 return result
 
             setattr(self, method, timed)
@@ -144,23 +174,40 @@ def _timed_point(
 ) -> Callable[..., Any]:
     fn = getattr(framework, method)
     profile = framework.profile_name
-    starts_cycle = method == "run_pre_filter"
+    now = timer.now
+    observers, first = _observers(lambda status: timer.extension_point(profile, point, status))
     if inspect.iscoroutinefunction(fn):
 
         async def timed_async(state: CycleState, *args: Any) -> Any:
-            start = timer.now()
+            start = now()
             result = await fn(state, *args)
-            timer.extension_point(profile, point, status_name(result), timer.now() - start)
+            elapsed = now() - start
+            code = status_code(result)
+            (observers[code] or first(code))(elapsed)
             return result
 
         return timed_async
 
+    if method == "run_pre_filter":  # the first extension point of a cycle: draw the sample
+        sample = timer.sample
+
+        def timed_first(state: CycleState, *args: Any) -> Any:
+            state.sampled = sample()
+            start = now()
+            result = fn(state, *args)
+            elapsed = now() - start
+            code = status_code(result)
+            (observers[code] or first(code))(elapsed)
+            return result
+
+        return timed_first
+
     def timed(state: CycleState, *args: Any) -> Any:
-        if starts_cycle:
-            state.sampled = timer.sample()
-        start = timer.now()
+        start = now()
         result = fn(state, *args)
-        timer.extension_point(profile, point, status_name(result), timer.now() - start)
+        elapsed = now() - start
+        code = result.code if type(result) is Status else status_code(result)
+        (observers[code] or first(code))(elapsed)
         return result
 
     return timed

@@ -56,12 +56,14 @@ from prometheus_client.registry import Collector
 
 from shoal.api.resources import CPU
 from shoal.tenancy.tree import UNLIMITED
+from shoal.web.latency import BufferedHistogram
 
 if TYPE_CHECKING:
     from shoal.scheduler import Scheduler
 
 __all__ = [
     "MAX_QUEUE_SERIES",
+    "PLUGIN_SAMPLE_PERCENT",
     "FrameworkTimer",
     "SchedulerMetrics",
     "register_scheduler_collector",
@@ -73,6 +75,7 @@ _REQUEST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0
 _EXTENSION_POINT_BUCKETS = tuple(0.0001 * 2**i for i in range(12))
 _PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
 PLUGIN_SAMPLE_PERCENT = 10  # kube-scheduler's pluginMetricsSamplePercent
+FOLD_CYCLES = 1024  # cycles between checks of the latency buffers' size
 MAX_QUEUE_SERIES = 200  # queues with per-queue resource series (see the module docstring)
 
 
@@ -161,14 +164,16 @@ class SchedulerMetrics:
             registry=r,
         )
 
-        self.extension_point_duration = Histogram(
+        # Observed ~11 times per pod: a cheaper histogram than prometheus_client's
+        # (see shoal.web.latency), with the same exposition.
+        self.extension_point_duration = BufferedHistogram(
             "scheduler_framework_extension_point_duration_seconds",
             "Latency for running all plugins of a specific extension point.",
             ["extension_point", "status", "profile"],
             buckets=_EXTENSION_POINT_BUCKETS,
             registry=r,
         )
-        self.plugin_duration = Histogram(
+        self.plugin_duration = BufferedHistogram(
             "scheduler_plugin_execution_duration_seconds",
             "Duration for running a plugin at a specific extension point (sampled cycles).",
             ["plugin", "extension_point", "status"],
@@ -183,7 +188,18 @@ class SchedulerMetrics:
         rng: random.Random | None = None,
     ) -> FrameworkTimer:
         """A timer for `shoal.framework.timing.instrument`, recording here."""
-        return FrameworkTimer(self, sample_percent, clock, rng or random.Random())
+        return FrameworkTimer(
+            self.extension_point_duration.observer,
+            self.plugin_duration.observer,
+            sample_percent,
+            clock,
+            rng or random.Random(),
+            fold=self._fold_latency,
+        )
+
+    def _fold_latency(self) -> None:
+        self.extension_point_duration.fold_large()
+        self.plugin_duration.fold_large()
 
     # ---- hooks (KubeClient's RequestObserver, the informers' observer) --------------
 
@@ -199,42 +215,46 @@ class SchedulerMetrics:
             self.informer_operations.labels(resource, what).inc()
 
 
+Observers = Callable[..., Callable[[float], None]]
+"""labels -> that series' observe function (`BufferedHistogram.observer`, or
+`lambda *labels: histogram.labels(*labels).observe` for a prometheus_client Histogram)."""
+
+
 class FrameworkTimer:
     """The driver's side of `shoal.framework.timing.ExecutionTimer`: the clock, the
-    sample draw, and histogram children cached by label values (a `labels()` lookup
-    per observation would cost more than the observation)."""
+    sample draw, and where each series goes (the framework caches the observe function
+    per label values: a label lookup per observation would cost more than it)."""
 
     def __init__(
         self,
-        metrics: SchedulerMetrics,
+        points: Observers,
+        plugins: Observers,
         sample_percent: float,
         clock: Callable[[], float],
         rng: random.Random,
+        fold: Callable[[], None] | None = None,
     ) -> None:
         self.now = clock
         self._fraction = sample_percent / 100.0
         self._random = rng.random
-        self._points = metrics.extension_point_duration
-        self._plugins = metrics.plugin_duration
-        self._point_children: dict[tuple[str, str, str], Histogram] = {}
-        self._plugin_children: dict[tuple[str, str, str], Histogram] = {}
+        self._points = points
+        self._plugins = plugins
+        self._fold = fold  # bounds the buffered histograms' memory (shoal.web.latency)
+        self._cycles = 0
 
     def sample(self) -> bool:
+        """Once per cycle: whether its plugins are timed."""
+        self._cycles += 1
+        if self._cycles >= FOLD_CYCLES and self._fold is not None:
+            self._cycles = 0
+            self._fold()
         return self._random() < self._fraction
 
-    def extension_point(self, profile: str, point: str, status: str, seconds: float) -> None:
-        key = (point, status, profile)
-        child = self._point_children.get(key)
-        if child is None:
-            child = self._point_children[key] = self._points.labels(*key)
-        child.observe(seconds)
+    def extension_point(self, profile: str, point: str, status: str) -> Callable[[float], None]:
+        return self._points(point, status, profile)
 
-    def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None:
-        key = (plugin, point, status)
-        child = self._plugin_children.get(key)
-        if child is None:
-            child = self._plugin_children[key] = self._plugins.labels(*key)
-        child.observe(seconds)
+    def plugin(self, plugin: str, point: str, status: str) -> Callable[[float], None]:
+        return self._plugins(plugin, point, status)
 
 
 def _unit(resource: str, amount: int) -> float:

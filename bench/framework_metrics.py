@@ -1,5 +1,5 @@
 """What the latency metrics cost: pods per CPU second with the extension point and plugin
-on vs off, in the same run.
+histograms on vs off, in the same run.
 
 Two schedulers over the same nodes (SchedulingBasic's shapes, default plugins), one
 instrumented as `shoal run` instruments it (`shoal.framework.timing.instrument` with

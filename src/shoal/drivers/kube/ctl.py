@@ -149,7 +149,8 @@ def _human(resource: str, text: str) -> str:
         value = int(text)
         for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
             if value >= size:
-                return f"{value / size:.3g}{unit}"
+                scaled = value / size
+                return f"{scaled:.0f}{unit}" if scaled >= 100 else f"{scaled:.3g}{unit}"
         return str(value)
     return text
 

@@ -153,3 +153,31 @@ def test_buffered_histogram_exposes_what_a_prometheus_histogram_would() -> None:
 
     assert series(buffered_registry) == series(reference)
     assert series(buffered_registry)[("lat_bucket", "0.001")] == 1400  # le is inclusive
+
+
+def test_preemptions_what_if_passes_are_not_counted_as_cycles() -> None:
+    h = SchedulerHarness()
+    metrics = SchedulerMetrics()
+    timer = metrics.framework_timer(100, clock=_Ticks(), rng=random.Random(1))
+    for fwk in h.scheduler.profiles.values():
+        instrument(fwk, timer)
+    h.add_nodes(make_node("n0").capacity(cpu="2", memory="8Gi"))
+    h.add_pods(make_pod("low").priority(0).req(cpu="2"))
+    h.run()
+    h.add_pods(make_pod("high").priority(100).req(cpu="2"))
+    h.advance(30)
+    assert h.node_of("high") == "n0" and "low" in {k.split("/")[-1] for k in h.evicted}
+    samples = _samples(metrics.registry)
+    filters = sum(
+        v
+        for labels, v in samples["scheduler_framework_extension_point_duration_seconds_count"]
+        if labels["extension_point"] == "Filter"
+    )
+    post_filters = sum(
+        v
+        for labels, v in samples["scheduler_framework_extension_point_duration_seconds_count"]
+        if labels["extension_point"] == "PostFilter"
+    )
+    # One Filter pass per scheduling cycle: the victim search's passes are not counted.
+    assert filters == len(h.cycles)
+    assert post_filters >= 1

@@ -14,7 +14,9 @@ it on a framework:
   timed (`Framework.plugins_for(state)`), the others through the plugins themselves.
 
 One difference from kube: Shoal's Filter plugins run once per cycle over all candidate
-nodes, so a Filter sample is one call for all nodes, not one per node.
+nodes, so a Filter sample is one call for all nodes, not one per node. What-if passes
+(`CycleState(dry_run=True)`: preemption's victim search, a reservation's node mask) are
+not timed, as kube does not count its preemption dry runs at the extension points.
 """
 
 from __future__ import annotations
@@ -179,6 +181,8 @@ def _timed_point(
     if inspect.iscoroutinefunction(fn):
 
         async def timed_async(state: CycleState, *args: Any) -> Any:
+            if state.dry_run:
+                return await fn(state, *args)
             start = now()
             result = await fn(state, *args)
             elapsed = now() - start
@@ -192,6 +196,8 @@ def _timed_point(
         sample = timer.sample
 
         def timed_first(state: CycleState, *args: Any) -> Any:
+            if state.dry_run:
+                return fn(state, *args)
             state.sampled = sample()
             start = now()
             result = fn(state, *args)
@@ -203,6 +209,8 @@ def _timed_point(
         return timed_first
 
     def timed(state: CycleState, *args: Any) -> Any:
+        if state.dry_run:
+            return fn(state, *args)
         start = now()
         result = fn(state, *args)
         elapsed = now() - start

@@ -195,3 +195,31 @@ async def test_exit_codes_for_bad_arguments_and_an_unreachable_cluster(tmp_path:
     )
     assert gone.exit_code == EXIT_CLUSTER
     assert "cannot read the cluster" in gone.stderr
+
+
+@async_test(timeout=60)
+async def test_a_cluster_without_shoals_crds_and_an_invalid_queue(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        api.create("v1", "pods", pod("p", cpu="1", node_name="n1"))
+        # No CRDs: no Queues or PodGroups to list; everything is in the default queue.
+        data = _json(await _shoal(tmp_path, api, "get", "queues", "-o", "json"))
+        assert [q["name"] for q in data["queues"]] == ["default"]
+        assert data["queues"][0]["allocated"]["cpu"] == "1000m"
+        assert _json(await _shoal(tmp_path, api, "get", "podgroups", "-o", "json")) == []
+
+    async with FakeApiServer() as api:
+        for text in render().values():
+            api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        bad = {
+            "metadata": {"name": "bad"},
+            "spec": {"guaranteed": {"cpu": "4"}, "max": {"cpu": "2"}},
+        }
+        api.create(SHOAL, "queues", bad)
+        api.create(SHOAL, "queues", {"metadata": {"name": "good"}, "spec": {}})
+        result = await _shoal(tmp_path, api, "get", "queues", "-o", "json")
+        # The bad Queue is left out and said why on stderr; the good one is there.
+        names = [q["name"] for q in _json(result)["queues"]]
+        assert "good" in names and "bad" not in names
+        assert "Queue bad" in result.stderr

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -109,10 +111,21 @@ def _view(kubeconfig: Path | None, context: str | None, config: Path | None) -> 
         )
     except ConfigError as err:
         raise _fail(EXIT_USAGE, str(err)) from None
+    # What the scheduler would report about the cluster's objects (an invalid Queue, a
+    # pod that cannot be read) goes to stderr, one `warning:` line each.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    kube_log = logging.getLogger("shoal.kube")
+    kube_log.addHandler(handler)
+    propagate, kube_log.propagate = kube_log.propagate, False
     try:
         return asyncio.run(_load(loaded, kubeconfig, context))
     except Exception as err:  # kubeconfig unreadable, connection refused, 401/403/5xx
         raise _fail(EXIT_CLUSTER, f"cannot read the cluster: {type(err).__name__}: {err}") from None
+    finally:
+        kube_log.removeHandler(handler)
+        kube_log.propagate = propagate
 
 
 async def _load(config: Any, kubeconfig: Path | None, context: str | None) -> ClusterView:

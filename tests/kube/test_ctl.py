@@ -223,3 +223,32 @@ async def test_a_cluster_without_shoals_crds_and_an_invalid_queue(tmp_path: Path
         names = [q["name"] for q in _json(result)["queues"]]
         assert "good" in names and "bad" not in names
         assert "Queue bad" in result.stderr
+
+
+@async_test(timeout=60)
+async def test_explain_runs_the_whole_gang_cycle_for_a_member(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        _cluster(api)
+        for name, cpu in (("ok", "100m"), ("big", "5")):
+            api.create(
+                PLUGINS,
+                "podgroups",
+                {
+                    "apiVersion": PLUGINS,
+                    "kind": "PodGroup",
+                    "metadata": {"name": name},
+                    "spec": {"minMember": 2},
+                },
+            )
+            for i in range(2):
+                api.create("v1", "pods", pod(f"{name}{i}", cpu=cpu, labels={GROUP_LABEL: name}))
+        fits = await _shoal(tmp_path, api, "explain", "default/ok1", "-o", "json")
+        assert fits.exit_code == 0, fits.output
+        answer = json.loads(fits.stdout)
+        assert answer["gang"]["name"] == "default/ok" and answer["placement"]["fits"]
+        # One 5-cpu member fits (the 8-cpu node), the other does not: neither goes.
+        big = await _shoal(tmp_path, api, "explain", "default/big0", "-o", "json")
+        assert big.exit_code == EXIT_BLOCKED, big.output
+        answer = json.loads(big.stdout)
+        assert not answer["placement"]["fits"]
+        assert "gang default/big" in answer["summary"]

@@ -231,10 +231,18 @@ class ClusterView:
             answer["placement"] = None
             answer["summary"] = "the pod is being scheduled right now; ask again"
             return Explanation(True, False, answer)
-        placement: dict[str, Any] = {"fits": result.node is not None, "node": result.node or ""}
-        if result.node is None:
+        # Where this pod went (for a gang, result.node is the first member's node).
+        record = sched.cluster.placed.get(uid)
+        node = record.node if record is not None else None
+        placement: dict[str, Any] = {"fits": node is not None, "node": node or ""}
+        if node is None:
             diagnosis = result.diagnosis
-            placement["message"] = result.message or result.status.message
+            after = sched.queue.get(uid)
+            if result.node is not None and after is not None:
+                # Its gang was placed without it (members beyond minMember).
+                placement["message"] = after.message
+            else:
+                placement["message"] = result.message or result.status.message
             placement["plugin"] = result.status.plugin
             if diagnosis is not None:
                 placement["nodes"] = diagnosis.num_all_nodes
@@ -245,11 +253,11 @@ class ClusterView:
             answer["summary"] = placement["message"]
         else:
             answer["summary"] = (
-                f"fits now: the next attempt places it on {result.node} (it may be waiting "
+                f"fits now: the next attempt places it on {node} (it may be waiting "
                 "for its turn or a backoff)"
             )
         answer["placement"] = placement
-        return Explanation(True, result.node is None, answer)
+        return Explanation(True, node is None, answer)
 
     def _queue_part(self, info: Any) -> dict[str, Any]:
         manager = self.scheduler.queues

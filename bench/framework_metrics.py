@@ -1,15 +1,21 @@
 """What the latency metrics cost: pods per CPU second with the extension point and plugin
 histograms on vs off, in the same run.
 
-Two schedulers over the same nodes (SchedulingBasic's shapes, default plugins), one
-instrumented as `shoal run` instruments it (`shoal.framework.timing.instrument` with
-`SchedulerMetrics.framework_timer`: every extension point timed, plugins in
-`--sample-percent`% of cycles), one not. They take turns scheduling batches of pods, so
-both see the same machine load; the ratio of their pods/s (per CPU second of this
-process) is the overhead. A third scheduler records the same timings into
-prometheus_client Histograms, what `shoal.web.latency.BufferedHistogram` replaces. Then the
-time to render /metrics once with `--queues` queues (the per-queue gauges are capped at
-`MAX_QUEUE_SERIES`).
+Four schedulers over the same nodes (SchedulingBasic's shapes, default plugins) take
+turns scheduling batches of pods, so that they see the same machine load:
+
+* off: no timing;
+* off again: identical to off; its ratio to off is the noise floor of this machine;
+* on: instrumented as `shoal run` instruments it (`shoal.framework.timing.instrument`
+  with `SchedulerMetrics.framework_timer`: every extension point timed, plugins in
+  `--sample-percent`% of cycles);
+* prometheus_client Histogram: the same timing recorded into prometheus_client
+  Histograms, what `shoal.web.latency.BufferedHistogram` replaces.
+
+Rates are pods per CPU second of this process (other processes on a loaded machine
+count less than in wall time); ratios are per round, against off, and their median is
+printed. Then the time to render /metrics once with `--queues` queues (the per-queue
+gauges are capped at `MAX_QUEUE_SERIES`).
 
 Usage:
   python bench/framework_metrics.py [--nodes 1000] [--batch 1000] [--rounds 6]
@@ -66,6 +72,7 @@ def main() -> None:
     args = parser.parse_args()
 
     off, off_driver = _scheduler(args.nodes)
+    control, control_driver = _scheduler(args.nodes)
     on, on_driver = _scheduler(args.nodes)
     classic, classic_driver = _scheduler(args.nodes)
     metrics = SchedulerMetrics()
@@ -90,8 +97,9 @@ def main() -> None:
     )
     for fwk in classic.profiles.values():
         instrument(fwk, classic_timer)
-    runs = {
+    runs: dict[str, tuple[Scheduler, Driver, list[float]]] = {
         "off": (off, off_driver, []),
+        "off again (the noise floor)": (control, control_driver, []),
         "on": (on, on_driver, []),
         "prometheus_client Histogram": (classic, classic_driver, []),
     }
@@ -102,12 +110,13 @@ def main() -> None:
     for r in range(args.rounds):
         start = args.batch // 4 + r * args.batch
         # Rotate who goes first, so a drift in machine load hits all alike.
-        for sched, driver, rates in order[r % 3 :] + order[: r % 3]:
+        k = r % len(order)
+        for sched, driver, rates in order[k:] + order[:k]:
             rates.append(_batch(sched, driver, start, args.batch))
     rates_off = runs["off"][2]
     print(f"nodes {args.nodes}, {args.rounds} rounds of {args.batch} pods each")
     print(f"off: {statistics.median(rates_off):8.0f} pods per CPU second (median of rounds)")
-    for name in ("on", "prometheus_client Histogram"):
+    for name in ("off again (the noise floor)", "on", "prometheus_client Histogram"):
         rates = runs[name][2]
         ratios = [a / b for a, b in zip(rates, rates_off, strict=True)]
         print(

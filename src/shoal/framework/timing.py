@@ -62,6 +62,23 @@ EXTENSION_POINTS: dict[str, tuple[str, str, str]] = {
     "run_post_bind": ("PostBind", "post_bind", "post_bind"),
 }
 
+# Where a framework method's result carries its Status: None, the result is one; an
+# index, the result is a tuple with it there; -1, no status (Success). Filter is -1 as
+# in kube, whose Filter extension point reports Success when no node fits (the pod's
+# diagnosis says why) and Error only on an error (Shoal's errors raise).
+_RESULT_STATUS: dict[str, int | None] = {
+    "run_pre_filter": 1,
+    "run_filters": -1,
+    "run_post_filter": 1,
+    "run_pre_score": None,
+    "run_score": -1,
+    "run_reserve": None,
+    "run_permit": 0,
+    "run_pre_bind": None,
+    "run_bind": None,
+    "run_post_bind": -1,
+}
+
 
 Observe = Callable[[float], None]
 
@@ -178,6 +195,13 @@ def _timed_point(
     profile = framework.profile_name
     now = timer.now
     observers, first = _observers(lambda status: timer.extension_point(profile, point, status))
+    where = _RESULT_STATUS[method]
+
+    def code_of(result: Any) -> int:
+        if where is None:
+            return int(result.code)
+        return 0 if where < 0 else int(result[where].code)
+
     if inspect.iscoroutinefunction(fn):
 
         async def timed_async(state: CycleState, *args: Any) -> Any:
@@ -186,7 +210,7 @@ def _timed_point(
             start = now()
             result = await fn(state, *args)
             elapsed = now() - start
-            code = status_code(result)
+            code = code_of(result)
             (observers[code] or first(code))(elapsed)
             return result
 
@@ -202,7 +226,7 @@ def _timed_point(
             start = now()
             result = fn(state, *args)
             elapsed = now() - start
-            code = status_code(result)
+            code = result[1].code
             (observers[code] or first(code))(elapsed)
             return result
 
@@ -214,7 +238,7 @@ def _timed_point(
         start = now()
         result = fn(state, *args)
         elapsed = now() - start
-        code = result.code if type(result) is Status else status_code(result)
+        code = code_of(result)
         (observers[code] or first(code))(elapsed)
         return result
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,27 @@ async def test_get_queues_reports_the_usage_of_the_pods_bound(
         assert "Insufficient cpu" in answer["placement"]["message"]
         code, _, err = await _shoal(s.kubeconfig, config, "explain", f"{s.name}/nope")
         assert code == EXIT_NOT_FOUND and "not found" in err
+
+
+def test_the_viewer_role_lets_a_user_list_what_the_commands_read_and_nothing_more(
+    kubectl: Callable[..., str],
+) -> None:
+    role = Path(__file__).resolve().parents[2] / "deploy" / "operators" / "shoal-viewer.yaml"
+    kubectl("apply", "-f", str(role))
+    kubectl(
+        "create",
+        "clusterrolebinding",
+        "ctl-test-viewer",
+        "--clusterrole=shoal-viewer",
+        "--user=ctl-test-viewer",
+    )
+    try:
+        user = "--as=ctl-test-viewer"
+        for resource in ("pods", "nodes", "queues.shoal.dev", "podgroups.scheduling.x-k8s.io"):
+            assert kubectl("auth", "can-i", "list", resource, user).strip() == "yes", resource
+        for verb, resource in (("create", "pods/binding"), ("patch", "queues.shoal.dev/status")):
+            answer = kubectl("auth", "can-i", verb, resource, user, check=False).strip()
+            assert answer == "no", (verb, resource)
+    finally:
+        kubectl("delete", "clusterrolebinding", "ctl-test-viewer", check=False)
+        kubectl("delete", "-f", str(role), check=False)

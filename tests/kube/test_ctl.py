@@ -252,3 +252,27 @@ async def test_explain_runs_the_whole_gang_cycle_for_a_member(tmp_path: Path) ->
         answer = json.loads(big.stdout)
         assert not answer["placement"]["fits"]
         assert "gang default/big" in answer["summary"]
+
+
+@async_test(timeout=60)
+async def test_deploy_cli_rbac_allows_every_list_the_commands_make(tmp_path: Path) -> None:
+    rules = yaml.safe_load(
+        (
+            Path(__file__).resolve().parents[2] / "deploy" / "operators" / "shoal-viewer.yaml"
+        ).read_text()
+    )["rules"]
+    allowed = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    async with FakeApiServer() as api:
+        _cluster(api)
+        for args in (("get", "queues"), ("get", "pools"), ("explain", "default/huge")):
+            await _shoal(tmp_path, api, *args)
+        made = {(r.group, r.resource, r.verb) for r in api.requests}
+    assert ("", "pods", "list") in made and ("shoal.dev", "queues", "list") in made
+    # Lists only (no watch, no write), each one allowed.
+    assert made <= allowed, sorted(made - allowed)

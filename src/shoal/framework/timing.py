@@ -26,8 +26,6 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.status import Code, Status
 from shoal.framework.types import FilterResult
@@ -98,7 +96,8 @@ class ExecutionTimer(Protocol):
 
 
 def status_code(result: Any) -> int:
-    """The status (a `Code`) of what a framework method or a plugin returned."""
+    """The status (a `Code`) of what a plugin returned: a Status, a tuple holding one, a
+    FilterResult (Unschedulable when it rejected some candidate), or scores / None."""
     if type(result) is Status:
         return result.code
     if isinstance(result, tuple):
@@ -108,14 +107,11 @@ def status_code(result: Any) -> int:
         return Code.SUCCESS
     if isinstance(result, FilterResult):
         return Code.SUCCESS if bool(result.passed.all()) else Code.UNSCHEDULABLE
-    passed = getattr(result, "passed", None)  # a FilterOutcome
-    if isinstance(passed, np.ndarray):
-        return Code.SUCCESS if bool(passed.any()) else Code.UNSCHEDULABLE
     return Code.SUCCESS
 
 
 def status_name(result: Any) -> str:
-    """kube's status label of what a framework method or a plugin returned."""
+    """kube's status label of what a plugin returned."""
     return STATUS_NAMES[status_code(result)]
 
 

@@ -151,8 +151,9 @@ async def test_explain_names_the_blocker_and_exits_by_outcome(tmp_path: Path) ->
 
         greedy = await _shoal(tmp_path, api, "explain", "default/greedy", "-o", "json")
         assert greedy.exit_code == EXIT_BLOCKED
-        quota = json.loads(greedy.stdout)["queue"]["quota"]
-        assert "queue root would exceed its max cpu" in quota
+        queue = json.loads(greedy.stdout)["queue"]
+        assert "queue root would exceed its max cpu" in queue["quota"]
+        assert queue["allocated"]["cpu"] == "2500m" and queue["guaranteed"] == {"cpu": "2000m"}
 
         gang = await _shoal(tmp_path, api, "explain", "default/g0", "-o", "json")
         assert gang.exit_code == EXIT_BLOCKED

@@ -266,6 +266,10 @@ class ClusterView:
         part: dict[str, Any] = {"name": name, "problem": error}
         if not error:
             part["quota"] = manager.admit(info, table=self.scheduler.cluster.table)
+            status = manager.status().get(name, {})
+            for key in ("allocated", "guaranteed", "max"):
+                amounts = status.get(key)
+                part[key] = quantities(amounts) if isinstance(amounts, dict) else {}
         return part
 
     @staticmethod

@@ -343,7 +343,12 @@ def _print_explanation(a: dict[str, Any], blocked: bool) -> None:
     queue = a.get("queue")
     if queue:
         problem = queue.get("problem") or queue.get("quota") or "within its limits"
-        line("Queue", f"{queue['name']}: {problem}")
+        usage = ", ".join(
+            f"{key} {_amounts(queue[key])}"
+            for key in ("allocated", "guaranteed", "max")
+            if queue.get(key)
+        )
+        line("Queue", f"{queue['name']}: {problem}" + (f" ({usage})" if usage else ""))
     gang = a.get("gang")
     if gang:
         line(

@@ -207,6 +207,11 @@ from shoal.drivers.kube.cli import register as _register_kube  # noqa: E402
 
 _register_kube(app)
 
+# `shoal get ...` and `shoal explain` (operator commands over a kubeconfig).
+from shoal.drivers.kube.ctl import register as _register_ctl  # noqa: E402
+
+_register_ctl(app)
+
 from shoal.experiments.openb.cli import experiment_app  # noqa: E402
 
 app.add_typer(experiment_app, name="experiment")

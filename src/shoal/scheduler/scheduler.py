@@ -477,6 +477,16 @@ class Scheduler:
         entry = self.queue.pop()
         if entry is None:
             return None
+        return self._attempt(entry)
+
+    def attempt(self, uid: str) -> CycleResult | None:
+        """Run a scheduling cycle for this pending pod now, ahead of the queue's order
+        (None if it is not queued, or is gated: see `explain`). For `shoal explain`, on a
+        scheduler of its own whose binding cycles never run."""
+        taken = self.queue.take([uid])
+        return self._attempt(taken[0]) if taken else None
+
+    def _attempt(self, entry: QueuedPod) -> CycleResult:
         try:
             return self._cycle(entry)
         except Exception as err:

@@ -82,6 +82,7 @@ from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.loop import Driver
 from shoal.framework.effects import Effect
 from shoal.framework.registry import PluginSpec
+from shoal.framework.timing import instrument
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
@@ -369,6 +370,10 @@ class KubeBackend:
             extenders=http_extenders(config, offload=True),
         )
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
+        if not opts.passive:  # extension point and plugin latency (docs/operations.md)
+            timer = self.metrics.framework_timer(rng=random.Random(f"{seed}/plugin-metrics"))
+            for fwk in self.scheduler.profiles.values():
+                instrument(fwk, timer)
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)

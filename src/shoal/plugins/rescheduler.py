@@ -1,0 +1,214 @@
+"""Rescheduler (PostFilter): place a pod that fits nowhere by moving running pods.
+
+Runs after DefaultPreemption (when enabled): if there is nothing of lower priority to
+take, it looks for a few running pods to move elsewhere so the waiting pod fits
+(`shoal.preemption.migration`). The plan's moved pods are evicted (reason names the plan,
+where the pod goes and what it makes room for), the waiting pod is nominated to its
+target, and each moved pod's new node is held for its replacement
+(`shoal.preemption.migration_holds`); the scheduler commits all of it in one
+transaction. Like DefaultPreemption the plugin only decides.
+
+What may move (`_movable`): pods of equal or lower priority than the waiting pod, with a
+controller that re-creates them (a controller owner reference), not annotated
+`shoal.dev/movable: "false"`, running for at least `minRunSeconds`, whose controller had
+no pod moved in the last `cooldownSeconds`, and whose queue has budget left; a running
+gang moves whole (every running member) or not at all. Plans never exceed
+`maxMovesPerPlan`, the hourly budgets, or a PodDisruptionBudget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import PodRecord
+from shoal.config.types import KubeSchedulerConfiguration, Plugin, PluginConfig
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Victim
+from shoal.framework.status import Code, Status
+from shoal.gang.manager import GangManager
+from shoal.plugins.args import ReschedulerArgs
+from shoal.preemption.budgets import DisruptionBudgets
+from shoal.preemption.migration import MigrationPlan, MigrationPlanner
+from shoal.preemption.migration_holds import (
+    ANNOTATION_MOVABLE,
+    ANNOTATION_RESTART_COST,
+    MigrationHolds,
+    owner_key,
+)
+from shoal.tenancy.manager import QueueManager
+
+__all__ = ["NAME", "Rescheduler", "with_rescheduler"]
+
+NAME = "Rescheduler"
+MAX_AGE_HOURS = 24.0
+
+
+class Rescheduler:
+    name = NAME
+
+    def __init__(self, handle: Handle, args: ReschedulerArgs) -> None:
+        self.handle = handle
+        self.args = args
+        self.holds = MigrationHolds.of(handle.services, handle.cluster)
+        self.gangs = GangManager.of(handle)
+        self.queues = QueueManager.of(handle)
+        self.pdbs = DisruptionBudgets.of(handle)
+
+    # ---- PostFilter -----------------------------------------------------------------
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, statuses: NodeFilterStatuses
+    ) -> tuple[PostFilterResult | None, Status]:
+        now = self.handle.clock.now()
+        args = self.args
+        self.holds.refresh(now)
+        left = args.moves_per_hour - self.holds.moves_in_last_hour(now)
+        if left <= 0:
+            return None, Status(
+                Code.UNSCHEDULABLE,
+                f"rescheduler: the budget of {args.moves_per_hour} moves per hour is used up",
+            )
+        plan = self.plan(pod, statuses, now, min(args.max_moves_per_plan, left))
+        if plan is None:
+            return None, Status(
+                Code.UNSCHEDULABLE,
+                f"rescheduler: no plan of at most {min(args.max_moves_per_plan, left)} "
+                "move(s) of movable pods makes room",
+            )
+        return self.propose(pod, plan, now)
+
+    def plan(
+        self, pod: PodInfo, statuses: NodeFilterStatuses | None, now: float, max_moves: int
+    ) -> MigrationPlan | None:
+        """The cheapest plan that places `pod`, within the per-queue budgets."""
+        group = self.gangs.group_of_uid(pod.uid)
+        own = set(group.members) if group is not None else {pod.uid}
+        queue_left: dict[str, int] = {}
+
+        def movable(record: PodRecord) -> bool:
+            p = record.pod
+            if p.uid in own or not self._movable(p, pod, now):
+                return False
+            queue = self._queue(p)
+            if queue not in queue_left:
+                queue_left[queue] = self.args.moves_per_hour_per_queue - (
+                    self.holds.moves_in_last_hour(now, queue)
+                )
+            return queue_left[queue] > 0
+
+        planner = MigrationPlanner(
+            self.handle,
+            movable=movable,
+            units=self._units,
+            cost=lambda p: self._cost(p, now),
+            pdb_violations=self.pdbs.checker(self.handle.cluster),
+            max_moves=max_moves,
+            max_targets=self.args.max_candidate_nodes,
+        )
+        plan = planner.plan(pod, statuses)
+        if plan is None:
+            return None
+        per_queue: dict[str, int] = {}
+        for move in plan.moves:
+            queue = self._queue(move.pod)
+            per_queue[queue] = per_queue.get(queue, 0) + 1
+            if per_queue[queue] > queue_left.get(queue, 0):
+                return None  # one plan would overrun a queue's budget
+        return plan
+
+    def propose(
+        self, pod: PodInfo, plan: MigrationPlan, now: float
+    ) -> tuple[PostFilterResult, Status]:
+        """Register the plan's holds; the victims and nominations for the scheduler."""
+        plan_id = self.holds.next_plan_id()
+        victims: list[Victim] = []
+        holds: list[tuple[PodInfo, str]] = []
+        for move in plan.moves:
+            stand_in = self.holds.propose(
+                plan_id,
+                move.pod,
+                move.target,
+                queue=self._queue(move.pod),
+                priority=pod.priority,
+                now=now,
+                hold_seconds=self.args.hold_seconds,
+            )
+            holds.append((stand_in, move.target))
+            victims.append(
+                Victim(
+                    move.pod,
+                    f"rescheduled by plan {plan_id}: moving from node {move.source} to node "
+                    f"{move.target} to make room for {pod.key} on node {plan.node}",
+                )
+            )
+        moved = ", ".join(f"{m.pod.key} {m.source}->{m.target}" for m in plan.moves)
+        return PostFilterResult(plan.node, victims, holds), Status(
+            Code.SUCCESS,
+            f"rescheduler: plan {plan_id} moves {len(plan.moves)} pod(s) ({moved}) to place "
+            f"the pod on node {plan.node}",
+        )
+
+    # ---- what may move, and what it costs -----------------------------------------------
+
+    def _movable(self, p: PodInfo, waiting: PodInfo, now: float) -> bool:
+        args = self.args
+        return (
+            p.priority <= waiting.priority
+            and p.pod.metadata.annotations.get(ANNOTATION_MOVABLE, "").lower() != "false"
+            and owner_key(p) is not None
+            and now - p.timestamp >= args.min_run_seconds
+            and not self.holds.cooling(p, now, args.cooldown_seconds)
+        )
+
+    def _units(self, p: PodInfo) -> list[PodInfo]:
+        """A gang member moves with every running member of its gang."""
+        group = self.gangs.group_of_uid(p.uid)
+        if group is None:
+            return [p]
+        cluster = self.handle.cluster
+        return [
+            record.pod
+            for uid in sorted(group.members)
+            if uid not in cluster.evicting and (record := cluster.placed.get(uid)) is not None
+        ]
+
+    def _cost(self, p: PodInfo, now: float) -> float:
+        raw = p.pod.metadata.annotations.get(ANNOTATION_RESTART_COST, "")
+        try:
+            restart = max(0.0, float(raw)) if raw else 1.0
+        except ValueError:
+            restart = 1.0  # a malformed annotation costs what an absent one does
+        hours = min(MAX_AGE_HOURS, max(0.0, now - p.timestamp) / 3600.0)
+        return restart * (1.0 + self.args.age_weight * hours)
+
+    def _queue(self, p: PodInfo) -> str:
+        leaf, error = self.queues.queue_of(p)
+        if error or leaf < 0:
+            return ""
+        return str(self.queues.tree.names[leaf])
+
+    @classmethod
+    def new(cls, args: ReschedulerArgs | None, handle: Handle) -> Rescheduler:
+        return cls(handle, args or ReschedulerArgs())
+
+
+def with_rescheduler(
+    config: KubeSchedulerConfiguration, args: dict[str, Any] | None = None
+) -> KubeSchedulerConfiguration:
+    """`config` with the Rescheduler enabled at PostFilter in every profile that does not
+    have it yet (after the profile's other PostFilter plugins, so priority preemption
+    goes first), with `args` as its pluginConfig where the profile has none
+    (`--rescheduler` of `shoal simulate`, `shoal run` and the openb replay)."""
+    out = config.model_copy(deep=True)
+    for profile in out.profiles:
+        points = profile.plugins
+        named = {p.name for p in points.post_filter.enabled} | {
+            p.name for p in points.multi_point.enabled
+        }
+        if NAME not in named:
+            points.post_filter.enabled.append(Plugin(name=NAME))
+        if not any(c.name == NAME for c in profile.plugin_config):
+            profile.plugin_config.append(PluginConfig(name=NAME, args=dict(args or {})))
+    return out.with_warnings(config.warnings)

@@ -1,0 +1,323 @@
+"""Placement by migration: which running pods to move, and where, so a waiting pod fits.
+
+Priority preemption takes room from lower-priority work and leaves it pending. When
+there is nothing of lower priority to take, or taking it is not wanted, the room a
+waiting pod needs often exists in pieces: a node is a few GPUs short, and the pods that
+make it short would fit elsewhere. A `MigrationPlanner` finds a small set of *moves*
+(running pods evicted and re-created on a node the plan chose) after which the waiting
+pod fits on a target node, and where every moved pod has its own place to go.
+
+The search, for one waiting pod:
+
+1. Eligible pods are those the caller allows to move (`movable`: priority, opt-out,
+   controller, minimum run time, cool-down); they are grouped into *units* that move
+   together (`units`: a running gang moves whole, or not at all).
+2. Candidate target nodes, vectorised over the node table: the pod's rejection there is
+   resolvable, and the node's free resources plus everything eligible on it cover the
+   pod's requests. The `max_targets` candidates with the smallest shortfall are kept.
+3. Per candidate, the cheapest set of units that covers the shortfall (one unit if one
+   suffices, else greedily by cost per resource freed, then pruned), within
+   `max_moves` pods; its cost is the sum of the moved pods' costs (`cost`).
+4. Candidates are verified cheapest first, each in one `Transaction`: evict the units,
+   re-run every PreFilter and Filter of the waiting pod's profile on the target, then
+   place each moved pod (largest first) on the best-fitting node where its own
+   profile's filters pass (never the target), assuming it there so that the next moved
+   pod and the waiting pod see it; finally the waiting pod must still fit on the target.
+   The first plan that places everything wins; the transaction is always discarded:
+   the planner decides nothing. The scheduler commits the plan's evictions and
+   nominations (waiting pod and holds, see `shoal.preemption.migration_holds`) as one
+   transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import PodRecord
+from shoal.cache.transaction import Transaction
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.interfaces import NodeFilterStatuses
+from shoal.framework.runtime import Framework
+from shoal.framework.types import Candidates
+
+__all__ = ["MigrationPlan", "MigrationPlanner", "Move"]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    pod: PodInfo
+    source: str
+    target: str
+
+
+@dataclass
+class MigrationPlan:
+    node: str  # where the waiting pod goes
+    moves: list[Move] = field(default_factory=list)
+    cost: float = 0.0
+
+
+Movable = Callable[[PodRecord], bool]
+Units = Callable[[PodInfo], list[PodInfo]]
+Cost = Callable[[PodInfo], float]
+
+
+class MigrationPlanner:
+    """One planning attempt (see the module docstring)."""
+
+    def __init__(
+        self,
+        handle: Handle,
+        *,
+        movable: Movable,
+        units: Units | None = None,
+        cost: Cost | None = None,
+        pdb_violations: Callable[[Iterable[PodInfo]], int] | None = None,
+        max_moves: int = 4,
+        max_targets: int = 16,
+        max_verified: int = 8,
+    ) -> None:
+        self.handle = handle
+        self.movable = movable
+        self.units: Units = units or (lambda pod: [pod])
+        self.cost: Cost = cost or (lambda pod: 1.0)
+        self.pdb_violations = pdb_violations or (lambda pods: 0)
+        self.max_moves = max_moves
+        self.max_targets = max_targets
+        self.max_verified = max_verified
+        self.tried = 0  # candidates verified in the last `plan` (for diagnostics)
+
+    def plan(self, pod: PodInfo, statuses: NodeFilterStatuses | None) -> MigrationPlan | None:
+        cluster = self.handle.cluster
+        table = cluster.table
+        if table.n == 0 or self.max_moves <= 0:
+            return None
+        eligible: dict[str, PodRecord] = {}
+        for record in cluster.placed.values():
+            if (
+                not record.assumed
+                and record.pod.uid not in cluster.evicting
+                and record.node in table.row_of
+                and self.movable(record)
+            ):
+                eligible[record.pod.uid] = record
+        if not eligible:
+            return None
+        units = self._units(eligible)
+        if not units:
+            return None
+        need = table.pod_vector(pod)
+        cols = np.flatnonzero(need)
+        if not cols.size:
+            return None
+        # Per row: what every eligible unit member on it would free (vectorised).
+        member_rows = np.fromiter(
+            (table.row_of[eligible[p.uid].node] for unit in units for p in unit),
+            dtype=np.intp,
+        )
+        vectors = np.stack([table.pod_vector(p)[cols] for unit in units for p in unit])
+        rows = np.unique(member_rows)
+        if statuses is not None:
+            rows = rows[statuses.resolvable(rows)]
+        if not rows.size:
+            return None
+        position = np.full(table.n, -1, dtype=np.intp)
+        position[rows] = np.arange(rows.size)
+        freed = np.zeros((rows.size, cols.size), dtype=np.int64)
+        at = position[member_rows]
+        keep = at >= 0
+        np.add.at(freed, at[keep], vectors[keep])
+        free = table.free[rows][:, cols]
+        enough = np.all(free + freed >= need[cols], axis=1)
+        rows, free = rows[enough], free[enough]
+        if not rows.size:
+            return None
+        scale = np.maximum(table.allocatable[rows][:, cols], 1)
+        shortfall = (np.maximum(need[cols] - free, 0) / scale).sum(axis=1)
+        order = np.argsort(shortfall, kind="stable")[: self.max_targets]
+
+        on_row: dict[int, list[int]] = {}
+        for i, unit in enumerate(units):
+            for r in {table.row_of[eligible[p.uid].node] for p in unit}:
+                on_row.setdefault(r, []).append(i)
+        choices: list[tuple[float, float, int, list[int]]] = []
+        for k in order.tolist():
+            row = int(rows[k])
+            deficit = np.maximum(need[cols] - free[k], 0)
+            for excess, chosen in self._cover(
+                row, deficit, on_row.get(row, []), units, eligible, cols
+            ):
+                moved = [p for i in chosen for p in units[i]]
+                if self.pdb_violations(moved) > 0:
+                    continue
+                choices.append((sum(self.cost(p) for p in moved), excess, row, chosen))
+        choices.sort(key=lambda c: (c[0], c[1], c[2]))
+        self.tried = 0
+        for cost, _, row, chosen in choices[: self.max_verified]:
+            self.tried += 1
+            plan = self._verify(pod, row, [units[i] for i in chosen], eligible)
+            if plan is not None:
+                plan.cost = cost
+                return plan
+        return None
+
+    # ---- choosing what to move ---------------------------------------------------------
+
+    def _units(self, eligible: dict[str, PodRecord]) -> list[list[PodInfo]]:
+        """Eligible pods in units that move together; a unit with a member that may not
+        move does not move at all."""
+        seen: set[str] = set()
+        out: list[list[PodInfo]] = []
+        for uid, record in eligible.items():
+            if uid in seen:
+                continue
+            unit = self.units(record.pod) or [record.pod]
+            seen.update(p.uid for p in unit)
+            if len(unit) <= self.max_moves and all(p.uid in eligible for p in unit):
+                out.append(unit)
+        return out
+
+    def _cover(
+        self,
+        row: int,
+        deficit: NDArray[np.int64],
+        candidates: list[int],
+        units: list[list[PodInfo]],
+        eligible: dict[str, PodRecord],
+        cols: NDArray[np.intp],
+    ) -> list[tuple[float, list[int]]]:
+        """Sets of units on `row` whose members there free at least `deficit`, with how
+        much more than needed each frees (normalised): every single unit that does, else
+        one greedy set. Smaller excess moves smaller pods, which are easier to place."""
+        table = self.handle.cluster.table
+        if not candidates or not deficit.any():
+            return []  # nothing here, or it fits already: not a matter of room
+        frees = np.stack(
+            [
+                sum(
+                    (
+                        table.pod_vector(p)[cols]
+                        for p in units[i]
+                        if table.row_of[eligible[p.uid].node] == row
+                    ),
+                    np.zeros(cols.size, dtype=np.int64),
+                )
+                for i in candidates
+            ]
+        )
+        costs = np.array([sum(self.cost(p) for p in units[i]) for i in candidates])
+        sizes = np.array([len(units[i]) for i in candidates])
+        scale = np.maximum(deficit, 1)
+        single = np.all(frees >= deficit, axis=1) & (sizes <= self.max_moves)
+        if single.any():
+            excess = ((frees - deficit) / scale).sum(axis=1)
+            return [(float(excess[j]), [candidates[j]]) for j in np.flatnonzero(single).tolist()]
+        # Greedy: most of the (normalised) shortfall covered per unit of cost.
+        weight = 1.0 / scale
+        value = (np.minimum(frees, deficit) * weight).sum(axis=1) / np.maximum(costs, 1e-9)
+        chosen: list[int] = []
+        left = deficit.copy()
+        moves = 0
+        for j in np.argsort(-value, kind="stable").tolist():
+            if not left.any():
+                break
+            if moves + sizes[j] > self.max_moves or not (np.minimum(frees[j], left) > 0).any():
+                continue
+            chosen.append(j)
+            moves += int(sizes[j])
+            left = np.maximum(left - frees[j], 0)
+        if left.any():
+            return []
+        # Prune units the others make unnecessary, costliest first.
+        for j in sorted(chosen, key=lambda j: -costs[j]):
+            rest = [i for i in chosen if i != j]
+            if rest and np.all(frees[rest].sum(axis=0) >= deficit):
+                chosen = rest
+        excess = float(((frees[chosen].sum(axis=0) - deficit) / scale).sum())
+        return [(excess, [candidates[j] for j in chosen])]
+
+    # ---- verifying a choice ----------------------------------------------------------
+
+    def _verify(
+        self,
+        pod: PodInfo,
+        row: int,
+        units: list[list[PodInfo]],
+        eligible: dict[str, PodRecord],
+    ) -> MigrationPlan | None:
+        cluster = self.handle.cluster
+        table = cluster.table
+        target = str(table.names[row])
+        moved = [p for unit in units for p in unit]
+        with Transaction(cluster) as tx:
+            for p in moved:
+                tx.evict(p, "migration plan")
+            if not self._fits_rows(pod, np.array([row], dtype=np.intp))[0]:
+                return None
+            moves: list[Move] = []
+            others = np.delete(np.arange(table.n, dtype=np.intp), row)
+            for p in sorted(moved, key=lambda p: -int(table.pod_vector(p).sum())):
+                fresh = _unbound(p)  # as its controller re-creates it
+                dest = self._best_fit(fresh, others)
+                if dest is None:
+                    return None
+                name = str(table.names[dest])
+                tx.assume(fresh, name)
+                moves.append(Move(p, eligible[p.uid].node, name))
+            if not self._fits_rows(pod, np.array([row], dtype=np.intp))[0]:
+                return None
+            # The waiting pod itself, to be sure all of it holds together.
+            tx.assume(pod, target)
+        return MigrationPlan(target, moves)
+
+    def _runner(self, pod: PodInfo) -> Framework:
+        return self.handle.runner(pod)
+
+    def _fits_rows(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        """Does `pod` pass every PreFilter and Filter of its profile on `rows`, against
+        the cache as it is now (inside the plan's transaction)?"""
+        runner = self._runner(pod)
+        state = CycleState()
+        pre, status = runner.run_pre_filter(state, pod)
+        if not status.ok or not rows.size:
+            return np.zeros(rows.size, dtype=bool)
+        outcome = runner.run_filters(state, pod, Candidates.of(rows))
+        passed: NDArray[np.bool_] = outcome.passed.copy()
+        if pre is not None and pre.node_names is not None:
+            names = self.handle.cluster.table.names
+            passed &= np.array([str(names[r]) in pre.node_names for r in rows.tolist()], bool)
+        return passed
+
+    def _best_fit(self, pod: PodInfo, rows: NDArray[np.intp]) -> int | None:
+        """The passing row the pod fills most (smallest normalised room left), so that
+        moves consolidate rather than spread."""
+        passed = self._fits_rows(pod, rows)
+        if not passed.any():
+            return None
+        ok = rows[passed]
+        table = self.handle.cluster.table
+        need = table.pod_vector(pod)
+        cols = np.flatnonzero(need)
+        if not cols.size:
+            return int(ok[0])
+        left = (table.free[ok][:, cols] - need[cols]) / np.maximum(
+            table.allocatable[ok][:, cols], 1
+        )
+        return int(ok[int(np.argmin(left.sum(axis=1)))])
+
+
+def _unbound(pod: PodInfo) -> PodInfo:
+    """The pod as its replacement will be: the same spec, not bound to a node."""
+    if not pod.node_name:
+        return pod
+    spec = msgspec.structs.replace(pod.pod.spec, node_name="")
+    fresh = PodInfo(msgspec.structs.replace(pod.pod, spec=spec), pod.timestamp)
+    fresh.priority = pod.priority
+    return fresh

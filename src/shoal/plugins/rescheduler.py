@@ -55,6 +55,7 @@ class Rescheduler:
         self.gangs = GangManager.of(handle)
         self.queues = QueueManager.of(handle)
         self.pdbs = DisruptionBudgets.of(handle)
+        self._time_blocked = 0
 
     # ---- PostFilter -----------------------------------------------------------------
 
@@ -66,30 +67,47 @@ class Rescheduler:
         self.holds.refresh(now)
         left = args.moves_per_hour - self.holds.moves_in_last_hour(now)
         if left <= 0:
+            # PENDING: the budget frees up with time; retry after the backoff.
             return None, Status(
-                Code.UNSCHEDULABLE,
+                Code.PENDING,
                 f"rescheduler: the budget of {args.moves_per_hour} moves per hour is used up",
             )
-        plan = self.plan(pod, statuses, now, min(args.max_moves_per_plan, left))
-        if plan is None:
+        max_moves = min(args.max_moves_per_plan, left)
+        plan = self.plan(pod, statuses, now, max_moves)
+        if plan is not None:
+            return self.propose(pod, plan, now)
+        if self._time_blocked and self.plan(pod, statuses, now, max_moves, timeless=True):
+            # Some pods it would move have not run long enough, or their controller had
+            # a pod moved recently: that changes with time alone.
             return None, Status(
-                Code.UNSCHEDULABLE,
-                f"rescheduler: no plan of at most {min(args.max_moves_per_plan, left)} "
-                "move(s) of movable pods makes room",
+                Code.PENDING,
+                f"rescheduler: a plan needs pods that ran less than {args.min_run_seconds:g}s "
+                f"or were moved less than {args.cooldown_seconds:g}s ago; waiting",
             )
-        return self.propose(pod, plan, now)
+        return None, Status(
+            Code.UNSCHEDULABLE,
+            f"rescheduler: no plan of at most {max_moves} move(s) of movable pods makes room",
+        )
 
     def plan(
-        self, pod: PodInfo, statuses: NodeFilterStatuses | None, now: float, max_moves: int
+        self,
+        pod: PodInfo,
+        statuses: NodeFilterStatuses | None,
+        now: float,
+        max_moves: int,
+        *,
+        timeless: bool = False,
     ) -> MigrationPlan | None:
-        """The cheapest plan that places `pod`, within the per-queue budgets."""
+        """The cheapest plan that places `pod`, within the per-queue budgets
+        (`timeless`: as if every pod had run long enough and cooled down)."""
+        self._time_blocked = 0  # pods left out only for their run time or cool-down
         group = self.gangs.group_of_uid(pod.uid)
         own = set(group.members) if group is not None else {pod.uid}
         queue_left: dict[str, int] = {}
 
         def movable(record: PodRecord) -> bool:
             p = record.pod
-            if p.uid in own or not self._movable(p, pod, now):
+            if p.uid in own or not self._movable(p, pod, now, timeless):
                 return False
             queue = self._queue(p)
             if queue not in queue_left:
@@ -152,15 +170,21 @@ class Rescheduler:
 
     # ---- what may move, and what it costs -----------------------------------------------
 
-    def _movable(self, p: PodInfo, waiting: PodInfo, now: float) -> bool:
+    def _movable(self, p: PodInfo, waiting: PodInfo, now: float, timeless: bool = False) -> bool:
         args = self.args
-        return (
+        if not (
             p.priority <= waiting.priority
             and p.pod.metadata.annotations.get(ANNOTATION_MOVABLE, "").lower() != "false"
             and owner_key(p) is not None
-            and now - p.timestamp >= args.min_run_seconds
+        ):
+            return False
+        if timeless or (
+            now - p.timestamp >= args.min_run_seconds
             and not self.holds.cooling(p, now, args.cooldown_seconds)
-        )
+        ):
+            return True
+        self._time_blocked += 1
+        return False
 
     def _units(self, p: PodInfo) -> list[PodInfo]:
         """A gang member moves with every running member of its gang."""

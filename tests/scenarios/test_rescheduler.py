@@ -1,0 +1,209 @@
+"""Placement by migration (the Rescheduler), in the simulator.
+
+The requirements' case: two 8-GPU nodes; node1 runs podA (4 GPUs) and podB (3 GPUs),
+node2 runs other work with 5 GPUs; podC asks for 4 GPUs and fits nowhere, and nothing
+has a lower priority to preempt. Moving podB to node2 makes room: the end state is
+node1 = podA + podC, node2 = other + podB (re-created by its controller), with exactly
+one eviction. Gang variants: a running 2-pod gang moves whole to make room for a 4-GPU
+job, and when it cannot move whole nothing moves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.plugins.rescheduler import with_rescheduler
+from shoal.sim.engine import SimOptions, SimResult, Simulation
+from shoal.sim.results import PodState
+from shoal.sim.runner import load_scheduler_config
+from shoal.sim.scenario import Scenario
+from shoal.sim.workload import PodSource
+from shoal.testing import make_node, make_pod
+
+GPU = "nvidia.com/gpu"
+GANG = "pod-group.scheduling.sigs.k8s.io/name"
+GANG_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
+
+
+def pod(
+    name: str,
+    gpus: int,
+    node: str = "",
+    at: float = 0.0,
+    *,
+    owner: str | None = "ReplicaSet",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> PodSource:
+    b = make_pod(name).req({GPU: gpus}, cpu="1").scheduler_name("shoal")
+    if owner:
+        b = b.owner(owner, f"{owner.lower()}-{name.split('-')[0]}")
+    if node:
+        b = b.node(node)
+    if labels:
+        b = b.labels(labels)
+    if annotations:
+        b = b.annotations(annotations)
+    return PodSource(at, None, "default", name, pod=b.obj())
+
+
+def nodes(count: int) -> list[Any]:
+    return [
+        make_node(f"node{i}").capacity({GPU: 8}, cpu="64", memory="256Gi").obj()
+        for i in range(1, count + 1)
+    ]
+
+
+def simulate(
+    scenario: Scenario, args: dict[str, Any] | None = None, **options: Any
+) -> tuple[SimResult, Simulation]:
+    config = with_rescheduler(load_scheduler_config(None), {"minRunSeconds": 0, **(args or {})})
+    sim = Simulation(scenario, SimOptions(config=config, until=600, **options))
+    return sim.run(), sim
+
+
+def running(result: SimResult) -> dict[str, str]:
+    return {r.name: r.node for r in result.records if r.state is PodState.RUNNING}
+
+
+def issue_case(**extra: PodSource) -> Scenario:
+    return Scenario(
+        nodes=nodes(2),
+        pods=[
+            pod("podA", 4, "node1"),
+            pod("podB", 3, "node1"),
+            pod("other", 5, "node2"),
+            pod("podC", 4, at=10),
+            *extra.values(),
+        ],
+    )
+
+
+def test_the_requirements_case_moves_podB_and_places_podC() -> None:
+    result, sim = simulate(issue_case())
+    assert running(result) == {
+        "podA": "node1",
+        "podC": "node1",
+        "other": "node2",
+        "podB-r1": "node2",
+    }
+    evictions = sim.effects.evictions
+    assert [e.pod for e in evictions] == ["default/podB"]
+    reason = evictions[0].reason
+    assert reason.startswith(
+        "rescheduled by plan migration-1: moving from node node1 to node node2"
+    )
+    assert "to make room for default/podC on node node1" in reason
+
+
+def test_without_the_rescheduler_podC_waits() -> None:
+    sim = Simulation(issue_case(), SimOptions(until=600))
+    result = sim.run()
+    assert "podC" not in running(result)
+    assert sim.effects.evictions == []
+
+
+def test_the_held_room_survives_the_controllers_delay() -> None:
+    # podB's replacement arrives 30 s after the eviction; a 3-GPU pod arriving in the
+    # meantime must not take the room held for it on node2.
+    scenario = issue_case(late=pod("late", 3, at=20, owner=None))
+    result, _ = simulate(scenario, recreate_delay=30)
+    placed = running(result)
+    assert placed["podB-r1"] == "node2"
+    assert placed["podC"] == "node1"
+    assert "late" not in placed
+
+
+def test_an_unclaimed_hold_expires() -> None:
+    # The controller never re-creates podB: after holdSeconds the room goes to others.
+    scenario = issue_case(late=pod("late", 3, at=20, owner=None))
+    result, _ = simulate(scenario, {"holdSeconds": 60}, recreate_evicted=False)
+    placed = running(result)
+    assert placed["podC"] == "node1"
+    assert placed["late"] == "node2"
+    late = next(r for r in result.records if r.name == "late")
+    assert late.bound_at is not None and late.bound_at >= 70
+
+
+def test_pods_that_may_not_move_are_not_moved() -> None:
+    for blocker in (
+        pod("podB", 3, "node1", annotations={"shoal.dev/movable": "false"}),
+        pod("podB", 3, "node1", owner=None),  # nobody would re-create it
+    ):
+        scenario = issue_case()
+        scenario.pods[1] = blocker
+        result, sim = simulate(scenario)
+        assert "podC" not in running(result)
+        assert sim.effects.evictions == []
+        podc = next(r for r in result.records if r.name == "podC")
+        assert "rescheduler: no plan" in podc.message
+
+
+def test_a_young_pod_is_not_moved() -> None:
+    result, sim = simulate(issue_case(), {"minRunSeconds": 60})
+    # podB started at t=0; podC waits until podB has run 60 s.
+    podc = next(r for r in result.records if r.name == "podC")
+    assert podc.state is PodState.RUNNING and podc.node == "node1"
+    assert podc.bound_at is not None and podc.bound_at >= 60
+    assert len(sim.effects.evictions) == 1
+
+
+def test_higher_priority_work_is_not_moved_for_lower() -> None:
+    scenario = issue_case()
+    b = make_pod("podB").req({GPU: 3}, cpu="1").scheduler_name("shoal").node("node1")
+    scenario.pods[1] = PodSource(
+        0, None, "default", "podB", pod=b.owner("ReplicaSet", "rs").priority(10).obj()
+    )
+    result, sim = simulate(scenario)
+    assert "podC" not in running(result)
+    assert sim.effects.evictions == []
+
+
+def test_the_hourly_budget_is_held() -> None:
+    scenario = issue_case()
+    result, sim = simulate(scenario, {"movesPerHour": 0})
+    assert sim.effects.evictions == []
+    podc = next(r for r in result.records if r.name == "podC")
+    assert "budget of 0 moves per hour is used up" in podc.message
+
+
+def gang(name: str, index: int, gpus: int, node: str, **kw: Any) -> PodSource:
+    return pod(f"{name}-{index}", gpus, node, owner="Job", labels={GANG: name, GANG_MIN: "2"}, **kw)
+
+
+def gang_case(movable: bool = True) -> Scenario:
+    """node1: train-0 (2 GPUs) + podA (4); node2: train-1 (2) + other (4);
+    node3: more (6). podC (4 GPUs) fits nowhere. Moving train-0 alone to node3 would
+    make room but break the gang: it moves whole (train-0 to node3, train-1 where it
+    fits) or not at all."""
+    annotations = {} if movable else {"shoal.dev/movable": "false"}
+    return Scenario(
+        nodes=nodes(3),
+        pods=[
+            gang("train", 0, 2, "node1"),
+            gang("train", 1, 2, "node2", annotations=annotations),
+            pod("podA", 4, "node1"),
+            pod("other", 4, "node2"),
+            pod("more", 6, "node3"),
+            pod("podC", 4, at=10),
+        ],
+    )
+
+
+def test_a_running_gang_moves_whole() -> None:
+    result, sim = simulate(gang_case())
+    evicted = sorted(e.pod for e in sim.effects.evictions)
+    assert evicted == ["default/train-0", "default/train-1"]
+    placed = running(result)
+    assert placed["podC"] == "node1"
+    # Both members run again (re-created by their Job), none on node1.
+    members = {k: v for k, v in placed.items() if k.startswith("train-")}
+    assert len(members) == 2 and all(k.endswith(("-r1", "-r2")) for k in members)
+    assert "node1" not in members.values()
+
+
+def test_a_gang_that_cannot_move_whole_is_not_moved() -> None:
+    result, sim = simulate(gang_case(movable=False))
+    assert sim.effects.evictions == []
+    assert "podC" not in running(result)
+    assert {"train-0", "train-1"} <= set(running(result))

@@ -34,6 +34,7 @@ from shoal.preemption.migration import MigrationPlan, MigrationPlanner
 from shoal.preemption.migration_holds import (
     ANNOTATION_MOVABLE,
     ANNOTATION_RESTART_COST,
+    RESCHEDULED,
     MigrationHolds,
     owner_key,
 )
@@ -157,7 +158,7 @@ class Rescheduler:
             victims.append(
                 Victim(
                     move.pod,
-                    f"rescheduled by plan {plan_id}: moving from node {move.source} to node "
+                    f"{RESCHEDULED}{plan_id}: moving from node {move.source} to node "
                     f"{move.target} to make room for {pod.key} on node {plan.node}",
                 )
             )

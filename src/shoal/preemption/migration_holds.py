@@ -35,6 +35,7 @@ __all__ = [
     "ANNOTATION_MOVABLE",
     "ANNOTATION_RESTART_COST",
     "HOLD_PREFIX",
+    "RESCHEDULED",
     "SERVICE_KEY",
     "Hold",
     "MigrationHolds",
@@ -48,6 +49,8 @@ ANNOTATION_MIGRATION_PLAN = "shoal.dev/migration-plan"
 ANNOTATION_MOVABLE = "shoal.dev/movable"
 ANNOTATION_RESTART_COST = "shoal.dev/restart-cost"
 HOUR = 3600.0
+# How the reason of a migration plan's eviction starts (the pod's event is `Rescheduled`).
+RESCHEDULED = "rescheduled by plan "
 
 
 def is_hold(pod: PodInfo) -> bool:

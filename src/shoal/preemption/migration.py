@@ -39,7 +39,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import PodRecord
+from shoal.cache.cluster import ClusterState, PodRecord
+from shoal.cache.gpu_devices import request_of
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -113,16 +114,16 @@ class MigrationPlanner:
         units = self._units(eligible)
         if not units:
             return None
-        need = table.pod_vector(pod)
-        cols = np.flatnonzero(need)
-        if not cols.size:
+        room = _Room(cluster, pod)
+        need = room.need
+        if not need.size:
             return None
         # Per row: what every eligible unit member on it would free (vectorised).
         member_rows = np.fromiter(
             (table.row_of[eligible[p.uid].node] for unit in units for p in unit),
             dtype=np.intp,
         )
-        vectors = np.stack([table.pod_vector(p)[cols] for unit in units for p in unit])
+        vectors = np.stack([room.of(p) for unit in units for p in unit])
         rows = np.unique(member_rows)
         if statuses is not None:
             rows = rows[statuses.resolvable(rows)]
@@ -130,17 +131,17 @@ class MigrationPlanner:
             return None
         position = np.full(table.n, -1, dtype=np.intp)
         position[rows] = np.arange(rows.size)
-        freed = np.zeros((rows.size, cols.size), dtype=np.int64)
+        freed = np.zeros((rows.size, need.size), dtype=np.int64)
         at = position[member_rows]
         keep = at >= 0
         np.add.at(freed, at[keep], vectors[keep])
-        free = table.free[rows][:, cols]
-        enough = np.all(free + freed >= need[cols], axis=1)
+        free = room.free(rows)
+        enough = np.all(free + freed >= need, axis=1)
         rows, free = rows[enough], free[enough]
         if not rows.size:
             return None
-        scale = np.maximum(table.allocatable[rows][:, cols], 1)
-        shortfall = (np.maximum(need[cols] - free, 0) / scale).sum(axis=1)
+        scale = np.maximum(room.capacity(rows), 1)
+        shortfall = (np.maximum(need - free, 0) / scale).sum(axis=1)
         order = np.argsort(shortfall, kind="stable")[: self.max_targets]
 
         on_row: dict[int, list[int]] = {}
@@ -150,9 +151,9 @@ class MigrationPlanner:
         choices: list[tuple[float, float, int, list[int]]] = []
         for k in order.tolist():
             row = int(rows[k])
-            deficit = np.maximum(need[cols] - free[k], 0)
+            deficit = np.maximum(need - free[k], 0)
             for excess, chosen in self._cover(
-                row, deficit, on_row.get(row, []), units, eligible, cols
+                row, deficit, on_row.get(row, []), units, eligible, room
             ):
                 moved = [p for i in chosen for p in units[i]]
                 if self.pdb_violations(moved) > 0:
@@ -191,7 +192,7 @@ class MigrationPlanner:
         candidates: list[int],
         units: list[list[PodInfo]],
         eligible: dict[str, PodRecord],
-        cols: NDArray[np.intp],
+        room: _Room,
     ) -> list[tuple[float, list[int]]]:
         """Sets of units on `row` whose members there free at least `deficit`, with how
         much more than needed each frees (normalised): every single unit that does, else
@@ -202,12 +203,8 @@ class MigrationPlanner:
         frees = np.stack(
             [
                 sum(
-                    (
-                        table.pod_vector(p)[cols]
-                        for p in units[i]
-                        if table.row_of[eligible[p.uid].node] == row
-                    ),
-                    np.zeros(cols.size, dtype=np.int64),
+                    (room.of(p) for p in units[i] if table.row_of[eligible[p.uid].node] == row),
+                    np.zeros(room.need.size, dtype=np.int64),
                 )
                 for i in candidates
             ]
@@ -263,7 +260,7 @@ class MigrationPlanner:
                 return None
             moves: list[Move] = []
             others = np.delete(np.arange(table.n, dtype=np.intp), row)
-            for p in sorted(moved, key=lambda p: -int(table.pod_vector(p).sum())):
+            for p in sorted(moved, key=_size, reverse=True):
                 fresh = _unbound(p)  # as its controller re-creates it
                 dest = self._best_fit(fresh, others)
                 if dest is None:
@@ -302,14 +299,10 @@ class MigrationPlanner:
         if not passed.any():
             return None
         ok = rows[passed]
-        table = self.handle.cluster.table
-        need = table.pod_vector(pod)
-        cols = np.flatnonzero(need)
-        if not cols.size:
+        room = _Room(self.handle.cluster, pod)
+        if not room.need.size:
             return int(ok[0])
-        left = (table.free[ok][:, cols] - need[cols]) / np.maximum(
-            table.allocatable[ok][:, cols], 1
-        )
+        left = (room.free(ok) - room.need) / np.maximum(room.capacity(ok), 1)
         return int(ok[int(np.argmin(left.sum(axis=1)))])
 
 
@@ -321,3 +314,44 @@ def _unbound(pod: PodInfo) -> PodInfo:
     fresh = PodInfo(msgspec.structs.replace(pod.pod, spec=spec), pod.timestamp)
     fresh.priority = pod.priority
     return fresh
+
+
+def _size(pod: PodInfo) -> tuple[int, int]:
+    """Larger pods are placed first (GPU milli, then the sum of the other requests)."""
+    return request_of(None, pod).total_milli, sum(pod.requests.values())
+
+
+class _Room:
+    """The resources a plan trades in, for one pod: the node-table columns it requests,
+    plus its GPU milli from the device table (shared GPUs and GPUs requested through
+    annotations are not a table column). A necessary condition only: which devices the
+    milli are on is judged by the filters when the plan is verified."""
+
+    def __init__(self, cluster: ClusterState, pod: PodInfo) -> None:
+        self.table = cluster.table
+        self.devices = cluster.gpu_devices
+        vector = self.table.pod_vector(pod)
+        self.cols = np.flatnonzero(vector)
+        gpu = request_of(None, pod).total_milli if self.devices is not None else 0
+        self.gpu = gpu > 0
+        need = vector[self.cols]
+        self.need: NDArray[np.int64] = np.append(need, gpu) if self.gpu else need
+
+    def of(self, pod: PodInfo) -> NDArray[np.int64]:
+        """What `pod` holds of these resources (frees when it leaves)."""
+        held = self.table.pod_vector(pod)[self.cols]
+        if self.gpu:
+            held = np.append(held, request_of(None, pod).total_milli)
+        return held
+
+    def free(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
+        free = self.table.free[rows][:, self.cols]
+        if self.gpu and self.devices is not None:
+            free = np.column_stack([free, self.devices.total_free(rows)])
+        return free
+
+    def capacity(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
+        capacity = self.table.allocatable[rows][:, self.cols]
+        if self.gpu and self.devices is not None:
+            capacity = np.column_stack([capacity, self.devices.count[rows].astype(np.int64) * 1000])
+        return capacity

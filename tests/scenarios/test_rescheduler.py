@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shoal.config.types import Plugin
 from shoal.plugins.rescheduler import with_rescheduler
 from shoal.sim.engine import SimOptions, SimResult, Simulation
 from shoal.sim.results import PodState
@@ -55,10 +56,18 @@ def nodes(count: int) -> list[Any]:
 
 
 def simulate(
-    scenario: Scenario, args: dict[str, Any] | None = None, **options: Any
+    scenario: Scenario,
+    args: dict[str, Any] | None = None,
+    *,
+    gpu_share: bool = False,
+    **options: Any,
 ) -> tuple[SimResult, Simulation]:
-    config = with_rescheduler(load_scheduler_config(None), {"minRunSeconds": 0, **(args or {})})
-    sim = Simulation(scenario, SimOptions(config=config, until=600, **options))
+    base = load_scheduler_config(None)
+    if gpu_share:  # device-level GPU fit, for pods asking for shares of a GPU
+        for profile in base.profiles:
+            profile.plugins.multi_point.enabled.append(Plugin(name="GpuShare"))
+    config = with_rescheduler(base, {"minRunSeconds": 0, **(args or {})})
+    sim = Simulation(scenario, SimOptions(config=config, **{"until": 600, **options}))
     return sim.run(), sim
 
 
@@ -207,3 +216,65 @@ def test_a_gang_that_cannot_move_whole_is_not_moved() -> None:
     assert sim.effects.evictions == []
     assert "podC" not in running(result)
     assert {"train-0", "train-1"} <= set(running(result))
+
+
+# ---- defragmentation ----------------------------------------------------------------
+
+
+def share_pod(name: str, milli: int, node: str, index: int, at: float = 0.0) -> PodSource:
+    annotations = {
+        "alibabacloud.com/gpu-milli": str(milli),
+        "alibabacloud.com/gpu-count": "1",
+        "shoal.dev/gpu-index": str(index),
+    }
+    return pod(name, 0, node, at, annotations=annotations)
+
+
+def shared_cluster(late: float = 400.0) -> Scenario:
+    """Two 2-GPU nodes, each GPU half used by a GPU-share pod; a third node runs a
+    whole-GPU pod. No node has a whole GPU free, though two halves on each node could
+    share one device. A whole-GPU pod arrives at `late`."""
+    two_gpus = [
+        make_node(f"node{i}").capacity({GPU: 2}, cpu="64", memory="256Gi").obj() for i in (1, 2)
+    ]
+    one_gpu = make_node("node3").capacity({GPU: 1}, cpu="64", memory="256Gi").obj()
+    whole = {"alibabacloud.com/gpu-milli": "1000", "alibabacloud.com/gpu-count": "1"}
+    return Scenario(
+        nodes=[*two_gpus, one_gpu],
+        pods=[
+            share_pod("s1", 500, "node1", 0),
+            share_pod("s2", 500, "node1", 1),
+            share_pod("s3", 500, "node2", 0),
+            share_pod("s4", 500, "node2", 1),
+            pod("w", 0, "node3", annotations=whole),
+            # Arrivals keep the simulator ticking while the passes run.
+            *(pod(f"cpu{i}", 0, at=float(t), owner=None) for i, t in enumerate(range(50, 400, 50))),
+            pod("whole", 0, at=late, owner=None, annotations=whole),
+        ],
+    )
+
+
+def test_the_defragmentation_pass_frees_a_whole_gpu_before_it_is_needed() -> None:
+    args = {"defragIntervalSeconds": 60, "defragMovesPerPass": 1}
+    result, sim = simulate(shared_cluster(), args, gpu_share=True)
+    evictions = sim.effects.evictions
+    # One move consolidates two halves on one device; then a whole GPU is free and the
+    # pass has nothing more to do.
+    assert len(evictions) == 1, [e.reason for e in evictions]
+    reason = evictions[0].reason
+    assert "to make room for a typical 1 x 1000 milli-GPU pod" in reason
+    assert "fragmentation of the nodes touched 400 -> 200 milli-GPU" in reason
+    placed = running(result)
+    whole = next(r for r in result.records if r.name == "whole")
+    assert placed["whole"] in ("node1", "node2")
+    assert whole.bound_at == whole.arrival  # no wait: the room was made in advance
+    assert sum(1 for name in placed if name.startswith("s")) == 4  # the moved one runs again
+
+
+def test_without_the_pass_the_whole_gpu_pod_waits_for_placement_by_migration() -> None:
+    result, sim = simulate(shared_cluster(), gpu_share=True)
+    placed = running(result)
+    # The PostFilter path alone still places it, by moving a half at its arrival.
+    assert placed["whole"] in ("node1", "node2")
+    assert len(sim.effects.evictions) == 1
+    assert "to make room for default/whole" in sim.effects.evictions[0].reason

@@ -30,6 +30,7 @@ from shoal.framework.status import Code, Status
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import ReschedulerArgs
 from shoal.preemption.budgets import DisruptionBudgets
+from shoal.preemption.defrag import plan_defragmentation
 from shoal.preemption.migration import MigrationPlan, MigrationPlanner
 from shoal.preemption.migration_holds import (
     ANNOTATION_MOVABLE,
@@ -57,6 +58,7 @@ class Rescheduler:
         self.queues = QueueManager.of(handle)
         self.pdbs = DisruptionBudgets.of(handle)
         self._time_blocked = 0
+        self._defrag_due = args.defrag_interval_seconds  # first pass one interval in
 
     # ---- PostFilter -----------------------------------------------------------------
 
@@ -89,6 +91,40 @@ class Rescheduler:
             Code.UNSCHEDULABLE,
             f"rescheduler: no plan of at most {max_moves} move(s) of movable pods makes room",
         )
+
+    # ---- the periodic defragmentation pass ---------------------------------------------
+
+    def defragment(self, now: float) -> PostFilterResult | None:
+        """Every `defragIntervalSeconds`: a plan making room for typical GPU work that no
+        node has room for, if one lowers fragmentation (`shoal.preemption.defrag`);
+        at most `defragMovesPerPass` moves, within the hourly budgets. The scheduler
+        commits its evictions and holds as it does a PostFilter's."""
+        args = self.args
+        if not args.defrag_interval_seconds or now < self._defrag_due:
+            return None
+        self._defrag_due = now + args.defrag_interval_seconds
+        self.holds.refresh(now)
+        left = min(
+            args.defrag_moves_per_pass,
+            args.moves_per_hour - self.holds.moves_in_last_hour(now),
+        )
+        if left <= 0:
+            return None
+        found = plan_defragmentation(
+            self.handle.cluster,
+            self.handle.snapshot,
+            lambda typical: self.plan(typical, None, now, left),
+        )
+        if found is None:
+            return None
+        shape = found.shape
+        what = (
+            f"room for a typical {shape.gpu_count} x {shape.gpu_milli} milli-GPU pod "
+            f"(fragmentation of the nodes touched {found.frag_before:.0f} -> "
+            f"{found.frag_after:.0f} milli-GPU)"
+        )
+        result, _ = self.propose(None, found.plan, now, what)
+        return result
 
     def plan(
         self,
@@ -138,10 +174,13 @@ class Rescheduler:
         return plan
 
     def propose(
-        self, pod: PodInfo, plan: MigrationPlan, now: float
+        self, pod: PodInfo | None, plan: MigrationPlan, now: float, what: str = ""
     ) -> tuple[PostFilterResult, Status]:
-        """Register the plan's holds; the victims and nominations for the scheduler."""
+        """Register the plan's holds; the victims and nominations for the scheduler
+        (`pod`: the waiting pod; None for a defragmentation pass, which says `what` it
+        makes room for)."""
         plan_id = self.holds.next_plan_id()
+        purpose = what or f"room for {pod.key if pod else '?'} on node {plan.node}"
         victims: list[Victim] = []
         holds: list[tuple[PodInfo, str]] = []
         for move in plan.moves:
@@ -150,7 +189,7 @@ class Rescheduler:
                 move.pod,
                 move.target,
                 queue=self._queue(move.pod),
-                priority=pod.priority,
+                priority=pod.priority if pod is not None else move.pod.priority,
                 now=now,
                 hold_seconds=self.args.hold_seconds,
             )
@@ -159,11 +198,12 @@ class Rescheduler:
                 Victim(
                     move.pod,
                     f"{RESCHEDULED}{plan_id}: moving from node {move.source} to node "
-                    f"{move.target} to make room for {pod.key} on node {plan.node}",
+                    f"{move.target} to make {purpose}",
                 )
             )
         moved = ", ".join(f"{m.pod.key} {m.source}->{m.target}" for m in plan.moves)
-        return PostFilterResult(plan.node, victims, holds), Status(
+        nominated = plan.node if pod is not None else ""
+        return PostFilterResult(nominated, victims, holds), Status(
             Code.SUCCESS,
             f"rescheduler: plan {plan_id} moves {len(plan.moves)} pod(s) ({moved}) to place "
             f"the pod on node {plan.node}",

@@ -38,6 +38,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.gpu import ANNOTATION_GPU_INDEX, ANNOTATION_GPU_INDEX_ALIBABA
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.gpu_devices import request_of
@@ -48,7 +49,10 @@ from shoal.framework.interfaces import NodeFilterStatuses
 from shoal.framework.runtime import Framework
 from shoal.framework.types import Candidates
 
-__all__ = ["MigrationPlan", "MigrationPlanner", "Move"]
+__all__ = ["BIND_ANNOTATIONS", "MigrationPlan", "MigrationPlanner", "Move", "unbound"]
+
+# Written when a pod is bound (its GPU devices); a re-created pod has none of them.
+BIND_ANNOTATIONS = frozenset({ANNOTATION_GPU_INDEX, ANNOTATION_GPU_INDEX_ALIBABA})
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +202,12 @@ class MigrationPlanner:
         much more than needed each frees (normalised): every single unit that does, else
         one greedy set. Smaller excess moves smaller pods, which are easier to place."""
         table = self.handle.cluster.table
-        if not candidates or not deficit.any():
-            return []  # nothing here, or it fits already: not a matter of room
+        if not candidates:
+            return []
+        if not deficit.any():
+            # Enough in total, yet the filters said no: GPU milli scattered over devices
+            # (or another per-node reason). One unit at a time; verifying decides.
+            return [(0.0, [c]) for c in candidates if len(units[c]) <= self.max_moves]
         frees = np.stack(
             [
                 sum(
@@ -261,7 +269,7 @@ class MigrationPlanner:
             moves: list[Move] = []
             others = np.delete(np.arange(table.n, dtype=np.intp), row)
             for p in sorted(moved, key=_size, reverse=True):
-                fresh = _unbound(p)  # as its controller re-creates it
+                fresh = unbound(p)  # as its controller re-creates it
                 dest = self._best_fit(fresh, others)
                 if dest is None:
                     return None
@@ -306,12 +314,18 @@ class MigrationPlanner:
         return int(ok[int(np.argmin(left.sum(axis=1)))])
 
 
-def _unbound(pod: PodInfo) -> PodInfo:
-    """The pod as its replacement will be: the same spec, not bound to a node."""
-    if not pod.node_name:
+def unbound(pod: PodInfo) -> PodInfo:
+    """The pod as its replacement will be: the same spec, not bound to a node, without
+    the GPU devices written at its bind."""
+    annotations = pod.pod.metadata.annotations
+    if not pod.node_name and not any(k in annotations for k in BIND_ANNOTATIONS):
         return pod
+    meta = msgspec.structs.replace(
+        pod.pod.metadata,
+        annotations={k: v for k, v in annotations.items() if k not in BIND_ANNOTATIONS},
+    )
     spec = msgspec.structs.replace(pod.pod.spec, node_name="")
-    fresh = PodInfo(msgspec.structs.replace(pod.pod, spec=spec), pod.timestamp)
+    fresh = PodInfo(msgspec.structs.replace(pod.pod, metadata=meta, spec=spec), pod.timestamp)
     fresh.priority = pod.priority
     return fresh
 

@@ -13,9 +13,10 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.transaction import Transaction
 from shoal.framework.effects import Nominate
 from shoal.framework.handle import Handle
+from shoal.framework.interfaces import PostFilterResult
 from shoal.preemption.migration_holds import MigrationHolds
 
-__all__ = ["claim_hold", "expire_holds", "next_hold_expiry"]
+__all__ = ["claim_hold", "defragment", "expire_holds", "next_hold_expiry"]
 
 
 def claim_hold(handle: Handle, pod: PodInfo, now: float) -> str:
@@ -53,3 +54,17 @@ def expire_holds(handle: Handle, now: float) -> bool:
 def next_hold_expiry(handle: Handle) -> float | None:
     holds = MigrationHolds.find(handle.services)
     return None if holds is None else holds.next_expiry()
+
+
+def defragment(handle: Handle, now: float) -> list[PostFilterResult]:
+    """The periodic defragmentation pass of the first profile's Rescheduler that has one
+    due (its evictions and holds, for the scheduler to commit)."""
+    if MigrationHolds.find(handle.services) is None:
+        return []
+    for framework in handle.frameworks.values():
+        for plugin in framework.plugins.post_filter:
+            run = getattr(plugin, "defragment", None)
+            if run is not None:
+                result = run(now)
+                return [result] if isinstance(result, PostFilterResult) else []
+    return []

@@ -50,7 +50,12 @@ from shoal.plugins.coscheduling import Coscheduling
 from shoal.preemption.migration_holds import is_hold
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
 from shoal.scheduler.gang_cycle import GangCycle
-from shoal.scheduler.migrations import claim_hold, expire_holds, next_hold_expiry
+from shoal.scheduler.migrations import (
+    claim_hold,
+    defragment,
+    expire_holds,
+    next_hold_expiry,
+)
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
@@ -408,6 +413,8 @@ class Scheduler:
         self._release_held()
         if expire_holds(self.handle, now):  # room held for moved pods is free again
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+        for moves in defragment(self.handle, now):  # the Rescheduler's periodic pass
+            self._commit_preemption(moves.holds, moves.victims)
         self.queue.flush(now)
         for waiting in self.handle.waiting_pods:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:

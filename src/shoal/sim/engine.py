@@ -28,6 +28,7 @@ from shoal.drivers.extenders import http_extenders
 from shoal.drivers.loop import Driver, SyncBindings
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.preemption.budgets import DisruptionBudgets
+from shoal.preemption.migration import BIND_ANNOTATIONS
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.scheduler.migrations import next_hold_expiry
 from shoal.sim.events import (
@@ -357,6 +358,13 @@ class Simulation:
             name=f"{pod.name}-r{self._recreated}",
             uid="",
             resource_version="",
+            # The GPU devices written at the old pod's bind are not in a controller's
+            # template: the replacement gets devices where it is placed.
+            annotations={
+                k: v
+                for k, v in replacement.metadata.annotations.items()
+                if k not in BIND_ANNOTATIONS
+            },
         )
         spec = msgspec.structs.replace(replacement.spec, node_name="")
         fresh = msgspec.structs.replace(replacement, metadata=meta, spec=spec)

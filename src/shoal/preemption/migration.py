@@ -38,10 +38,10 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from shoal.api.gpu import ANNOTATION_GPU_INDEX, ANNOTATION_GPU_INDEX_ALIBABA
+from shoal.api.gpu import ANNOTATION_GPU_INDEX, ANNOTATION_GPU_INDEX_ALIBABA, GpuRequest
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState, PodRecord
-from shoal.cache.gpu_devices import request_of
+from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -69,6 +69,8 @@ class MigrationPlan:
     cost: float = 0.0
 
 
+SCAN_CHUNK = 64  # rows whose pods are looked at together
+
 Movable = Callable[[PodRecord], bool]
 Units = Callable[[PodInfo], list[PodInfo]]
 Cost = Callable[[PodInfo], float]
@@ -88,6 +90,7 @@ class MigrationPlanner:
         max_moves: int = 4,
         max_targets: int = 16,
         max_verified: int = 8,
+        max_scanned: int = 4096,
     ) -> None:
         self.handle = handle
         self.movable = movable
@@ -97,77 +100,61 @@ class MigrationPlanner:
         self.max_moves = max_moves
         self.max_targets = max_targets
         self.max_verified = max_verified
+        self.max_scanned = max_scanned  # rows looked at, fewest lacking first
         self.tried = 0  # candidates verified in the last `plan` (for diagnostics)
 
     def plan(self, pod: PodInfo, statuses: NodeFilterStatuses | None) -> MigrationPlan | None:
         cluster = self.handle.cluster
         table = cluster.table
-        if table.n == 0 or self.max_moves <= 0:
-            return None
-        eligible: dict[str, PodRecord] = {}
-        for record in cluster.placed.values():
-            if (
-                not record.assumed
-                and record.pod.uid not in cluster.evicting
-                and record.node in table.row_of
-                and self.movable(record)
-            ):
-                eligible[record.pod.uid] = record
-        if not eligible:
-            return None
-        units = self._units(eligible)
-        if not units:
+        n = table.n
+        if n == 0 or self.max_moves <= 0:
             return None
         room = _Room(cluster, pod)
         need = room.need
         if not need.size:
             return None
-        # Per row: what every eligible unit member on it would free (vectorised).
-        member_rows = np.fromiter(
-            (table.row_of[eligible[p.uid].node] for unit in units for p in unit),
-            dtype=np.intp,
+        # Rows in the order of how little they lack (vectorised over the node table);
+        # pods are looked at only on the rows examined, a chunk at a time.
+        everywhere = np.arange(n, dtype=np.intp)
+        free_all = room.free(everywhere)
+        # Room nominated to pods that go first (preemptors, other plans' holds) is taken.
+        for row, other in self.handle.snapshot.nominated_against(pod):
+            free_all[row] -= room.of(other)
+        lack = (np.maximum(need - free_all, 0) / np.maximum(room.capacity(everywhere), 1)).sum(
+            axis=1
         )
-        vectors = np.stack([room.of(p) for unit in units for p in unit])
-        rows = np.unique(member_rows)
+        rows = everywhere
         if statuses is not None:
             rows = rows[statuses.resolvable(rows)]
-        if not rows.size:
-            return None
-        position = np.full(table.n, -1, dtype=np.intp)
-        position[rows] = np.arange(rows.size)
-        freed = np.zeros((rows.size, need.size), dtype=np.int64)
-        at = position[member_rows]
-        keep = at >= 0
-        np.add.at(freed, at[keep], vectors[keep])
-        free = room.free(rows)
-        enough = np.all(free + freed >= need, axis=1)
-        rows, free = rows[enough], free[enough]
-        if not rows.size:
-            return None
-        scale = np.maximum(room.capacity(rows), 1)
-        shortfall = (np.maximum(need - free, 0) / scale).sum(axis=1)
-        order = np.argsort(shortfall, kind="stable")[: self.max_targets]
-
-        on_row: dict[int, list[int]] = {}
-        for i, unit in enumerate(units):
-            for r in {table.row_of[eligible[p.uid].node] for p in unit}:
-                on_row.setdefault(r, []).append(i)
-        choices: list[tuple[float, float, int, list[int]]] = []
-        for k in order.tolist():
-            row = int(rows[k])
-            deficit = np.maximum(need - free[k], 0)
-            for excess, chosen in self._cover(
-                row, deficit, on_row.get(row, []), units, eligible, room
-            ):
-                moved = [p for i in chosen for p in units[i]]
-                if self.pdb_violations(moved) > 0:
+        rows = rows[np.argsort(lack[rows], kind="stable")]
+        fits_elsewhere = _ShapeRoom(cluster)
+        choices: list[tuple[float, float, int, list[list[PodInfo]]]] = []
+        examined = found = 0
+        seen: set[str] = set()
+        while examined < min(rows.size, self.max_scanned) and found < self.max_targets:
+            chunk = rows[examined : examined + SCAN_CHUNK].tolist()
+            examined += len(chunk)
+            for row in chunk:
+                units = self._units_on(row, seen)
+                units = [u for u in units if fits_elsewhere.all_fit(u)]
+                if not units:
                     continue
-                choices.append((sum(self.cost(p) for p in moved), excess, row, chosen))
+                deficit = np.maximum(need - free_all[row], 0)
+                added = False
+                for excess, chosen in self._cover(row, deficit, units, room):
+                    moved = [p for unit in chosen for p in unit]
+                    if self.pdb_violations(moved) > 0:
+                        continue
+                    choices.append((sum(self.cost(p) for p in moved), excess, row, chosen))
+                    added = True
+                found += added
+                if found >= self.max_targets:
+                    break
         choices.sort(key=lambda c: (c[0], c[1], c[2]))
         self.tried = 0
         for cost, _, row, chosen in choices[: self.max_verified]:
             self.tried += 1
-            plan = self._verify(pod, row, [units[i] for i in chosen], eligible)
+            plan = self._verify(pod, row, chosen)
             if plan is not None:
                 plan.cost = cost
                 return plan
@@ -175,58 +162,67 @@ class MigrationPlanner:
 
     # ---- choosing what to move ---------------------------------------------------------
 
-    def _units(self, eligible: dict[str, PodRecord]) -> list[list[PodInfo]]:
-        """Eligible pods in units that move together; a unit with a member that may not
-        move does not move at all."""
-        seen: set[str] = set()
+    def _units_on(self, row: int, seen: set[str]) -> list[list[PodInfo]]:
+        """The units with a member on `row` that may move (every member eligible: a unit
+        with a member that may not move does not move at all), each unit once."""
+        cluster = self.handle.cluster
+        placed, evicting = cluster.placed, cluster.evicting
         out: list[list[PodInfo]] = []
-        for uid, record in eligible.items():
+        for uid in cluster.table.pods[row]:
             if uid in seen:
+                continue
+            record = placed.get(uid)
+            if record is None or not self._eligible(record, evicting):
                 continue
             unit = self.units(record.pod) or [record.pod]
             seen.update(p.uid for p in unit)
-            if len(unit) <= self.max_moves and all(p.uid in eligible for p in unit):
+            if len(unit) > self.max_moves:
+                continue
+            if all(
+                (r := placed.get(p.uid)) is not None and self._eligible(r, evicting) for p in unit
+            ):
                 out.append(unit)
         return out
+
+    def _eligible(self, record: PodRecord, evicting: set[str]) -> bool:
+        return (
+            not record.assumed
+            and record.pod.uid not in evicting
+            and record.node in self.handle.cluster.table.row_of
+            and self.movable(record)
+        )
 
     def _cover(
         self,
         row: int,
         deficit: NDArray[np.int64],
-        candidates: list[int],
         units: list[list[PodInfo]],
-        eligible: dict[str, PodRecord],
         room: _Room,
-    ) -> list[tuple[float, list[int]]]:
+    ) -> list[tuple[float, list[list[PodInfo]]]]:
         """Sets of units on `row` whose members there free at least `deficit`, with how
         much more than needed each frees (normalised): every single unit that does, else
         one greedy set. Smaller excess moves smaller pods, which are easier to place."""
         table = self.handle.cluster.table
-        if not candidates:
-            return []
+        sizes = np.array([len(u) for u in units])
         if not deficit.any():
             # Enough in total, yet the filters said no: GPU milli scattered over devices
             # (or another per-node reason). One unit at a time; verifying decides.
-            return [(0.0, [c]) for c in candidates if len(units[c]) <= self.max_moves]
+            return [(0.0, [u]) for u in units if len(u) <= self.max_moves]
+        zero = np.zeros(room.need.size, dtype=np.int64)
         frees = np.stack(
             [
-                sum(
-                    (room.of(p) for p in units[i] if table.row_of[eligible[p.uid].node] == row),
-                    np.zeros(room.need.size, dtype=np.int64),
-                )
-                for i in candidates
+                sum((room.of(p) for p in u if table.row_of.get(self._node(p)) == row), zero)
+                for u in units
             ]
         )
-        costs = np.array([sum(self.cost(p) for p in units[i]) for i in candidates])
-        sizes = np.array([len(units[i]) for i in candidates])
+        costs = np.array([sum(self.cost(p) for p in u) for u in units])
         scale = np.maximum(deficit, 1)
         single = np.all(frees >= deficit, axis=1) & (sizes <= self.max_moves)
         if single.any():
             excess = ((frees - deficit) / scale).sum(axis=1)
-            return [(float(excess[j]), [candidates[j]]) for j in np.flatnonzero(single).tolist()]
+            return [(float(excess[j]), [units[j]]) for j in np.flatnonzero(single).tolist()]
         # Greedy: most of the (normalised) shortfall covered per unit of cost.
-        weight = 1.0 / scale
-        value = (np.minimum(frees, deficit) * weight).sum(axis=1) / np.maximum(costs, 1e-9)
+        value = (np.minimum(frees, deficit) / scale).sum(axis=1) / np.maximum(costs, 1e-9)
         chosen: list[int] = []
         left = deficit.copy()
         moves = 0
@@ -246,21 +242,20 @@ class MigrationPlanner:
             if rest and np.all(frees[rest].sum(axis=0) >= deficit):
                 chosen = rest
         excess = float(((frees[chosen].sum(axis=0) - deficit) / scale).sum())
-        return [(excess, [candidates[j] for j in chosen])]
+        return [(excess, [units[j] for j in chosen])]
+
+    def _node(self, pod: PodInfo) -> str:
+        record = self.handle.cluster.placed.get(pod.uid)
+        return record.node if record is not None else ""
 
     # ---- verifying a choice ----------------------------------------------------------
 
-    def _verify(
-        self,
-        pod: PodInfo,
-        row: int,
-        units: list[list[PodInfo]],
-        eligible: dict[str, PodRecord],
-    ) -> MigrationPlan | None:
+    def _verify(self, pod: PodInfo, row: int, units: list[list[PodInfo]]) -> MigrationPlan | None:
         cluster = self.handle.cluster
         table = cluster.table
         target = str(table.names[row])
         moved = [p for unit in units for p in unit]
+        sources = {p.uid: self._node(p) for p in moved}
         with Transaction(cluster) as tx:
             for p in moved:
                 tx.evict(p, "migration plan")
@@ -275,7 +270,7 @@ class MigrationPlanner:
                     return None
                 name = str(table.names[dest])
                 tx.assume(fresh, name)
-                moves.append(Move(p, eligible[p.uid].node, name))
+                moves.append(Move(p, sources[p.uid], name))
             if not self._fits_rows(pod, np.array([row], dtype=np.intp))[0]:
                 return None
             # The waiting pod itself, to be sure all of it holds together.
@@ -355,7 +350,7 @@ class _Room:
         """What `pod` holds of these resources (frees when it leaves)."""
         held = self.table.pod_vector(pod)[self.cols]
         if self.gpu:
-            held = np.append(held, request_of(None, pod).total_milli)
+            held = np.append(held, _gpu_milli(self.devices, pod))
         return held
 
     def free(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
@@ -369,3 +364,53 @@ class _Room:
         if self.gpu and self.devices is not None:
             capacity = np.column_stack([capacity, self.devices.count[rows].astype(np.int64) * 1000])
         return capacity
+
+
+def _gpu_milli(devices: GpuDevices | None, pod: PodInfo) -> int:
+    """Milli-GPU a placed pod holds (its devices' record; parsed only when unknown)."""
+    found = devices.assigned.get(pod.uid) if devices is not None else None
+    if found is not None:
+        return found.milli * len(found.devices)
+    return request_of(None, pod).total_milli
+
+
+def _gpu_request(cluster: ClusterState, pod: PodInfo) -> GpuRequest:
+    """A placed pod's GPU request, from its devices' record when there is one."""
+    devices = cluster.gpu_devices
+    found = devices.assigned.get(pod.uid) if devices is not None else None
+    if found is not None and found.devices:
+        return GpuRequest(len(found.devices), found.milli)
+    return request_of(None, pod)
+
+
+class _ShapeRoom:
+    """Would a pod fit on some node other than its own, as the cluster is (resources,
+    and GPU devices where the cluster has them)? A necessary condition for moving it,
+    judged once per distinct pod shape over every node (vectorised) and remembered for
+    the rest of the planning attempt."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self.cluster = cluster
+        self.fits: dict[tuple[bytes, int, int], tuple[NDArray[np.bool_], int]] = {}
+
+    def all_fit(self, unit: list[PodInfo]) -> bool:
+        return all(self.fits_elsewhere(p) for p in unit)
+
+    def fits_elsewhere(self, pod: PodInfo) -> bool:
+        cluster = self.cluster
+        table = cluster.table
+        vector = table.pod_vector(pod)
+        request = _gpu_request(cluster, pod)
+        key = (vector.tobytes(), request.count, request.milli)
+        found = self.fits.get(key)
+        if found is None:
+            n = table.n
+            fits = np.all(table.free[:n] >= vector, axis=1)
+            devices = cluster.gpu_devices
+            if devices is not None and request:
+                fits &= devices.enough(request, slice(0, n))
+            found = self.fits[key] = (fits, int(np.count_nonzero(fits)))
+        fits, count = found
+        record = cluster.placed.get(pod.uid)
+        own = table.row_of.get(record.node, -1) if record is not None else -1
+        return count - (1 if own >= 0 and bool(fits[own]) else 0) > 0

@@ -9,24 +9,30 @@ pod fits on a target node, and where every moved pod has its own place to go.
 
 The search, for one waiting pod:
 
-1. Eligible pods are those the caller allows to move (`movable`: priority, opt-out,
-   controller, minimum run time, cool-down); they are grouped into *units* that move
-   together (`units`: a running gang moves whole, or not at all).
-2. Candidate target nodes, vectorised over the node table: the pod's rejection there is
-   resolvable, and the node's free resources plus everything eligible on it cover the
-   pod's requests. The `max_targets` candidates with the smallest shortfall are kept.
-3. Per candidate, the cheapest set of units that covers the shortfall (one unit if one
-   suffices, else greedily by cost per resource freed, then pruned), within
-   `max_moves` pods; its cost is the sum of the moved pods' costs (`cost`).
-4. Candidates are verified cheapest first, each in one `Transaction`: evict the units,
-   re-run every PreFilter and Filter of the waiting pod's profile on the target, then
-   place each moved pod (largest first) on the best-fitting node where its own
-   profile's filters pass (never the target), assuming it there so that the next moved
-   pod and the waiting pod see it; finally the waiting pod must still fit on the target.
-   The first plan that places everything wins; the transaction is always discarded:
-   the planner decides nothing. The scheduler commits the plan's evictions and
-   nominations (waiting pod and holds, see `shoal.preemption.migration_holds`) as one
-   transaction.
+1. Nodes are taken in the order of how little room they lack for the pod (vectorised
+   over the node table, nominated room counted as taken, only nodes where the pod's
+   rejection is resolvable), a chunk at a time; pods are looked at only on the nodes
+   examined, so the cost follows the nodes looked at, not the cluster.
+2. On each node, the pods that may move (`movable`: priority, opt-out, controller,
+   minimum run time, cool-down) are grouped into *units* that move together (`units`: a
+   running gang moves whole, or not at all); a unit is kept only if each member would
+   fit on some other node as the cluster is (judged once per distinct pod shape over
+   every node, vectorised, GPU devices included).
+3. Per node, the sets of units that cover the shortfall: every single unit that does,
+   else one greedy set (most shortfall per unit of cost, then pruned), within
+   `max_moves` pods and without a PodDisruptionBudget violation; a set's cost is the
+   sum of the moved pods' costs (`cost`). Scanning stops once `max_targets` nodes have
+   such a set.
+4. The sets are verified cheapest first (then the smallest excess, i.e. the smallest
+   pods), at most `max_verified`, each in one `Transaction`: evict the units, re-run
+   every PreFilter and Filter of the waiting pod's profile on the target, then place
+   each moved pod (largest first, as its controller will re-create it) on the
+   best-fitting node where its own profile's filters pass (never the target), assuming
+   it there so that the next moved pod and the waiting pod see it; finally the waiting
+   pod must still fit on the target. The first plan that places everything wins; the
+   transaction is always discarded: the planner decides nothing. The scheduler commits
+   the plan's evictions and nominations (waiting pod and holds, see
+   `shoal.preemption.migration_holds`) as one transaction.
 """
 
 from __future__ import annotations

@@ -278,3 +278,27 @@ def test_without_the_pass_the_whole_gpu_pod_waits_for_placement_by_migration() -
     assert placed["whole"] in ("node1", "node2")
     assert len(sim.effects.evictions) == 1
     assert "to make room for default/whole" in sim.effects.evictions[0].reason
+
+
+def test_a_waiting_gang_is_placed_by_moving_a_pod_for_one_member() -> None:
+    # node3 takes one 4-GPU member; the other fits nowhere until b1 moves from node1 to
+    # node3, in the same decision as the gang (its member is counted on node3 already).
+    members = [
+        pod(f"job-{i}", 4, at=10, owner=None, labels={GANG: "job", GANG_MIN: "2"}) for i in range(2)
+    ]
+    scenario = Scenario(
+        nodes=nodes(3),
+        pods=[
+            pod("a1", 4, "node1"),
+            pod("b1", 3, "node1"),
+            pod("a2", 4, "node2"),
+            pod("b2", 4, "node2"),
+            pod("c", 1, "node3"),
+            *members,
+        ],
+    )
+    result, sim = simulate(scenario)
+    placed = running(result)
+    assert [e.pod for e in sim.effects.evictions] == ["default/b1"]
+    assert sorted((placed["job-0"], placed["job-1"])) == ["node1", "node3"]
+    assert placed["b1-r1"] == "node3"

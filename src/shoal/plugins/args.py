@@ -162,5 +162,7 @@ class ReschedulerArgs(Args):
     # Cost model: a move costs restartCost (annotation shoal.dev/restart-cost, default
     # 1) times (1 + ageWeight x hours the pod has run, at most 24).
     age_weight: float = Field(default=0.1, ge=0)
-    # Target nodes examined per waiting pod (cheapest first).
+    # Target nodes with a covering set of moves collected per waiting pod, and nodes
+    # looked at for them at most (those lacking the least room first).
     max_candidate_nodes: int = Field(default=16, ge=1, le=1000)
+    max_scanned_nodes: int = Field(default=256, ge=1)

@@ -18,7 +18,10 @@ gang moves whole (every running member) or not at all. Plans never exceed
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import msgspec
 
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import PodRecord
@@ -45,6 +48,7 @@ __all__ = ["NAME", "Rescheduler", "with_rescheduler"]
 
 NAME = "Rescheduler"
 MAX_AGE_HOURS = 24.0
+MAX_REMEMBERED = 4096  # pods without a plan remembered at most (then forgotten at once)
 
 
 class Rescheduler:
@@ -58,6 +62,9 @@ class Rescheduler:
         self.queues = QueueManager.of(handle)
         self.pdbs = DisruptionBudgets.of(handle)
         self._time_blocked = 0
+        # Pods (by `_equivalence`) that found no plan, and the cluster version then.
+        self._no_plan: dict[bytes, tuple[int, int, float, Status]] = {}
+        self._unblocked_at = math.inf  # when the first time-blocked pod may move
         self._defrag_due = args.defrag_interval_seconds  # first pass one interval in
 
     # ---- PostFilter -----------------------------------------------------------------
@@ -76,21 +83,36 @@ class Rescheduler:
                 f"rescheduler: the budget of {args.moves_per_hour} moves per hour is used up",
             )
         max_moves = min(args.max_moves_per_plan, left)
+        # Gang members are planned with the rest of their gang: never taken as equivalent.
+        key = None if self.gangs.group_of_uid(pod.uid) else _equivalence(pod)
+        known = self._no_plan.get(key) if key is not None else None
+        if known is not None:
+            version, moves, until, status = known
+            if version == self.holds.version and moves == max_moves and now < until:
+                # An equivalent pod found no plan, nothing was placed or removed since,
+                # and no pod has come of age to be moved.
+                return None, status
         plan = self.plan(pod, statuses, now, max_moves)
         if plan is not None:
             return self.propose(pod, plan, now)
+        status = Status(
+            Code.UNSCHEDULABLE,
+            f"rescheduler: no plan of at most {max_moves} move(s) of movable pods makes room",
+        )
+        until = self._unblocked_at
         if self._time_blocked and self.plan(pod, statuses, now, max_moves, timeless=True):
             # Some pods it would move have not run long enough, or their controller had
             # a pod moved recently: that changes with time alone.
-            return None, Status(
+            status = Status(
                 Code.PENDING,
                 f"rescheduler: a plan needs pods that ran less than {args.min_run_seconds:g}s "
                 f"or were moved less than {args.cooldown_seconds:g}s ago; waiting",
             )
-        return None, Status(
-            Code.UNSCHEDULABLE,
-            f"rescheduler: no plan of at most {max_moves} move(s) of movable pods makes room",
-        )
+        if key is not None:
+            if len(self._no_plan) > MAX_REMEMBERED:
+                self._no_plan.clear()
+            self._no_plan[key] = (self.holds.version, max_moves, until, status)
+        return None, status
 
     # ---- the periodic defragmentation pass ---------------------------------------------
 
@@ -138,6 +160,7 @@ class Rescheduler:
         """The cheapest plan that places `pod`, within the per-queue budgets
         (`timeless`: as if every pod had run long enough and cooled down)."""
         self._time_blocked = 0  # pods left out only for their run time or cool-down
+        self._unblocked_at = math.inf
         group = self.gangs.group_of_uid(pod.uid)
         own = set(group.members) if group is not None else {pod.uid}
         queue_left: dict[str, int] = {}
@@ -161,8 +184,13 @@ class Rescheduler:
             pdb_violations=self.pdbs.checker(self.handle.cluster),
             max_moves=max_moves,
             max_targets=self.args.max_candidate_nodes,
+            max_scanned=self.args.max_scanned_nodes,
         )
-        plan = planner.plan(pod, statuses)
+        self.holds.muted = True  # the plan's what-if is undone: the cluster is unchanged
+        try:
+            plan = planner.plan(pod, statuses)
+        finally:
+            self.holds.muted = False
         if plan is None:
             return None
         per_queue: dict[str, int] = {}
@@ -225,6 +253,11 @@ class Rescheduler:
         ):
             return True
         self._time_blocked += 1
+        last = self.holds.last_moved.get(owner_key(p) or "", -math.inf)
+        self._unblocked_at = min(
+            self._unblocked_at,
+            max(p.timestamp + args.min_run_seconds, last + args.cooldown_seconds),
+        )
         return False
 
     def _units(self, p: PodInfo) -> list[PodInfo]:
@@ -257,6 +290,15 @@ class Rescheduler:
     @classmethod
     def new(cls, args: ReschedulerArgs | None, handle: Handle) -> Rescheduler:
         return cls(handle, args or ReschedulerArgs())
+
+
+def _equivalence(pod: PodInfo) -> bytes | None:
+    """What planning for a pod depends on besides the cluster: its spec (requests,
+    selectors, affinity, tolerations, priority), labels and annotations (GPU shares)."""
+    meta = pod.pod.metadata
+    return msgspec.json.encode(
+        (pod.namespace, pod.priority, meta.labels, meta.annotations, pod.pod.spec)
+    )
 
 
 def with_rescheduler(

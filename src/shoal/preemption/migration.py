@@ -96,7 +96,7 @@ class MigrationPlanner:
         max_moves: int = 4,
         max_targets: int = 16,
         max_verified: int = 8,
-        max_scanned: int = 4096,
+        max_scanned: int = 256,
     ) -> None:
         self.handle = handle
         self.movable = movable
@@ -108,6 +108,7 @@ class MigrationPlanner:
         self.max_verified = max_verified
         self.max_scanned = max_scanned  # rows looked at, fewest lacking first
         self.tried = 0  # candidates verified in the last `plan` (for diagnostics)
+        self._costs: dict[str, float] = {}
 
     def plan(self, pod: PodInfo, statuses: NodeFilterStatuses | None) -> MigrationPlan | None:
         cluster = self.handle.cluster
@@ -151,7 +152,7 @@ class MigrationPlanner:
                     moved = [p for unit in chosen for p in unit]
                     if self.pdb_violations(moved) > 0:
                         continue
-                    choices.append((sum(self.cost(p) for p in moved), excess, row, chosen))
+                    choices.append((sum(self._cost(p) for p in moved), excess, row, chosen))
                     added = True
                 found += added
                 if found >= self.max_targets:
@@ -181,6 +182,10 @@ class MigrationPlanner:
             if record is None or not self._eligible(record, evicting):
                 continue
             unit = self.units(record.pod) or [record.pod]
+            if len(unit) == 1:
+                seen.add(uid)
+                out.append(unit)
+                continue
             seen.update(p.uid for p in unit)
             if len(unit) > self.max_moves:
                 continue
@@ -214,14 +219,19 @@ class MigrationPlanner:
             # Enough in total, yet the filters said no: GPU milli scattered over devices
             # (or another per-node reason). One unit at a time; verifying decides.
             return [(0.0, [u]) for u in units if len(u) <= self.max_moves]
-        zero = np.zeros(room.need.size, dtype=np.int64)
+        name = str(table.names[row])
         frees = np.stack(
             [
-                sum((room.of(p) for p in u if table.row_of.get(self._node(p)) == row), zero)
+                room.of(u[0])
+                if len(u) == 1
+                else sum(
+                    (room.of(p) for p in u if self._node(p) == name),
+                    np.zeros(room.need.size, dtype=np.int64),
+                )
                 for u in units
             ]
         )
-        costs = np.array([sum(self.cost(p) for p in u) for u in units])
+        costs = np.array([sum(self._cost(p) for p in u) for u in units])
         scale = np.maximum(deficit, 1)
         single = np.all(frees >= deficit, axis=1) & (sizes <= self.max_moves)
         if single.any():
@@ -249,6 +259,12 @@ class MigrationPlanner:
                 chosen = rest
         excess = float(((frees[chosen].sum(axis=0) - deficit) / scale).sum())
         return [(excess, [units[j] for j in chosen])]
+
+    def _cost(self, pod: PodInfo) -> float:
+        found = self._costs.get(pod.uid)
+        if found is None:
+            found = self._costs[pod.uid] = self.cost(pod)
+        return found
 
     def _node(self, pod: PodInfo) -> str:
         record = self.handle.cluster.placed.get(pod.uid)

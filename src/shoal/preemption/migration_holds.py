@@ -95,6 +95,11 @@ class MigrationHolds:
         self.committed_moves = 0
         self.claimed = 0
         self.expired = 0
+        # Bumped by every placement change (PlacementObserver), except while `muted`
+        # (a plan's own what-if, always undone): "has the cluster changed since?"
+        self.version = 0
+        self.muted = False
+        cluster.observers.append(self)
 
     @classmethod
     def of(cls, services: dict[str, object], cluster: ClusterState) -> MigrationHolds:
@@ -109,6 +114,22 @@ class MigrationHolds:
         """The registry, if a Rescheduler created one (None: nothing to do)."""
         found = services.get(SERVICE_KEY)
         return found if isinstance(found, MigrationHolds) else None
+
+    # ---- PlacementObserver ------------------------------------------------------------
+
+    def pod_placed(self, row: int, pod: PodInfo) -> None:
+        if not self.muted:
+            self.version += 1
+
+    def pod_unplaced(self, row: int, pod: PodInfo) -> None:
+        if not self.muted:
+            self.version += 1
+
+    def row_moved(self, src: int, dst: int) -> None:
+        self.version += 1
+
+    def node_changed(self, row: int) -> None:
+        self.version += 1
 
     # ---- plans --------------------------------------------------------------------
 

@@ -140,6 +140,7 @@ def replay(
     scenario = Scenario(nodes=[node_manifest(n) for n in trace.nodes])
     gpu_pods: set[str] = set()
     multi_gpu: set[str] = set()
+    traced: set[str] = set()
     for i, row in enumerate(trace.pods):
         created = float(row.creation_time or 0)
         lifetime = None
@@ -148,6 +149,7 @@ def replay(
         uid = f"{i}-{row.name}"
         if row.total_milli:
             gpu_pods.add(uid)
+        traced.add(uid)
         if row.num_gpu > 1:
             multi_gpu.add(uid)
         manifest = pod_manifest(row, uid, SCHEDULER_NAME)
@@ -174,7 +176,8 @@ def replay(
     waits = np.array(
         [r.time_to_schedule for r in records if r.time_to_schedule is not None], dtype=float
     )
-    last_arrival = max((r.arrival for r in records), default=0.0)
+    # The trace's own arrivals (not those of pods re-created after a move).
+    last_arrival = max((r.arrival for r in records if r.uid in traced), default=0.0)
     end = max(log.times[-1], last_arrival)
     times = np.array([*log.times, end])
     unalloc = 100.0 - 100.0 * np.array([*log.alloc, log.alloc[-1]], dtype=float) / capacity
@@ -214,7 +217,8 @@ def replay(
         dtype=float,
     )
     moves = len(sim.effects.evictions)
-    hours = max(end, 1.0) / 3600.0
+    # Per hour of the time pods arrive or wait (until the last one is placed).
+    hours = max(horizon, 1.0) / 3600.0
     return ReplayResult(
         trace=trace.name,
         policy=policy_name(policy) + ("+Rescheduler" if rescheduler else ""),

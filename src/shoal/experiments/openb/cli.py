@@ -171,6 +171,10 @@ def openb_replay(
     if out_dir is not None:
         write_replay_csv(results, out_dir / "replay.csv")
         write_replay_svgs(results, out_dir, title=f"{trace}, arrivals / {speedup:g}")
+        if rescheduler:
+            from shoal.experiments.openb.rescheduler_report import write_multi_gpu_wait_svg
+
+            write_multi_gpu_wait_svg(results, out_dir, title=f"{trace}, arrivals / {speedup:g}")
 
 
 @experiment_app.command("download-openb")

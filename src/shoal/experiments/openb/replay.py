@@ -82,6 +82,8 @@ class ReplayResult:
     multi_gpu_wait_mean: float = math.nan
     multi_gpu_wait_p99: float = math.nan
     multi_gpu_wait_max: float = math.nan
+    # (arrival s, wait s) of each multi-GPU task placed, in arrival order
+    multi_gpu_waits: list[tuple[float, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,6 +247,11 @@ def replay(
         multi_gpu_wait_mean=float(multi.mean()) if len(multi) else math.nan,
         multi_gpu_wait_p99=float(np.percentile(multi, 99)) if len(multi) else math.nan,
         multi_gpu_wait_max=float(multi.max()) if len(multi) else math.nan,
+        multi_gpu_waits=sorted(
+            (r.arrival, float(r.time_to_schedule))
+            for r in records
+            if r.uid in multi_gpu and r.time_to_schedule is not None
+        ),
     )
 
 

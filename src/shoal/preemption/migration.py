@@ -11,8 +11,9 @@ The search, for one waiting pod:
 
 1. Nodes are taken in the order of how little room they lack for the pod (vectorised
    over the node table, nominated room counted as taken, only nodes where the pod's
-   rejection is resolvable), a chunk at a time; pods are looked at only on the nodes
-   examined, so the cost follows the nodes looked at, not the cluster.
+   rejection is resolvable); pods are looked at only on the nodes examined, so the
+   cost follows the nodes looked at, not the cluster. At most `max_scanned` nodes with
+   pods that could move are examined (and 16 times as many looked at).
 2. On each node, the pods that may move (`movable`: priority, opt-out, controller,
    minimum run time, cool-down) are grouped into *units* that move together (`units`: a
    running gang moves whole, or not at all); a unit is kept only if each member would
@@ -75,7 +76,8 @@ class MigrationPlan:
     cost: float = 0.0
 
 
-SCAN_CHUNK = 64  # rows whose pods are looked at together
+# Rows looked at per row scanned: a row none of whose pods could move costs little.
+LOOKED_PER_SCANNED = 16
 
 Movable = Callable[[PodRecord], bool]
 Units = Callable[[PodInfo], list[PodInfo]]
@@ -106,7 +108,7 @@ class MigrationPlanner:
         self.max_moves = max_moves
         self.max_targets = max_targets
         self.max_verified = max_verified
-        self.max_scanned = max_scanned  # rows looked at, fewest lacking first
+        self.max_scanned = max_scanned  # rows with movable pods examined, fewest lacking first
         self.tried = 0  # candidates verified in the last `plan` (for diagnostics)
         self._costs: dict[str, float] = {}
 
@@ -121,7 +123,7 @@ class MigrationPlanner:
         if not need.size:
             return None
         # Rows in the order of how little they lack (vectorised over the node table);
-        # pods are looked at only on the rows examined, a chunk at a time.
+        # pods are looked at only on the rows examined.
         everywhere = np.arange(n, dtype=np.intp)
         free_all = room.free(everywhere)
         # Room nominated to pods that go first (preemptors, other plans' holds) is taken.
@@ -136,27 +138,25 @@ class MigrationPlanner:
         rows = rows[np.argsort(lack[rows], kind="stable")]
         fits_elsewhere = _ShapeRoom(cluster)
         choices: list[tuple[float, float, int, list[list[PodInfo]]]] = []
-        examined = found = 0
+        covered = found = 0
         seen: set[str] = set()
-        while examined < min(rows.size, self.max_scanned) and found < self.max_targets:
-            chunk = rows[examined : examined + SCAN_CHUNK].tolist()
-            examined += len(chunk)
-            for row in chunk:
-                units = self._units_on(row, seen)
-                units = [u for u in units if fits_elsewhere.all_fit(u)]
-                if not units:
+        for row in rows[: self.max_scanned * LOOKED_PER_SCANNED].tolist():
+            units = self._units_on(row, seen)
+            units = [u for u in units if fits_elsewhere.all_fit(u)]
+            if not units:
+                continue  # nothing here could move: cheap, counts only as looked at
+            covered += 1
+            deficit = np.maximum(need - free_all[row], 0)
+            added = False
+            for excess, chosen in self._cover(row, deficit, units, room):
+                moved = [p for unit in chosen for p in unit]
+                if self.pdb_violations(moved) > 0:
                     continue
-                deficit = np.maximum(need - free_all[row], 0)
-                added = False
-                for excess, chosen in self._cover(row, deficit, units, room):
-                    moved = [p for unit in chosen for p in unit]
-                    if self.pdb_violations(moved) > 0:
-                        continue
-                    choices.append((sum(self._cost(p) for p in moved), excess, row, chosen))
-                    added = True
-                found += added
-                if found >= self.max_targets:
-                    break
+                choices.append((sum(self._cost(p) for p in moved), excess, row, chosen))
+                added = True
+            found += added
+            if found >= self.max_targets or covered >= self.max_scanned:
+                break
         choices.sort(key=lambda c: (c[0], c[1], c[2]))
         self.tried = 0
         for cost, _, row, chosen in choices[: self.max_verified]:

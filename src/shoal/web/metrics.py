@@ -28,9 +28,6 @@ Shoal's own:
 * `shoal_events_dropped_total`: events not written because the recorder fell behind.
 * `shoal_foreign_binds_total{profile}`: pending pods of our profiles that someone else
   bound (two active schedulers for one schedulerName; see docs/kubernetes.md).
-* `shoal_rescheduler_plans_total`, `shoal_rescheduler_moves_total`: migration plans
-  committed and the pods they moved; `shoal_rescheduler_holds_total{outcome}` (`claimed`
-  by a re-created pod, `expired`) and `shoal_rescheduler_holds_live` (docs/rescheduler.md).
 """
 
 from __future__ import annotations
@@ -40,11 +37,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-
-from shoal.preemption.migration_holds import MigrationHolds
 
 if TYPE_CHECKING:
     from shoal.scheduler import Scheduler
@@ -201,33 +196,6 @@ class _SchedulerCollector(Collector):
         yield groups
         yield gang_pods
         yield per_queue
-        yield from _rescheduler_metrics(scheduler)
-
-
-def _rescheduler_metrics(scheduler: Scheduler | None) -> Iterable[Metric]:
-    """The Rescheduler's plans, moves and holds (zeros without one)."""
-    holds = None if scheduler is None else MigrationHolds.find(scheduler.handle.services)
-    plans = CounterMetricFamily(
-        "shoal_rescheduler_plans", "Migration plans committed (their evictions sent)."
-    )
-    moves = CounterMetricFamily("shoal_rescheduler_moves", "Pods moved by migration plans.")
-    ended = CounterMetricFamily(
-        "shoal_rescheduler_holds",
-        "Holds for moved pods that ended: claimed by the re-created pod, or expired.",
-        labels=["outcome"],
-    )
-    live = GaugeMetricFamily(
-        "shoal_rescheduler_holds_live", "Nodes held for moved pods not yet re-created."
-    )
-    plans.add_metric([], holds.committed_plans if holds else 0)
-    moves.add_metric([], holds.committed_moves if holds else 0)
-    ended.add_metric(["claimed"], holds.claimed if holds else 0)
-    ended.add_metric(["expired"], holds.expired if holds else 0)
-    live.add_metric([], sum(1 for h in holds.holds.values() if h.live) if holds else 0)
-    yield plans
-    yield moves
-    yield ended
-    yield live
 
 
 def register_scheduler_collector(

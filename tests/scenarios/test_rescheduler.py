@@ -19,7 +19,8 @@ from shoal.sim.results import PodState
 from shoal.sim.runner import load_scheduler_config
 from shoal.sim.scenario import Scenario
 from shoal.sim.workload import PodSource
-from shoal.testing import make_node, make_pod
+from shoal.testing import SchedulerHarness, make_node, make_pod
+from shoal.testing.builders import PodBuilder
 
 GPU = "nvidia.com/gpu"
 GANG = "pod-group.scheduling.sigs.k8s.io/name"
@@ -302,3 +303,31 @@ def test_a_waiting_gang_is_placed_by_moving_a_pod_for_one_member() -> None:
     assert [e.pod for e in sim.effects.evictions] == ["default/b1"]
     assert sorted((placed["job-0"], placed["job-1"])) == ["node1", "node3"]
     assert placed["b1-r1"] == "node3"
+
+
+def test_a_replacement_naming_the_plan_claims_its_hold() -> None:
+    # No controller here: whoever re-creates podB names the plan in the
+    # shoal.dev/migration-plan annotation; a stranger arriving first does not get the room.
+    config = with_rescheduler(load_scheduler_config(None), {"minRunSeconds": 0})
+    h = SchedulerHarness(config)
+    h.add_nodes(
+        *(make_node(f"node{i}").capacity({GPU: 8}, cpu="64", memory="256Gi") for i in (1, 2))
+    )
+
+    def gpu_pod(name: str, gpus: int) -> PodBuilder:
+        return make_pod(name).req({GPU: gpus}, cpu="1").scheduler_name("shoal")
+
+    h.add_pods(
+        gpu_pod("podA", 4).node("node1"),
+        gpu_pod("podB", 3).node("node1").owner("ReplicaSet", "rs-b"),
+        gpu_pod("other", 5).node("node2"),
+    )
+    h.add_pods(gpu_pod("podC", 4))
+    h.advance(5)
+    assert list(h.evicted) == ["default/podB"]
+    assert h.node_of("default/podC") == "node1"
+    h.add_pods(gpu_pod("stranger", 3))
+    h.add_pods(gpu_pod("podB-again", 3).annotations({"shoal.dev/migration-plan": "migration-1"}))
+    h.advance(5)
+    assert h.node_of("default/podB-again") == "node2"
+    assert h.node_of("default/stranger") is None

@@ -32,6 +32,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     priority_sort,
     qos_sort,
     queue_capacity,
+    rescheduler,
     scheduling_gates,
     taint_toleration,
 )
@@ -43,6 +44,7 @@ from shoal.plugins.args import (
     NodeResourcesBalancedAllocationArgs,
     NodeResourcesFitArgs,
     PodTopologySpreadArgs,
+    ReschedulerArgs,
 )
 
 __all__ = ["DEFAULT_MULTI_POINT", "IN_TREE", "KUBE_PLUGINS_NOT_IN_SHOAL", "in_tree_registry"]
@@ -87,6 +89,7 @@ IN_TREE: dict[str, PluginSpec] = {
     gpu_frag_blend.NAME: PluginSpec(
         gpu_frag_blend.GpuFragBlend.new, gpu_frag_blend.GpuFragBlendArgs
     ),
+    rescheduler.NAME: PluginSpec(rescheduler.Rescheduler.new, ReschedulerArgs),
 }
 
 # (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.

@@ -47,8 +47,15 @@ from shoal.framework.types import ActionType, ClusterEvent, EventResource
 from shoal.gang.manager import GangConfig, GangManager, Group
 from shoal.gang.reservation import reservation_due, update_reservation
 from shoal.plugins.coscheduling import Coscheduling
+from shoal.preemption.migration_holds import is_hold
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
 from shoal.scheduler.gang_cycle import GangCycle
+from shoal.scheduler.migrations import (
+    claim_hold,
+    defragment,
+    expire_holds,
+    next_hold_expiry,
+)
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
@@ -178,6 +185,7 @@ class Scheduler:
             self.cluster.add_bound_pod(info, info.node_name)
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
         elif self.is_ours(info):
+            claim_hold(self.handle, info, now)  # a pod re-created by a migration plan
             self.queue.add(info, now)
         return info
 
@@ -403,6 +411,10 @@ class Scheduler:
         now = self.clock.now()
         update_reservation(self.gangs, self.handle, now)
         self._release_held()
+        if expire_holds(self.handle, now):  # room held for moved pods is free again
+            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+        for moves in defragment(self.handle, now):  # the Rescheduler's periodic pass
+            self._commit_preemption(moves.holds, moves.victims)
         self.queue.flush(now)
         for waiting in self.handle.waiting_pods:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
@@ -456,6 +468,9 @@ class Scheduler:
         """When `tick` next has something to do (None: only a new event can help)."""
         times = [w.deadline for w in self.handle.waiting_pods if w.pending]
         due = reservation_due(self.gangs)  # a head-of-line reservation starts or ends
+        if due is not None:
+            times.append(due)
+        due = next_hold_expiry(self.handle)
         if due is not None:
             times.append(due)
         queue_time = self.queue.next_wakeup()
@@ -566,7 +581,7 @@ class Scheduler:
                 message = diagnosis.message()
             if result is not None and result.nominated_node:
                 nominated = result.nominated_node
-                self._commit_preemption([(pod, nominated)], result.victims)
+                self._commit_preemption([(pod, nominated), *result.holds], result.victims)
         if not nominated and pod.uid in self.cluster.nominations:
             # kube clears the nomination of a pod that failed without a new one.
             with Transaction(self.cluster) as tx:
@@ -615,7 +630,7 @@ class Scheduler:
     ) -> None:
         """Evict the victims and nominate the preemptors, as one transaction. Victims
         stay counted (and are never chosen again) until the API reports them gone."""
-        preemptors = ", ".join(p.key for p, _ in nominations)
+        preemptors = ", ".join(p.key for p, _ in nominations if not is_hold(p))
         with Transaction(self.cluster) as tx:
             for victim in victims:
                 uid = victim.pod.uid
@@ -633,7 +648,8 @@ class Scheduler:
 
     def _emit_nominations(self, nominated: list[tuple[PodInfo, str]]) -> None:
         for pod, node in nominated:
-            self.effects.emit(Nominate(pod, node))
+            if not is_hold(pod):  # a migration hold's stand-in is no pod of the cluster
+                self.effects.emit(Nominate(pod, node))
 
     def _schedule_gang(
         self, entry: QueuedPod, group: Group, fwk: Framework, now: float

@@ -86,6 +86,7 @@ from shoal.framework.timing import instrument
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
+from shoal.web.rescheduler_metrics import register_rescheduler_collector
 from shoal.web.server import Check
 
 __all__ = [
@@ -376,6 +377,7 @@ class KubeBackend:
                 instrument(fwk, timer)
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
+        register_rescheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)
 
         self.watched: dict[str, Watched] = {}

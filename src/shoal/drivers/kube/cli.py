@@ -352,6 +352,15 @@ def run(
             help="Ignored (no profiling endpoints).",
         ),
     ] = None,
+    rescheduler: Annotated[
+        bool,
+        typer.Option(
+            "--rescheduler",
+            help="Enable the Rescheduler (move running pods to place waiting ones) in "
+            "every profile that lacks it; args from the config's pluginConfig "
+            "(docs/rescheduler.md).",
+        ),
+    ] = False,
 ) -> None:
     """Run the scheduler against a Kubernetes cluster.
 
@@ -384,6 +393,10 @@ def run(
     }
     try:
         scheduler_config = _load(config, election_flags)
+        if rescheduler:
+            from shoal.plugins.rescheduler import with_rescheduler
+
+            scheduler_config = with_rescheduler(scheduler_config)
     except ConfigError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None

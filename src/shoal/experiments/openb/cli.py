@@ -127,11 +127,19 @@ def openb_replay(
         ),
     ] = None,
     as_json: JsonOption = False,
+    rescheduler: Annotated[
+        bool,
+        typer.Option(
+            "--rescheduler",
+            help="Replay each policy without and with the Rescheduler (docs/rescheduler.md).",
+        ),
+    ] = False,
 ) -> None:
     """Dynamic replay: pods arrive at their creation time and leave after their lifetime;
     unallocated GPU % and pending time over time per policy."""
     from shoal.experiments.openb.replay import (
         format_replay_table,
+        format_rescheduler_table,
         replay_policies,
         write_replay_csv,
         write_replay_svgs,
@@ -148,6 +156,7 @@ def openb_replay(
             seed=seed,
             speedup=speedup,
             workers=workers,
+            rescheduler=rescheduler,
         )
     except (TraceError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
@@ -156,9 +165,16 @@ def openb_replay(
         typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
     else:
         typer.echo(format_replay_table(results))
+        if rescheduler:
+            typer.echo("")
+            typer.echo(format_rescheduler_table(results))
     if out_dir is not None:
         write_replay_csv(results, out_dir / "replay.csv")
         write_replay_svgs(results, out_dir, title=f"{trace}, arrivals / {speedup:g}")
+        if rescheduler:
+            from shoal.experiments.openb.rescheduler_report import write_multi_gpu_wait_svg
+
+            write_multi_gpu_wait_svg(results, out_dir, title=f"{trace}, arrivals / {speedup:g}")
 
 
 @experiment_app.command("download-openb")

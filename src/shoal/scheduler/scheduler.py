@@ -30,6 +30,7 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.effects import (
     BindFailed,
+    BindingStatus,
     Bound,
     Evict,
     GroupStatus,
@@ -131,6 +132,7 @@ class Scheduler:
         self.gangs = GangManager.of(handle)
         self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
         self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
+        self._published_bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
         self._queues_due = 0.0  # when queue statuses may be published next
 
     # ---- intake from the backend ---------------------------------------------------
@@ -417,13 +419,14 @@ class Scheduler:
         if now < self._queues_due or len(self.queues.tree.names) <= 1:
             return
         self._queues_due = now + QUEUE_STATUS_SECONDS
-        for name, allocated, guaranteed, fair, pending, running in self.queues.observed(
-            self.cluster.table
-        ):
-            status = QueueStatus(name, allocated, guaranteed, fair, pending, running)
-            if self._published_queues.get(name) != status:
-                self._published_queues[name] = status
+        for status in self.queues.queue_statuses(self.cluster.table):
+            if self._published_queues.get(status.name) != status:
+                self._published_queues[status.name] = status
                 self.effects.emit(status)
+        for binding in self.queues.binding_statuses():
+            if self._published_bindings.get(binding.name) != binding:
+                self._published_bindings[binding.name] = binding
+                self.effects.emit(binding)
 
     def _publish_groups(self) -> None:
         """A GroupStatus effect for every group whose observable state changed."""

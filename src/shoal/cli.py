@@ -207,6 +207,10 @@ from shoal.drivers.kube.cli import register as _register_kube  # noqa: E402
 
 _register_kube(app)
 
+from shoal.drivers.kube.webhook_cli import register as _register_webhook  # noqa: E402
+
+_register_webhook(app)
+
 from shoal.experiments.openb.cli import experiment_app  # noqa: E402
 
 app.add_typer(experiment_app, name="experiment")

@@ -138,6 +138,7 @@ def generate_webhook_certs(
                     f"{detail.decode(errors='replace').strip()}"
                 ) from None
     csr.unlink(missing_ok=True)
+    (directory / "ca.srl").unlink(missing_ok=True)
     for private in (key, ca_key):
         private.chmod(0o600)
     return True

@@ -10,6 +10,7 @@ layout of cert-manager's Secret, mounted there), reloaded when they change; with
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import signal
@@ -76,6 +77,13 @@ def webhook(
             "shoal-webhook Service in shoal-system, and localhost).",
         ),
     ] = None,
+    print_ca_bundle: Annotated[
+        bool,
+        typer.Option(
+            "--print-ca-bundle",
+            help="Print --cert-dir's ca.crt in base64 (the configurations' caBundle) and exit.",
+        ),
+    ] = False,
     scheduler_name: Annotated[
         str, typer.Option(help="The schedulerName given to pods in bound namespaces.")
     ] = "shoal",
@@ -101,6 +109,13 @@ def webhook(
     except TlsError as err:
         log.error("cannot serve the webhooks: %s", err, extra={"error": str(err)})
         raise typer.Exit(2) from None
+    if print_ca_bundle:
+        ca = cert_dir / "ca.crt"
+        if not ca.exists():
+            log.error("no ca.crt in %s (it is made with --generate-certs)", cert_dir)
+            raise typer.Exit(2)
+        typer.echo(base64.b64encode(ca.read_bytes()).decode())
+        raise typer.Exit(0)
     code = asyncio.run(
         _serve(
             tls,

@@ -13,9 +13,11 @@ from typing import Any
 
 import aiohttp
 import yaml
-from kubehelpers import async_test
+from kubehelpers import async_test, eventually
+from kubehelpers import backend as running
 
 from shoal.drivers.kube.admission import in_force, mutate_pod, tenancy_objects, validate
+from shoal.drivers.kube.cli import _start_webhooks
 from shoal.drivers.kube.client import ClientSettings, connect
 from shoal.drivers.kube.crds import render
 from shoal.drivers.kube.resources import (
@@ -254,3 +256,47 @@ async def test_server_answers_over_tls_from_the_cluster_and_reloads_its_certific
         finally:
             await server.stop()
             await connection.close()
+
+
+@async_test(timeout=60)
+async def test_shoal_run_serves_the_webhooks_from_the_schedulers_own_view(tmp_path: Path) -> None:
+    """`shoal run --webhook-port`: reviews answered from the backend's informer copies."""
+    certs = tmp_path / "certs"
+    generate_webhook_certs(certs)
+    async with FakeApiServer() as api:
+        for text in render().values():
+            api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+        api.create(SHOAL, "queues", queue("team"))
+        api.create(SHOAL, "queuebindings", binding("b", "team", "ml"))
+        async with running(api, tmp_path) as (kube, _):
+            await eventually(lambda: "b" in kube.tenancy.bindings, what="the binding seen")
+            server = await _start_webhooks(kube, 0, certs, False)
+            assert isinstance(server, WebhookServer)
+            try:
+                client_ssl = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+                body = {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": request(_pod(), namespace="ml"),
+                }
+                url = f"https://127.0.0.1:{server.port}/mutate-pods"
+                async with (
+                    aiohttp.ClientSession() as session,
+                    session.post(url, json=body, ssl=client_ssl) as resp,
+                ):
+                    answer = (await resp.json())["response"]
+                ops = json.loads(base64.b64decode(answer["patch"]))
+                assert {"op": "add", "path": "/spec/schedulerName", "value": "shoal"} in ops
+                body["request"] = request(queue("child", "nowhere"))
+                async with (
+                    aiohttp.ClientSession() as session,
+                    session.post(
+                        url.replace("mutate-pods", "validate"), json=body, ssl=client_ssl
+                    ) as resp,
+                ):
+                    answer = (await resp.json())["response"]
+                assert not answer["allowed"] and "nowhere" in answer["status"]["message"]
+            finally:
+                await server.stop()
+    # No certificate: refused at start, with what to do.
+    assert await _start_webhooks(kube, 0, tmp_path / "none", False) is False

@@ -419,11 +419,18 @@ class Scheduler:
         if now < self._queues_due or len(self.queues.tree.names) <= 1:
             return
         self._queues_due = now + QUEUE_STATUS_SECONDS
-        for status in self.queues.queue_statuses(self.cluster.table):
+        queues = self.queues.queue_statuses(self.cluster.table)
+        bindings = self.queues.binding_statuses()
+        # Objects gone are forgotten: one created again under that name gets its status.
+        for gone in self._published_queues.keys() - {q.name for q in queues}:
+            del self._published_queues[gone]
+        for gone in self._published_bindings.keys() - {b.name for b in bindings}:
+            del self._published_bindings[gone]
+        for status in queues:
             if self._published_queues.get(status.name) != status:
                 self._published_queues[status.name] = status
                 self.effects.emit(status)
-        for binding in self.queues.binding_statuses():
+        for binding in bindings:
             if self._published_bindings.get(binding.name) != binding:
                 self._published_bindings[binding.name] = binding
                 self.effects.emit(binding)

@@ -19,9 +19,13 @@ of the same run, and how many PodGroup statuses were still to be written when th
 pod was bound (with the default rates, a backlog the writer works off afterwards). The
 client QPS is unlimited by default (--qps), so the writes cost CPU, not API budget.
 
+Each round runs in a fresh interpreter (with a fresh fake API server), `--repeat` times
+per mode in alternating order (ABC, CBA, ...); the medians and their ratios to `off`
+close the report.
+
 Usage:
   python bench/status_writes.py [--pods 10000] [--gangs 1000] [--queues 20]
-      [--nodes 100] [--modes off,on,unlimited] [--qps 0] [--kubeconfig PATH]
+      [--nodes 100] [--modes off,on,unlimited] [--repeat 2] [--qps 0] [--kubeconfig PATH]
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import statistics
+import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -256,40 +263,69 @@ def _slope(times: list[float]) -> float:
     return cov / var if var > 0 else float("inf")
 
 
-async def main(argv: list[str] | None = None) -> int:
+async def child(args: argparse.Namespace) -> Round:
+    if args.kubeconfig:
+        return await measure(args.kubeconfig, args.child, args)
+    async with fake_cluster() as kubeconfig:
+        return await measure(kubeconfig, args.child, args)
+
+
+def run_round(mode: str, argv: list[str]) -> Round:
+    """One round in a fresh interpreter: rounds in one process were not independent (each
+    later round ran slower, whatever its mode: the heap and garbage of earlier rounds)."""
+    done = subprocess.run(
+        [sys.executable, __file__, *argv, "--child", mode],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Round(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--gangs", type=int, default=1000)
     parser.add_argument("--queues", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--modes", default="off,on,unlimited")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds per mode (ABC, CBA, ...)")
     parser.add_argument("--qps", type=float, default=0.0, help="client QPS (0: unlimited)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per round")
     parser.add_argument("--kubeconfig", help="a real cluster (default: the fake API server)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.pods % args.gangs:
         parser.error("--pods must be a multiple of --gangs")
-    rounds: list[Round] = []
-    for mode in args.modes.split(","):
-        if args.kubeconfig:
-            result = await measure(args.kubeconfig, mode, args)
-        else:
-            async with fake_cluster() as kubeconfig:
-                result = await measure(kubeconfig, mode, args)
-        rounds.append(result)
-        base = next((r for r in rounds if r.mode == "off"), None)
-        ratio = f"{result.overall / base.overall:5.2f}" if base else "    -"
-        print(
-            f"{mode:9s}  pods {result.pods:5d} in {result.seconds:6.1f} s  "
-            f"{result.overall:7.1f} pods/s (steady {result.steady:7.1f})  vs off {ratio}  "
-            f"status writes {result.writes_per_second:6.1f}/s (podgroups {result.group_writes}, "
-            f"queues+bindings {result.queue_writes})  pod conditions "
-            f"{result.pod_condition_writes}  podgroup statuses still queued "
-            f"{result.groups_left}",
-            flush=True,
-        )
+    if args.child:
+        print(json.dumps(asdict(asyncio.run(child(args)))), flush=True)
+        return 0
+    modes = args.modes.split(",")
+    rounds: dict[str, list[Round]] = {m: [] for m in modes}
+    for r in range(args.repeat):
+        # Alternating order, so that a drift in the machine's load hits every mode alike.
+        for mode in modes if r % 2 == 0 else modes[::-1]:
+            result = run_round(mode, argv)
+            rounds[mode].append(result)
+            print(
+                f"{mode:9s}  pods {result.pods:5d} in {result.seconds:6.1f} s  "
+                f"{result.overall:7.1f} pods/s (steady {result.steady:7.1f})  "
+                f"status writes {result.writes_per_second:6.1f}/s (podgroups "
+                f"{result.group_writes}, queues+bindings {result.queue_writes})  pod "
+                f"conditions {result.pod_condition_writes}  podgroup statuses still queued "
+                f"{result.groups_left}",
+                flush=True,
+            )
+    base = statistics.median(r.overall for r in rounds.get("off", [])) if "off" in rounds else 0
+    print("median over rounds:")
+    for mode, results in rounds.items():
+        pods = statistics.median(r.overall for r in results)
+        writes = statistics.median(r.writes_per_second for r in results)
+        ratio = f"{pods / base:5.2f}" if base else "    -"
+        print(f"  {mode:9s}  {pods:7.1f} pods/s  vs off {ratio}  status writes {writes:6.1f}/s")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

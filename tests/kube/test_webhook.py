@@ -300,3 +300,23 @@ async def test_shoal_run_serves_the_webhooks_from_the_schedulers_own_view(tmp_pa
                 await server.stop()
     # No certificate: refused at start, with what to do.
     assert await _start_webhooks(kube, 0, tmp_path / "none", False) is False
+
+
+def test_the_command_makes_certificates_prints_the_ca_and_refuses_without_one(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from shoal.cli import app
+
+    runner = CliRunner()
+    done = runner.invoke(app, ["webhook", "--cert-dir", str(tmp_path / "none")])
+    assert done.exit_code == 2
+    certs = tmp_path / "certs"
+    args = ["webhook", "--cert-dir", str(certs), "--generate-certs", "--print-ca-bundle"]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    bundle = base64.b64decode(done.stdout.strip().splitlines()[-1])
+    assert bundle == (certs / "ca.crt").read_bytes()
+    assert bundle.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert (certs / "tls.key").stat().st_mode & 0o077 == 0

@@ -229,6 +229,10 @@ from shoal.drivers.kube.ctl import register as _register_ctl  # noqa: E402
 
 _register_ctl(app)
 
+from shoal.drivers.kube.webhook_cli import register as _register_webhook  # noqa: E402
+
+_register_webhook(app)
+
 from shoal.experiments.openb.cli import experiment_app  # noqa: E402
 
 app.add_typer(experiment_app, name="experiment")

@@ -30,6 +30,7 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.effects import (
     BindFailed,
+    BindingStatus,
     Bound,
     Evict,
     GroupStatus,
@@ -138,6 +139,7 @@ class Scheduler:
         self.gangs = GangManager.of(handle)
         self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
         self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
+        self._published_bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
         self._queues_due = 0.0  # when queue statuses may be published next
 
     # ---- intake from the backend ---------------------------------------------------
@@ -429,13 +431,21 @@ class Scheduler:
         if now < self._queues_due or len(self.queues.tree.names) <= 1:
             return
         self._queues_due = now + QUEUE_STATUS_SECONDS
-        for name, allocated, guaranteed, fair, pending, running in self.queues.observed(
-            self.cluster.table
-        ):
-            status = QueueStatus(name, allocated, guaranteed, fair, pending, running)
-            if self._published_queues.get(name) != status:
-                self._published_queues[name] = status
+        queues = self.queues.queue_statuses(self.cluster.table)
+        bindings = self.queues.binding_statuses()
+        # Objects gone are forgotten: one created again under that name gets its status.
+        for gone in self._published_queues.keys() - {q.name for q in queues}:
+            del self._published_queues[gone]
+        for gone in self._published_bindings.keys() - {b.name for b in bindings}:
+            del self._published_bindings[gone]
+        for status in queues:
+            if self._published_queues.get(status.name) != status:
+                self._published_queues[status.name] = status
                 self.effects.emit(status)
+        for binding in bindings:
+            if self._published_bindings.get(binding.name) != binding:
+                self._published_bindings[binding.name] = binding
+                self.effects.emit(binding)
 
     def _publish_groups(self) -> None:
         """A GroupStatus effect for every group whose observable state changed."""

@@ -73,6 +73,7 @@ from shoal.drivers.kube.resources import (
     object_ref,
 )
 from shoal.drivers.kube.status import (
+    BindingStatusWriter,
     EventRecorder,
     PodGroupStatusWriter,
     PodStatusWriter,
@@ -349,7 +350,10 @@ class KubeBackend:
             self.client, self.group_objects, self.events, qps=opts.group_status_qps
         )
         self.queue_status = QueueStatusWriter(
-            self.client, self.queue_object, qps=opts.queue_status_qps
+            self.client, self.queue_object, elastic=self.elastic_quota, qps=opts.queue_status_qps
+        )
+        self.binding_status = BindingStatusWriter(
+            self.client, self.binding_object, qps=opts.queue_status_qps
         )
         self.effects = KubeEffects(
             self.binder,
@@ -360,6 +364,7 @@ class KubeBackend:
             on_eviction_failed=self._eviction_failed,
             groups=self.group_status,
             queues=self.queue_status,
+            bindings=self.binding_status,
         )
         self.clock = WallClock()
         self.scheduler: Scheduler = new_scheduler(
@@ -441,6 +446,22 @@ class KubeBackend:
         informer = self.informers.get(QUEUES.name)
         return None if informer is None else informer.store.get(name)
 
+    def binding_object(self, name: str) -> JSON | None:
+        """The informer's latest copy of a QueueBinding (cluster-scoped, by name)."""
+        informer = self.informers.get(QUEUE_BINDINGS.name)
+        return None if informer is None else informer.store.get(name)
+
+    def elastic_quota(self, namespace: str) -> tuple[ResourceKind, JSON] | None:
+        """The latest copy of the ElasticQuota of `namespace` (either API group)."""
+        for kind in (ELASTIC_QUOTAS, ELASTIC_QUOTAS_SIGS):
+            informer = self.informers.get(kind.name)
+            if informer is None:
+                continue
+            for key, raw in informer.store.items():
+                if key.partition("/")[0] == namespace:
+                    return kind, raw
+        return None
+
     def group_objects(self, key: str) -> list[tuple[ResourceKind, JSON]]:
         """The PodGroup objects behind the group `namespace/name`, latest copies."""
         found = []
@@ -515,6 +536,7 @@ class KubeBackend:
         tasks.append(asyncio.create_task(self.events.run(), name="event-recorder"))
         tasks.append(asyncio.create_task(self.group_status.run(), name="group-status-writer"))
         tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status-writer"))
+        tasks.append(asyncio.create_task(self.binding_status.run(), name="binding-status-writer"))
         self._background = tasks
         stop = asyncio.create_task(self._stopping.wait())
         schedule: asyncio.Task[None] | None = None

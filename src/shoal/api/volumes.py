@@ -274,7 +274,7 @@ class CSINodeDriver(_Base):
     name: str
     node_id: str = msgspec.field(default="", name="nodeID")
     allocatable: VolumeNodeResources | None = None
-    topology_keys: list[str] = []
+    topology_keys: list[str] | None = None
 
 
 class CSINodeSpec(_Base):

@@ -14,6 +14,8 @@
   labels only have no object and nothing is written;
 * `QueueStatus`: the status subresource of the Queue object (allocated, guaranteed,
   fair share, pending and running pods; `QueueStatusWriter`).
+* `BindVolumes`: claims' selected node and volumes' claimRef (`VolumeWriter`), started
+  at once and awaited by the pod's `bind`, which fails if they did.
 
 Everything is queued: `emit` never blocks and never raises.
 """
@@ -32,8 +34,10 @@ from shoal.drivers.kube.status import (
     QueueStatusWriter,
     pod_ref,
 )
+from shoal.drivers.kube.volumes import VolumeWriter
 from shoal.framework.effects import (
     BindFailed,
+    BindVolumes,
     Bound,
     Effect,
     Evict,
@@ -69,8 +73,10 @@ class KubeEffects:
         on_eviction_failed: Callable[[PodInfo], None] | None = None,
         groups: PodGroupStatusWriter | None = None,
         queues: QueueStatusWriter | None = None,
+        volumes: VolumeWriter | None = None,
     ) -> None:
         self.binder = binder
+        self.volumes = volumes
         self.groups = groups
         self.queues = queues
         self.evictor = evictor
@@ -80,6 +86,8 @@ class KubeEffects:
         self.on_eviction_failed = on_eviction_failed
 
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        if self.volumes is not None:
+            await self.volumes.wait(pod.uid)  # VolumeBinding's writes land first
         await self.binder.bind(pod, node, annotations)
 
     def emit(self, effect: Effect) -> None:
@@ -96,7 +104,13 @@ class KubeEffects:
         elif isinstance(effect, Unschedulable):
             self._unschedulable(effect.pod, effect.status, effect.message, effect.nominated)
         elif isinstance(effect, BindFailed):
+            if self.volumes is not None:
+                self.volumes.forget(effect.pod.uid)
             self._bind_failed(effect.pod, effect.node, effect.status)
+        elif isinstance(effect, BindVolumes):
+            if self.volumes is None:
+                raise RuntimeError("no VolumeWriter: volume bindings cannot be written")
+            self.volumes.start(effect)
         elif isinstance(effect, Evict):
             self.evictor.evict(effect.pod, effect.reason, self.on_eviction_failed)
         elif isinstance(effect, GroupStatus):

@@ -234,7 +234,7 @@ def test_a_rejected_bind_releases_the_assumed_volume() -> None:
 def test_an_ephemeral_volume_waits_for_its_claim_and_its_owner() -> None:
     h = cluster("a")
     h.add_storage(make_storage_class("std").wait_for_first_consumer())
-    [info] = h.add_pods(make_pod("job").uid("job-uid").ephemeral_volume("scratch", "std"))
+    h.add_pods(make_pod("job").uid("job-uid").ephemeral_volume("scratch", "std"))
     assert (
         "waiting for ephemeral volume controller to create the persistentvolumeclaim "
         in (h.run().messages["default/job"])

@@ -401,7 +401,8 @@ class VolumeBinding:
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
         # kube-scheduler scores here only with its StorageCapacityScoring feature gate;
         # without it (and in Shoal) PreScore skips, so a configuration that enables
-        # VolumeBinding at score loads and ranks nodes exactly as kube's default does.
+        # VolumeBinding at score loads and ranks nodes as kube-scheduler does without
+        # that gate.
         return Status(Code.SKIP)
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:

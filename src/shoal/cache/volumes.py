@@ -33,6 +33,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.api.volumes import (
     ANNOTATION_SELECTED_NODE,
     IN_TREE_CSI_DRIVERS,
+    NO_PROVISIONER,
     CSINode,
     ObjectReference,
     PersistentVolume,
@@ -243,6 +244,8 @@ class VolumeCatalog:
         if storage_class is None:
             return ""
         provisioner = storage_class.provisioner
+        if provisioner == NO_PROVISIONER:
+            return ""  # local volumes: nothing attaches them
         return IN_TREE_CSI_DRIVERS.get(provisioner, provisioner)
 
     def attachable(self, pod: PodInfo) -> list[tuple[str, str]]:

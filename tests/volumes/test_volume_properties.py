@@ -55,7 +55,10 @@ def test_volume_invariants(case: dict[str, list]) -> None:  # type: ignore[type-
     h.add_storage(
         make_storage_class("dyn").wait_for_first_consumer().provisioner(DRIVER),
         make_storage_class("local").wait_for_first_consumer().provisioner(NO_PROVISIONER),
-        *(make_csi_node(n).driver(DRIVER, count=c) for n, c in zip(nodes, case["nodes"])),
+        *(
+            make_csi_node(n).driver(DRIVER, count=c)
+            for n, c in zip(nodes, case["nodes"], strict=True)
+        ),
     )
     for i, where in enumerate(case["local_volumes"]):
         h.add_storage(make_pv(f"pv{i}").storage_class("local").on_nodes(nodes[where % len(nodes)]))
@@ -75,7 +78,7 @@ def test_volume_invariants(case: dict[str, list]) -> None:  # type: ignore[type-
     h.advance(30)
 
     catalog = VolumeCatalog.of(h.scheduler.handle)
-    limits = dict(zip(nodes, case["nodes"]))
+    limits = dict(zip(nodes, case["nodes"], strict=True))
     counts = recount(h)
     table = h.scheduler.cluster.table
     for node, used in counts.items():

@@ -363,6 +363,25 @@ def test_bound_volumes_count_for_their_csi_driver_and_nodes_without_csinode_are_
     assert sorted(placements.values(), key=str) == ["free", "free", "n0", "n1"]
 
 
+def test_pods_read_before_their_claims_count_once_the_claims_arrive() -> None:
+    # After a restart the pod informer may deliver bound pods before the claim informer.
+    h = cluster("a")
+    h.add_pods(make_pod("old").node("n0").pvc("d0"))
+    h.add_storage(
+        make_storage_class("ebs").wait_for_first_consumer().provisioner("ebs.csi.aws.com"),
+        make_csi_node("n0").driver("ebs.csi.aws.com", count=1),
+        make_pvc("d0").storage_class("ebs"),
+        make_pvc("d1").storage_class("ebs"),
+    )
+    h.add_pods(make_pod("new").pvc("d1"))
+    placements, messages = h.run()
+    assert placements == {"default/old": "n0", "default/new": None}
+    assert "1 node(s) exceed max volume count" in messages["default/new"]
+    # The claim goes away: kube counts only claims it can look up.
+    h.delete_storage("PersistentVolumeClaim", "d0")
+    assert h.advance(10).placements["default/new"] == "n0"
+
+
 # ---- bad objects --------------------------------------------------------------------
 
 

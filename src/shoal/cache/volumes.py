@@ -79,6 +79,8 @@ class VolumeCatalog:
         # Attachments (NodeVolumeLimits): per row, and per driver a count per row.
         self._rows: dict[int, _RowAttachments] = {}
         self._pod_claims: dict[str, list[tuple[str, str]]] = {}  # uid -> (claim, driver)
+        # claim key -> placed pods using it (counted or not yet resolvable).
+        self._users: dict[str, dict[str, PodInfo]] = {}
         self.attached: dict[str, NDArray[np.int32]] = {}  # driver -> distinct volumes/row
         self._limits: dict[str, NDArray[np.int64]] = {}
         self._limits_key: tuple[int, int] = (-1, -1)
@@ -109,28 +111,47 @@ class VolumeCatalog:
         if claim.spec.volume_name or selected == self.assumed_node.get(key):
             self.assumed_node.pop(key, None)
         self.version += 1
+        if key in self._users:
+            self._recount([key])
 
     def delete_claim(self, namespace: str, name: str) -> None:
         key = f"{namespace or 'default'}/{name}"
         self.claims.pop(key, None)
         self.assumed_node.pop(key, None)
         self.version += 1
+        if key in self._users:
+            self._recount([key])  # kube counts only claims it can look up
 
     def upsert_volume(self, volume: PersistentVolume) -> None:
         name = volume.metadata.name
         self.volumes[name] = volume
         if volume.spec.claim_ref is not None:
             self.assumed_volume.pop(name, None)
+            ref = volume.spec.claim_ref
+            key = f"{ref.namespace or 'default'}/{ref.name}"
+            if key in self._users:
+                self._recount([key])
         self.version += 1
 
     def delete_volume(self, name: str) -> None:
-        self.volumes.pop(name, None)
+        gone = self.volumes.pop(name, None)
         self.assumed_volume.pop(name, None)
         self.version += 1
+        ref = gone.spec.claim_ref if gone is not None else None
+        if ref is not None:
+            self._recount([f"{ref.namespace or 'default'}/{ref.name}"])
 
     def upsert_class(self, storage_class: StorageClass) -> None:
-        self.classes[storage_class.metadata.name] = storage_class
+        name = storage_class.metadata.name
+        self.classes[name] = storage_class
         self.version += 1
+        self._recount(
+            [
+                key
+                for key in self._users
+                if (claim := self.claims.get(key)) is not None and claim_class(claim) == name
+            ]
+        )
 
     def delete_class(self, name: str) -> None:
         self.classes.pop(name, None)
@@ -263,6 +284,8 @@ class VolumeCatalog:
     def pod_placed(self, row: int, pod: PodInfo) -> None:
         if not pod.pod.spec.volumes:
             return
+        for use in pod_claims(pod.pod):
+            self._users.setdefault(use.key, {})[pod.uid] = pod
         found = self.attachable(pod)
         if not found:
             return
@@ -276,6 +299,14 @@ class VolumeCatalog:
                 self._column(driver, row)[row] += 1
 
     def pod_unplaced(self, row: int, pod: PodInfo) -> None:
+        if not pod.pod.spec.volumes:
+            return
+        for use in pod_claims(pod.pod):
+            users = self._users.get(use.key)
+            if users is not None:
+                users.pop(pod.uid, None)
+                if not users:
+                    del self._users[use.key]
         found = self._pod_claims.pop(pod.uid, None)
         if not found:
             return
@@ -294,6 +325,22 @@ class VolumeCatalog:
                 column[row] -= 1
         if not slot.refs:
             del self._rows[row]
+
+    def _recount(self, claims: list[str]) -> None:
+        """Count the placed pods using `claims` again: what a claim's driver resolves to
+        changed (the claim, its volume or its class arrived or changed; after a restart
+        pods may be read before their claims)."""
+        table = self.cluster.table
+        pods: dict[str, PodInfo] = {}
+        for claim in claims:
+            pods.update(self._users.get(claim, {}))
+        for uid, pod in pods.items():
+            record = self.cluster.placed.get(uid)
+            row = table.row_of.get(record.node) if record is not None else None
+            if row is None:
+                continue
+            self.pod_unplaced(row, pod)
+            self.pod_placed(row, pod)
 
     def row_moved(self, src: int, dst: int) -> None:
         slot = self._rows.pop(src, None)

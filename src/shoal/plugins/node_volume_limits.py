@@ -83,7 +83,10 @@ class NodeVolumeLimits:
         return [
             ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
-            ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD),
+            # What a claim counts for may change with the claim, its volume or class.
+            ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ALL),
+            ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ALL),
+            ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.NODE, ActionType.ADD),
         ]
 

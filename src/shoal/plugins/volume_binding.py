@@ -345,6 +345,8 @@ class VolumeBinding:
         else:
             terms = tuple(required.node_selector_terms)
             mask = snap.labels.terms_mask(terms, snap.names[:n], slice(0, n))
+        if len(self._volume_masks) > 64 + 2 * len(self.catalog.volumes):
+            self._volume_masks.clear()  # volumes were deleted: drop their masks
         self._volume_masks[name] = (volume, version, n, mask)
         return mask
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kubehelpers import async_test, bound_pods, eventually, events_for, node, pod
+from kubehelpers import async_test, bound_pods, events_for, eventually, node, pod
 from kubehelpers import backend as running
 
 from shoal.testing.fake_apiserver import FakeApiServer, Fault

@@ -79,6 +79,7 @@ class VolumeCatalog:
         # Attachments (NodeVolumeLimits): per row, and per driver a count per row.
         self._rows: dict[int, _RowAttachments] = {}
         self._pod_claims: dict[str, list[tuple[str, str]]] = {}  # uid -> (claim, driver)
+        self._claim_rows: dict[str, set[int]] = {}  # claim key -> rows it is attached on
         # claim key -> placed pods using it (counted or not yet resolvable).
         self._users: dict[str, dict[str, PodInfo]] = {}
         self.attached: dict[str, NDArray[np.int32]] = {}  # driver -> distinct volumes/row
@@ -297,6 +298,7 @@ class VolumeCatalog:
             if count == 0:
                 slot.driver_of[claim] = driver
                 self._column(driver, row)[row] += 1
+                self._claim_rows.setdefault(claim, set()).add(row)
 
     def pod_unplaced(self, row: int, pod: PodInfo) -> None:
         if not pod.pod.spec.volumes:
@@ -319,6 +321,11 @@ class VolumeCatalog:
                 slot.refs[claim] = count
                 continue
             slot.refs.pop(claim, None)
+            rows = self._claim_rows.get(claim)
+            if rows is not None:
+                rows.discard(row)
+                if not rows:
+                    del self._claim_rows[claim]
             driver = slot.driver_of.pop(claim, "")
             column = self.attached.get(driver)
             if column is not None and row < len(column):
@@ -346,6 +353,11 @@ class VolumeCatalog:
         slot = self._rows.pop(src, None)
         if slot is not None:
             self._rows[dst] = slot
+            for claim in slot.refs:
+                rows = self._claim_rows.get(claim)
+                if rows is not None:
+                    rows.discard(src)
+                    rows.add(dst)
         for driver, column in list(self.attached.items()):
             if len(column) <= max(src, dst):
                 column = self.attached[driver] = _grown(column, max(src, dst) + 1)
@@ -376,10 +388,10 @@ class VolumeCatalog:
 
     def claim_on(self, claim: str, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
         """Whether the claim's volume is already in use on each row."""
-        found = np.zeros(len(rows), dtype=bool)
-        holding = [row for row, slot in self._rows.items() if claim in slot.refs]
-        if holding:
-            found = np.isin(rows, holding)
+        holding = self._claim_rows.get(claim)
+        if not holding:
+            return np.zeros(len(rows), dtype=bool)
+        found: NDArray[np.bool_] = np.isin(rows, list(holding))
         return found
 
     def limit_of(self, driver: str, rows: NDArray[np.intp]) -> NDArray[np.int64]:

@@ -51,6 +51,8 @@ class VolumeZone:
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
         self.catalog = VolumeCatalog.of(handle)
+        self._cache: dict[tuple[object, ...], NDArray[np.bool_]] = {}
+        self._cache_key = (-1, -1)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         if not pod.pod.spec.volumes:
@@ -90,22 +92,36 @@ class VolumeZone:
         return None, Status()
 
     def _mask(self, wanted: list[tuple[str, set[str]]]) -> NDArray[np.bool_]:
+        """Rows that pass, cached per set of (label, zones) until nodes change: pods whose
+        volumes are in the same zones share one mask."""
         snap = self.handle.snapshot
         n = snap.n
+        version = self.handle.cluster.table.nodes_version
+        if self._cache_key != (version, n):
+            self._cache.clear()
+            self._cache_key = (version, n)
+        key = tuple(sorted((k, tuple(sorted(v))) for k, v in wanted))
+        found = self._cache.get(key)
+        if found is not None:
+            return found
         labels = snap.labels
         everywhere = slice(0, n)
-        unzoned = np.ones(n, dtype=bool)
-        for key in ZONE_LABELS:
-            unzoned &= labels.column(key, everywhere) == MISSING
+        unzoned = self._cache.get(())
+        if unzoned is None:
+            unzoned = np.ones(n, dtype=bool)
+            for label in ZONE_LABELS:
+                unzoned &= labels.column(label, everywhere) == MISSING
+            self._cache[()] = unzoned
         passed = np.ones(n, dtype=bool)
-        for key, values in wanted:
-            codes = labels.value_codes(key, sorted(values))
-            column = labels.column(key, everywhere)
-            if not codes:
-                passed[:] = False
-                break
-            passed &= np.isin(column, codes)
+        for label, values in wanted:
+            codes = labels.value_codes(label, sorted(values))
+            column = labels.column(label, everywhere)
+            inside = np.zeros(n, dtype=bool)
+            for code in codes:
+                inside |= column == code
+            passed &= inside
         result: NDArray[np.bool_] = passed | unzoned
+        self._cache[key] = result
         return result
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:

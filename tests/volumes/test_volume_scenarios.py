@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from shoal.api.errors import ManifestError
+from shoal.api.objects import LabelSelector
 from shoal.api.volumes import ANNOTATION_SELECTED_NODE, NO_PROVISIONER
 from shoal.cache.volumes import VolumeCatalog
 from shoal.framework.effects import BindVolumes
@@ -136,6 +137,35 @@ def test_wait_for_first_consumer_picks_the_smallest_fitting_static_volume() -> N
     assert bind.static == (("default/data", "big-n0" if node == "n0" else "small-n1"),)
     # The in-memory PV controller bound both sides.
     assert catalog(h).claims["default/data"].spec.volume_name in ("big-n0", "small-n1")
+
+
+def test_static_matching_honours_selectors_volume_modes_and_shared_hostnames() -> None:
+    h = SchedulerHarness()
+    # Two nodes share a hostname label value (kube allows it): a volume pinned to that
+    # hostname may go to either.
+    h.add_nodes(
+        make_node("x1").capacity(cpu="1").label("kubernetes.io/hostname", "shared"),
+        make_node("x2").capacity(cpu="1").label("kubernetes.io/hostname", "shared"),
+        make_node("y").capacity(cpu="1").label("kubernetes.io/hostname", "y"),
+    )
+    h.add_storage(
+        make_storage_class("local").wait_for_first_consumer().provisioner(NO_PROVISIONER),
+        make_pv("fast-y").storage_class("local").on_nodes("y").labels(tier="fast"),
+        make_pv("slow-shared").storage_class("local").on_nodes("shared").labels(tier="slow"),
+        make_pv("block-y").storage_class("local").on_nodes("y").labels(tier="slow"),
+    )
+    block = make_pv("block-y").storage_class("local").on_nodes("y").labels(tier="slow").obj()
+    block.spec.volume_mode = "Block"
+    h.add_storage(block)
+    slow = make_pvc("slow").storage_class("local").obj()
+    slow.spec.selector = LabelSelector(match_labels={"tier": "slow"})
+    h.add_storage(slow)
+    h.add_pods(make_pod("a").req(cpu="1").pvc("slow"), make_pod("b").req(cpu="1").pvc("slow"))
+    placements = h.run().placements
+    # The filesystem claim cannot take the Block volume on y: the slow volume on a
+    # "shared" node serves it (the second pod shares the claim and follows it).
+    assert placements["default/a"] in ("x1", "x2")
+    assert h.effects.volume_bindings[0].static == (("default/slow", "slow-shared"),)
 
 
 def test_two_claims_never_take_the_same_volume() -> None:

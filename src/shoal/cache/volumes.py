@@ -73,6 +73,10 @@ class VolumeCatalog:
         self.csi_nodes: dict[str, CSINode] = {}
         # Bumped on every change (plugins cache derived masks against it).
         self.version = 0
+        # Names of volumes changed since `volume_epoch` began, in order (followed by
+        # VolumeIndex); compacted by starting a new epoch.
+        self.volume_log: list[str] = []
+        self.volume_epoch = 0
         # Assumed at Reserve: volume -> claim key, claim key -> selected node.
         self.assumed_volume: dict[str, str] = {}
         self.assumed_node: dict[str, str] = {}
@@ -123,9 +127,16 @@ class VolumeCatalog:
         if key in self._users:
             self._recount([key])  # kube counts only claims it can look up
 
+    def _volume_changed(self, name: str) -> None:
+        if len(self.volume_log) > 1024 + 4 * len(self.volumes):
+            self.volume_log = []
+            self.volume_epoch += 1
+        self.volume_log.append(name)
+
     def upsert_volume(self, volume: PersistentVolume) -> None:
         name = volume.metadata.name
         self.volumes[name] = volume
+        self._volume_changed(name)
         if volume.spec.claim_ref is not None:
             self.assumed_volume.pop(name, None)
             ref = volume.spec.claim_ref
@@ -136,6 +147,7 @@ class VolumeCatalog:
 
     def delete_volume(self, name: str) -> None:
         gone = self.volumes.pop(name, None)
+        self._volume_changed(name)
         self.assumed_volume.pop(name, None)
         self.version += 1
         ref = gone.spec.claim_ref if gone is not None else None

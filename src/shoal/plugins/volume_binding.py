@@ -45,17 +45,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from shoal.api.podinfo import PodInfo
-from shoal.api.selectors import label_selector_matches
 from shoal.api.volumes import (
     ANNOTATION_SELECTED_NODE,
     NO_PROVISIONER,
-    PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
     claim_class,
     pod_claims,
     unsupported_volumes,
 )
+from shoal.cache.volume_index import VolumeIndex
 from shoal.cache.volumes import ClaimBinding, VolumeCatalog
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.effects import BindVolumes
@@ -121,9 +120,9 @@ class _Plan:
     """The pod's unbound delayed-binding claims and what may serve them, over all rows."""
 
     to_match: list[PersistentVolumeClaim]  # smallest request first
-    candidates: list[list[int]]  # per claim: indexes into volumes, smallest first
-    volumes: list[PersistentVolume]
-    masks: NDArray[np.bool_] | None  # (len(volumes), n): volume affinity per row
+    candidates: list[NDArray[np.intp]]  # per claim: volume slots, smallest first
+    index: VolumeIndex
+    n: int
     provisionable: list[NDArray[np.bool_]]  # per claim to match: provisioning possible
     selected: list[PersistentVolumeClaim]  # claims already marked for a node
     passed: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
@@ -137,20 +136,16 @@ class _Plan:
         bindings = [ClaimBinding(c.key) for c in self.selected]
         left: list[int] = []
         for i, claim in enumerate(self.to_match):
-            pick = next(
-                (
-                    v
-                    for v in self.candidates[i]
-                    if v not in chosen and self.masks is not None and self.masks[v, row]
-                ),
-                None,
-            )
+            slots = self.candidates[i]
+            usable = slots[self.index.usable_at(slots, row, self.n)] if len(slots) else slots
+            pick = next((int(v) for v in usable if int(v) not in chosen), None)
             if pick is None:
                 left.append(i)
                 bindings.append(ClaimBinding(claim.key))
             else:
                 chosen.add(pick)
-                bindings.append(ClaimBinding(claim.key, self.volumes[pick].metadata.name))
+                volume = self.index.volume(pick).metadata.name
+                bindings.append(ClaimBinding(claim.key, volume))
         return bindings, left
 
 
@@ -162,8 +157,8 @@ class VolumeBinding:
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
         self.catalog = VolumeCatalog.of(handle)
-        # Per volume / class: (object, nodes version, rows) -> mask over all rows.
-        self._volume_masks: dict[str, tuple[object, int, int, NDArray[np.bool_]]] = {}
+        self.index = VolumeIndex(self.catalog, handle.cluster)
+        # Per class: (object, nodes version, rows) -> mask over all rows.
         self._class_masks: dict[str, tuple[object, int, int, NDArray[np.bool_]]] = {}
 
     # ---- PreFilter ------------------------------------------------------------------
@@ -227,12 +222,14 @@ class VolumeBinding:
         # Bound claims: the volume must exist and its node affinity match.
         missing = False
         conflict = np.zeros(n, dtype=bool)
+        index = self.index
+        index.sync()
         for claim in bound:
-            volume = catalog.volumes.get(claim.spec.volume_name)
-            if volume is None:
+            slot = index.slot_of.get(claim.spec.volume_name)
+            if slot is None:
                 missing = True
                 continue
-            conflict |= ~self._volume_mask(volume, n)
+            conflict |= ~index.any_mask(np.array([slot], dtype=np.intp), n)
         if missing:
             failures.append(Failure(REASON_PV_NOT_EXIST, np.ones(n, dtype=bool), _UNRESOLVABLE))
             passed[:] = False
@@ -244,21 +241,9 @@ class VolumeBinding:
         to_match = sorted(
             (c for c in delayed if not catalog.selected_node(c)), key=lambda c: c.request
         )
-        volumes: list[PersistentVolume] = []
-        index: dict[str, int] = {}
-        candidates: list[list[int]] = []
-        for claim in to_match:
-            mine = []
-            for volume in self._candidates(claim):
-                name = volume.metadata.name
-                if name not in index:
-                    index[name] = len(volumes)
-                    volumes.append(volume)
-                mine.append(index[name])
-            candidates.append(mine)
-        masks = np.stack([self._volume_mask(v, n) for v in volumes]) if volumes else None
+        candidates = [index.candidates(claim) for claim in to_match]
         provisionable = [self._provision_mask(c, n) for c in to_match]
-        plan = _Plan(to_match, candidates, volumes, masks, provisionable, selected)
+        plan = _Plan(to_match, candidates, index, n, provisionable, selected)
         unbound_ok = np.ones(n, dtype=bool)
         names = snap.names[:n]
         for claim in selected:
@@ -275,19 +260,23 @@ class VolumeBinding:
 
     def _match_all(self, plan: _Plan, n: int) -> NDArray[np.bool_]:
         """Per row: can every claim to match get a static volume or be provisioned?"""
-        if plan.masks is None:
+        index = plan.index
+        if len(plan.to_match) == 1:
+            slots = plan.candidates[0]
+            if not len(slots):
+                return plan.provisionable[0].copy()
+            result: NDArray[np.bool_] = index.any_mask(slots, n) | plan.provisionable[0]
+            return result
+        union = np.unique(np.concatenate(plan.candidates))
+        if not len(union):
             ok = np.ones(n, dtype=bool)
             for mask in plan.provisionable:
                 ok &= mask
             return ok
-        if len(plan.to_match) == 1:
-            rows = plan.masks[plan.candidates[0]]
-            any_volume = np.asarray(rows.any(axis=0), dtype=bool)
-            result: NDArray[np.bool_] = any_volume | plan.provisionable[0]
-            return result
-        # The greedy choice depends on a row only through which volumes match there:
-        # run it once per distinct pattern.
-        patterns, inverse = np.unique(plan.masks.T, axis=0, return_inverse=True)
+        # The greedy choice depends on a row only through which volumes may be used
+        # there: run it once per distinct pattern.
+        masks = index.masks(union, n)
+        patterns, inverse = np.unique(masks.T, axis=0, return_inverse=True)
         inverse = np.asarray(inverse).reshape(-1)
         ok = np.zeros(n, dtype=bool)
         for p in range(len(patterns)):
@@ -299,56 +288,6 @@ class VolumeBinding:
                 here &= plan.provisionable[i]
             ok |= here
         return ok
-
-    def _candidates(self, claim: PersistentVolumeClaim) -> list[PersistentVolume]:
-        """kube's FindMatchingVolume without the node: the claim's pre-bound volume
-        alone, else the available volumes of its class that fit, smallest first."""
-        catalog = self.catalog
-        class_name = claim_class(claim)
-        for volume in catalog.volumes.values():
-            if catalog.prebound(volume, claim) and volume.metadata.deletion_timestamp is None:
-                fits = volume.capacity >= claim.request and _same_mode(claim, volume)
-                return [volume] if fits else []
-        found = []
-        request = claim.request
-        for volume in catalog.volumes_of_class(class_name):
-            spec = volume.spec
-            if (
-                catalog.volume_taken(volume, claim)
-                or volume.metadata.deletion_timestamp is not None
-                or volume.status.phase != "Available"
-                or volume.capacity < request
-                or not _same_mode(claim, volume)
-                or not set(claim.spec.access_modes) <= set(spec.access_modes)
-                or (
-                    claim.spec.selector is not None
-                    and not label_selector_matches(claim.spec.selector, volume.metadata.labels)
-                )
-            ):
-                continue
-            found.append(volume)
-        found.sort(key=lambda v: (v.capacity, v.metadata.name))
-        return found
-
-    def _volume_mask(self, volume: PersistentVolume, n: int) -> NDArray[np.bool_]:
-        """Rows whose labels satisfy the volume's required node affinity."""
-        snap = self.handle.snapshot
-        version = self.handle.cluster.table.nodes_version
-        name = volume.metadata.name
-        cached = self._volume_masks.get(name)
-        if cached is not None and cached[0] is volume and cached[1] == version and cached[2] == n:
-            return cached[3]
-        affinity = volume.spec.node_affinity
-        required = affinity.required if affinity is not None else None
-        if required is None:
-            mask = np.ones(n, dtype=bool)
-        else:
-            terms = tuple(required.node_selector_terms)
-            mask = snap.labels.terms_mask(terms, snap.names[:n], slice(0, n))
-        if len(self._volume_masks) > 64 + 2 * len(self.catalog.volumes):
-            self._volume_masks.clear()  # volumes were deleted: drop their masks
-        self._volume_masks[name] = (volume, version, n, mask)
-        return mask
 
     def _provision_mask(self, claim: PersistentVolumeClaim, n: int) -> NDArray[np.bool_]:
         """kube's checkVolumeProvisions: rows where the claim's class may provision."""
@@ -460,10 +399,6 @@ class VolumeBinding:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> VolumeBinding:
         return cls(handle)
-
-
-def _same_mode(claim: PersistentVolumeClaim, volume: PersistentVolume) -> bool:
-    return (claim.spec.volume_mode or "Filesystem") == (volume.spec.volume_mode or "Filesystem")
 
 
 def _owned_by(claim: PersistentVolumeClaim, pod: PodInfo) -> bool:

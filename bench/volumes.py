@@ -3,6 +3,8 @@
 Shapes (all on N nodes in 3 zones, each with a CSINode allowing 39 volumes of one
 driver; default plugins):
   * none:      pods without volumes (the plugins must cost nothing here)
+  * token:     pods with only the projected service-account token volume every pod in
+               a cluster has (the plugins must cost next to nothing here too)
   * bound:     each pod's claim is bound to a CSI volume labelled with a zone
                (VolumeZone, VolumeBinding's node affinity, NodeVolumeLimits)
   * dynamic:   each pod's claim is unbound, of a WaitForFirstConsumer class whose
@@ -13,7 +15,7 @@ driver; default plugins):
                matching over N volumes with hostname node affinity)
 
 Prints pods/s per shape (scheduled pods / seconds of the driver loop). Usage:
-  python bench/volumes.py [--nodes 5000] [--pods 2000] [--shapes none,bound,dynamic,local]
+  python bench/volumes.py [--nodes 5000] [--pods 2000] [--shapes none,token,bound,dynamic,local]
 """
 
 from __future__ import annotations
@@ -71,7 +73,10 @@ def run(shape: str, nodes: int, pods: int) -> tuple[int, float]:
     driver = Driver(sched, inbox=effects, on_cycle=note)
     for i in range(pods):
         pod = default_pod(f"p-{i}", "bench")
-        if shape != "none":
+        if shape == "token":
+            token = {"sources": [{"serviceAccountToken": {"path": "token"}}]}
+            pod.spec.volumes = [Volume(name="kube-api-access", projected=token)]
+        elif shape != "none":
             claim = f"c-{i}"
             if shape == "bound":
                 volume = make_pv(f"v-{i}").csi(DRIVER).zone(f"zone-{i % 3}")
@@ -93,7 +98,7 @@ def main() -> None:
     )
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=2000)
-    parser.add_argument("--shapes", default="none,bound,dynamic,local")
+    parser.add_argument("--shapes", default="none,token,bound,dynamic,local")
     args = parser.parse_args()
     print(f"Volumes {args.nodes} nodes / {args.pods} pods")
     for shape in args.shapes.split(","):

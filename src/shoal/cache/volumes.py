@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import msgspec
 import numpy as np
@@ -47,6 +48,13 @@ from shoal.cache.cluster import ClusterState
 __all__ = ["ClaimBinding", "VolumeCatalog"]
 
 _SERVICE = "volumes"
+
+
+class _Services(Protocol):
+    """What `VolumeCatalog.of` needs of the framework's Handle."""
+
+    services: dict[str, object]
+    cluster: ClusterState
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +100,13 @@ class VolumeCatalog:
         self._csi_version = 0
 
     @classmethod
-    def of(cls, handle: object) -> VolumeCatalog:
+    def of(cls, handle: _Services) -> VolumeCatalog:
         """The scheduler's catalog (created on first use, watching the cluster)."""
-        services: dict[str, object] = handle.services  # type: ignore[attr-defined]
+        services = handle.services
         found = services.get(_SERVICE)
         if isinstance(found, VolumeCatalog):
             return found
-        catalog = cls(handle.cluster)  # type: ignore[attr-defined]
+        catalog = cls(handle.cluster)
         services[_SERVICE] = catalog
         catalog.cluster.observers.append(catalog)
         table = catalog.cluster.table
@@ -224,7 +232,7 @@ class VolumeCatalog:
                 self.assumed_node.pop(binding.claim, None)
         self.version += 1
 
-    def bound_volume(self, claim: str, volume: str, node: str) -> None:
+    def bound_volume(self, claim: str, volume: str) -> None:
         """The in-memory cluster's PV controller: bind a claim and a volume at once."""
         found = self.claims.get(claim)
         pv = self.volumes.get(volume)

@@ -188,7 +188,7 @@ class MemoryEffects:
 def _apply_volumes(scheduler: Scheduler, bind: BindVolumes) -> None:
     catalog = VolumeCatalog.of(scheduler.handle)
     for claim, volume in bind.static:
-        catalog.bound_volume(claim, volume, bind.node)
+        catalog.bound_volume(claim, volume)
     for claim in bind.provision:
         catalog.selected(claim, bind.node)
     scheduler.notify(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.UPDATE))

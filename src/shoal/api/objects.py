@@ -284,7 +284,7 @@ _Source = dict[str, Any] | None
 class Volume(_Base):
     """A pod volume. Sources the scheduler acts on are typed; the others are kept as
     mappings, only so that which source a volume uses is known (see
-    `shoal.api.volumes.volume_kind`)."""
+    `shoal.api.volumes.unsupported_volumes`)."""
 
     name: str
     persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None

@@ -62,8 +62,8 @@ def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> 
         "disabling it in profile 'shoal' changes nothing"
     )
     assert found["profiles[0].plugins.filter.enabled[0].name"] == (
-        "VolumeRestrictions is not in Shoal (Shoal does not model volume conflicts between "
-        "pods): profile 'shoal' runs without it, so pods are placed without "
+        "VolumeRestrictions is not in Shoal (Shoal does not model inline disk conflicts "
+        "between pods): profile 'shoal' runs without it, so pods are placed without "
         "VolumeRestrictions's checks and scores"
     )
     # VolumeBinding is Shoal's now: its args load, and the one that changes nothing says so.

@@ -268,7 +268,8 @@ def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: P
         "does not track container images on nodes): profile 'shoal' runs without it, so pods "
         "are placed without ImageLocality's checks and scores",
         "  - profiles[0].plugins.multiPoint.disabled[0].name: VolumeRestrictions is not in "
-        "Shoal (Shoal does not model volume conflicts between pods); disabling it in profile "
+        "Shoal (Shoal does not model inline disk conflicts between pods); disabling it in "
+        "profile "
         "'shoal' changes nothing",
         "OK: 1 profile(s): shoal",
     ]

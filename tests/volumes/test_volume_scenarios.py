@@ -306,6 +306,23 @@ def test_pods_with_only_node_local_volumes_schedule_as_before() -> None:
     assert h.run().placements == {"default/p": "n0"}
 
 
+def test_a_read_write_once_pod_claim_serves_one_pod_at_a_time() -> None:
+    h = cluster("a", "a")
+    h.add_storage(
+        make_storage_class("std").wait_for_first_consumer(),
+        make_pvc("solo").storage_class("std").access_modes("ReadWriteOncePod"),
+    )
+    h.add_pods(make_pod("first").pvc("solo"), make_pod("second").pvc("solo"))
+    placements, messages = h.run()
+    assert placements["default/first"] is not None and placements["default/second"] is None
+    assert messages["default/second"] == (
+        "0/2 nodes are available: persistentvolumeclaim default/solo is ReadWriteOncePod "
+        "and pod default/first already uses it."
+    )
+    h.delete_pod("first")
+    assert h.advance(10).placements["default/second"] is not None
+
+
 # ---- VolumeZone --------------------------------------------------------------------
 
 

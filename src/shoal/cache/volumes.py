@@ -353,6 +353,10 @@ class VolumeCatalog:
         if not slot.refs:
             del self._rows[row]
 
+    def users_of(self, claim: str) -> dict[str, PodInfo]:
+        """Placed pods (assumed or bound) that use the claim, by uid."""
+        return self._users.get(claim, {})
+
     def _recount(self, claims: list[str]) -> None:
         """Count the placed pods using `claims` again: what a claim's driver resolves to
         changed (the claim, its volume or its class arrived or changed; after a restart

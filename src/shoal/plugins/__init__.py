@@ -126,7 +126,7 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
 # harmless; enabling or configuring one does not take effect), except the in-tree volume
 # limits kube's v1 API removed, which kube-scheduler itself refuses unless disabled.
 KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
-    "VolumeRestrictions": "Shoal does not model volume conflicts between pods",
+    "VolumeRestrictions": "Shoal does not model inline disk conflicts between pods",
     "EBSLimits": "NodeVolumeLimits replaced it",
     "GCEPDLimits": "NodeVolumeLimits replaced it",
     "AzureDiskLimits": "NodeVolumeLimits replaced it",

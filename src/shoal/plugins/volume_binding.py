@@ -18,7 +18,8 @@ must be usable on the node, as kube-scheduler's volumebinding plugin decides it.
   "node(s) didn't find available persistent volumes to bind".
 * Volumes Shoal does not model (inline disks VolumeRestrictions guards, unknown sources)
   keep the pod pending with a message that names them: it is never bound where its
-  volume might not attach.
+  volume might not attach. A `ReadWriteOncePod` claim another placed pod uses keeps the
+  pod pending too (kube's VolumeRestrictions, without its preemption).
 
 Speed: PreFilter works the verdict out for every node at once (volume node affinities
 as label masks over all rows, cached per volume; the greedy choice runs once per
@@ -193,6 +194,17 @@ class VolumeBinding:
                 return None, Status(
                     _UNRESOLVABLE, f'persistentvolumeclaim "{use.name}" is being deleted'
                 )
+            if "ReadWriteOncePod" in claim.spec.access_modes:
+                other = next(
+                    (p for uid, p in catalog.users_of(use.key).items() if uid != pod.uid), None
+                )
+                if other is not None:
+                    # kube's VolumeRestrictions would also weigh preempting the other pod.
+                    return None, Status(
+                        _UNRESOLVABLE,
+                        f"persistentvolumeclaim {use.key} is ReadWriteOncePod and pod "
+                        f"{other.key} already uses it",
+                    )
             if claim.spec.volume_name:
                 bound.append(claim)
                 continue
@@ -394,6 +406,8 @@ class VolumeBinding:
             ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+            # A ReadWriteOncePod claim's user went away.
+            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
         ]
 
     @classmethod

@@ -21,10 +21,11 @@ must be usable on the node, as kube-scheduler's volumebinding plugin decides it.
   volume might not attach. A `ReadWriteOncePod` claim another placed pod uses keeps the
   pod pending too (kube's VolumeRestrictions, without its preemption).
 
-Speed: PreFilter works the verdict out for every node at once (volume node affinities
-as label masks over all rows, cached per volume; the greedy choice runs once per
-distinct pattern of matching volumes, not per node), Filter only indexes it. Pods without
-volumes skip the plugin.
+Speed: PreFilter works the verdict out for every node at once, Filter only indexes it.
+Static volumes are numpy columns (`shoal.cache.volume_index`): a claim's candidates are
+a few vector operations, a local volume is one row, other node affinities one cached
+label mask each; with several claims the greedy choice runs once per distinct pattern of
+usable volumes, not per node. Pods without claims skip the plugin.
 
 Reserve picks the volumes for the chosen node and assumes them in the `VolumeCatalog`
 (later pods see them taken); PreBind sends a `BindVolumes` effect (claimRef on the

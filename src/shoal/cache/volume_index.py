@@ -282,12 +282,42 @@ class VolumeIndex:
                     out |= general & (affs == index)
         return out
 
-    def masks(self, slots: NDArray[np.intp], n: int) -> NDArray[np.bool_]:
-        """One row mask per volume (a (len(slots), n) matrix)."""
-        out = np.zeros((len(slots), n), dtype=bool)
-        for i, slot in enumerate(slots):
-            out[i] = self.any_mask(np.array([slot], dtype=np.intp), n)
-        return out
+    def first_per_row(self, slots: NDArray[np.intp], m: int, n: int) -> NDArray[np.intp]:
+        """For every row, the first `m` of `slots` (in their order) that may be used there,
+        as an (n, m) matrix of slots (-1 where fewer). Local volumes are placed on their
+        row directly; volumes without affinity, or sharing one, a block at a time."""
+        self._nodes_ready(n)
+        big = len(slots)
+        top = np.full((n, m), big, dtype=np.int64)
+        if not big:
+            return np.full((n, m), -1, dtype=np.intp)
+        kinds = self.kind[slots]
+        host_rows = np.full(big, -1, dtype=np.int64)
+        is_host = kinds == _HOST
+        if is_host.any():
+            host_rows[is_host] = self._host_row[self.host[slots[is_host]]]
+        direct = np.flatnonzero(is_host & (host_rows >= 0))
+        if len(direct):
+            rows = host_rows[direct]
+            by_row = np.lexsort((direct, rows))
+            rows, order = rows[by_row], direct[by_row]
+            starts = np.r_[0, np.flatnonzero(np.diff(rows)) + 1]
+            rank = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+            keep = rank < m
+            top[rows[keep], rank[keep]] = order[keep]
+        spread = np.flatnonzero(
+            (kinds == _NONE) | (kinds == _GENERAL) | (is_host & (host_rows == _SHARED_HOST))
+        )
+        if len(spread):
+            groups = np.where(kinds[spread] == _NONE, -1, self.aff[slots[spread]])
+            for group in np.unique(groups):
+                members = spread[groups == group][:m]
+                where = np.ones(n, dtype=bool) if group == -1 else self._mask(int(group), n)
+                block = np.full((n, m), big, dtype=np.int64)
+                block[np.ix_(where, np.arange(len(members)))] = members
+                top = np.sort(np.concatenate([top, block], axis=1), axis=1)[:, :m]
+        result: NDArray[np.intp] = np.where(top < big, slots[np.minimum(top, big - 1)], -1)
+        return result
 
     # ---- node-dependent tables ---------------------------------------------------------
 

@@ -280,26 +280,23 @@ class VolumeBinding:
                 return plan.provisionable[0].copy()
             result: NDArray[np.bool_] = index.any_mask(slots, n) | plan.provisionable[0]
             return result
-        union = np.unique(np.concatenate(plan.candidates))
-        if not len(union):
-            ok = np.ones(n, dtype=bool)
-            for mask in plan.provisionable:
-                ok &= mask
-            return ok
-        # The greedy choice depends on a row only through which volumes may be used
-        # there: run it once per distinct pattern.
-        masks = index.masks(union, n)
-        patterns, inverse = np.unique(masks.T, axis=0, return_inverse=True)
-        inverse = np.asarray(inverse).reshape(-1)
-        ok = np.zeros(n, dtype=bool)
-        for p in range(len(patterns)):
-            rows_p = inverse == p
-            first = int(np.flatnonzero(rows_p)[0])
-            _, left = plan.choose(first)
-            here = rows_p.copy()
-            for i in left:
-                here &= plan.provisionable[i]
-            ok |= here
+        # kube's greedy, for every row at once: claim i takes its first usable volume
+        # that an earlier claim did not take there, else it is to be provisioned. Its
+        # first len(to_match) usable volumes per row are enough to decide.
+        m = len(plan.to_match)
+        ok = np.ones(n, dtype=bool)
+        taken: list[NDArray[np.intp]] = []
+        for i in range(m):
+            first = index.first_per_row(plan.candidates[i], m, n)
+            choice = np.full(n, -1, dtype=np.intp)
+            for j in range(m):
+                candidate = first[:, j]
+                free = (candidate >= 0) & (choice < 0)
+                for earlier in taken:
+                    free &= candidate != earlier
+                choice[free] = candidate[free]
+            taken.append(choice)
+            ok &= (choice >= 0) | plan.provisionable[i]
         return ok
 
     def _provision_mask(self, claim: PersistentVolumeClaim, n: int) -> NDArray[np.bool_]:

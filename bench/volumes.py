@@ -13,9 +13,11 @@ driver; default plugins):
                class; one local volume per node (kube-scheduler's
                SchedulingWithPVC-style local-volume shape: VolumeBinding's static
                matching over N volumes with hostname node affinity)
+  * local2:    like local with two claims per pod and two local volumes per node (the
+               greedy choice among claims, for every node at once)
 
 Prints pods/s per shape (scheduled pods / seconds of the driver loop). Usage:
-  python bench/volumes.py [--nodes 5000] [--pods 2000] [--shapes none,token,bound,dynamic,local]
+  python bench/volumes.py [--nodes 5000] [--pods 2000] [--shapes none,token,local2]
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ def run(shape: str, nodes: int, pods: int) -> tuple[int, float]:
         sched,
         make_storage_class("local").wait_for_first_consumer().provisioner(NO_PROVISIONER).obj(),
     )
-    if shape == "local":
+    if shape in ("local", "local2"):
         for i in range(nodes):
-            pv = make_pv(f"local-{i}").capacity("100Gi").storage_class("local")
-            upsert_storage(sched, pv.on_nodes(f"node-{i}").obj())
+            for j in range(1 if shape == "local" else 2):
+                pv = make_pv(f"local-{i}-{j}").capacity("100Gi").storage_class("local")
+                upsert_storage(sched, pv.on_nodes(f"node-{i}").obj())
     scheduled = 0
 
     def note(result: CycleResult) -> None:
@@ -82,10 +85,21 @@ def run(shape: str, nodes: int, pods: int) -> tuple[int, float]:
                 volume = make_pv(f"v-{i}").csi(DRIVER).zone(f"zone-{i % 3}")
                 upsert_storage(sched, volume.claimed_by(claim, "bench").obj())
                 upsert_storage(sched, make_pvc(claim, "bench").bound_to(f"v-{i}").obj())
+            elif shape == "local2":
+                for j in range(2):
+                    upsert_storage(
+                        sched, make_pvc(f"{claim}-{j}", "bench").storage_class("local").obj()
+                    )
             else:
                 upsert_storage(sched, make_pvc(claim, "bench").storage_class(shape).obj())
-            source = PersistentVolumeClaimVolumeSource(claim_name=claim)
-            pod.spec.volumes = [Volume(name="data", persistent_volume_claim=source)]
+            names = [f"{claim}-0", f"{claim}-1"] if shape == "local2" else [claim]
+            pod.spec.volumes = [
+                Volume(
+                    name=name,
+                    persistent_volume_claim=PersistentVolumeClaimVolumeSource(claim_name=name),
+                )
+                for name in names
+            ]
         sched.add_pod(pod)
     start = time.perf_counter()
     driver.run()
@@ -98,7 +112,7 @@ def main() -> None:
     )
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=2000)
-    parser.add_argument("--shapes", default="none,token,bound,dynamic,local")
+    parser.add_argument("--shapes", default="none,token,bound,dynamic,local,local2")
     args = parser.parse_args()
     print(f"Volumes {args.nodes} nodes / {args.pods} pods")
     for shape in args.shapes.split(","):

@@ -201,3 +201,54 @@ async def test_a_full_attach_limit_sends_the_pod_elsewhere_then_keeps_it_pending
             assert (await message_of(s, pending)).startswith(
                 "0/2 nodes are available: 2 node(s) exceed max volume count."
             )
+
+
+@async_test(timeout=90)
+async def test_a_pod_waiting_for_its_claim_to_be_bound_is_placed_once_it_is(
+    control_plane: dict[str, str],
+) -> None:
+    async with space(control_plane["KUBECONFIG"], "imm") as s:
+        nodes = [await s.add_node(f"n{i}", cpu="2") for i in range(2)]
+        name = f"{s.name}-immediate"
+        body = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "csi.example.com",
+        }
+        await s.create(STORAGE_CLASSES.path(), body)
+        s.cluster_objects.append(STORAGE_CLASSES.path(name=name))
+        await claim(s, "data", name)
+        await pod_with_claims(s, "db", "data")
+        async with s.shoal(s.options("imm")):
+
+            async def reported() -> bool:
+                return "unbound immediate" in await message_of(s, "db")
+
+            await wait_for(reported, what="the pod reported waiting for its claim")
+            # What the PersistentVolume controller would do: a volume on one node,
+            # bound to the claim both ways.
+            hostname = {"key": "kubernetes.io/hostname", "operator": "In", "values": [nodes[1]]}
+            affinity = {"required": {"nodeSelectorTerms": [{"matchExpressions": [hostname]}]}}
+            ref = {"kind": "PersistentVolumeClaim", "namespace": s.name, "name": "data"}
+            pv = await volume(
+                s,
+                "pv",
+                {
+                    "storageClassName": name,
+                    "claimRef": ref,
+                    "csi": {"driver": "csi.example.com", "volumeHandle": "h"},
+                    "nodeAffinity": affinity,
+                },
+            )
+            await s.client.request(
+                "PATCH",
+                PVCS.path(s.name, "data"),
+                body={"spec": {"volumeName": pv}},
+                content_type=MERGE,
+            )
+
+            async def placed() -> bool:
+                return (await s.bound()).get("db") == nodes[1]
+
+            await wait_for(placed, what="the pod bound to the volume's node")

@@ -28,7 +28,7 @@ STOCK: dict[str, Any] = {
                 "multiPoint": {
                     "disabled": [{"name": "ImageLocality"}, {"name": "EBSLimits"}],
                 },
-                "filter": {"enabled": [{"name": "VolumeZone"}]},
+                "filter": {"enabled": [{"name": "VolumeRestrictions"}]},
                 "score": {"enabled": [{"name": "VolumeBinding", "weight": 2}]},
             },
             "pluginConfig": [
@@ -55,7 +55,6 @@ def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> 
         "profiles[0].plugins.multiPoint.disabled[0].name",
         "profiles[0].plugins.multiPoint.disabled[1].name",
         "profiles[0].plugins.filter.enabled[0].name",
-        "profiles[0].plugins.score.enabled[0].name",
         "profiles[0].pluginConfig[0].args",
     }
     assert found["profiles[0].plugins.multiPoint.disabled[0].name"] == (
@@ -63,17 +62,20 @@ def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> 
         "disabling it in profile 'shoal' changes nothing"
     )
     assert found["profiles[0].plugins.filter.enabled[0].name"] == (
-        "VolumeZone is not in Shoal (Shoal does not model volumes): profile 'shoal' runs "
-        "without it, so pods are placed without VolumeZone's checks and scores"
+        "VolumeRestrictions is not in Shoal (Shoal does not model inline disk conflicts "
+        "between pods): profile 'shoal' runs without it, so pods are placed without "
+        "VolumeRestrictions's checks and scores"
     )
+    # VolumeBinding is Shoal's now: its args load, and the one that changes nothing says so.
     assert found["profiles[0].pluginConfig[0].args"] == (
-        "VolumeBinding is not in Shoal (Shoal does not model volumes): these args for "
-        "profile 'shoal' are not used"
+        "VolumeBinding's bindTimeoutSeconds is not used: Shoal's PreBind writes the volume "
+        "bindings and does not wait for the PersistentVolume controller"
     )
     # The profile as it runs: without the plugins Shoal lacks, with the rest honoured.
     profile = config.profiles[0]
-    assert [pc.name for pc in profile.plugin_config] == ["NodeResourcesFit"]
-    assert profile.plugins.filter.enabled == [] and profile.plugins.score.enabled == []
+    assert [pc.name for pc in profile.plugin_config] == ["VolumeBinding", "NodeResourcesFit"]
+    assert profile.plugins.filter.enabled == []
+    assert [p.name for p in profile.plugins.score.enabled] == ["VolumeBinding"]
 
 
 def test_a_stock_config_builds_and_schedules() -> None:

@@ -257,7 +257,7 @@ def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: P
     path = tmp_path / "stock.yaml"
     path.write_text(
         "profiles:\n- schedulerName: shoal\n  plugins:\n"
-        "    multiPoint: {disabled: [{name: VolumeBinding}]}\n"
+        "    multiPoint: {disabled: [{name: VolumeRestrictions}]}\n"
         "    score: {enabled: [{name: ImageLocality, weight: 1}]}\n"
     )
     result = cli.invoke(app, ["validate-config", str(path)])
@@ -267,8 +267,10 @@ def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: P
         "  - profiles[0].plugins.score.enabled[0].name: ImageLocality is not in Shoal (Shoal "
         "does not track container images on nodes): profile 'shoal' runs without it, so pods "
         "are placed without ImageLocality's checks and scores",
-        "  - profiles[0].plugins.multiPoint.disabled[0].name: VolumeBinding is not in Shoal "
-        "(Shoal does not model volumes); disabling it in profile 'shoal' changes nothing",
+        "  - profiles[0].plugins.multiPoint.disabled[0].name: VolumeRestrictions is not in "
+        "Shoal (Shoal does not model inline disk conflicts between pods); disabling it in "
+        "profile "
+        "'shoal' changes nothing",
         "OK: 1 profile(s): shoal",
     ]
 
@@ -290,11 +292,11 @@ def test_simulate_prints_warnings_and_serves_shoal_pods_by_default(
     records = {r["pod"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert {name: r["node"] for name, r in records.items()} == {"named": "n1", "unnamed": "n1"}
     config = tmp_path / "c.yaml"
-    config.write_text("profiles: [{plugins: {filter: {enabled: [{name: VolumeZone}]}}}]\n")
+    config.write_text("profiles: [{plugins: {filter: {enabled: [{name: VolumeRestrictions}]}}}]\n")
     result = cli.invoke(app, ["simulate", "--config", str(config), "-w", str(workload), "-q"])
     assert result.exit_code == 0, result.output
     assert f"{config}: 2 warning(s):" in result.output
-    assert "VolumeZone is not in Shoal" in result.output
+    assert "VolumeRestrictions is not in Shoal" in result.output
     assert "'default-scheduler' is the stock kube-scheduler's name" in result.output
 
 
@@ -320,7 +322,7 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
                 "profiles": [
                     {
                         "schedulerName": "shoal",
-                        "plugins": {"filter": {"enabled": [{"name": "VolumeBinding"}]}},
+                        "plugins": {"filter": {"enabled": [{"name": "ImageLocality"}]}},
                     }
                 ],
             }
@@ -352,7 +354,7 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
     warnings = [e for e in proc.logs if e.get("level") == "warning"]
     assert any(
         e.get("field") == "profiles[0].plugins.filter.enabled[0].name"
-        and "VolumeBinding is not in Shoal" in e["msg"]
+        and "ImageLocality is not in Shoal" in e["msg"]
         for e in warnings
     ), proc.raw[:10]
     assert any(e.get("flag") == "--authentication-kubeconfig" for e in warnings)

@@ -159,6 +159,33 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         trainer = pod("trainer", cpu="100m")
         trainer["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
         api.create("v1", "pods", trainer)
+        # Volumes: a claim given a static volume (its claimRef is patched) and one to be
+        # provisioned (its selected-node annotation is patched).
+        wffc = {"metadata": {"name": "wffc"}, "provisioner": "csi.example.com"}
+        wffc["volumeBindingMode"] = "WaitForFirstConsumer"
+        api.create("storage.k8s.io/v1", "storageclasses", wffc)
+        api.create("storage.k8s.io/v1", "csinodes", {"metadata": {"name": "n1"}, "spec": {}})
+        api.create(
+            "v1",
+            "persistentvolumes",
+            {
+                "metadata": {"name": "pv-static"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "wffc",
+                },
+                "status": {"phase": "Available"},
+            },
+        )
+        for claim in ("static", "dynamic"):
+            size = "1Gi" if claim == "static" else "5Gi"
+            spec = {"accessModes": ["ReadWriteOnce"], "storageClassName": "wffc"}
+            spec["resources"] = {"requests": {"storage": size}}
+            api.create("v1", "persistentvolumeclaims", {"metadata": {"name": claim}, "spec": spec})
+            user = pod(f"uses-{claim}", cpu="10m")
+            user["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
+            api.create("v1", "pods", user)
         # A tenant queue: its status is written.
         api.create("shoal.dev/v1alpha1", "queues", {"metadata": {"name": "team"}, "spec": {}})
         api.create("v1", "pods", pod("member", cpu="100m", labels={"shoal.dev/queue": "team"}))
@@ -231,6 +258,13 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                 ),
                 what="the GPU index annotation written",
             )
+            for resource in ("persistentvolumes", "persistentvolumeclaims"):
+                await eventually(
+                    lambda resource=resource: any(
+                        r.resource == resource and r.verb == "patch" for r in api.requests
+                    ),
+                    what=f"{resource} patched by VolumeBinding",
+                )
             await eventually(
                 lambda: any(r.resource == "events" and r.verb == "patch" for r in api.requests),
                 timeout=15,

@@ -724,7 +724,11 @@ def test_registered_in_default_profile() -> None:
     assert IN_TREE["PodTopologySpread"].args is PodTopologySpreadArgs
     names = [name for name, _ in DEFAULT_MULTI_POINT]
     fit = names.index("NodeResourcesFit")
-    assert names[fit + 1 : fit + 5] == [
+    # kube's order: the volume plugins sit between NodeResourcesFit and PodTopologySpread.
+    assert names[fit + 1 : fit + 8] == [
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
         "DefaultPreemption",

@@ -27,12 +27,15 @@ from shoal.api.queue import (
     Queue,
     QueueBinding,
 )
+from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
 
 __all__ = ["GROUP_KINDS", "KINDS", "decode", "iter_documents", "kind_class", "load_objects"]
 
 T = TypeVar("T", bound=msgspec.Struct)
 
 KINDS: dict[str, type[msgspec.Struct]] = {"Pod": Pod, "Node": Node, "PriorityClass": PriorityClass}
+KINDS["PersistentVolumeClaim"] = PersistentVolumeClaim
+KINDS["PersistentVolume"] = PersistentVolume
 
 # Kinds whose meaning depends on the API group (two projects both call theirs PodGroup).
 GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
@@ -45,6 +48,8 @@ GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("scheduling.x-k8s.io", "ElasticQuota"): ElasticQuota,
     ("scheduling.sigs.k8s.io", "ElasticQuota"): ElasticQuota,
     ("policy", "PodDisruptionBudget"): PodDisruptionBudget,
+    ("storage.k8s.io", "StorageClass"): StorageClass,
+    ("storage.k8s.io", "CSINode"): CSINode,
 }
 
 

@@ -7,7 +7,7 @@ manifest fails with the JSON path of the bad field (see `shoal.api.manifests`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,6 +42,7 @@ __all__ = [
     "TaintEffect",
     "Toleration",
     "TopologySpreadConstraint",
+    "Volume",
     "WeightedPodAffinityTerm",
 ]
 
@@ -264,6 +265,60 @@ class TopologySpreadConstraint(_Base):
             raise ValueError("topologyKey must not be empty")
 
 
+class PersistentVolumeClaimVolumeSource(_Base):
+    claim_name: str
+    read_only: bool = False
+
+
+class EphemeralVolumeSource(_Base):
+    volume_claim_template: dict[str, Any] | None = None
+
+
+class CSIVolumeSource(_Base):
+    driver: str
+
+
+_Source = dict[str, Any] | None
+
+
+class Volume(_Base):
+    """A pod volume. Sources the scheduler acts on are typed; the others are kept as
+    mappings, only so that which source a volume uses is known (see
+    `shoal.api.volumes.unsupported_volumes`)."""
+
+    name: str
+    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
+    ephemeral: EphemeralVolumeSource | None = None
+    csi: CSIVolumeSource | None = None
+    host_path: _Source = None
+    empty_dir: _Source = None
+    secret: _Source = None
+    config_map: _Source = None
+    downward_api: _Source = msgspec.field(default=None, name="downwardAPI")
+    projected: _Source = None
+    image: _Source = None
+    git_repo: _Source = None
+    nfs: _Source = None
+    cephfs: _Source = None
+    glusterfs: _Source = None
+    fc: _Source = None
+    azure_file: _Source = None
+    flex_volume: _Source = None
+    quobyte: _Source = None
+    flocker: _Source = None
+    iscsi: _Source = None
+    rbd: _Source = None
+    gce_persistent_disk: _Source = None
+    aws_elastic_block_store: _Source = None
+    azure_disk: _Source = None
+    cinder: _Source = None
+    vsphere_volume: _Source = None
+    photon_persistent_disk: _Source = None
+    portworx_volume: _Source = None
+    scale_io: _Source = msgspec.field(default=None, name="scaleIO")
+    storageos: _Source = None
+
+
 class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
@@ -278,6 +333,7 @@ class PodSpec(_Base):
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
     topology_spread_constraints: list[TopologySpreadConstraint] = []
     scheduling_gates: list[dict[str, str]] = []
+    volumes: list[Volume] = []
 
     def __post_init__(self) -> None:
         try:

@@ -303,7 +303,10 @@ def semantic_problems(
                     problems.append(Problem(f"{where}.args", f"plugin {pc.name} takes no args"))
                 continue
             try:
-                spec.parse_args(pc.args)
+                parsed = spec.parse_args(pc.args)
+                # Args accepted for compatibility that change nothing in Shoal say so.
+                for note in getattr(parsed, "not_used", lambda: [])():
+                    warnings.append(Problem(f"{where}.args", note))
             except pydantic.ValidationError as err:
                 for e in err.errors():
                     problems.append(

@@ -11,6 +11,10 @@ objects for the driver to feed back into the core (`drain`), the way a watch wou
 * an eviction deletes the pod (the simulator's kubelet honours it at once); the pod comes
   back deleted, and `on_evicted` callbacks (the simulator re-creating pods as their
   controllers would) run after that;
+* volume bindings (`BindVolumes`) are done at once, as the PersistentVolume controller
+  would: a claim and its chosen volume come back bound to each other, a claim to be
+  provisioned comes back with `volume.kubernetes.io/selected-node` (nothing provisions
+  it in memory: later pods sharing it follow it to that node);
 * nominations, conditions, events and statuses are recorded for inspection.
 """
 
@@ -24,9 +28,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.volumes import VolumeCatalog
 from shoal.framework.effects import (
     BindError,
     BindingStatus,
+    BindVolumes,
     Effect,
     Evict,
     GroupStatus,
@@ -34,6 +40,7 @@ from shoal.framework.effects import (
     QueueStatus,
 )
 from shoal.framework.handle import Clock
+from shoal.framework.types import ActionType, ClusterEvent, EventResource
 
 if TYPE_CHECKING:
     from shoal.scheduler.scheduler import Scheduler
@@ -75,6 +82,11 @@ class _BindEcho:
 
 
 @dataclass(frozen=True, slots=True)
+class _VolumeEcho:
+    bind: BindVolumes
+
+
+@dataclass(frozen=True, slots=True)
 class _DeleteEcho:
     pod: PodInfo
     reason: str
@@ -99,7 +111,8 @@ class MemoryEffects:
         self.binding_status: dict[str, BindingStatus] = {}
         self.listeners: list[Callable[[Effect], None]] = []
         self.on_evicted: list[Callable[[PodInfo, str], None]] = []
-        self._echoes: deque[_BindEcho | _DeleteEcho] = deque()
+        self.volume_bindings: list[BindVolumes] = []
+        self._echoes: deque[_BindEcho | _DeleteEcho | _VolumeEcho] = deque()
 
     # ---- the port ------------------------------------------------------------------
 
@@ -134,6 +147,9 @@ class MemoryEffects:
             self.queue_status[effect.name] = effect
         elif isinstance(effect, BindingStatus):
             self.binding_status[effect.name] = effect
+        elif isinstance(effect, BindVolumes):
+            self.volume_bindings.append(effect)
+            self._echoes.append(_VolumeEcho(effect))
         for listener in self.listeners:
             listener(effect)
 
@@ -161,6 +177,8 @@ class MemoryEffects:
                     )
                 spec = msgspec.structs.replace(obj.spec, node_name=echo.node)
                 scheduler.update_pod(msgspec.structs.replace(obj, metadata=meta, spec=spec))
+            elif isinstance(echo, _VolumeEcho):
+                _apply_volumes(scheduler, echo.bind)
             else:
                 pod = echo.pod
                 self.bound.pop(pod.uid, None)
@@ -169,6 +187,17 @@ class MemoryEffects:
                 for callback in self.on_evicted:
                     callback(pod, echo.reason)
         return applied
+
+
+def _apply_volumes(scheduler: Scheduler, bind: BindVolumes) -> None:
+    catalog = VolumeCatalog.of(scheduler.handle)
+    for claim, volume in bind.static:
+        catalog.bound_volume(claim, volume)
+    for claim in bind.provision:
+        catalog.selected(claim, bind.node)
+    scheduler.notify(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.UPDATE))
+    if bind.static:
+        scheduler.notify(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.UPDATE))
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

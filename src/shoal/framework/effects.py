@@ -12,7 +12,9 @@ the cluster (or the simulator's in-memory cluster) is an *effect* handed to the
   reads), `Unschedulable` (the PodScheduled=False condition and the FailedScheduling
   event with kube's explanation), `Bound` and `BindFailed` (outcomes of a binding cycle,
   for events and for recorders), `GroupStatus`, `QueueStatus` and `BindingStatus` (the
-  status of PodGroup, Queue and QueueBinding objects).
+  status of PodGroup, Queue and QueueBinding objects), `BindVolumes` (VolumeBinding's
+  PreBind: claims bound to volumes or marked with the node their volume is to be
+  provisioned for).
 
 A port implementation only *queues* work in `emit` (it is called from inside a
 scheduling cycle). The Kubernetes driver turns effects into API calls; the in-memory
@@ -37,6 +39,7 @@ from shoal.framework.status import Status
 __all__ = [
     "BindError",
     "BindFailed",
+    "BindVolumes",
     "BindingStatus",
     "Bound",
     "Effect",
@@ -146,6 +149,20 @@ class BindingStatus:
     namespaces: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # pods, jobs
 
 
+@dataclass(frozen=True, slots=True)
+class BindVolumes:
+    """VolumeBinding's PreBind for `pod` on `node`: bind each claim in `static` to its
+    PersistentVolume (the volume's claimRef, as kube-scheduler writes it), and mark each
+    claim in `provision` with the node (`volume.kubernetes.io/selected-node`) for its
+    provisioner. Keys are `namespace/name` of claims. A port carries these out before
+    the pod's own bind (`Effects.bind` fails with BindError if they failed)."""
+
+    pod: PodInfo
+    node: str
+    static: tuple[tuple[str, str], ...] = ()  # (claim key, volume name)
+    provision: tuple[str, ...] = ()
+
+
 Effect = (
     Nominate
     | Evict
@@ -155,6 +172,7 @@ Effect = (
     | GroupStatus
     | QueueStatus
     | BindingStatus
+    | BindVolumes
 )
 
 

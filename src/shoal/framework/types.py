@@ -119,7 +119,21 @@ class EventResource(Flag):
     NODE = auto()
     POD_GROUP = auto()
     QUEUE = auto()
-    WILDCARD = POD | ASSIGNED_POD | NODE | POD_GROUP | QUEUE
+    PERSISTENT_VOLUME_CLAIM = auto()
+    PERSISTENT_VOLUME = auto()
+    STORAGE_CLASS = auto()
+    CSI_NODE = auto()
+    WILDCARD = (
+        POD
+        | ASSIGNED_POD
+        | NODE
+        | POD_GROUP
+        | QUEUE
+        | PERSISTENT_VOLUME_CLAIM
+        | PERSISTENT_VOLUME
+        | STORAGE_CLASS
+        | CSI_NODE
+    )
 
 
 class ActionType(Flag):

@@ -1,8 +1,8 @@
 """In-tree plugins, one module each. Plugins never import each other.
 
 `IN_TREE` is the explicit registry literal; `DEFAULT_MULTI_POINT` is kube-scheduler's
-default profile (same order and weights), minus plugins that need volumes or images,
-plus Shoal's own (tenant queues, gangs).
+default profile (same order and weights), minus the plugins Shoal does not have
+(VolumeRestrictions, ImageLocality), plus Shoal's own (tenant queues, gangs).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     node_ports,
     node_resources_fit,
     node_unschedulable,
+    node_volume_limits,
     pod_topology_spread,
     priority_sort,
     qos_sort,
@@ -35,6 +36,8 @@ from shoal.plugins import (  # GPU sharing and placement policies
     rescheduler,
     scheduling_gates,
     taint_toleration,
+    volume_binding,
+    volume_zone,
 )
 from shoal.plugins.args import (
     CoschedulingArgs,
@@ -90,6 +93,11 @@ IN_TREE: dict[str, PluginSpec] = {
         gpu_frag_blend.GpuFragBlend.new, gpu_frag_blend.GpuFragBlendArgs
     ),
     rescheduler.NAME: PluginSpec(rescheduler.Rescheduler.new, ReschedulerArgs),
+    node_volume_limits.NAME: PluginSpec(node_volume_limits.NodeVolumeLimits.new),
+    volume_binding.NAME: PluginSpec(
+        volume_binding.VolumeBinding.new, volume_binding.VolumeBindingArgs
+    ),
+    volume_zone.NAME: PluginSpec(volume_zone.VolumeZone.new),
 }
 
 # (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.
@@ -102,6 +110,9 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (node_affinity.NAME, 2),
     (node_ports.NAME, None),
     (node_resources_fit.NAME, 1),
+    (node_volume_limits.NAME, None),
+    (volume_binding.NAME, None),
+    (volume_zone.NAME, None),
     (pod_topology_spread.NAME, 2),
     (inter_pod_affinity.NAME, 2),
     (default_preemption.NAME, None),
@@ -118,14 +129,11 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
 # harmless; enabling or configuring one does not take effect), except the in-tree volume
 # limits kube's v1 API removed, which kube-scheduler itself refuses unless disabled.
 KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
-    "VolumeRestrictions": "Shoal does not model volumes",
-    "NodeVolumeLimits": "Shoal does not model volumes",
-    "VolumeBinding": "Shoal does not model volumes",
-    "VolumeZone": "Shoal does not model volumes",
-    "EBSLimits": "Shoal does not model volumes",
-    "GCEPDLimits": "Shoal does not model volumes",
-    "AzureDiskLimits": "Shoal does not model volumes",
-    "CinderLimits": "Shoal does not model volumes",
+    "VolumeRestrictions": "Shoal does not model inline disk conflicts between pods",
+    "EBSLimits": "NodeVolumeLimits replaced it",
+    "GCEPDLimits": "NodeVolumeLimits replaced it",
+    "AzureDiskLimits": "NodeVolumeLimits replaced it",
+    "CinderLimits": "NodeVolumeLimits replaced it",
     "ImageLocality": "Shoal does not track container images on nodes",
     "DynamicResources": "Shoal does not implement dynamic resource allocation",
 }

@@ -336,6 +336,12 @@ class Scheduler:
     def _event(self, event: ClusterEvent) -> None:
         self.queue.on_event(event, self.clock.now())
 
+    def notify(self, event: ClusterEvent) -> None:
+        """A change the backend fed elsewhere than through this class (e.g. a storage
+        object into `VolumeCatalog`): pods rejected by plugins that registered for it
+        are retried."""
+        self._event(event)
+
     def _job_of(self, pod: PodInfo) -> str:
         group = self.gangs.group_of_uid(pod.uid)
         return group.key if group is not None else pod.uid

@@ -31,6 +31,7 @@ from shoal.preemption.budgets import DisruptionBudgets
 from shoal.preemption.migration import BIND_ANNOTATIONS
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.scheduler.migrations import next_hold_expiry
+from shoal.scheduler.volumes import upsert_storage
 from shoal.sim.events import (
     BindingsDue,
     Event,
@@ -164,6 +165,11 @@ class Simulation:
             budgets.add(pdb)
         for group in self.scenario.pod_groups:
             self.scheduler.add_pod_group(group)
+        for obj in sc.storage:
+            try:
+                upsert_storage(self.scheduler, obj)
+            except ValueError as err:
+                self.warnings.append(f"{obj.kind} ignored: {err}")
         for node in self.scenario.nodes:
             self.scheduler.add_node(node)
         for change in self.scenario.node_changes:

@@ -5,6 +5,8 @@ is flattened. Cluster and workload files are read the same way, in the order giv
 
 * `Node`: present from the start; `PriorityClass` and `PodGroup` (scheduler-plugins
   `scheduling.x-k8s.io`, or Volcano `scheduling.volcano.sh`): known from the start;
+* `PersistentVolumeClaim`, `PersistentVolume`, `StorageClass`, `CSINode`: known from
+  the start (for the volume plugins, see docs/volumes.md);
 * `Pod`: arrives at its `sim.shoal.dev/arrival` annotation (a pod with `spec.nodeName` is
   already bound when it arrives);
 * `Workload` (sim.shoal.dev/v1alpha1): generated pods and node events.
@@ -29,6 +31,7 @@ from shoal.api.manifests import decode, iter_documents, kind_class
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
+from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
 from shoal.sim.workload import NodeChange, PodSource, expand_workload, pod_source
 
 __all__ = [
@@ -53,6 +56,9 @@ class Scenario:
     queue_bindings: list[QueueBinding] = field(default_factory=list)
     node_pools: list[NodePool] = field(default_factory=list)
     disruption_budgets: list[PodDisruptionBudget] = field(default_factory=list)
+    storage: list[PersistentVolumeClaim | PersistentVolume | StorageClass | CSINode] = field(
+        default_factory=list
+    )
     pods: list[PodSource] = field(default_factory=list)
     node_changes: list[NodeChange] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
@@ -65,6 +71,9 @@ _CAPACITY_KINDS: dict[type, str] = {
     NodePool: "node_pools",
     PodDisruptionBudget: "disruption_budgets",
 }
+
+
+_STORAGE_KINDS = (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode)
 
 
 def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
@@ -94,6 +103,8 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                     )
                 node_names.add(name)
                 scenario.nodes.append(node)
+            elif cls in _STORAGE_KINDS:
+                scenario.storage.append(decode(doc, cls, where))  # type: ignore[arg-type]
             elif cls is PriorityClass:
                 scenario.priority_classes.append(decode(doc, PriorityClass, where))
             elif cls is Pod:

@@ -52,6 +52,7 @@ from shoal.api.objects import (
     Taint,
     Toleration,
     TopologySpreadConstraint,
+    Volume,
     WeightedPodAffinityTerm,
 )
 from shoal.api.podinfo import PodInfo
@@ -574,6 +575,28 @@ class PodBuilder:
         )
         spec = self._pod.spec
         spec.topology_spread_constraints = [*spec.topology_spread_constraints, constraint]
+        return self
+
+    def pvc(self, claim: str, volume: str = "") -> PodBuilder:
+        """A volume using the PersistentVolumeClaim `claim` (volume named after it)."""
+        return self.volume({"name": volume or claim, "persistentVolumeClaim": {"claimName": claim}})
+
+    def ephemeral_volume(
+        self, volume: str, storage_class: str = "", size: str = "1Gi"
+    ) -> PodBuilder:
+        """A generic ephemeral volume (its claim is `<pod>-<volume>`)."""
+        spec: dict[str, object] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+        }
+        if storage_class:
+            spec["storageClassName"] = storage_class
+        return self.volume({"name": volume, "ephemeral": {"volumeClaimTemplate": {"spec": spec}}})
+
+    def volume(self, manifest: Mapping[str, object]) -> PodBuilder:
+        """A pod volume from its manifest (e.g. `{"name": "tmp", "emptyDir": {}}`)."""
+        decoded = msgspec.convert(dict(manifest), Volume)
+        self._pod.spec.volumes = [*self._pod.spec.volumes, decoded]
         return self
 
     # ---- results -------------------------------------------------------------------

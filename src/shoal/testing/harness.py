@@ -34,7 +34,16 @@ from shoal.framework.extender import Extender
 from shoal.framework.registry import PluginSpec
 from shoal.scheduler import new_scheduler
 from shoal.scheduler.scheduler import CycleResult, Scheduler
+from shoal.scheduler.volumes import StorageObject, delete_storage, upsert_storage
 from shoal.testing.builders import NodeBuilder, PodBuilder
+from shoal.testing.volumes import (
+    ClaimBuilder,
+    CSINodeBuilder,
+    StorageClassBuilder,
+    VolumeBuilder,
+)
+
+StorageBuilder = ClaimBuilder | VolumeBuilder | StorageClassBuilder | CSINodeBuilder
 
 __all__ = ["HarnessEvent", "RunResult", "SchedulerHarness"]
 
@@ -170,6 +179,16 @@ class SchedulerHarness:
 
     def delete_node(self, name: str) -> None:
         self.scheduler.delete_node(name)
+
+    def add_storage(self, *objects: StorageObject | StorageBuilder) -> None:
+        """Add or update PersistentVolumeClaims, PersistentVolumes, StorageClasses and
+        CSINodes (objects or builders from `shoal.testing.volumes`)."""
+        for obj in objects:
+            upsert_storage(self.scheduler, obj if isinstance(obj, StorageObject) else obj.obj())
+
+    def delete_storage(self, kind: str, name: str, namespace: str = "default") -> None:
+        """Delete a storage object by kind ("PersistentVolumeClaim", ...) and name."""
+        delete_storage(self.scheduler, kind, namespace, name)
 
     def add_pods(self, *pods: Pod | PodBuilder) -> list[PodInfo]:
         """Add pods (pending ones are queued; ones with spec.nodeName count as bound)."""

@@ -80,6 +80,7 @@ from shoal.drivers.kube.status import (
     QueueStatusWriter,
 )
 from shoal.drivers.kube.tenancy import TenancySync
+from shoal.drivers.kube.volumes import VOLUME_KINDS, VolumeWriter
 from shoal.drivers.loop import Driver
 from shoal.framework.effects import Effect
 from shoal.framework.registry import PluginSpec
@@ -218,6 +219,7 @@ WATCHED: list[Watched] = [
     _tenancy(NODE_POOLS),
     _tenancy(ELASTIC_QUOTAS),
     _tenancy(ELASTIC_QUOTAS_SIGS),
+    *(Watched(kind, upsert, remove) for kind, upsert, remove in VOLUME_KINDS),
 ]
 
 
@@ -365,6 +367,7 @@ class KubeBackend:
             groups=self.group_status,
             queues=self.queue_status,
             bindings=self.binding_status,
+            volumes=VolumeWriter(self.client, self._lookup, timeout=opts.request_timeout),
         )
         self.clock = WallClock()
         self.scheduler: Scheduler = new_scheduler(
@@ -440,6 +443,10 @@ class KubeBackend:
     def lookup_pod(self, key: str) -> JSON | None:
         """The informer's latest copy of a pod, by `namespace/name`."""
         return self.pods.store.get(key)
+
+    def _lookup(self, kind: ResourceKind, key: str) -> JSON | None:
+        informer = self.informers.get(kind.name)
+        return None if informer is None else informer.store.get(key)
 
     def queue_object(self, name: str) -> JSON | None:
         """The informer's latest copy of a Queue (cluster-scoped, by name)."""

@@ -17,6 +17,8 @@
   the ElasticQuota behind the queue (`status.used`).
 * `BindingStatus`: the status subresource of the QueueBinding object (pods and running
   jobs in its namespaces; `BindingStatusWriter`).
+* `BindVolumes`: claims' selected node and volumes' claimRef (`VolumeWriter`), started
+  at once and awaited by the pod's `bind`, which fails if they did.
 
 Everything is queued: `emit` never blocks and never raises.
 """
@@ -36,9 +38,11 @@ from shoal.drivers.kube.status import (
     QueueStatusWriter,
     pod_ref,
 )
+from shoal.drivers.kube.volumes import VolumeWriter
 from shoal.framework.effects import (
     BindFailed,
     BindingStatus,
+    BindVolumes,
     Bound,
     Effect,
     Evict,
@@ -75,8 +79,10 @@ class KubeEffects:
         groups: PodGroupStatusWriter | None = None,
         queues: QueueStatusWriter | None = None,
         bindings: BindingStatusWriter | None = None,
+        volumes: VolumeWriter | None = None,
     ) -> None:
         self.binder = binder
+        self.volumes = volumes
         self.groups = groups
         self.queues = queues
         self.bindings = bindings
@@ -87,6 +93,8 @@ class KubeEffects:
         self.on_eviction_failed = on_eviction_failed
 
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        if self.volumes is not None:
+            await self.volumes.wait(pod.uid)  # VolumeBinding's writes land first
         await self.binder.bind(pod, node, annotations)
 
     def emit(self, effect: Effect) -> None:
@@ -103,7 +111,13 @@ class KubeEffects:
         elif isinstance(effect, Unschedulable):
             self._unschedulable(effect.pod, effect.status, effect.message, effect.nominated)
         elif isinstance(effect, BindFailed):
+            if self.volumes is not None:
+                self.volumes.forget(effect.pod.uid)
             self._bind_failed(effect.pod, effect.node, effect.status)
+        elif isinstance(effect, BindVolumes):
+            if self.volumes is None:
+                raise RuntimeError("no VolumeWriter: volume bindings cannot be written")
+            self.volumes.start(effect)
         elif isinstance(effect, Evict):
             self.evictor.evict(effect.pod, effect.reason, self.on_eviction_failed)
         elif isinstance(effect, GroupStatus):

@@ -1,0 +1,421 @@
+"""VolumeBinding (PreFilter, Filter, Reserve, PreBind): the pod's PersistentVolumeClaims
+must be usable on the node, as kube-scheduler's volumebinding plugin decides it.
+
+* A claim that is not found, is being deleted, or is a generic ephemeral volume's claim
+  not created (or not owned) by the pod: the pod waits, with kube's message.
+* A bound claim: its PersistentVolume's `nodeAffinity` must match the node ("node(s)
+  had volume node affinity conflict"); a volume that does not exist fails everywhere.
+* An unbound claim whose StorageClass binds `Immediate` (or has no class): the pod waits
+  until the PersistentVolume controller binds it ("pod has unbound immediate
+  PersistentVolumeClaims").
+* An unbound claim whose StorageClass is `WaitForFirstConsumer` (kube's delayed
+  binding): on each node, claims (smallest request first) take the smallest available
+  static volume of their class that fits (capacity, access modes, volume mode, selector,
+  node affinity; a volume pre-bound to the claim wins), never one another claim took;
+  a claim left over must be provisionable there (a provisioner other than
+  `kubernetes.io/no-provisioner`, `allowedTopologies` matching the node, and the node
+  named by the claim's `volume.kubernetes.io/selected-node` if it has one). Otherwise
+  "node(s) didn't find available persistent volumes to bind".
+* Volumes Shoal does not model (inline disks VolumeRestrictions guards, unknown sources)
+  keep the pod pending with a message that names them: it is never bound where its
+  volume might not attach. A `ReadWriteOncePod` claim another placed pod uses keeps the
+  pod pending too (kube's VolumeRestrictions, without its preemption).
+
+Speed: PreFilter works the verdict out for every node at once, Filter only indexes it.
+Static volumes are numpy columns (`shoal.cache.volume_index`): a claim's candidates are
+a few vector operations, a local volume is one row, other node affinities one cached
+label mask each; with several claims the greedy choice runs once per distinct pattern of
+usable volumes, not per node. Pods without claims skip the plugin.
+
+Reserve picks the volumes for the chosen node and assumes them in the `VolumeCatalog`
+(later pods see them taken); PreBind sends a `BindVolumes` effect (claimRef on the
+chosen volumes, `volume.kubernetes.io/selected-node` on claims to provision), which the
+port carries out before the pod is bound. Unlike kube-scheduler, PreBind does not wait
+for the PersistentVolume controller to finish the binding: the kubelet does not start
+the pod before its volumes are bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from shoal.api.podinfo import PodInfo
+from shoal.api.volumes import (
+    ANNOTATION_SELECTED_NODE,
+    NO_PROVISIONER,
+    PersistentVolumeClaim,
+    StorageClass,
+    claim_class,
+    pod_claims,
+    unsupported_volumes,
+)
+from shoal.cache.volume_index import VolumeIndex
+from shoal.cache.volumes import ClaimBinding, VolumeCatalog
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.effects import BindVolumes
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code, Status
+from shoal.framework.types import (
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+    Failure,
+    FilterResult,
+    PreFilterResult,
+)
+
+__all__ = [
+    "NAME",
+    "REASON_BIND_CONFLICT",
+    "REASON_NODE_CONFLICT",
+    "REASON_PV_NOT_EXIST",
+    "REASON_UNBOUND_IMMEDIATE",
+    "VolumeBinding",
+    "VolumeBindingArgs",
+]
+
+NAME = "VolumeBinding"
+REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
+REASON_NODE_CONFLICT = "node(s) had volume node affinity conflict"
+REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+REASON_UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+
+_UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+_STATE = NAME
+
+
+class VolumeBindingArgs(BaseModel):
+    """kube's VolumeBindingArgs, accepted so stock configurations load. Neither field
+    changes what Shoal does (see `not_used`)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    bind_timeout_seconds: int = Field(default=600, ge=0)
+    shape: list[dict[str, int]] | None = None
+
+    def not_used(self) -> list[str]:
+        notes = []
+        if "bind_timeout_seconds" in self.model_fields_set:
+            notes.append(
+                "VolumeBinding's bindTimeoutSeconds is not used: Shoal's PreBind writes the "
+                "volume bindings and does not wait for the PersistentVolume controller"
+            )
+        if self.shape is not None:
+            notes.append(
+                "VolumeBinding's shape is not used: Shoal does not score nodes by storage capacity"
+            )
+        return notes
+
+
+@dataclass
+class _Plan:
+    """The pod's unbound delayed-binding claims and what may serve them, over all rows."""
+
+    to_match: list[PersistentVolumeClaim]  # smallest request first
+    candidates: list[NDArray[np.intp]]  # per claim: volume slots, smallest first
+    index: VolumeIndex
+    n: int
+    provisionable: list[NDArray[np.bool_]]  # per claim to match: provisioning possible
+    selected: list[PersistentVolumeClaim]  # claims already marked for a node
+    passed: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    failures: list[Failure] = field(default_factory=list)
+
+    def choose(self, row: int) -> tuple[list[ClaimBinding], list[int]]:
+        """kube's findMatchingVolumes on one row: a static volume per claim where one
+        fits (never one an earlier claim took), else the claim is to be provisioned.
+        Returns the bindings and the indexes of the claims left to provision."""
+        chosen: set[int] = set()
+        bindings = [ClaimBinding(c.key) for c in self.selected]
+        left: list[int] = []
+        for i, claim in enumerate(self.to_match):
+            slots = self.candidates[i]
+            usable = slots[self.index.usable_at(slots, row, self.n)] if len(slots) else slots
+            pick = next((int(v) for v in usable if int(v) not in chosen), None)
+            if pick is None:
+                left.append(i)
+                bindings.append(ClaimBinding(claim.key))
+            else:
+                chosen.add(pick)
+                volume = self.index.volume(pick).metadata.name
+                bindings.append(ClaimBinding(claim.key, volume))
+        return bindings, left
+
+
+class VolumeBinding:
+    name = NAME
+    # Its verdict on a node does not depend on the pods there.
+    preemption_local = True
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+        self.catalog = VolumeCatalog.of(handle)
+        self.index = VolumeIndex(self.catalog, handle.cluster)
+        # Per class: (object, nodes version, rows) -> mask over all rows.
+        self._class_masks: dict[str, tuple[object, int, int, NDArray[np.bool_]]] = {}
+
+    # ---- PreFilter ------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        if not pod.pod.spec.volumes:
+            return None, Status(Code.SKIP)
+        problems = unsupported_volumes(pod.pod)
+        if problems:
+            return None, Status(_UNRESOLVABLE, *problems)
+        uses = pod_claims(pod.pod)
+        if not uses:
+            return None, Status(Code.SKIP)
+        catalog = self.catalog
+        bound: list[PersistentVolumeClaim] = []
+        delayed: list[PersistentVolumeClaim] = []
+        for use in uses:
+            claim = catalog.claim(use.key)
+            if claim is None:
+                if use.ephemeral:
+                    why = (
+                        "waiting for ephemeral volume controller to create the "
+                        f'persistentvolumeclaim "{use.name}"'
+                    )
+                else:
+                    why = f'persistentvolumeclaim "{use.name}" not found'
+                return None, Status(_UNRESOLVABLE, why)
+            if use.ephemeral and not _owned_by(claim, pod):
+                why = f"PVC {use.key} was not created for pod {pod.key} (pod is not owner)"
+                return None, Status(_UNRESOLVABLE, why)
+            if claim.metadata.deletion_timestamp:
+                return None, Status(
+                    _UNRESOLVABLE, f'persistentvolumeclaim "{use.name}" is being deleted'
+                )
+            if "ReadWriteOncePod" in claim.spec.access_modes:
+                other = next(
+                    (p for uid, p in catalog.users_of(use.key).items() if uid != pod.uid), None
+                )
+                if other is not None:
+                    # kube's VolumeRestrictions would also weigh preempting the other pod.
+                    return None, Status(
+                        _UNRESOLVABLE,
+                        f"persistentvolumeclaim {use.key} is ReadWriteOncePod and pod "
+                        f"{other.key} already uses it",
+                    )
+            if claim.spec.volume_name:
+                bound.append(claim)
+                continue
+            class_name = claim_class(claim)
+            storage_class = catalog.classes.get(class_name) if class_name else None
+            if class_name and storage_class is None:
+                return None, Status(
+                    _UNRESOLVABLE,
+                    f'storageclass.storage.k8s.io "{class_name}" not found '
+                    f"(used by persistentvolumeclaim {claim.key})",
+                )
+            if storage_class is None or storage_class.volume_binding_mode != "WaitForFirstConsumer":
+                return None, Status(_UNRESOLVABLE, REASON_UNBOUND_IMMEDIATE)
+            delayed.append(claim)
+        plan = self._plan(bound, delayed)
+        state.write(_STATE, plan)
+        return None, Status()
+
+    def _plan(
+        self, bound: list[PersistentVolumeClaim], delayed: list[PersistentVolumeClaim]
+    ) -> _Plan:
+        snap = self.handle.snapshot
+        n = snap.n
+        catalog = self.catalog
+        failures: list[Failure] = []
+        passed = np.ones(n, dtype=bool)
+        # Bound claims: the volume must exist and its node affinity match.
+        missing = False
+        conflict = np.zeros(n, dtype=bool)
+        index = self.index
+        index.sync()
+        for claim in bound:
+            slot = index.slot_of.get(claim.spec.volume_name)
+            if slot is None:
+                missing = True
+                continue
+            conflict |= ~index.any_mask(np.array([slot], dtype=np.intp), n)
+        if missing:
+            failures.append(Failure(REASON_PV_NOT_EXIST, np.ones(n, dtype=bool), _UNRESOLVABLE))
+            passed[:] = False
+        elif conflict.any():
+            failures.append(Failure(REASON_NODE_CONFLICT, conflict.copy(), _UNRESOLVABLE))
+            passed &= ~conflict
+        # Delayed claims: a selected node pins the claim; the others match or provision.
+        selected = [c for c in delayed if catalog.selected_node(c)]
+        to_match = sorted(
+            (c for c in delayed if not catalog.selected_node(c)), key=lambda c: c.request
+        )
+        candidates = [index.candidates(claim) for claim in to_match]
+        provisionable = [self._provision_mask(c, n) for c in to_match]
+        plan = _Plan(to_match, candidates, index, n, provisionable, selected)
+        unbound_ok = np.ones(n, dtype=bool)
+        names = snap.names[:n]
+        for claim in selected:
+            unbound_ok &= names == catalog.selected_node(claim)
+            unbound_ok &= self._provision_mask(claim, n)
+        if to_match:
+            unbound_ok &= self._match_all(plan, n)
+        if not unbound_ok.all():
+            failures.append(Failure(REASON_BIND_CONFLICT, ~unbound_ok, _UNRESOLVABLE))
+            passed &= unbound_ok
+        plan.passed = passed
+        plan.failures = failures
+        return plan
+
+    def _match_all(self, plan: _Plan, n: int) -> NDArray[np.bool_]:
+        """Per row: can every claim to match get a static volume or be provisioned?"""
+        index = plan.index
+        if len(plan.to_match) == 1:
+            slots = plan.candidates[0]
+            if not len(slots):
+                return plan.provisionable[0].copy()
+            result: NDArray[np.bool_] = index.any_mask(slots, n) | plan.provisionable[0]
+            return result
+        # kube's greedy, for every row at once: claim i takes its first usable volume
+        # that an earlier claim did not take there, else it is to be provisioned. Its
+        # first len(to_match) usable volumes per row are enough to decide.
+        m = len(plan.to_match)
+        ok = np.ones(n, dtype=bool)
+        taken: list[NDArray[np.intp]] = []
+        for i in range(m):
+            first = index.first_per_row(plan.candidates[i], m, n)
+            choice = np.full(n, -1, dtype=np.intp)
+            for j in range(m):
+                candidate = first[:, j]
+                free = (candidate >= 0) & (choice < 0)
+                for earlier in taken:
+                    free &= candidate != earlier
+                choice[free] = candidate[free]
+            taken.append(choice)
+            ok &= (choice >= 0) | plan.provisionable[i]
+        return ok
+
+    def _provision_mask(self, claim: PersistentVolumeClaim, n: int) -> NDArray[np.bool_]:
+        """kube's checkVolumeProvisions: rows where the claim's class may provision."""
+        storage_class = self.catalog.classes.get(claim_class(claim))
+        if storage_class is None or storage_class.provisioner in ("", NO_PROVISIONER):
+            return np.zeros(n, dtype=bool)
+        version = self.handle.cluster.table.nodes_version
+        name = storage_class.metadata.name
+        cached = self._class_masks.get(name)
+        if (
+            cached is not None
+            and cached[0] is storage_class
+            and cached[1] == version
+            and cached[2] == n
+        ):
+            return cached[3]
+        mask = self._topology_mask(storage_class, n)
+        self._class_masks[name] = (storage_class, version, n, mask)
+        return mask
+
+    def _topology_mask(self, storage_class: StorageClass, n: int) -> NDArray[np.bool_]:
+        if not storage_class.allowed_topologies:
+            return np.ones(n, dtype=bool)
+        labels = self.handle.snapshot.labels
+        mask = np.zeros(n, dtype=bool)
+        for term in storage_class.allowed_topologies:
+            term_mask = np.ones(n, dtype=bool)
+            for req in term.match_label_expressions:
+                codes = labels.column(req.key, slice(0, n))
+                wanted = labels.value_codes(req.key, req.values)
+                if not wanted:
+                    term_mask[:] = False
+                    break
+                term_mask &= np.isin(codes, wanted)
+            mask |= term_mask
+        return mask
+
+    # ---- Filter ---------------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
+        plan: _Plan = state.read(_STATE)
+        index = nodes.index
+        passed = plan.passed[index]
+        if passed.all():
+            return FilterResult(passed)
+        return FilterResult(
+            passed, [Failure(f.reason, f.nodes[index], f.code) for f in plan.failures]
+        )
+
+    # ---- Score ------------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
+        # kube-scheduler scores here only with its StorageCapacityScoring feature gate;
+        # without it (and in Shoal) PreScore skips, so a configuration that enables
+        # VolumeBinding at score loads and ranks nodes as kube-scheduler does without
+        # that gate.
+        return Status(Code.SKIP)
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
+        return np.zeros(nodes.size, dtype=np.int64)
+
+    # ---- Reserve / PreBind ----------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        plan: _Plan | None = state.get(_STATE)
+        if plan is None or not (plan.to_match or plan.selected):
+            return Status()
+        row = self.handle.snapshot.row(node)
+        if row is None or row >= len(plan.passed):
+            return Status(Code.ERROR, f"node {node} left the cache", plugin=NAME)
+        bindings, _ = plan.choose(row)
+        self.catalog.assume(bindings, node)
+        state.write(_STATE + "/bindings", bindings)
+        return Status()
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
+        if bindings:
+            self.catalog.revert(bindings)
+            state.delete(_STATE + "/bindings")
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
+        if not bindings:
+            return Status()
+        static = tuple((b.claim, b.volume) for b in bindings if b.volume)
+        provision = tuple(
+            b.claim for b in bindings if not b.volume and self._needs_mark(b.claim, node)
+        )
+        if static or provision:
+            self.handle.effects.emit(BindVolumes(pod, node, static, provision))
+        return Status()
+
+    def _needs_mark(self, claim: str, node: str) -> bool:
+        found = self.catalog.claim(claim)
+        if found is None:
+            return True
+        return found.metadata.annotations.get(ANNOTATION_SELECTED_NODE) != node
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return [
+            ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ALL),
+            ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE),
+            ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD | ActionType.UPDATE),
+            ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
+            ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+            # A ReadWriteOncePod claim's user went away.
+            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
+        ]
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> VolumeBinding:
+        return cls(handle)
+
+
+def _owned_by(claim: PersistentVolumeClaim, pod: PodInfo) -> bool:
+    """kube's ephemeral.VolumeIsForPod: the claim's controller is the pod."""
+    for ref in claim.metadata.owner_references:
+        if ref.controller and ref.kind == "Pod" and ref.name == pod.name:
+            return not ref.uid or not pod.uid or ref.uid == pod.uid
+    return False

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shoal.config.load import ConfigError
 from shoal.plugins.large_job_reservation import LargeJobReservation, LargeJobReservationArgs
@@ -210,3 +212,37 @@ def test_args_defaults_and_cpu_threshold() -> None:
     assert (args.min_gpus, args.max_reservations, args.nodes_per_reservation) == (8.0, 1, 2)
     cpu_only = LargeJobReservationArgs.model_validate({"minGpus": None, "minMilliCpu": 64000})
     assert cpu_only.settings().min_milli_cpu == 64000
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 20), st.integers(0, 2), st.booleans()),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_backfill_never_takes_what_the_reserved_pod_needs(
+    pods: list[tuple[int, int, bool]],
+) -> None:
+    """Whatever small pods arrive (pinned to the reserved node or free to go anywhere),
+    the pods placed on the reserved node after the reservation began leave room for the
+    large pod: once the incumbents go, it fits."""
+    h = cluster(**RESERVE)
+    h.advance(40)
+    h.delete_pod("n0-run-0")
+    h.run()
+    (held,) = plugin_of(h).jobs.reservations.values()
+    (node,) = held.nodes
+    for i, (cpu, gpus, pin) in enumerate(pods):
+        requests: dict[str, Any] = {"cpu": str(cpu), "memory": "1Gi"}
+        if gpus:
+            requests[GPU] = gpus
+        h.add_pods(pinned(f"p{i}", node, **requests) if pin else make_pod(f"p{i}").req(requests))
+    h.run()
+    assert plugin_of(h).jobs.reservations  # still held: nothing here ends it
+    incumbents = held.incumbents[node]
+    later = [p for p in h.scheduler.cluster.pods_on(node) if p.uid not in incumbents]
+    cpu_used = sum(p.requests.get("cpu", 0) for p in later)
+    gpus_used = sum(p.requests.get(GPU, 0) for p in later)
+    assert cpu_used + 8000 <= 32000 and gpus_used + 8 <= 8

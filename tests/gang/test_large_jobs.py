@@ -246,3 +246,15 @@ def test_backfill_never_takes_what_the_reserved_pod_needs(
     cpu_used = sum(p.requests.get("cpu", 0) for p in later)
     gpus_used = sum(p.requests.get(GPU, 0) for p in later)
     assert cpu_used + 8000 <= 32000 and gpus_used + 8 <= 8
+
+
+def test_preemption_still_works_next_to_a_reservation() -> None:
+    """A high-priority pod pinned to a reserved node, with no room there, preempts the
+    low-priority incumbent (DefaultPreemption runs before the reservation's PostFilter)."""
+    h = cluster(**RESERVE)
+    h.advance(40)
+    h.delete_pod("n0-run-0")
+    h.run()
+    h.add_pods(pinned("vip", "n1", **{GPU: 8, "cpu": "1"}).priority(1000))
+    h.advance(15)
+    assert "default/n1-run-0" in h.evicted

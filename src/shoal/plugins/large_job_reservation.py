@@ -97,6 +97,10 @@ class LargeJobReservationArgs(Args):
 
 class LargeJobReservation:
     name = NAME
+    # The Filter's verdict on a node depends only on the pods there (those placed since
+    # the reservation began) and only improves when pods go: preemption may judge all
+    # candidate nodes at once (shoal.preemption).
+    preemption_local = True
 
     def __init__(self, handle: Handle, args: LargeJobReservationArgs) -> None:
         self.handle = handle

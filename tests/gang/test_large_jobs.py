@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shoal.config.load import ConfigError
+from shoal.gang.large_jobs import STALE_SECONDS
 from shoal.plugins.large_job_reservation import LargeJobReservation, LargeJobReservationArgs
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
@@ -258,3 +259,17 @@ def test_preemption_still_works_next_to_a_reservation() -> None:
     h.add_pods(pinned("vip", "n1", **{GPU: 8, "cpu": "1"}).priority(1000))
     h.advance(15)
     assert "default/n1-run-0" in h.evicted
+
+
+def test_reservation_of_a_deleted_pod_ends() -> None:
+    h = cluster(**RESERVE, reservationMaxSeconds=7200)
+    h.advance(40)
+    h.delete_pod("n0-run-0")
+    h.run()
+    assert plugin_of(h).jobs.reservations
+    h.delete_pod("large")
+    h.advance(STALE_SECONDS + 1)
+    h.add_pods(pinned("after-delete", "n1", **{GPU: 1, "cpu": "1"}))
+    h.run()
+    assert h.node_of("after-delete") == "n1"
+    assert not plugin_of(h).jobs.reservations

@@ -26,7 +26,8 @@ reservation, `shoal.gang.reservation`); `LargeJobReservation` is its thin plugin
   will leave and make room; backfilled ones never stand in the way.
 * **Release**: when the large pod is placed (anywhere: Reserve), or when
   `reservation_max` seconds pass; an expired pod may not reserve again for another
-  `reservation_max` seconds, so small work flows on those nodes in between.
+  `reservation_max` seconds, so small work flows on those nodes in between. A pod that
+  has not failed a cycle for `STALE_SECONDS` is gone (deleted): its reservation ends.
 * **Idle-node protection** (`protect_idle`, a cheaper variant): while large pods are
   typically around (one was placed or failed a cycle within the last `protect_seconds`),
   small pods prefer nodes that could not host any of those large shapes now: Score gives
@@ -49,7 +50,12 @@ from shoal.api.resources import CPU, MEMORY, PODS
 from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.framework.handle import Handle
 
-__all__ = ["LargeJobSettings", "LargeJobs", "Reservation", "closest_nodes"]
+__all__ = ["STALE_SECONDS", "LargeJobSettings", "LargeJobs", "Reservation", "closest_nodes"]
+
+STALE_SECONDS = 900.0
+"""A reservation whose pod has not failed a cycle for this long ends: the pod was
+deleted (or placed by another profile). The scheduling queue retries an unschedulable
+pod at least every 5 minutes, so a pod that still waits fails well within this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,7 @@ class Reservation:
     incumbents: dict[str, frozenset[str]]
     since: float
     until: float
+    last_failed: float = 0.0
 
 
 @dataclass(slots=True)
@@ -109,7 +116,7 @@ class LargeJobs:
     def expire(self, now: float) -> None:
         """Drop reservations whose time is up and large shapes not seen for long."""
         for uid, held in list(self.reservations.items()):
-            if now >= held.until:
+            if now >= held.until or now - held.last_failed > STALE_SECONDS:
                 del self.reservations[uid]
                 self.cooldown[uid] = now + self.settings.reservation_max
         for key, seen in list(self.recent.items()):
@@ -144,6 +151,8 @@ class LargeJobs:
         # the closest; one where others left first takes over).
         taken = {node for uid, r in self.reservations.items() if uid != pod.uid for node in r.nodes}
         names = closest_nodes(self.handle, pod, request, resolvable, taken, s.nodes_per_reservation)
+        if held is not None:
+            held.last_failed = now
         if not names:
             return held
         snap = self.handle.snapshot
@@ -157,7 +166,7 @@ class LargeJobs:
         if held is not None:
             held.nodes, held.incumbents = names, incumbents
             return held
-        held = Reservation(pod, request, names, incumbents, now, now + s.reservation_max)
+        held = Reservation(pod, request, names, incumbents, now, now + s.reservation_max, now)
         self.reservations[pod.uid] = held
         return held
 
@@ -225,9 +234,8 @@ class LargeJobs:
         """The large shapes that small `pod` should keep nodes free for (empty: none)."""
         if not self.settings.protect_idle or not self.recent or self.is_large(pod, request):
             return []
-        now = self.handle.clock.now()
-        horizon = self.settings.protect_seconds
-        return [w for w in self.recent.values() if now - w.last_seen <= horizon]
+        self.expire(self.handle.clock.now())
+        return list(self.recent.values())
 
     def could_host(self, large: list[_Seen], index: slice | NDArray[np.intp]) -> NDArray[np.bool_]:
         """Which indexed nodes could take one of the `large` pods right now."""

@@ -102,6 +102,18 @@ def simulate(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar, no pending-pod table.")
     ] = False,
+    rescheduler: Annotated[
+        bool,
+        typer.Option(
+            "--rescheduler",
+            help="Enable the Rescheduler: move running pods to place waiting ones "
+            "(docs/rescheduler.md).",
+        ),
+    ] = False,
+    recreate_delay: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds before an evicted pod's replacement arrives."),
+    ] = 0.0,
     serve: Annotated[
         bool,
         typer.Option(
@@ -137,12 +149,17 @@ def simulate(
         _print_problems(errors, err)
         raise typer.Exit(2) from None
     _print_warnings(errors, config, scheduler_config.warnings)
+    if rescheduler:
+        from shoal.plugins.rescheduler import with_rescheduler
+
+        scheduler_config = with_rescheduler(scheduler_config)
     options = SimOptions(
         seed=seed,
         until=until,
         cycle_seconds=cycle_seconds,
         config=scheduler_config,
         recreate_evicted=recreate_evicted,
+        recreate_delay=recreate_delay,
     )
     paths = [*(cluster or []), *(workload or [])]
     address = _serve_address(serve_address) if serve else None
@@ -206,6 +223,15 @@ def version() -> None:
 from shoal.drivers.kube.cli import register as _register_kube  # noqa: E402
 
 _register_kube(app)
+
+# `shoal get ...` and `shoal explain` (operator commands over a kubeconfig).
+from shoal.drivers.kube.ctl import register as _register_ctl  # noqa: E402
+
+_register_ctl(app)
+
+from shoal.drivers.kube.webhook_cli import register as _register_webhook  # noqa: E402
+
+_register_webhook(app)
 
 from shoal.experiments.openb.cli import experiment_app  # noqa: E402
 

@@ -53,7 +53,8 @@ def test_all_mistakes_are_reported_with_field_paths(tmp_path: Path) -> None:
     )
     assert "LeastAllocated" in found["profiles[0].pluginConfig[0].args.scoringStrategy.type"]
     assert found["profiles[1].schedulerName"] == (
-        "'default-scheduler' is already used by profiles[0]"
+        "'default-scheduler' is already used by profiles[0]; a profile without "
+        "schedulerName is named 'default-scheduler': give each profile its own name"
     )
     text = str(err)
     assert text.startswith(f"{path}: 5 problem(s) in the scheduler configuration:\n  - ")

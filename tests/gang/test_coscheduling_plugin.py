@@ -223,6 +223,25 @@ def test_schedule_timeout_default_comes_from_plugin_config() -> None:
     assert phase_after_retry(own, "ml/pg") == "Scheduling"
 
 
+def test_scheduler_plugins_spelling_permit_waiting_time_seconds_is_accepted() -> None:
+    # A config written for scheduler-plugins' Coscheduling sets permitWaitingTimeSeconds.
+    h = SchedulerHarness(config(coscheduling(permitWaitingTimeSeconds=20)))
+    h.add_nodes(gpu_node("gpu-0"))
+    h.add_pods(*(train(i) for i in range(3)))
+    h.advance(25)
+    h.add_nodes(cpu_node("late"))
+    h.run()
+    assert h.scheduler.gangs.groups["ml/train"].phase == "Failed"
+
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            config(coscheduling(permitWaitingTimeSeconds=20, scheduleTimeoutSeconds=30)),
+            source="cfg",
+            registry=default_registry(),
+        )
+    assert "permitWaitingTimeSeconds" in str(err.value)
+
+
 @pytest.mark.parametrize(
     ("args", "problem"),
     [

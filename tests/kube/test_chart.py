@@ -54,6 +54,7 @@ def test_the_duplicate_key_check_catches_duplicates() -> None:
 
 def test_plain_manifests_and_chart_files_have_no_duplicate_keys() -> None:
     files = [*DEPLOY.glob("*.yaml"), *DEPLOY.glob("crds/*.yaml"), *CHART.glob("crds/*.yaml")]
+    files += [*DEPLOY.glob("webhook/*.yaml")]
     files += [CHART / "Chart.yaml", CHART / "values.yaml"]
     for path in files:
         assert load_all(path.read_text()), path
@@ -103,6 +104,41 @@ def test_the_chart_renders_without_duplicate_keys() -> None:
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == "10251" and annotations["team"] == "ml"
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"])
+
+
+def test_the_webhooks_render_when_enabled_with_their_failure_policies() -> None:
+    docs = _rendered({"webhook": {"enabled": True, "podFailurePolicy": "Fail"}})["webhook.yaml"]
+    kinds = [d["kind"] for d in docs]
+    assert kinds == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "Deployment",
+        "Issuer",
+        "Certificate",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ]
+    by_kind = {d["kind"]: d for d in docs}
+    validating, mutating = (
+        by_kind[k]["webhooks"][0]
+        for k in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+    )
+    assert validating["failurePolicy"] == "Fail" and mutating["failurePolicy"] == "Fail"
+    assert validating["clientConfig"]["service"]["name"] == by_kind["Service"]["metadata"]["name"]
+    annotation = by_kind["MutatingWebhookConfiguration"]["metadata"]["annotations"]
+    assert annotation["cert-manager.io/inject-ca-from"] == "shoal-system/shoal-webhook"
+    (container,) = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "webhook" and "--scheduler-name=shoal" in container["args"]
+    # Without cert-manager: the CA is given, no Issuer or Certificate.
+    docs = _rendered({"webhook": {"enabled": True, "certManager": False, "caBundle": "Q0E="}})[
+        "webhook.yaml"
+    ]
+    assert "Certificate" not in [d["kind"] for d in docs]
+    config = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
+    assert config["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
+    assert "annotations" not in config["metadata"]
 
 
 def test_the_notes_list_every_profile() -> None:
@@ -241,6 +277,7 @@ def test_the_values_schema_accepts_the_defaults_and_covers_every_value() -> None
         ({"profiles": []}, "values.profiles: too few items"),
         ({"logFormat": "yaml"}, "values.logFormat: 'yaml' is not one of"),
         ({"image": {"repository": "x", "pullPolicy": "always"}}, "pullPolicy"),
+        ({"webhook": {"enabled": True, "failurePolicy": "fail"}}, "failurePolicy"),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], error: str) -> None:

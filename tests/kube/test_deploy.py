@@ -162,6 +162,23 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         # A tenant queue: its status is written.
         api.create("shoal.dev/v1alpha1", "queues", {"metadata": {"name": "team"}, "spec": {}})
         api.create("v1", "pods", pod("member", cpu="100m", labels={"shoal.dev/queue": "team"}))
+        # A bound namespace and a namespace per ElasticQuota API: their statuses are written.
+        api.create(
+            "shoal.dev/v1alpha1",
+            "queuebindings",
+            {"metadata": {"name": "bound"}, "spec": {"queue": "team", "namespaces": ["bound"]}},
+        )
+        api.create("v1", "pods", pod("in-bound", cpu="100m", namespace="bound"))
+        for api_version, namespace in (
+            ("scheduling.x-k8s.io/v1alpha1", "eq-plugins"),
+            ("scheduling.sigs.k8s.io/v1alpha1", "eq-sigs"),
+        ):
+            api.create(
+                api_version,
+                "elasticquotas",
+                {"metadata": {"name": "quota", "namespace": namespace}, "spec": {}},
+            )
+            api.create("v1", "pods", pod(f"in-{namespace}", cpu="100m", namespace=namespace))
         options = fast_options(
             "rbac",
             leader_elect=True,
@@ -193,6 +210,20 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                 ),
                 what="Queue status written",
             )
+            for plural, count in (("queuebindings", 1), ("elasticquotas", 2)):
+                await eventually(
+                    lambda plural=plural, count=count: (
+                        len(
+                            {
+                                (r.group, r.name)
+                                for r in api.requests
+                                if r.resource == plural and r.subresource == "status"
+                            }
+                        )
+                        >= count
+                    ),
+                    what=f"{plural} status written",
+                )
             await eventually(
                 lambda: any(
                     r.resource == "pods" and r.verb == "patch" and not r.subresource

@@ -85,8 +85,11 @@ class QueueObservedStatus(_Base):
     allocated: dict[str, Quantity] = {}
     guaranteed: dict[str, Quantity] = {}
     fair_share: dict[str, Quantity] = {}
+    borrowed: dict[str, Quantity] = {}  # allocated above guaranteed
     pending_pods: int = 0
     running_pods: int = 0
+    pending_jobs: int = 0  # a job is a pod group, or a pod on its own
+    running_jobs: int = 0
 
 
 class Queue(_Base):
@@ -123,6 +126,22 @@ class QueueBindingSpec(_Base):
                 raise ValueError(f"{field} {value} must not be negative")
 
 
+class NamespaceUsage(_Base):
+    namespace: str
+    pods: int = 0
+    running_jobs: int = 0
+
+
+class QueueBindingStatus(_Base):
+    """Written by the scheduler (the status subresource): pods and running jobs in the
+    bound namespaces, in total and per namespace (maxPods and maxRunningJobs apply per
+    namespace)."""
+
+    pods: int = 0
+    running_jobs: int = 0
+    namespaces: list[NamespaceUsage] = []
+
+
 class QueueBinding(_Base):
     api_version: str = "shoal.dev/v1alpha1"
     kind: str = "QueueBinding"
@@ -130,6 +149,7 @@ class QueueBinding(_Base):
     spec: QueueBindingSpec = msgspec.field(
         default_factory=lambda: QueueBindingSpec(queue=DEFAULT_QUEUE)
     )
+    status: QueueBindingStatus = msgspec.field(default_factory=QueueBindingStatus)
 
 
 class ElasticQuotaSpec(_Base):
@@ -141,6 +161,13 @@ class ElasticQuotaSpec(_Base):
         _check("max", self.max)
 
 
+class ElasticQuotaStatus(_Base):
+    """Written by the scheduler (the status subresource), as scheduler-plugins does:
+    what the pods of the namespace use."""
+
+    used: dict[str, Quantity] = {}
+
+
 class ElasticQuota(_Base):
     """scheduler-plugins `scheduling.x-k8s.io/v1alpha1` ElasticQuota: one per namespace,
     read as a leaf queue `<namespace>` bound to that namespace."""
@@ -149,6 +176,7 @@ class ElasticQuota(_Base):
     kind: str = "ElasticQuota"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: ElasticQuotaSpec = msgspec.field(default_factory=ElasticQuotaSpec)
+    status: ElasticQuotaStatus = msgspec.field(default_factory=ElasticQuotaStatus)
 
 
 class NodePoolSpec(_Base):

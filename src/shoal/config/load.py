@@ -208,7 +208,15 @@ def semantic_problems(
                 Problem(
                     f"{base}.schedulerName",
                     f"{profile.scheduler_name!r} is already used by "
-                    f"profiles[{seen[profile.scheduler_name]}]",
+                    f"profiles[{seen[profile.scheduler_name]}]"
+                    + (
+                        # as in kube-scheduler, a profile that sets no schedulerName
+                        # is default-scheduler, so two unnamed profiles collide
+                        "; a profile without schedulerName is named "
+                        f"{DEFAULT_SCHEDULER_NAME!r}: give each profile its own name"
+                        if profile.scheduler_name == DEFAULT_SCHEDULER_NAME
+                        else ""
+                    ),
                 )
             )
         seen.setdefault(profile.scheduler_name, i)

@@ -26,6 +26,7 @@ import msgspec
 from shoal.api.podinfo import PodInfo
 from shoal.framework.effects import (
     BindError,
+    BindingStatus,
     Effect,
     Evict,
     GroupStatus,
@@ -95,6 +96,7 @@ class MemoryEffects:
         self.nominated: dict[str, str] = {}  # uid -> node
         self.group_status: dict[str, GroupStatus] = {}
         self.queue_status: dict[str, QueueStatus] = {}
+        self.binding_status: dict[str, BindingStatus] = {}
         self.listeners: list[Callable[[Effect], None]] = []
         self.on_evicted: list[Callable[[PodInfo, str], None]] = []
         self._echoes: deque[_BindEcho | _DeleteEcho] = deque()
@@ -130,6 +132,8 @@ class MemoryEffects:
             self.group_status[f"{effect.namespace}/{effect.name}"] = effect
         elif isinstance(effect, QueueStatus):
             self.queue_status[effect.name] = effect
+        elif isinstance(effect, BindingStatus):
+            self.binding_status[effect.name] = effect
         for listener in self.listeners:
             listener(effect)
 

@@ -13,12 +13,16 @@ __all__ = ["CycleState"]
 
 
 class CycleState:
-    __slots__ = ("_data", "skip_filter", "skip_score")
+    __slots__ = ("_data", "dry_run", "sampled", "skip_filter", "skip_score")
 
-    def __init__(self) -> None:
+    def __init__(self, dry_run: bool = False) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()  # plugins whose PreFilter returned Skip
         self.skip_score: set[str] = set()  # plugins whose PreScore returned Skip
+        self.sampled = False  # this cycle's plugin calls are timed (framework/timing.py)
+        # A what-if pass (preemption's victim search, a reservation's node mask), not a
+        # scheduling cycle: not counted in the latency metrics, as in kube.
+        self.dry_run = dry_run
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
@@ -34,8 +38,9 @@ class CycleState:
         self._data.pop(key, None)
 
     def clone(self) -> CycleState:
-        copy = CycleState()
+        copy = CycleState(self.dry_run)
         copy._data = dict(self._data)
         copy.skip_filter = set(self.skip_filter)
         copy.skip_score = set(self.skip_score)
+        copy.sampled = self.sampled
         return copy

@@ -11,8 +11,8 @@ the cluster (or the simulator's in-memory cluster) is an *effect* handed to the
   `status.nominatedNodeName`), `Evict` (preemption, reclaim; with the reason the owner
   reads), `Unschedulable` (the PodScheduled=False condition and the FailedScheduling
   event with kube's explanation), `Bound` and `BindFailed` (outcomes of a binding cycle,
-  for events and for recorders), `GroupStatus` and `QueueStatus` (the status of PodGroup
-  and Queue objects).
+  for events and for recorders), `GroupStatus`, `QueueStatus` and `BindingStatus` (the
+  status of PodGroup, Queue and QueueBinding objects).
 
 A port implementation only *queues* work in `emit` (it is called from inside a
 scheduling cycle). The Kubernetes driver turns effects into API calls; the in-memory
@@ -37,6 +37,7 @@ from shoal.framework.status import Status
 __all__ = [
     "BindError",
     "BindFailed",
+    "BindingStatus",
     "Bound",
     "Effect",
     "Effects",
@@ -129,9 +130,32 @@ class QueueStatus:
     fair_share: Mapping[str, int] = field(default_factory=dict)
     pending_pods: int = 0
     running_pods: int = 0
+    borrowed: Mapping[str, int] = field(default_factory=dict)  # allocated above guaranteed
+    pending_jobs: int = 0  # jobs: pod groups, or pods on their own
+    running_jobs: int = 0
 
 
-Effect = Nominate | Evict | Unschedulable | Bound | BindFailed | GroupStatus | QueueStatus
+@dataclass(frozen=True, slots=True)
+class BindingStatus:
+    """What the namespaces of a QueueBinding run, for its object's status (against its
+    maxPods and maxRunningJobs)."""
+
+    name: str
+    pods: int = 0
+    running_jobs: int = 0
+    namespaces: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # pods, jobs
+
+
+Effect = (
+    Nominate
+    | Evict
+    | Unschedulable
+    | Bound
+    | BindFailed
+    | GroupStatus
+    | QueueStatus
+    | BindingStatus
+)
 
 
 class Effects(Protocol):

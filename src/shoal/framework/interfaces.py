@@ -123,11 +123,19 @@ class PostFilterResult:
     commits the evictions and the nomination in one transaction and sends them out
     through the effects port."""
 
-    __slots__ = ("nominated_node", "victims")
+    __slots__ = ("holds", "nominated_node", "victims")
 
-    def __init__(self, nominated_node: str = "", victims: list[Victim] | None = None) -> None:
+    def __init__(
+        self,
+        nominated_node: str = "",
+        victims: list[Victim] | None = None,
+        holds: list[tuple[PodInfo, str]] | None = None,
+    ) -> None:
         self.nominated_node = nominated_node
         self.victims = victims or []
+        # Room held for evicted pods that are to come back elsewhere (a migration plan's
+        # stand-ins, `shoal.preemption.migration_holds`): nominated in the same commit.
+        self.holds = holds or []
 
 
 @runtime_checkable

@@ -163,6 +163,8 @@ class Framework:
         self.handle = handle
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self.queue_sort: QueueSortPlugin = plugins.queue_sort
+        # The plugins with timed calls, for the cycles a timer samples (framework/timing.py).
+        self.sampled_plugins = plugins
         self.max_total_score = MAX_NODE_SCORE * sum(w for _, w in plugins.score)
         self._normalizers = {p.name: p for p, _ in plugins.score if isinstance(p, ScoreNormalizer)}
 
@@ -197,7 +199,7 @@ class Framework:
         self, state: CycleState, pod: PodInfo
     ) -> tuple[PreFilterResult | None, Status]:
         merged: PreFilterResult | None = None
-        for plugin in self.plugins.pre_filter:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).pre_filter:
             result, status = plugin.pre_filter(state, pod)
             if status.code == Code.SKIP:
                 state.skip_filter.add(plugin.name)
@@ -224,7 +226,7 @@ class Framework:
     def run_filters(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterOutcome:
         passed = np.ones(nodes.size, dtype=bool)
         results: list[tuple[str, FilterResult]] = []
-        for plugin in self.plugins.filter:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).filter:
             if plugin.name in state.skip_filter:
                 continue
             result = plugin.filter(state, pod, nodes)
@@ -241,7 +243,7 @@ class Framework:
         statuses = _Statuses(diagnosis, self.handle)
         reasons: list[str] = []
         rejector = ""
-        for plugin in self.plugins.post_filter:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).post_filter:
             result, status = plugin.post_filter(state, pod, statuses)
             if status.ok or status.code != Code.UNSCHEDULABLE:
                 return result, status.with_plugin(plugin.name)
@@ -255,7 +257,7 @@ class Framework:
     # ---- scoring -------------------------------------------------------------------
 
     def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
-        for plugin in self.plugins.pre_score:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).pre_score:
             status = plugin.pre_score(state, pod, nodes)
             if status.code == Code.SKIP:
                 state.skip_score.add(plugin.name)
@@ -266,7 +268,7 @@ class Framework:
     def run_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
         """Weighted sum of normalised plugin scores, one per candidate."""
         total = np.zeros(nodes.size, dtype=np.int64)
-        for plugin, weight in self.plugins.score:
+        for plugin, weight in (self.sampled_plugins if state.sampled else self.plugins).score:
             if plugin.name in state.skip_score:
                 continue
             scores = plugin.score(state, pod, nodes)
@@ -300,7 +302,7 @@ class Framework:
     # ---- reserve and permit --------------------------------------------------------
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        for plugin in self.plugins.reserve:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).reserve:
             status = plugin.reserve(state, pod, node)
             if not status.ok:
                 return status.with_plugin(plugin.name)
@@ -316,7 +318,7 @@ class Framework:
         """Returns the combined status; on WAIT also the timeout and the waiting plugins."""
         waiting: set[str] = set()
         timeout = MAX_PERMIT_TIMEOUT
-        for plugin in self.plugins.permit:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).permit:
             status, plugin_timeout = plugin.permit(state, pod, node)
             if status.code == Code.WAIT:
                 waiting.add(plugin.name)
@@ -330,19 +332,19 @@ class Framework:
     # ---- binding cycle -------------------------------------------------------------
 
     async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        for plugin in self.plugins.pre_bind:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).pre_bind:
             status = await plugin.pre_bind(state, pod, node)
             if not status.ok:
                 return status.with_plugin(plugin.name)
         return Status()
 
     async def run_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        for plugin in self.plugins.bind:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).bind:
             status = await plugin.bind(state, pod, node)
             if status.code != Code.SKIP:
                 return status.with_plugin(plugin.name)
         return Status(Code.ERROR, "no bind plugin bound the pod")
 
     async def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
-        for plugin in self.plugins.post_bind:
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).post_bind:
             await plugin.post_bind(state, pod, node)

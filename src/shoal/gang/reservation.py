@@ -132,7 +132,7 @@ def _usable_for(handle: Handle, pod: PodInfo) -> NDArray[np.bool_]:
     snap = handle.snapshot
     n = snap.n
     allowed = np.ones(n, dtype=bool)
-    state = CycleState()
+    state = CycleState(dry_run=True)
     # Like Framework.run_pre_filter, but a resolvable rejection (e.g. a queue at its
     # limit) says nothing about nodes: that plugin's Filter is left out instead of the
     # whole answer.

@@ -33,6 +33,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     priority_sort,
     qos_sort,
     queue_capacity,
+    rescheduler,
     scheduling_gates,
     taint_toleration,
 )
@@ -44,6 +45,7 @@ from shoal.plugins.args import (
     NodeResourcesBalancedAllocationArgs,
     NodeResourcesFitArgs,
     PodTopologySpreadArgs,
+    ReschedulerArgs,
 )
 
 __all__ = ["DEFAULT_MULTI_POINT", "IN_TREE", "KUBE_PLUGINS_NOT_IN_SHOAL", "in_tree_registry"]
@@ -92,6 +94,7 @@ IN_TREE: dict[str, PluginSpec] = {
         large_job_reservation.LargeJobReservation.new,
         large_job_reservation.LargeJobReservationArgs,
     ),
+    rescheduler.NAME: PluginSpec(rescheduler.Rescheduler.new, ReschedulerArgs),
 }
 
 # (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.

@@ -18,6 +18,7 @@ __all__ = [
     "NodeResourcesBalancedAllocationArgs",
     "NodeResourcesFitArgs",
     "PodTopologySpreadArgs",
+    "ReschedulerArgs",
     "ResourceSpec",
     "ScoringStrategy",
     "UtilizationShapePoint",
@@ -134,8 +135,49 @@ class DefaultPreemptionArgs(Args):
 class CoschedulingArgs(Args):
     """Gang scheduling (the Coscheduling plugin); see docs/gang-scheduling.md."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _permit_waiting_time_alias(cls, data: object) -> object:
+        # scheduler-plugins spells this arg permitWaitingTimeSeconds; a config written
+        # for it must keep working here. Both at once would be ambiguous.
+        if isinstance(data, dict) and "permitWaitingTimeSeconds" in data:
+            if "scheduleTimeoutSeconds" in data or "schedule_timeout_seconds" in data:
+                raise ValueError(
+                    "set either permitWaitingTimeSeconds (scheduler-plugins' name) or "
+                    "scheduleTimeoutSeconds, not both"
+                )
+            data = dict(data)
+            data["scheduleTimeoutSeconds"] = data.pop("permitWaitingTimeSeconds")
+        return data
+
     # For groups whose PodGroup sets no scheduleTimeoutSeconds (scheduler-plugins' 60).
     schedule_timeout_seconds: float = Field(default=60.0, gt=0)
     head_of_line_reservation: bool = True
     reservation_after_seconds: float = Field(default=120.0, ge=0)
     reservation_max_seconds: float = Field(default=300.0, gt=0)
+
+
+class ReschedulerArgs(Args):
+    """Placement by migration and defragmentation (the Rescheduler plugin); see
+    docs/rescheduler.md."""
+
+    max_moves_per_plan: int = Field(default=4, ge=1, le=64)
+    # A pod must have run this long (seconds) before it may be moved (again).
+    min_run_seconds: float = Field(default=300.0, ge=0)
+    # Disruption budget: moves in any hour, cluster-wide and per tenant queue.
+    moves_per_hour: int = Field(default=60, ge=0)
+    moves_per_hour_per_queue: int = Field(default=20, ge=0)
+    # After a pod of a controller was moved, none of its pods moves for this long.
+    cooldown_seconds: float = Field(default=1800.0, ge=0)
+    # How long a moved pod's planned node is held for its re-created pod.
+    hold_seconds: float = Field(default=120.0, gt=0)
+    # Defragmentation pass: every this many seconds (0: off), at most this many moves.
+    defrag_interval_seconds: float = Field(default=0.0, ge=0)
+    defrag_moves_per_pass: int = Field(default=2, ge=0, le=64)
+    # Cost model: a move costs restartCost (annotation shoal.dev/restart-cost, default
+    # 1) times (1 + ageWeight x hours the pod has run, at most 24).
+    age_weight: float = Field(default=0.1, ge=0)
+    # Target nodes with a covering set of moves collected per waiting pod, and nodes
+    # looked at for them at most (those lacking the least room first).
+    max_candidate_nodes: int = Field(default=16, ge=1, le=1000)
+    max_scanned_nodes: int = Field(default=256, ge=1)

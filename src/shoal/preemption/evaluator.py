@@ -206,7 +206,7 @@ class VictimSearch:
         `preemption_local` (its verdict on a node depends only on the pods on that node,
         and only improves when pods go: resources, ports, taints, node affinity, GPU
         devices), or skips the pod. Otherwise nodes are judged one by one, as in kube."""
-        state = CycleState()
+        state = CycleState(dry_run=True)
         _, status = runner.run_pre_filter(state, pod)
         if not status.ok:
             return False
@@ -276,7 +276,7 @@ class VictimSearch:
         self, runner: Framework, pod: PodInfo, rows: NDArray[np.intp]
     ) -> NDArray[np.bool_]:
         """`fits` for several rows with one PreFilter and one Filter pass."""
-        state = CycleState()
+        state = CycleState(dry_run=True)
         pre, status = runner.run_pre_filter(state, pod)
         if not status.ok or not rows.size:
             return np.zeros(rows.size, dtype=bool)
@@ -428,7 +428,7 @@ class VictimSearch:
     def fits(self, runner: Framework, pod: PodInfo, row: int) -> bool:
         """Does the pod pass every PreFilter and Filter on `row`, against the cache as
         it is now (a transaction may have victims off their nodes)?"""
-        state = CycleState()
+        state = CycleState(dry_run=True)
         pre, status = runner.run_pre_filter(state, pod)
         if not status.ok:
             return False

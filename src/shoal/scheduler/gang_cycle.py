@@ -191,6 +191,7 @@ class GangCycle:
         placed: list[Placement] = []
         failed: list[tuple[QueuedPod, Status, Diagnosis | None]] = []
         victims: dict[str, Victim] = {}
+        holds: list[tuple[PodInfo, str]] = []  # migration plans' stand-ins (see below)
         member_uids = set(group.members)
         retry_soon = False
         for i, e in enumerate(entries):
@@ -213,7 +214,9 @@ class GangCycle:
                 and status.rejected
                 and fwk.plugins.post_filter
             ):
-                node, post = self._preempt_for(tx, fwk, state, pod, diagnosis, member_uids, victims)
+                node, post = self._preempt_for(
+                    tx, fwk, state, pod, diagnosis, member_uids, victims, holds
+                )
                 retry_soon = retry_soon or post.code == Code.PENDING
                 if node is not None:
                     state = CycleState()
@@ -257,7 +260,7 @@ class GangCycle:
             return GangOutcome(
                 failed=[(p.entry, Status(), None) for p in placed] + failed,
                 victims=list(victims.values()),
-                nominations=plan,
+                nominations=plan + holds,
             )
 
         if group.min_executors and placed:
@@ -282,6 +285,7 @@ class GangCycle:
         diagnosis: Diagnosis,
         members: set[str],
         victims: dict[str, Victim],
+        holds: list[tuple[PodInfo, str]],
     ) -> tuple[str | None, Status]:
         """Run PostFilter for one member inside the gang's transaction; take its victims
         off their nodes in the transaction. Returns the node it nominated (or None) and
@@ -298,6 +302,11 @@ class GangCycle:
             if not tx.is_evicted(victim.pod.uid) and victim.pod.uid in self.cluster.placed:
                 tx.evict(victim.pod, victim.reason)
                 victims[victim.pod.uid] = victim
+        for stand_in, node in result.holds:
+            # Room a migration plan keeps for the pods it moves: the next members must
+            # not take it, and it is nominated with the members when the plan commits.
+            tx.nominate(stand_in, node)
+            holds.append((stand_in, node))
         return result.nominated_node, status
 
     def _missing_executors(

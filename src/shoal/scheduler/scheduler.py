@@ -30,6 +30,7 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.effects import (
     BindFailed,
+    BindingStatus,
     Bound,
     Evict,
     GroupStatus,
@@ -47,8 +48,15 @@ from shoal.framework.types import ActionType, ClusterEvent, EventResource
 from shoal.gang.manager import GangConfig, GangManager, Group
 from shoal.gang.reservation import reservation_due, update_reservation
 from shoal.plugins.coscheduling import Coscheduling
+from shoal.preemption.migration_holds import is_hold
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
 from shoal.scheduler.gang_cycle import GangCycle
+from shoal.scheduler.migrations import (
+    claim_hold,
+    defragment,
+    expire_holds,
+    next_hold_expiry,
+)
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
@@ -131,6 +139,7 @@ class Scheduler:
         self.gangs = GangManager.of(handle)
         self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
         self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
+        self._published_bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
         self._queues_due = 0.0  # when queue statuses may be published next
 
     # ---- intake from the backend ---------------------------------------------------
@@ -178,6 +187,7 @@ class Scheduler:
             self.cluster.add_bound_pod(info, info.node_name)
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
         elif self.is_ours(info):
+            claim_hold(self.handle, info, now)  # a pod re-created by a migration plan
             self.queue.add(info, now)
         return info
 
@@ -403,6 +413,10 @@ class Scheduler:
         now = self.clock.now()
         update_reservation(self.gangs, self.handle, now)
         self._release_held()
+        if expire_holds(self.handle, now):  # room held for moved pods is free again
+            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+        for moves in defragment(self.handle, now):  # the Rescheduler's periodic pass
+            self._commit_preemption(moves.holds, moves.victims)
         self.queue.flush(now)
         for waiting in self.handle.waiting_pods:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
@@ -417,13 +431,21 @@ class Scheduler:
         if now < self._queues_due or len(self.queues.tree.names) <= 1:
             return
         self._queues_due = now + QUEUE_STATUS_SECONDS
-        for name, allocated, guaranteed, fair, pending, running in self.queues.observed(
-            self.cluster.table
-        ):
-            status = QueueStatus(name, allocated, guaranteed, fair, pending, running)
-            if self._published_queues.get(name) != status:
-                self._published_queues[name] = status
+        queues = self.queues.queue_statuses(self.cluster.table)
+        bindings = self.queues.binding_statuses()
+        # Objects gone are forgotten: one created again under that name gets its status.
+        for gone in self._published_queues.keys() - {q.name for q in queues}:
+            del self._published_queues[gone]
+        for gone in self._published_bindings.keys() - {b.name for b in bindings}:
+            del self._published_bindings[gone]
+        for status in queues:
+            if self._published_queues.get(status.name) != status:
+                self._published_queues[status.name] = status
                 self.effects.emit(status)
+        for binding in bindings:
+            if self._published_bindings.get(binding.name) != binding:
+                self._published_bindings[binding.name] = binding
+                self.effects.emit(binding)
 
     def _publish_groups(self) -> None:
         """A GroupStatus effect for every group whose observable state changed."""
@@ -458,6 +480,9 @@ class Scheduler:
         due = reservation_due(self.gangs)  # a head-of-line reservation starts or ends
         if due is not None:
             times.append(due)
+        due = next_hold_expiry(self.handle)
+        if due is not None:
+            times.append(due)
         queue_time = self.queue.next_wakeup()
         if queue_time is not None:
             times.append(queue_time)
@@ -477,6 +502,16 @@ class Scheduler:
         entry = self.queue.pop()
         if entry is None:
             return None
+        return self._attempt(entry)
+
+    def attempt(self, uid: str) -> CycleResult | None:
+        """Run a scheduling cycle for this pending pod now, ahead of the queue's order
+        (None if it is not queued, or is gated: see `explain`). For `shoal explain`, on a
+        scheduler of its own whose binding cycles never run."""
+        taken = self.queue.take([uid])
+        return self._attempt(taken[0]) if taken else None
+
+    def _attempt(self, entry: QueuedPod) -> CycleResult:
         try:
             return self._cycle(entry)
         except Exception as err:
@@ -556,7 +591,7 @@ class Scheduler:
                 message = diagnosis.message()
             if result is not None and result.nominated_node:
                 nominated = result.nominated_node
-                self._commit_preemption([(pod, nominated)], result.victims)
+                self._commit_preemption([(pod, nominated), *result.holds], result.victims)
         if not nominated and pod.uid in self.cluster.nominations:
             # kube clears the nomination of a pod that failed without a new one.
             with Transaction(self.cluster) as tx:
@@ -605,7 +640,7 @@ class Scheduler:
     ) -> None:
         """Evict the victims and nominate the preemptors, as one transaction. Victims
         stay counted (and are never chosen again) until the API reports them gone."""
-        preemptors = ", ".join(p.key for p, _ in nominations)
+        preemptors = ", ".join(p.key for p, _ in nominations if not is_hold(p))
         with Transaction(self.cluster) as tx:
             for victim in victims:
                 uid = victim.pod.uid
@@ -623,7 +658,8 @@ class Scheduler:
 
     def _emit_nominations(self, nominated: list[tuple[PodInfo, str]]) -> None:
         for pod, node in nominated:
-            self.effects.emit(Nominate(pod, node))
+            if not is_hold(pod):  # a migration hold's stand-in is no pod of the cluster
+                self.effects.emit(Nominate(pod, node))
 
     def _schedule_gang(
         self, entry: QueuedPod, group: Group, fwk: Framework, now: float

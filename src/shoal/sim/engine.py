@@ -28,7 +28,9 @@ from shoal.drivers.extenders import http_extenders
 from shoal.drivers.loop import Driver, SyncBindings
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.preemption.budgets import DisruptionBudgets
+from shoal.preemption.migration import BIND_ANNOTATIONS
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
+from shoal.scheduler.migrations import next_hold_expiry
 from shoal.sim.events import (
     BindingsDue,
     Event,
@@ -61,12 +63,17 @@ class SimOptions:
     cycle_seconds: float = 0.0
     # Re-create pods evicted by preemption or reclaim, as their controllers would.
     recreate_evicted: bool = True
+    # Seconds between an eviction and the arrival of its replacement (a controller's
+    # reaction time; the room a migration plan holds must survive it).
+    recreate_delay: float = 0.0
     queue_sample_seconds: float = 60.0
     config: KubeSchedulerConfiguration = field(default_factory=KubeSchedulerConfiguration)
 
     def __post_init__(self) -> None:
         if self.cycle_seconds < 0:
             raise ValueError("cycle_seconds must be >= 0")
+        if self.recreate_delay < 0:
+            raise ValueError("recreate_delay must be >= 0")
         if self.until is not None and self.until < 0:
             raise ValueError("until must be >= 0")
 
@@ -259,6 +266,7 @@ class Simulation:
             scheduler.queue.counts()["backoff"] > 0
             or len(scheduler.handle.waiting_pods) > 0
             or scheduler.gangs.blocking is not None
+            or next_hold_expiry(scheduler.handle) is not None  # room held for moved pods
         )
 
     def _advance(self, t: float) -> None:
@@ -350,11 +358,19 @@ class Simulation:
             name=f"{pod.name}-r{self._recreated}",
             uid="",
             resource_version="",
+            # The GPU devices written at the old pod's bind are not in a controller's
+            # template: the replacement gets devices where it is placed.
+            annotations={
+                k: v
+                for k, v in replacement.metadata.annotations.items()
+                if k not in BIND_ANNOTATIONS
+            },
         )
         spec = msgspec.structs.replace(replacement.spec, node_name="")
         fresh = msgspec.structs.replace(replacement, metadata=meta, spec=spec)
-        source = PodSource(now, record.duration, pod.namespace, meta.name, pod=fresh)
-        self.events.push(now, PodArrival(source))
+        at = now + self.options.recreate_delay
+        source = PodSource(at, record.duration, pod.namespace, meta.name, pod=fresh)
+        self.events.push(at, PodArrival(source))
 
     def _run_bindings(self, tasks: Iterable[BindingTask]) -> None:
         """Binding cycles whose scheduling cycle has ended (`BindingsDue`)."""

@@ -106,7 +106,7 @@ def render_summary(summary: Summary) -> RenderableType:
     table.add_row("  scheduled", f"[green]{summary.scheduled}[/]")
     table.add_row("    running at end", str(summary.running))
     table.add_row("    finished", str(summary.finished))
-    table.add_row("    evicted (node removed)", str(summary.evicted))
+    table.add_row("    evicted", str(summary.evicted))  # preempted, moved or node removed
     pending_style = "yellow" if summary.pending else "green"
     table.add_row("  pending at end", f"[{pending_style}]{summary.pending}[/]")
     if summary.not_arrived:

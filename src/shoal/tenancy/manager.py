@@ -40,6 +40,7 @@ from shoal.api.queue import (
 from shoal.api.selectors import label_selector_matches
 from shoal.cache.cluster import ClusterState
 from shoal.cache.node_table import NodeTable
+from shoal.framework.effects import BindingStatus, QueueStatus
 from shoal.framework.handle import Handle
 from shoal.tenancy.fairshare import choose_leaf, fair_shares_of, hdrf_fair_share
 from shoal.tenancy.tree import UNLIMITED, QueueTree
@@ -86,6 +87,7 @@ class QueueManager:
         # uid -> (leaf, request) the pod's pending counts went to, so they leave the same
         # leaf even if its queue changes meanwhile.
         self._pending: dict[str, tuple[int, NDArray[np.int64]]] = {}
+        self._pending_job: dict[str, str] = {}  # uid -> job, for pending jobs per queue
         self.share_list = [0.0] * len(self.tree.names)  # dominant share per queue
         self.saturated_list = [False] * len(self.tree.names)  # at its max somewhere
         self.active_list = [0] * len(self.tree.names)  # active pods per subtree
@@ -200,6 +202,7 @@ class QueueManager:
         self.pending.clear()
         self.pending_sum = np.zeros_like(tree.guaranteed)
         self._pending.clear()
+        self._pending_job.clear()
         self.active_unqueued = 0
         self.share_list = [0.0] * len(tree.names)
         self.saturated_list = [False] * len(tree.names)
@@ -348,10 +351,12 @@ class QueueManager:
                 return
             vec = self.tree.vector(pod.requests)
             self._pending[pod.uid] = (leaf, vec)
+            self._pending_job[pod.uid] = self.job_of(pod)
             self.pending[leaf] += 1
             self.pending_sum[leaf] += vec
             return
         waiting = self._pending.pop(pod.uid, None)
+        self._pending_job.pop(pod.uid, None)
         if waiting is not None:
             leaf, vec = waiting
             self.pending[leaf] -= 1
@@ -616,6 +621,77 @@ class QueueManager:
                 )
             )
         return out
+
+    def queue_statuses(self, table: NodeTable) -> list[QueueStatus]:
+        """What each Queue object's status shows: `observed`, plus what each queue
+        borrows (allocated above its guarantee) and its pending and running jobs (a job
+        is a pod group, or a pod on its own). Counts every pending and placed pod: meant
+        for the status publisher (about once a second), not for scheduling cycles."""
+        tree = self.tree
+        pending_jobs: dict[int, set[str]] = {}
+        for uid, job in self._pending_job.items():
+            waiting = self._pending.get(uid)
+            if waiting is not None:
+                pending_jobs.setdefault(waiting[0], set()).add(job)
+        running_jobs: dict[int, set[str]] = {}
+        for rec in self._placed.values():
+            running_jobs.setdefault(rec.leaf, set()).add(rec.job)
+        # Only resources some queue guarantees or caps: the others are not lent by anyone.
+        quota = {r for r, q in zip(tree.resources, tree.quota_list, strict=True) if q}
+        out = []
+        for q, row in enumerate(self.observed(table), start=1):
+            name, allocated, guaranteed, fair, pending, running = row
+            borrowed = {
+                r: used - guaranteed.get(r, 0)
+                for r, used in allocated.items()
+                if used > guaranteed.get(r, 0) and r in quota
+            }
+            leaves = self._leaves_under(q)
+            out.append(
+                QueueStatus(
+                    name,
+                    allocated,
+                    guaranteed,
+                    fair,
+                    pending,
+                    running,
+                    borrowed=borrowed,
+                    pending_jobs=len(set().union(*(pending_jobs.get(leaf, ()) for leaf in leaves))),
+                    running_jobs=len(set().union(*(running_jobs.get(leaf, ()) for leaf in leaves))),
+                )
+            )
+        return out
+
+    def binding_statuses(self) -> list[BindingStatus]:
+        """Pods and running jobs in the namespaces each QueueBinding binds (listed or
+        selected), per namespace and in total, for its object's status."""
+        counts: dict[str, dict[str, tuple[int, int]]] = {name: {} for name in self.bindings}
+        for namespace, pods in self.pods_per_namespace.items():
+            binding = self._binding_name(namespace)
+            if binding and pods > 0:
+                jobs = len(self.jobs_per_namespace.get(namespace, ()))
+                counts[binding][namespace] = (pods, jobs)
+        return [
+            BindingStatus(
+                name,
+                sum(p for p, _ in spaces.values()),
+                sum(j for _, j in spaces.values()),
+                dict(sorted(spaces.items())),
+            )
+            for name, spaces in sorted(counts.items())
+        ]
+
+    def _binding_name(self, namespace: str) -> str:
+        """The QueueBinding that binds `namespace` ("" for none), as `_bound_queue`."""
+        for b in self.bindings.values():
+            if namespace in b.spec.namespaces:
+                return b.metadata.name
+        labels = self.namespace_labels.get(namespace, {})
+        for b in self.bindings.values():
+            sel: LabelSelector | None = b.spec.namespace_selector
+            if sel is not None and label_selector_matches(sel, labels):
+                return b.metadata.name
+        return ""
 
     def placed_in(self, leaves: set[int]) -> list[str]:
         """Uids of pods placed in these leaf queues."""

@@ -8,6 +8,10 @@ kube-scheduler names (same meaning, same labels):
 * `scheduler_pod_scheduling_attempts`: attempts a pod needed until it was scheduled.
 * `scheduler_pending_pods{queue}`: `active`, `backoff`, `unschedulable`, `gated`.
 * `leader_election_master_status{name}`: 1 while this replica holds the lease.
+* `scheduler_framework_extension_point_duration_seconds{extension_point, status, profile}`
+  (every cycle) and `scheduler_plugin_execution_duration_seconds{plugin,
+  extension_point, status}` (in `plugin_sample_percent`% of cycles, 10 as in kube), timed
+  by `FrameworkTimer` (shoal.framework.timing: the core reads no clock).
 * `rest_client_requests_total{code, method, host}`,
   `rest_client_request_duration_seconds{verb, host}` and
   `rest_client_rate_limiter_duration_seconds{verb, host}` (`host` is the client's name:
@@ -21,6 +25,13 @@ Shoal's own:
 * `shoal_evictions_total{result}` (`evicted`, `blocked`, `gone`, `error`).
 * `shoal_gang_groups{phase}` and `shoal_gang_pods{state}` (`members`, `running`).
 * `shoal_queue_pending_pods{queue}`: pending pods per tenancy queue.
+* `shoal_queue_allocated{queue, resource}`, `shoal_queue_guaranteed{queue, resource}`,
+  `shoal_queue_max{queue, resource}` (limited resources only) and
+  `shoal_queue_fair_share{queue, resource}` (HDRF, as on Queue status): cpu in cores,
+  memory in bytes, other resources in their units; the tenancy manager's numbers.
+  At most `max_queues` queues (the shallowest first, then by name) carry these series;
+  `shoal_queue_series_omitted` counts the queues left out, so label cardinality stays
+  bounded (queues x resources) however many queues exist.
 * `shoal_invalid_objects_total{resource}`: objects from the API that could not be read.
 * `shoal_informer_operations_total{resource, operation}`: list, relist, watch,
   expired, list_error, watch_error, informer_error (an unexpected exception: the
@@ -32,6 +43,8 @@ Shoal's own:
 
 from __future__ import annotations
 
+import random
+import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -41,13 +54,29 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from shoal.api.resources import CPU
+from shoal.tenancy.tree import UNLIMITED
+from shoal.web.latency import BufferedHistogram
+
 if TYPE_CHECKING:
     from shoal.scheduler import Scheduler
 
-__all__ = ["SchedulerMetrics", "register_scheduler_collector"]
+__all__ = [
+    "MAX_QUEUE_SERIES",
+    "PLUGIN_SAMPLE_PERCENT",
+    "FrameworkTimer",
+    "SchedulerMetrics",
+    "register_scheduler_collector",
+]
 
 _ATTEMPT_BUCKETS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0)
 _REQUEST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+# kube-scheduler's: ExponentialBuckets(0.0001, 2, 12) and ExponentialBuckets(0.00001, 1.5, 20).
+_EXTENSION_POINT_BUCKETS = tuple(0.0001 * 2**i for i in range(12))
+_PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
+PLUGIN_SAMPLE_PERCENT = 10  # kube-scheduler's pluginMetricsSamplePercent
+FOLD_CYCLES = 1024  # cycles between checks of the latency buffers' size
+MAX_QUEUE_SERIES = 200  # queues with per-queue resource series (see the module docstring)
 
 
 class SchedulerMetrics:
@@ -135,6 +164,43 @@ class SchedulerMetrics:
             registry=r,
         )
 
+        # Observed ~11 times per pod: a cheaper histogram than prometheus_client's
+        # (see shoal.web.latency), with the same exposition.
+        self.extension_point_duration = BufferedHistogram(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            ["extension_point", "status", "profile"],
+            buckets=_EXTENSION_POINT_BUCKETS,
+            registry=r,
+        )
+        self.plugin_duration = BufferedHistogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point (sampled cycles).",
+            ["plugin", "extension_point", "status"],
+            buckets=_PLUGIN_BUCKETS,
+            registry=r,
+        )
+
+    def framework_timer(
+        self,
+        sample_percent: float = PLUGIN_SAMPLE_PERCENT,
+        clock: Callable[[], float] = time.perf_counter,
+        rng: random.Random | None = None,
+    ) -> FrameworkTimer:
+        """A timer for `shoal.framework.timing.instrument`, recording here."""
+        return FrameworkTimer(
+            self.extension_point_duration.observer,
+            self.plugin_duration.observer,
+            sample_percent,
+            clock,
+            rng or random.Random(),
+            fold=self._fold_latency,
+        )
+
+    def _fold_latency(self) -> None:
+        self.extension_point_duration.fold_large()
+        self.plugin_duration.fold_large()
+
     # ---- hooks (KubeClient's RequestObserver, the informers' observer) --------------
 
     def request_done(self, client: str, method: str, code: int, seconds: float) -> None:
@@ -149,11 +215,61 @@ class SchedulerMetrics:
             self.informer_operations.labels(resource, what).inc()
 
 
+Observers = Callable[..., Callable[[float], None]]
+"""labels -> that series' observe function (`BufferedHistogram.observer`, or
+`lambda *labels: histogram.labels(*labels).observe` for a prometheus_client Histogram)."""
+
+
+class FrameworkTimer:
+    """The driver's side of `shoal.framework.timing.ExecutionTimer`: the clock, the
+    sample draw, and where each series goes (the framework caches the observe function
+    per label values: a label lookup per observation would cost more than it)."""
+
+    def __init__(
+        self,
+        points: Observers,
+        plugins: Observers,
+        sample_percent: float,
+        clock: Callable[[], float],
+        rng: random.Random,
+        fold: Callable[[], None] | None = None,
+    ) -> None:
+        self.now = clock
+        self._fraction = sample_percent / 100.0
+        self._random = rng.random
+        self._points = points
+        self._plugins = plugins
+        self._fold = fold  # bounds the buffered histograms' memory (shoal.web.latency)
+        self._cycles = 0
+
+    def sample(self) -> bool:
+        """Once per cycle: whether its plugins are timed."""
+        self._cycles += 1
+        if self._cycles >= FOLD_CYCLES and self._fold is not None:
+            self._cycles = 0
+            self._fold()
+        return self._random() < self._fraction
+
+    def extension_point(self, profile: str, point: str, status: str) -> Callable[[float], None]:
+        return self._points(point, status, profile)
+
+    def plugin(self, plugin: str, point: str, status: str) -> Callable[[float], None]:
+        return self._plugins(plugin, point, status)
+
+
+def _unit(resource: str, amount: int) -> float:
+    """Prometheus base units: cores for cpu (Shoal counts millicores)."""
+    return amount / 1000.0 if resource == CPU else float(amount)
+
+
 class _SchedulerCollector(Collector):
     """Reads queue and gang state at scrape time (on the event loop: no locking)."""
 
-    def __init__(self, scheduler: Callable[[], Scheduler | None]) -> None:
+    def __init__(
+        self, scheduler: Callable[[], Scheduler | None], max_queues: int = MAX_QUEUE_SERIES
+    ) -> None:
         self._scheduler = scheduler
+        self._max_queues = max_queues
 
     def collect(self) -> Iterable[Metric]:
         scheduler = self._scheduler()
@@ -196,10 +312,66 @@ class _SchedulerCollector(Collector):
         yield groups
         yield gang_pods
         yield per_queue
+        yield from self._queue_resources(scheduler)
+
+    def _queue_resources(self, scheduler: Scheduler | None) -> Iterable[Metric]:
+        labels = ["queue", "resource"]
+        families = {
+            "allocated": GaugeMetricFamily(
+                "shoal_queue_allocated",
+                "Resources requested by the pods placed in the queue's subtree.",
+                labels=labels,
+            ),
+            "guaranteed": GaugeMetricFamily(
+                "shoal_queue_guaranteed", "The queue's guaranteed resources.", labels=labels
+            ),
+            "max": GaugeMetricFamily(
+                "shoal_queue_max", "The queue's maximum (limited resources only).", labels=labels
+            ),
+            "fair": GaugeMetricFamily(
+                "shoal_queue_fair_share",
+                "The queue's HDRF fair share of the cluster, as on its status.",
+                labels=labels,
+            ),
+        }
+        omitted = GaugeMetricFamily(
+            "shoal_queue_series_omitted",
+            "Queues without per-queue resource series (over the cap on label cardinality).",
+        )
+        left_out = 0
+        if scheduler is not None and len(scheduler.queues.tree.names) > 1:
+            manager = scheduler.queues
+            tree = manager.tree
+            observed = manager.observed(scheduler.cluster.table)
+            depth = {name: len(tree.path_lists[tree.index[name]]) for name, *_ in observed}
+            observed.sort(key=lambda o: (depth[o[0]], o[0]))
+            left_out = max(len(observed) - self._max_queues, 0)
+            for name, allocated, guaranteed, fair, _, _ in observed[: self._max_queues]:
+                q = tree.index[name]
+                maximum = {
+                    r: int(v)
+                    for r, v in zip(tree.resources, tree.maximum_lists[q], strict=True)
+                    if v < UNLIMITED
+                }
+                for key, amounts in (
+                    ("allocated", allocated),
+                    ("guaranteed", guaranteed),
+                    ("max", maximum),
+                    ("fair", fair),
+                ):
+                    family = families[key]
+                    for resource, amount in amounts.items():
+                        family.add_metric([name, resource], _unit(resource, amount))
+        omitted.add_metric([], left_out)
+        yield from families.values()
+        yield omitted
 
 
 def register_scheduler_collector(
-    registry: CollectorRegistry, scheduler: Callable[[], Scheduler | None]
+    registry: CollectorRegistry,
+    scheduler: Callable[[], Scheduler | None],
+    max_queues: int = MAX_QUEUE_SERIES,
 ) -> None:
-    """Export the scheduler's queue and gang state from `registry`."""
-    registry.register(_SchedulerCollector(scheduler))
+    """Export the scheduler's queue and gang state from `registry` (per-queue resource
+    series for at most `max_queues` queues)."""
+    registry.register(_SchedulerCollector(scheduler, max_queues))

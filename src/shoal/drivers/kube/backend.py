@@ -73,6 +73,7 @@ from shoal.drivers.kube.resources import (
     object_ref,
 )
 from shoal.drivers.kube.status import (
+    BindingStatusWriter,
     EventRecorder,
     PodGroupStatusWriter,
     PodStatusWriter,
@@ -82,9 +83,11 @@ from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.loop import Driver
 from shoal.framework.effects import Effect
 from shoal.framework.registry import PluginSpec
+from shoal.framework.timing import instrument
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
+from shoal.web.rescheduler_metrics import register_rescheduler_collector
 from shoal.web.server import Check
 
 __all__ = [
@@ -347,7 +350,10 @@ class KubeBackend:
             self.client, self.group_objects, self.events, qps=opts.group_status_qps
         )
         self.queue_status = QueueStatusWriter(
-            self.client, self.queue_object, qps=opts.queue_status_qps
+            self.client, self.queue_object, elastic=self.elastic_quota, qps=opts.queue_status_qps
+        )
+        self.binding_status = BindingStatusWriter(
+            self.client, self.binding_object, qps=opts.queue_status_qps
         )
         self.effects = KubeEffects(
             self.binder,
@@ -358,6 +364,7 @@ class KubeBackend:
             on_eviction_failed=self._eviction_failed,
             groups=self.group_status,
             queues=self.queue_status,
+            bindings=self.binding_status,
         )
         self.clock = WallClock()
         self.scheduler: Scheduler = new_scheduler(
@@ -369,8 +376,13 @@ class KubeBackend:
             extenders=http_extenders(config, offload=True),
         )
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
+        if not opts.passive:  # extension point and plugin latency (docs/operations.md)
+            timer = self.metrics.framework_timer(rng=random.Random(f"{seed}/plugin-metrics"))
+            for fwk in self.scheduler.profiles.values():
+                instrument(fwk, timer)
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
+        register_rescheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)
 
         self.watched: dict[str, Watched] = {}
@@ -433,6 +445,22 @@ class KubeBackend:
         """The informer's latest copy of a Queue (cluster-scoped, by name)."""
         informer = self.informers.get(QUEUES.name)
         return None if informer is None else informer.store.get(name)
+
+    def binding_object(self, name: str) -> JSON | None:
+        """The informer's latest copy of a QueueBinding (cluster-scoped, by name)."""
+        informer = self.informers.get(QUEUE_BINDINGS.name)
+        return None if informer is None else informer.store.get(name)
+
+    def elastic_quota(self, namespace: str) -> tuple[ResourceKind, JSON] | None:
+        """The latest copy of the ElasticQuota of `namespace` (either API group)."""
+        for kind in (ELASTIC_QUOTAS, ELASTIC_QUOTAS_SIGS):
+            informer = self.informers.get(kind.name)
+            if informer is None:
+                continue
+            for key, raw in informer.store.items():
+                if key.partition("/")[0] == namespace:
+                    return kind, raw
+        return None
 
     def group_objects(self, key: str) -> list[tuple[ResourceKind, JSON]]:
         """The PodGroup objects behind the group `namespace/name`, latest copies."""
@@ -508,6 +536,7 @@ class KubeBackend:
         tasks.append(asyncio.create_task(self.events.run(), name="event-recorder"))
         tasks.append(asyncio.create_task(self.group_status.run(), name="group-status-writer"))
         tasks.append(asyncio.create_task(self.queue_status.run(), name="queue-status-writer"))
+        tasks.append(asyncio.create_task(self.binding_status.run(), name="binding-status-writer"))
         self._background = tasks
         stop = asyncio.create_task(self._stopping.wait())
         schedule: asyncio.Task[None] | None = None

@@ -30,6 +30,7 @@ from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import PODS
 from shoal.drivers.kube.status import EventRecorder, pod_ref
 from shoal.framework.effects import BindError
+from shoal.preemption.migration_holds import RESCHEDULED
 from shoal.web.metrics import SchedulerMetrics
 
 __all__ = ["KubeBinder", "KubeEvictor"]
@@ -181,8 +182,14 @@ class KubeEvictor:
                     "POST", PODS.path(pod.namespace, pod.name, "eviction"), body=body
                 )
                 result = "evicted"
+                moved = reason.startswith(RESCHEDULED)  # a migration plan's move
                 self.events.record(
-                    pod_ref(pod), "Normal", "Preempted", "Preempting", reason, pod.scheduler_name
+                    pod_ref(pod),
+                    "Normal",
+                    "Rescheduled" if moved else "Preempted",
+                    "Rescheduling" if moved else "Preempting",
+                    reason,
+                    pod.scheduler_name,
                 )
                 break
             except ApiError as err:

@@ -291,6 +291,26 @@ def run(
             "beside /metrics (docs/dashboard.md).",
         ),
     ] = True,
+    webhook_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Also serve the admission webhooks (as `shoal webhook`) over HTTPS on this "
+            "port, from the scheduler's own view of the cluster (docs/kubernetes.md).",
+        ),
+    ] = None,
+    webhook_cert_dir: Annotated[
+        Path,
+        typer.Option(file_okay=False, help="The webhooks' tls.crt and tls.key (--webhook-port)."),
+    ] = Path("/tmp/k8s-webhook-server/serving-certs"),
+    webhook_generate_certs: Annotated[
+        bool,
+        typer.Option(
+            "--webhook-generate-certs",
+            help="Make a CA and the webhooks' certificate in --webhook-cert-dir when missing.",
+        ),
+    ] = False,
     secure_port: Annotated[
         int | None,
         typer.Option(
@@ -352,6 +372,15 @@ def run(
             help="Ignored (no profiling endpoints).",
         ),
     ] = None,
+    rescheduler: Annotated[
+        bool,
+        typer.Option(
+            "--rescheduler",
+            help="Enable the Rescheduler (move running pods to place waiting ones) in "
+            "every profile that lacks it; args from the config's pluginConfig "
+            "(docs/rescheduler.md).",
+        ),
+    ] = False,
 ) -> None:
     """Run the scheduler against a Kubernetes cluster.
 
@@ -384,6 +413,10 @@ def run(
     }
     try:
         scheduler_config = _load(config, election_flags)
+        if rescheduler:
+            from shoal.plugins.rescheduler import with_rescheduler
+
+            scheduler_config = with_rescheduler(scheduler_config)
     except ConfigError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
@@ -414,6 +447,7 @@ def run(
             address=address,
             tls_files=(tls_cert_file, tls_private_key_file),
             dashboard=dashboard,
+            webhook=(webhook_port, webhook_cert_dir, webhook_generate_certs),
         )
     )
     raise typer.Exit(code)
@@ -449,6 +483,7 @@ async def _serve(
     address: Serving | None,
     tls_files: tuple[Path | None, Path | None],
     dashboard: bool = True,
+    webhook: tuple[int | None, Path, bool] = (None, Path(), False),
 ) -> int:
     from dataclasses import replace
 
@@ -511,6 +546,12 @@ async def _serve(
             server.port,
             extra={"address": f"{server.host}:{server.port}", "scheme": scheme},
         )
+    webhooks = await _start_webhooks(backend, *webhook)
+    if webhooks is False:
+        if server is not None:
+            await server.stop()
+        await connection.close()
+        return 2
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -532,8 +573,41 @@ async def _serve(
     finally:
         if server is not None:
             await server.stop()
+        if webhooks:
+            await webhooks.stop()
         await connection.close()
     return code
+
+
+async def _start_webhooks(backend: Any, port: int | None, cert_dir: Path, generate: bool) -> Any:
+    """The admission webhooks served beside the scheduler (None: not asked for; False:
+    they cannot be served, which is logged)."""
+    if port is None:
+        return None
+    from shoal.drivers.kube.tls import TlsError
+    from shoal.drivers.kube.webhook import SchedulerTenancySource, WebhookServer
+    from shoal.drivers.kube.webhook_cli import webhook_tls
+
+    try:
+        tls = webhook_tls(cert_dir, generate, None)
+        server = WebhookServer(
+            SchedulerTenancySource(backend),
+            tls,
+            host="0.0.0.0",
+            port=port,
+            scheduler_name=next(iter(backend.scheduler.profiles)),
+            default_queue=backend.scheduler.queues.default_queue,
+        )
+        await server.start()
+    except (TlsError, OSError) as err:
+        log.error("cannot serve the webhooks: %s", err, extra={"error": str(err)})
+        return False
+    log.info(
+        "serving the admission webhooks on https://0.0.0.0:%d",
+        server.port,
+        extra={"address": f"0.0.0.0:{server.port}"},
+    )
+    return server
 
 
 def register(app: typer.Typer) -> None:

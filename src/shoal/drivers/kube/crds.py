@@ -49,6 +49,7 @@ class PrinterColumn:
     name: str
     json_path: str
     type: str = "string"
+    priority: int = 0  # > 0: shown by `kubectl get -o wide` only
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ CRDS: list[CrdSpec] = [
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("MinMember", ".spec.minMember", "integer"),
             PrinterColumn("Running", ".status.running", "integer"),
+            PrinterColumn("Succeeded", ".status.succeeded", "integer"),
+            PrinterColumn("Failed", ".status.failed", "integer"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
     ),
@@ -84,8 +87,15 @@ CRDS: list[CrdSpec] = [
         columns=(
             PrinterColumn("Parent", ".spec.parent"),
             PrinterColumn("Weight", ".spec.weight", "integer"),
+            PrinterColumn("CPU", ".status.allocated.cpu"),
+            PrinterColumn("GPU", r".status.allocated.nvidia\.com/gpu"),
+            PrinterColumn("Guaranteed-CPU", ".status.guaranteed.cpu", priority=1),
+            PrinterColumn("FairShare-CPU", ".status.fairShare.cpu", priority=1),
+            PrinterColumn("Borrowed-CPU", ".status.borrowed.cpu", priority=1),
             PrinterColumn("Running", ".status.runningPods", "integer"),
             PrinterColumn("Pending", ".status.pendingPods", "integer"),
+            PrinterColumn("Jobs", ".status.runningJobs", "integer"),
+            PrinterColumn("PendingJobs", ".status.pendingJobs", "integer"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
     ),
@@ -99,9 +109,12 @@ CRDS: list[CrdSpec] = [
         },
         columns=(
             PrinterColumn("Queue", ".spec.queue"),
+            PrinterColumn("Pods", ".status.pods", "integer"),
+            PrinterColumn("MaxPods", ".spec.maxPods", "integer"),
+            PrinterColumn("Jobs", ".status.runningJobs", "integer"),
+            PrinterColumn("MaxJobs", ".spec.maxRunningJobs", "integer"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
-        status_subresource=False,
     ),
     CrdSpec(
         NODE_POOLS,
@@ -109,7 +122,16 @@ CRDS: list[CrdSpec] = [
         validation={"spec.nodeSelector": {"minProperties": 1}},
         status_subresource=False,
     ),
-    CrdSpec(ELASTIC_QUOTAS, short_names=("eq", "eqs"), status_subresource=False),
+    CrdSpec(
+        ELASTIC_QUOTAS,
+        short_names=("eq", "eqs"),
+        columns=(
+            PrinterColumn("Used-CPU", ".status.used.cpu"),
+            PrinterColumn("Min-CPU", ".spec.min.cpu"),
+            PrinterColumn("Max-CPU", ".spec.max.cpu"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    ),
 ]
 
 
@@ -195,7 +217,9 @@ def crd_manifest(spec: CrdSpec) -> Schema:
         version["subresources"] = {"status": {}}
     if spec.columns:
         version["additionalPrinterColumns"] = [
-            {"name": c.name, "type": c.type, "jsonPath": c.json_path} for c in spec.columns
+            {"name": c.name, "type": c.type, "jsonPath": c.json_path}
+            | ({"priority": c.priority} if c.priority else {})
+            for c in spec.columns
         ]
     names: Schema = {
         "kind": resource.kind,

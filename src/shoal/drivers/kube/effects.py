@@ -13,7 +13,10 @@
   scheduler-plugins' or Volcano's terms (`PodGroupStatusWriter`); groups named by pod
   labels only have no object and nothing is written;
 * `QueueStatus`: the status subresource of the Queue object (allocated, guaranteed,
-  fair share, pending and running pods; `QueueStatusWriter`).
+  fair share, borrowed, pending and running pods and jobs; `QueueStatusWriter`), or of
+  the ElasticQuota behind the queue (`status.used`).
+* `BindingStatus`: the status subresource of the QueueBinding object (pods and running
+  jobs in its namespaces; `BindingStatusWriter`).
 
 Everything is queued: `emit` never blocks and never raises.
 """
@@ -26,6 +29,7 @@ from collections.abc import Callable, Mapping
 from shoal.api.podinfo import PodInfo
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
 from shoal.drivers.kube.status import (
+    BindingStatusWriter,
     EventRecorder,
     PodGroupStatusWriter,
     PodStatusWriter,
@@ -34,6 +38,7 @@ from shoal.drivers.kube.status import (
 )
 from shoal.framework.effects import (
     BindFailed,
+    BindingStatus,
     Bound,
     Effect,
     Evict,
@@ -69,10 +74,12 @@ class KubeEffects:
         on_eviction_failed: Callable[[PodInfo], None] | None = None,
         groups: PodGroupStatusWriter | None = None,
         queues: QueueStatusWriter | None = None,
+        bindings: BindingStatusWriter | None = None,
     ) -> None:
         self.binder = binder
         self.groups = groups
         self.queues = queues
+        self.bindings = bindings
         self.evictor = evictor
         self.status = status
         self.events = events
@@ -105,6 +112,9 @@ class KubeEffects:
         elif isinstance(effect, QueueStatus):
             if self.queues is not None:
                 self.queues.update(effect)
+        elif isinstance(effect, BindingStatus):
+            if self.bindings is not None:
+                self.bindings.update(effect)
         elif isinstance(effect, Nominate):
             pass  # written with the preemptor's PodScheduled=False condition (Unschedulable)
 

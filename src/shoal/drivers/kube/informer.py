@@ -181,6 +181,18 @@ class Informer:
             await self._watch_until_expired()
             self._note("relist")
 
+    async def list_once(self) -> None:
+        """One list delivered to the handler, no watch (a command-line snapshot of the
+        cluster). An optional kind that is not installed is marked `absent` (nothing
+        delivered); any other API error is raised."""
+        try:
+            await self._list()
+        except ApiError as err:
+            if not (err.not_found and self.kind.optional):
+                raise
+            self.absent = True
+            self.synced.set()
+
     def _failed(self, what: str, err: BaseException, unexpected: bool = False) -> None:
         self.last_error = f"{type(err).__name__}: {err}" if unexpected else str(err)
         if self._failing_since is None:

@@ -53,25 +53,30 @@ from shoal.drivers.kube.client import (
 from shoal.drivers.kube.resources import (
     EVENTS,
     PODS,
+    QUEUE_BINDINGS,
     QUEUES,
     VOLCANO_PODGROUPS,
     ResourceKind,
     object_ref,
 )
-from shoal.framework.effects import GroupStatus, QueueStatus
+from shoal.framework.effects import BindingStatus, GroupStatus, QueueStatus
 from shoal.web.metrics import SchedulerMetrics
 
 __all__ = [
+    "BindingStatusWriter",
     "EventRecorder",
     "ObjectStatusWriter",
     "PodGroupStatusWriter",
     "PodStatusWriter",
     "QueueStatusWriter",
+    "binding_status_patch",
+    "elastic_quota_status_patch",
     "group_status_patch",
     "micro_time",
     "pod_ref",
     "queue_status_patch",
     "volcano_phase",
+    "with_removals",
 ]
 
 log = logging.getLogger("shoal.kube.status")
@@ -451,7 +456,7 @@ def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, n
     return body
 
 
-S = TypeVar("S", GroupStatus, QueueStatus)
+S = TypeVar("S", GroupStatus, QueueStatus, BindingStatus)
 
 
 @dataclass
@@ -604,13 +609,28 @@ class ObjectStatusWriter(Generic[S]):
                 kind.path(meta.get("namespace", ""), meta.get("name", ""), "status"),
                 body={
                     "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
-                    "status": body,
+                    "status": with_removals(existing, body),
                 },
                 content_type=MERGE_PATCH,
             )
             self.written += 1
             self.written_to(kind, current, status, existing)
         return requests
+
+
+def with_removals(existing: JSON, body: JSON) -> JSON:
+    """`body` as a JSON merge patch of `existing`: a map field (e.g. allocated
+    resources) replaces the one written before, so a key it no longer has is sent as
+    null (a merge patch keeps keys it does not mention: an emptied allocation would
+    otherwise stay in the status for ever)."""
+    out = dict(body)
+    for name, value in body.items():
+        before = existing.get(name)
+        if isinstance(value, dict) and isinstance(before, dict):
+            gone = {k: None for k in before if k not in value}
+            if gone:
+                out[name] = {**value, **gone}
+    return out
 
 
 class PodGroupStatusWriter(ObjectStatusWriter[GroupStatus]):
@@ -674,14 +694,37 @@ class PodGroupStatusWriter(ObjectStatusWriter[GroupStatus]):
 
 
 def queue_status_patch(status: QueueStatus) -> JSON:
-    """A Queue's status: what it holds, is guaranteed and would get under fair share
-    (quantities as Kubernetes writes them), and its pending and running pods."""
+    """A Queue's status: what it holds, is guaranteed, would get under fair share and
+    borrows above its guarantee (quantities as Kubernetes writes them), and its pending
+    and running pods and jobs."""
     return {
         "allocated": _quantities(status.allocated),
         "guaranteed": _quantities(status.guaranteed),
         "fairShare": _quantities(status.fair_share),
+        "borrowed": _quantities(status.borrowed),
         "pendingPods": status.pending_pods,
         "runningPods": status.running_pods,
+        "pendingJobs": status.pending_jobs,
+        "runningJobs": status.running_jobs,
+    }
+
+
+def elastic_quota_status_patch(status: QueueStatus) -> JSON:
+    """An ElasticQuota's status as scheduler-plugins writes it: `used`, what the pods of
+    its namespace (the queue of that name) hold."""
+    return {"used": _quantities(status.allocated)}
+
+
+def binding_status_patch(status: BindingStatus) -> JSON:
+    """A QueueBinding's status: pods and running jobs in its namespaces (in total and
+    per namespace; its maxPods and maxRunningJobs apply per namespace)."""
+    return {
+        "pods": status.pods,
+        "runningJobs": status.running_jobs,
+        "namespaces": [
+            {"namespace": namespace, "pods": pods, "runningJobs": jobs}
+            for namespace, (pods, jobs) in status.namespaces.items()
+        ],
     }
 
 
@@ -691,9 +734,47 @@ def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
 
 class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):
     """Queue status (`shoal.dev/v1alpha1` Queue objects, cluster-scoped). `objects(name)`
-    gives the Queue object as the informer last saw it."""
+    gives the Queue object as the informer last saw it; a queue that comes from an
+    ElasticQuota (named after its namespace) is written to that object's `status.used`
+    (`elastic(namespace)` gives it with its kind)."""
 
     what = "queue"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: Callable[[str], JSON | None],
+        *,
+        elastic: Callable[[str], tuple[ResourceKind, JSON] | None] | None = None,
+        qps: float = 5.0,
+        retries: int = 3,
+        retry_delay: float = 0.5,
+    ) -> None:
+        super().__init__(client, qps=qps, retries=retries, retry_delay=retry_delay)
+        self.objects = objects
+        self.elastic = elastic
+
+    def key(self, status: QueueStatus) -> str:
+        return status.name
+
+    def targets(self, status: QueueStatus) -> list[tuple[ResourceKind, JSON]]:
+        found = self.objects(status.name)
+        if found is not None:
+            return [(QUEUES, found)]
+        quota = self.elastic(status.name) if self.elastic is not None else None
+        return [] if quota is None else [quota]
+
+    def patch(self, kind: ResourceKind, status: QueueStatus, current: JSON, now: str) -> JSON:
+        if kind is QUEUES:
+            return queue_status_patch(status)
+        return elastic_quota_status_patch(status)
+
+
+class BindingStatusWriter(ObjectStatusWriter[BindingStatus]):
+    """QueueBinding status (`shoal.dev/v1alpha1`, cluster-scoped). `objects(name)` gives
+    the QueueBinding object as the informer last saw it."""
+
+    what = "queue binding"
 
     def __init__(
         self,
@@ -707,12 +788,12 @@ class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):
         super().__init__(client, qps=qps, retries=retries, retry_delay=retry_delay)
         self.objects = objects
 
-    def key(self, status: QueueStatus) -> str:
+    def key(self, status: BindingStatus) -> str:
         return status.name
 
-    def targets(self, status: QueueStatus) -> list[tuple[ResourceKind, JSON]]:
+    def targets(self, status: BindingStatus) -> list[tuple[ResourceKind, JSON]]:
         found = self.objects(status.name)
-        return [] if found is None else [(QUEUES, found)]
+        return [] if found is None else [(QUEUE_BINDINGS, found)]
 
-    def patch(self, kind: ResourceKind, status: QueueStatus, current: JSON, now: str) -> JSON:
-        return queue_status_patch(status)
+    def patch(self, kind: ResourceKind, status: BindingStatus, current: JSON, now: str) -> JSON:
+        return binding_status_patch(status)

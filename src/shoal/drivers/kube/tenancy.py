@@ -61,10 +61,16 @@ class TenancySync:
     _flagged: set[tuple[str, str]] = field(default_factory=set)
 
     def upsert(self, kind: ResourceKind, obj: object, raw: JSON) -> None:
-        if isinstance(obj, Queue) and _status_only(self.raw.get(("Queue", obj.metadata.name)), raw):
+        key = _raw_key(obj)
+        if key is not None and _status_only(self.raw.get(key), raw):
             # Our own status write coming back through the watch: nothing to apply.
-            self.queues[obj.metadata.name] = obj
-            self.raw[("Queue", obj.metadata.name)] = (kind, raw)
+            if isinstance(obj, Queue):
+                self.queues[obj.metadata.name] = obj
+            elif isinstance(obj, QueueBinding):
+                self.bindings[obj.metadata.name] = obj
+            elif isinstance(obj, ElasticQuota):
+                self.elastic[obj.metadata.namespace or "default"] = obj
+            self.raw[key] = (kind, raw)
             return
         if isinstance(obj, Queue):
             self.queues[obj.metadata.name] = obj
@@ -156,6 +162,17 @@ class TenancySync:
                 self.clear(*fine)
         self._flagged = flagged
         return problems
+
+
+def _raw_key(obj: object) -> tuple[str, str] | None:
+    """Where `TenancySync.raw` keeps an object that has a status written by Shoal."""
+    if isinstance(obj, Queue):
+        return ("Queue", obj.metadata.name)
+    if isinstance(obj, QueueBinding):
+        return ("QueueBinding", obj.metadata.name)
+    if isinstance(obj, ElasticQuota):
+        return ("ElasticQuota", f"{obj.metadata.namespace or 'default'}/{obj.metadata.name}")
+    return None
 
 
 def _status_only(seen: tuple[ResourceKind, JSON] | None, raw: JSON) -> bool:

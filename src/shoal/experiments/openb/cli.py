@@ -128,6 +128,13 @@ def openb_replay(
         ),
     ] = None,
     as_json: JsonOption = False,
+    rescheduler: Annotated[
+        bool,
+        typer.Option(
+            "--rescheduler",
+            help="Replay each policy without and with the Rescheduler (docs/rescheduler.md).",
+        ),
+    ] = False,
     # Large jobs (issue 12): waits by task size, seed ranges, `+reservation`/`+protect`.
     seeds: Annotated[
         str | None,
@@ -142,6 +149,7 @@ def openb_replay(
     from shoal.experiments.openb.replay import (
         format_replay_summary,
         format_replay_table,
+        format_rescheduler_table,
         format_wait_table,
         replay_policies,
         summarize_replays,
@@ -164,6 +172,7 @@ def openb_replay(
             seed=seed,
             speedup=speedup,
             workers=workers,
+            rescheduler=rescheduler,
             seeds=seed_list,
         )
     except (TraceError, ValueError, OSError) as err:
@@ -187,12 +196,19 @@ def openb_replay(
         typer.echo(f"\n{len(results)} runs in {time.perf_counter() - started:.0f} s")
     else:
         typer.echo(format_replay_table(results))
+        if rescheduler:
+            typer.echo("")
+            typer.echo(format_rescheduler_table(results))
         typer.echo("\nWait (s) by task size:\n" + format_wait_table(results))
     if out_dir is not None:
         write_replay_csv(results, out_dir / "replay.csv")
         write_wait_csv(results, out_dir / "replay-waits.csv")
         first = [r for r in results if r.seed == results[0].seed]  # one line per policy
         write_replay_svgs(first, out_dir, title=f"{trace}, arrivals / {speedup:g}")
+        if rescheduler:
+            from shoal.experiments.openb.rescheduler_report import write_multi_gpu_wait_svg
+
+            write_multi_gpu_wait_svg(first, out_dir, title=f"{trace}, arrivals / {speedup:g}")
 
 
 @experiment_app.command("download-openb")

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.objects import OwnerReference
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.experiments.openb.protocol import target_workload
@@ -45,6 +46,7 @@ from shoal.experiments.openb.trace import (
     pod_manifest,
 )
 from shoal.experiments.openb.variants import split_policy, variant_config, variant_name
+from shoal.plugins.rescheduler import with_rescheduler
 from shoal.sim.engine import SimOptions, Simulation
 from shoal.sim.scenario import Scenario
 from shoal.sim.workload import PodSource
@@ -55,6 +57,7 @@ __all__ = [
     "ReplaySummary",
     "format_replay_summary",
     "format_replay_table",
+    "format_rescheduler_table",
     "format_wait_table",
     "replay",
     "replay_policies",
@@ -121,6 +124,18 @@ class ReplayResult:
     # the previous sample and were placed) at regular sample times
     samples: list[tuple[float, float, int, float]] = field(default_factory=list)
     seconds: float = 0.0
+    # With the Rescheduler (docs/rescheduler.md): its moves, and the wait of multi-GPU
+    # tasks (num_gpu > 1, the trace's own pods, not the replacements of moved ones).
+    rescheduler: bool = False
+    moves: int = 0
+    moves_per_hour: float = 0.0
+    multi_gpu_tasks: int = 0
+    multi_gpu_never_placed: int = 0
+    multi_gpu_wait_mean: float = math.nan
+    multi_gpu_wait_p99: float = math.nan
+    multi_gpu_wait_max: float = math.nan
+    # (arrival s, wait s) of each multi-GPU task placed, in arrival order
+    multi_gpu_waits: list[tuple[float, float]] = field(default_factory=list)
     seed: int = 0
     # size class (SIZES) -> wait_stats of the pods of that size
     waits_by_size: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -166,8 +181,12 @@ def replay(
     seed: int = 0,
     speedup: float = 1.0,
     samples: int = 200,
+    rescheduler: bool = False,
+    rescheduler_args: dict[str, Any] | None = None,
 ) -> ReplayResult:
-    """Replay `trace` with its creation and deletion times under one policy."""
+    """Replay `trace` with its creation and deletion times under one policy
+    (`rescheduler`: with the Rescheduler enabled; the trace's pods are then taken as
+    re-created by a controller when moved, restarting their lifetime)."""
     if speedup <= 0:
         raise ValueError("speedup must be > 0")
     start = time.perf_counter()
@@ -175,9 +194,13 @@ def replay(
     plugin = policy_plugin(base)
     config = experiment_config(base, target_workload(trace, memory=plugin in _MEMORY_ARGS))
     config = variant_config(config, suffixes)
+    if rescheduler:
+        config = with_rescheduler(config, rescheduler_args)
     scenario = Scenario(nodes=[node_manifest(n) for n in trace.nodes])
     gpu_pods: set[str] = set()
     sizes: dict[str, str] = {}
+    multi_gpu: set[str] = set()
+    traced: set[str] = set()
     for i, row in enumerate(trace.pods):
         created = float(row.creation_time or 0)
         lifetime = None
@@ -187,13 +210,21 @@ def replay(
         sizes[uid] = size_class(row)
         if row.total_milli:
             gpu_pods.add(uid)
+        traced.add(uid)
+        if row.num_gpu > 1:
+            multi_gpu.add(uid)
+        manifest = pod_manifest(row, uid, SCHEDULER_NAME)
+        if rescheduler:
+            manifest.metadata.owner_references = [
+                OwnerReference(kind="Job", name=uid, uid=f"job-{uid}", controller=True)
+            ]
         scenario.pods.append(
             PodSource(
                 time=created / speedup,
                 duration=lifetime,
                 namespace=NAMESPACE,
                 name=uid,
-                pod=pod_manifest(row, uid, SCHEDULER_NAME),
+                pod=manifest,
             )
         )
     sim = Simulation(scenario, SimOptions(seed=seed, config=config))
@@ -206,7 +237,8 @@ def replay(
     waits = np.array(
         [r.time_to_schedule for r in records if r.time_to_schedule is not None], dtype=float
     )
-    last_arrival = max((r.arrival for r in records), default=0.0)
+    # The trace's own arrivals (not those of pods re-created after a move).
+    last_arrival = max((r.arrival for r in records if r.uid in traced), default=0.0)
     end = max(log.times[-1], last_arrival)
     times = np.array([*log.times, end])
     unalloc = 100.0 - 100.0 * np.array([*log.alloc, log.alloc[-1]], dtype=float) / capacity
@@ -255,9 +287,16 @@ def replay(
         size: wait_stats(by_size[size], unplaced.get(size, 0))
         for size in sorted(by_size, key=_size_order)
     }
+    multi = np.array(
+        [r.time_to_schedule for r in records if r.uid in multi_gpu and r.bound_at is not None],
+        dtype=float,
+    )
+    moves = len(sim.effects.evictions)
+    # Per hour of the time pods arrive or wait (until the last one is placed).
+    hours = max(horizon, 1.0) / 3600.0
     return ReplayResult(
         trace=trace.name,
-        policy=variant_name(policy),
+        policy=variant_name(policy) + ("+Rescheduler" if rescheduler else ""),
         speedup=speedup,
         pods=len(records),
         scheduled=len(waits),
@@ -273,6 +312,19 @@ def replay(
         max_pending_seconds=float(waits.max()) if len(waits) else math.nan,
         samples=series,
         seconds=time.perf_counter() - start,
+        rescheduler=rescheduler,
+        moves=moves,
+        moves_per_hour=moves / hours,
+        multi_gpu_tasks=len(multi_gpu),
+        multi_gpu_never_placed=len(multi_gpu) - len(multi),
+        multi_gpu_wait_mean=float(multi.mean()) if len(multi) else math.nan,
+        multi_gpu_wait_p99=float(np.percentile(multi, 99)) if len(multi) else math.nan,
+        multi_gpu_wait_max=float(multi.max()) if len(multi) else math.nan,
+        multi_gpu_waits=sorted(
+            (r.arrival, float(r.time_to_schedule))
+            for r in records
+            if r.uid in multi_gpu and r.time_to_schedule is not None
+        ),
         seed=seed,
         waits_by_size=waits_by_size,
     )
@@ -308,10 +360,18 @@ def _stranded_while_pending(
     return total, (weighted / total if total > 0 else math.nan)
 
 
-def _replay_task(trace_dir: str, name: str, policy: str, seed: int, speedup: float) -> ReplayResult:
+def _replay_task(
+    trace_dir: str, name: str, policy: str, seed: int, speedup: float, rescheduler: bool = False
+) -> ReplayResult:
     from shoal.experiments.openb.trace import load_trace
 
-    return replay(load_trace(Path(trace_dir), name), policy, seed=seed, speedup=speedup)
+    return replay(
+        load_trace(Path(trace_dir), name),
+        policy,
+        seed=seed,
+        speedup=speedup,
+        rescheduler=rescheduler,
+    )
 
 
 def replay_policies(
@@ -322,21 +382,30 @@ def replay_policies(
     seed: int = 0,
     speedup: float = 1.0,
     workers: int | None = None,
+    rescheduler: bool = False,
     seeds: list[int] | None = None,
 ) -> list[ReplayResult]:
     """One replay per policy (and per seed of `seeds`, else `seed`), in parallel on
-    local processes; results in policy order, then seed order."""
+    local processes; results in policy order, then seed order (`rescheduler`: each
+    policy twice, without and then with the Rescheduler)."""
     import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
     names = [variant_name(p) for p in policies]
-    tasks = [(p, s) for p in names for s in (seeds or [seed])]
-    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    runs = [
+        (p, s, with_it)
+        for p in names
+        for with_it in ((False, True) if rescheduler else (False,))
+        for s in (seeds or [seed])
+    ]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(runs)))
     if workers == 1:
-        return [_replay_task(trace_dir, trace, p, s, speedup) for p, s in tasks]
+        return [_replay_task(trace_dir, trace, p, s, speedup, r) for p, s, r in runs]
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        futures = [pool.submit(_replay_task, trace_dir, trace, p, s, speedup) for p, s in tasks]
+        futures = [
+            pool.submit(_replay_task, trace_dir, trace, p, s, speedup, r) for p, s, r in runs
+        ]
         return [f.result() for f in futures]
 
 
@@ -428,6 +497,25 @@ def format_replay_summary(summaries: list[ReplaySummary]) -> str:
                 _cell(x.waits_by_size.get(s, {}).get("p99", (math.nan, math.nan))) for s in sizes
             )
             + f" | {_cell(eight)} |"
+        )
+    return "\n".join(lines)
+
+
+def format_rescheduler_table(results: list[ReplayResult]) -> str:
+    """Multi-GPU tasks' wait, unallocated GPU % and moves, with and without the
+    Rescheduler (docs/rescheduler.md)."""
+    lines = [
+        "| run | multi-GPU tasks | never placed | wait s (mean / p99 / max) "
+        "| unallocated % (mean while arriving) | unallocated % while GPU pods pend "
+        "| moves | moves per hour |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.policy} | {r.multi_gpu_tasks} | {r.multi_gpu_never_placed} | "
+            f"{r.multi_gpu_wait_mean:.1f} / {r.multi_gpu_wait_p99:.1f} / "
+            f"{r.multi_gpu_wait_max:.1f} | {r.mean_unallocated:.2f} | "
+            f"{r.stranded_while_pending:.2f} | {r.moves} | {r.moves_per_hour:.1f} |"
         )
     return "\n".join(lines)
 

@@ -1,0 +1,311 @@
+"""What the scheduler would see, built from the cluster's objects: the model behind
+`shoal get` and `shoal explain`.
+
+One list of every resource `shoal run` watches is fed, through the very handlers the
+running scheduler uses (`KubeBackend` in passive mode, no watch, no lease), into a
+scheduler core of its own. Queue usage, guarantees and fair shares are then the tenancy
+manager's; gang phases the gang manager's; and `explain` runs a real scheduling cycle
+for the pod on this private copy. Nothing leaves it: a passive backend's effects port
+drops everything but binds, and the binding cycles the cycle produces are never run.
+
+The views are plain dicts and lists (what `-o json|yaml` prints): quantities in
+Kubernetes' notation, as on Queue status (cpu in millicores "1500m", memory in bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shoal.api.resources import CPU
+from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.kube.backend import KubeBackend, KubeOptions
+from shoal.drivers.kube.client import JSON, Connection
+from shoal.drivers.kube.resources import PODS
+from shoal.scheduler import Scheduler
+from shoal.web.dashboard.frame import DashboardSource
+
+__all__ = ["ClusterView", "Explanation", "load_view", "quantities"]
+
+NO_POOL = "(no pool)"
+
+
+def quantities(amounts: Mapping[str, int | float]) -> dict[str, str]:
+    """Resource amounts in Kubernetes' notation, as a Queue's status shows them."""
+    return {r: (f"{int(v)}m" if r == CPU else str(int(v))) for r, v in sorted(amounts.items())}
+
+
+@dataclass
+class Explanation:
+    """`shoal explain`'s answer; `blocked`: the pod is pending and cannot be placed now."""
+
+    found: bool
+    blocked: bool
+    answer: dict[str, Any]
+
+
+class ClusterView:
+    """The cluster as the scheduler's core holds it, after one list of everything."""
+
+    def __init__(self, backend: KubeBackend) -> None:
+        self.backend = backend
+        self.scheduler: Scheduler = backend.scheduler
+
+    # ---- queues --------------------------------------------------------------------
+
+    def queues(self) -> dict[str, Any]:
+        """The queue tree (parents before children) with allocation, guarantee, max and
+        HDRF fair share: the tenancy manager's numbers, as the dashboard shows them."""
+        source = DashboardSource(self.scheduler, clock_kind="wall")
+        raw = source.build().queues
+        rows = []
+        for q in raw["queues"]:
+            rows.append(
+                {
+                    "name": q["name"],
+                    "parent": q["parent"],
+                    "depth": q["depth"],
+                    "leaf": q["leaf"],
+                    "weight": q["weight"],
+                    "allocated": quantities(q["allocated"]),
+                    "guaranteed": quantities(q["guaranteed"]),
+                    "max": quantities(q["maximum"]),
+                    "fairShare": quantities(q["fairShare"]),
+                    "pendingPods": q["pending"],
+                    "runningPods": q["running"],
+                    "dominantShare": q["share"],
+                }
+            )
+        return {
+            "capacity": quantities(raw["capacity"]),
+            "defaultQueue": raw["defaultQueue"],
+            "queues": rows,
+        }
+
+    # ---- pod groups ----------------------------------------------------------------
+
+    def podgroups(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Gangs with their phase and members: scheduled (bound or assumed), running
+        (pod phase Running), succeeded, failed, against minMember."""
+        sched = self.scheduler
+        store = self.backend.pods.store
+        out = []
+        for _, g in sorted(sched.gangs.groups.items()):
+            if namespace is not None and g.namespace != namespace:
+                continue
+            running = 0
+            for info in g.members.values():
+                raw = store.get(info.key) or {}
+                if (raw.get("status") or {}).get("phase") == "Running":
+                    running += 1
+            first = next(iter(g.members.values()), None)
+            out.append(
+                {
+                    "namespace": g.namespace,
+                    "name": g.name,
+                    "phase": g.phase,
+                    "minMember": g.min_member,
+                    "members": len(g.members),
+                    "scheduled": len(g.bound),
+                    "running": running,
+                    "succeeded": len(g.succeeded),
+                    "failed": len(g.failed),
+                    "queue": sched.queues.named_queue(first) if first is not None else "",
+                    "source": g.source,
+                    "hasObject": g.has_object,
+                    "reason": g.reason,
+                }
+            )
+        return out
+
+    # ---- node pools ----------------------------------------------------------------
+
+    def pools(self) -> list[dict[str, Any]]:
+        """Node pools with their nodes' allocatable and requested resources (GPUs
+        included), and the nodes in no pool as `(no pool)`."""
+        table = self.scheduler.cluster.table
+        n = table.n
+        resources = list(table.resources)
+        in_some = np.zeros(n, dtype=bool)
+        out = []
+        for name, pool in sorted(self.scheduler.queues.pools.items()):
+            selector = pool.spec.node_selector
+            mask = np.fromiter(
+                (
+                    all(node.metadata.labels.get(k) == v for k, v in selector.items())
+                    for node in table.nodes[:n]
+                ),
+                dtype=bool,
+                count=n,
+            )
+            in_some |= mask
+            out.append(
+                self._pool_row(name, mask, resources, selector, list(pool.spec.exclusive_to))
+            )
+        out.append(self._pool_row(NO_POOL, ~in_some, resources, {}, []))
+        return out
+
+    def _pool_row(
+        self,
+        name: str,
+        mask: np.ndarray,
+        resources: list[str],
+        selector: dict[str, str],
+        exclusive_to: list[str],
+    ) -> dict[str, Any]:
+        table = self.scheduler.cluster.table
+        n = table.n
+        allocatable = table.allocatable[:n][mask].sum(axis=0)
+        requested = table.requested[:n][mask].sum(axis=0)
+        capacity = {r: int(allocatable[i]) for i, r in enumerate(resources) if allocatable[i]}
+        used = {r: int(requested[i]) for i, r in enumerate(resources) if capacity.get(r)}
+        return {
+            "name": name,
+            "nodeSelector": selector,
+            "exclusiveTo": exclusive_to,
+            "nodes": int(mask.sum()),
+            "unschedulableNodes": int(table.unschedulable[:n][mask].sum()),
+            "capacity": quantities(capacity),
+            "used": quantities(used),
+        }
+
+    # ---- explain -------------------------------------------------------------------
+
+    def explain(self, namespace: str, name: str) -> Explanation:
+        """One answer for a pod: its queue and quota, its gang, what gates it, and where
+        it fits now (a scheduling cycle on this copy of the cluster), with the
+        scheduler's own last word (the pod's PodScheduled condition)."""
+        key = f"{namespace}/{name}"
+        raw = self.backend.pods.store.get(key)
+        if raw is None:
+            return Explanation(False, False, {"pod": key, "error": f"pod {key} not found"})
+        sched = self.scheduler
+        meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
+        status = raw.get("status") or {}
+        uid = str(meta.get("uid", ""))
+        answer: dict[str, Any] = {
+            "pod": key,
+            "schedulerName": spec.get("schedulerName", "default-scheduler"),
+            "phase": status.get("phase", ""),
+            "node": spec.get("nodeName", ""),
+            "condition": _pod_scheduled(status),
+        }
+        info = sched.known_pod(uid)
+        if info is not None:
+            answer["queue"] = self._queue_part(info)
+            group = sched.gangs.group_of_uid(uid)
+            answer["gang"] = None if group is None else self._gang_part(group)
+        if answer["node"]:
+            answer["summary"] = f"bound to node {answer['node']}"
+            return Explanation(True, False, answer)
+        if answer["phase"] in ("Succeeded", "Failed"):
+            answer["summary"] = f"finished ({answer['phase']})"
+            return Explanation(True, False, answer)
+        if spec.get("schedulerName", "default-scheduler") not in sched.profiles:
+            profiles = ", ".join(sorted(sched.profiles))
+            answer["summary"] = (
+                f"not scheduled by Shoal: schedulerName {answer['schedulerName']!r} is none of "
+                f"this configuration's profiles ({profiles})"
+            )
+            return Explanation(True, True, answer)
+        entry = sched.queue.get(uid)
+        if info is None or entry is None:
+            answer["summary"] = (
+                "pending but not in the scheduler's queue: the pod could not be read (see "
+                "the scheduler's InvalidObject events) or is being deleted"
+            )
+            return Explanation(True, True, answer)
+        if entry.gated_by:
+            answer["gate"] = {"plugin": entry.gated_by, "message": sched.explain(uid)}
+            answer["placement"] = None
+            answer["summary"] = sched.explain(uid)
+            return Explanation(True, True, answer)
+        answer["gate"] = None
+        result = sched.attempt(uid)
+        if result is None:
+            answer["placement"] = None
+            answer["summary"] = "the pod is being scheduled right now; ask again"
+            return Explanation(True, False, answer)
+        # Where this pod went (for a gang, result.node is the first member's node).
+        record = sched.cluster.placed.get(uid)
+        node = record.node if record is not None else None
+        placement: dict[str, Any] = {"fits": node is not None, "node": node or ""}
+        if node is None:
+            diagnosis = result.diagnosis
+            after = sched.queue.get(uid)
+            if result.node is not None and after is not None:
+                # Its gang was placed without it (members beyond minMember).
+                placement["message"] = after.message
+            else:
+                placement["message"] = result.message or result.status.message
+            placement["plugin"] = result.status.plugin
+            if diagnosis is not None:
+                placement["nodes"] = diagnosis.num_all_nodes
+                placement["reasons"] = dict(sorted(diagnosis.reasons.items()))
+                placement["rejectedBy"] = dict(
+                    sorted(Counter(p for p in diagnosis.rejected_by if p).items())
+                )
+            answer["summary"] = placement["message"]
+        else:
+            answer["summary"] = (
+                f"fits now: the next attempt places it on {node} (it may be waiting "
+                "for its turn or a backoff)"
+            )
+        answer["placement"] = placement
+        return Explanation(True, node is None, answer)
+
+    def _queue_part(self, info: Any) -> dict[str, Any]:
+        manager = self.scheduler.queues
+        name = manager.named_queue(info)
+        _, error = manager.queue_of(info)
+        part: dict[str, Any] = {"name": name, "problem": error}
+        if not error:
+            part["quota"] = manager.admit(info, table=self.scheduler.cluster.table)
+            status = manager.status().get(name, {})
+            for key in ("allocated", "guaranteed", "max"):
+                amounts = status.get(key)
+                part[key] = quantities(amounts) if isinstance(amounts, dict) else {}
+        return part
+
+    @staticmethod
+    def _gang_part(group: Any) -> dict[str, Any]:
+        return {
+            "name": group.key,
+            "phase": group.phase,
+            "minMember": group.min_member,
+            "members": len(group.members),
+            "scheduled": len(group.bound),
+            "reason": group.reason,
+        }
+
+
+def _pod_scheduled(status: JSON) -> dict[str, str] | None:
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "PodScheduled":
+            return {
+                k: str(cond[k])
+                for k in ("status", "reason", "message", "lastTransitionTime")
+                if cond.get(k)
+            }
+    return None
+
+
+async def load_view(config: KubeSchedulerConfiguration, connection: Connection) -> ClusterView:
+    """List every resource `shoal run` watches, once, into a scheduler core of its own.
+    Raises `ApiError` if a list fails (CRDs that are not installed are skipped)."""
+    options = KubeOptions(identity="shoal-ctl", passive=True, leader_elect=False)
+    backend = KubeBackend(config, connection, options)
+    pods = backend.informers[PODS.name]
+    # Everything but pods first, then pods: pods find their nodes, groups and queues.
+    others = [i for i in backend.informers.values() if i is not pods]
+    await asyncio.gather(*(i.list_once() for i in others))
+    backend.tenancy.ready = True
+    backend.tenancy.apply()
+    await pods.list_once()
+    backend.scheduler.tick()
+    return ClusterView(backend)

@@ -1,0 +1,132 @@
+"""`shoal get queues` and `shoal explain` as processes against a real kube-apiserver:
+after Shoal binds pods, the queue's usage reported by the CLI matches the pods bound."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from apihelpers import space, wait_for
+from kubehelpers import async_test
+
+from shoal.api.resources import parse_resource_list
+from shoal.drivers.kube.ctl import EXIT_BLOCKED, EXIT_NOT_FOUND
+from shoal.drivers.kube.resources import QUEUES
+
+SHOAL = [sys.executable, "-c", "from shoal.cli import app; app()"]
+
+
+async def _shoal(kubeconfig: str, config: Path, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *SHOAL,
+        *args,
+        "--kubeconfig",
+        kubeconfig,
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@async_test(timeout=120)
+async def test_get_queues_reports_the_usage_of_the_pods_bound(
+    control_plane: dict[str, str], tmp_path: Path
+) -> None:
+    async with space(control_plane["KUBECONFIG"], "ctl") as s:
+        await s.add_node("n1", cpu="4")
+        queue = f"{s.name}-team"
+        await s.create(
+            QUEUES.path(),
+            {
+                "apiVersion": QUEUES.api_version,
+                "kind": "Queue",
+                "metadata": {"name": queue},
+                "spec": {"guaranteed": {"cpu": "2"}},
+            },
+        )
+        s.cluster_objects.append(QUEUES.path(name=queue))
+        labels = {"shoal.dev/queue": queue}
+        for i, cpu in enumerate(("1", "500m", "1500m")):
+            await s.create_pod(f"p{i}", cpu, labels=labels)
+        await s.create_pod("too-big", "9", labels=labels)  # never fits a 4-cpu node
+        config = tmp_path / "scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "profiles": [{"schedulerName": s.scheduler}],
+                }
+            )
+        )
+        async with s.shoal(s.options("ctl")):
+
+            async def three() -> bool:
+                return len(await s.bound()) == 3
+
+            await wait_for(three, what="three pods bound")
+
+        pods = await s.pods()
+        bound = [p for p in pods.values() if (p.get("spec") or {}).get("nodeName")]
+        expected: dict[str, int] = {}
+        for p in bound:
+            for c in p["spec"]["containers"]:
+                for resource, amount in parse_resource_list(c["resources"]["requests"]).items():
+                    expected[resource] = expected.get(resource, 0) + amount
+
+        code, out, err = await _shoal(s.kubeconfig, config, "get", "queues", "-o", "json")
+        assert code == 0, err
+        rows: dict[str, Any] = {q["name"]: q for q in json.loads(out)["queues"]}
+        mine = rows[queue]
+        assert mine["runningPods"] == len(bound) == 3
+        assert mine["pendingPods"] == 1
+        assert parse_resource_list(mine["allocated"]) == expected
+        assert expected["cpu"] == 3000
+        assert mine["guaranteed"] == {"cpu": "2000m"}
+
+        code, out, err = await _shoal(s.kubeconfig, config, "get", "queues")
+        assert code == 0, err
+        assert queue in out
+
+        code, out, _ = await _shoal(
+            s.kubeconfig, config, "explain", f"{s.name}/too-big", "-o", "json"
+        )
+        assert code == EXIT_BLOCKED
+        answer = json.loads(out)
+        assert answer["queue"]["name"] == queue
+        assert "Insufficient cpu" in answer["placement"]["message"]
+        code, _, err = await _shoal(s.kubeconfig, config, "explain", f"{s.name}/nope")
+        assert code == EXIT_NOT_FOUND and "not found" in err
+
+
+def test_the_viewer_role_lets_a_user_list_what_the_commands_read_and_nothing_more(
+    kubectl: Callable[..., str],
+) -> None:
+    role = Path(__file__).resolve().parents[2] / "deploy" / "operators" / "shoal-viewer.yaml"
+    kubectl("apply", "-f", str(role))
+    kubectl(
+        "create",
+        "clusterrolebinding",
+        "ctl-test-viewer",
+        "--clusterrole=shoal-viewer",
+        "--user=ctl-test-viewer",
+    )
+    try:
+        user = "--as=ctl-test-viewer"
+        for resource in ("pods", "nodes", "queues.shoal.dev", "podgroups.scheduling.x-k8s.io"):
+            assert kubectl("auth", "can-i", "list", resource, user).strip() == "yes", resource
+        for verb, resource in (("create", "pods/binding"), ("patch", "queues.shoal.dev/status")):
+            answer = kubectl("auth", "can-i", verb, resource, user, check=False).strip()
+            assert answer == "no", (verb, resource)
+    finally:
+        kubectl("delete", "clusterrolebinding", "ctl-test-viewer", check=False)
+        kubectl("delete", "-f", str(role), check=False)

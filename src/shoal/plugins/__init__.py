@@ -22,6 +22,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     gpu_random,
     gpu_share,
     inter_pod_affinity,
+    large_job_reservation,
     node_affinity,
     node_name,
     node_pools,
@@ -91,6 +92,10 @@ IN_TREE: dict[str, PluginSpec] = {
     gpu_fgd.NAME: PluginSpec(gpu_fgd.GpuFragmentation.new, gpu_fgd.GpuFragmentationArgs),
     gpu_frag_blend.NAME: PluginSpec(
         gpu_frag_blend.GpuFragBlend.new, gpu_frag_blend.GpuFragBlendArgs
+    ),
+    large_job_reservation.NAME: PluginSpec(
+        large_job_reservation.LargeJobReservation.new,
+        large_job_reservation.LargeJobReservationArgs,
     ),
     rescheduler.NAME: PluginSpec(rescheduler.Rescheduler.new, ReschedulerArgs),
     node_volume_limits.NAME: PluginSpec(node_volume_limits.NodeVolumeLimits.new),

@@ -4,6 +4,7 @@ wrappers over the runner and the report (the logic lives there)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -134,20 +135,35 @@ def openb_replay(
             help="Replay each policy without and with the Rescheduler (docs/rescheduler.md).",
         ),
     ] = False,
+    # Large jobs (issue 12): waits by task size, seed ranges, `+reservation`/`+protect`.
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="Seeds, e.g. 42-51 or 42,43 (overrides --seed); prints mean and sd over "
+            "them. Policies may add +reservation and/or +protect (LargeJobReservation)."
+        ),
+    ] = None,
 ) -> None:
     """Dynamic replay: pods arrive at their creation time and leave after their lifetime;
-    unallocated GPU % and pending time over time per policy."""
+    unallocated GPU % and pending time over time per policy, and waits by task size."""
     from shoal.experiments.openb.replay import (
+        format_replay_summary,
         format_replay_table,
         format_rescheduler_table,
+        format_wait_table,
         replay_policies,
+        summarize_replays,
         write_replay_csv,
         write_replay_svgs,
+        write_wait_csv,
     )
+    from shoal.experiments.openb.runner import parse_seeds
     from shoal.experiments.openb.trace import TraceError, load_trace
 
     folder = _trace_folder(trace_dir)
+    started = time.perf_counter()
     try:
+        seed_list = parse_seeds(seeds) if seeds is not None else None
         load_trace(folder, trace)
         results = replay_policies(
             str(folder),
@@ -157,24 +173,42 @@ def openb_replay(
             speedup=speedup,
             workers=workers,
             rescheduler=rescheduler,
+            seeds=seed_list,
         )
     except (TraceError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    if as_json:
+    summaries = summarize_replays(results) if seed_list is not None else None
+    if as_json and summaries is not None:
+        typer.echo(
+            json.dumps(
+                {
+                    "summaries": [s.to_dict() for s in summaries],
+                    "runs": [r.to_dict() for r in results],
+                },
+                indent=2,
+            )
+        )
+    elif as_json:
         typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
+    elif summaries is not None:
+        typer.echo(format_replay_summary(summaries))
+        typer.echo(f"\n{len(results)} runs in {time.perf_counter() - started:.0f} s")
     else:
         typer.echo(format_replay_table(results))
         if rescheduler:
             typer.echo("")
             typer.echo(format_rescheduler_table(results))
+        typer.echo("\nWait (s) by task size:\n" + format_wait_table(results))
     if out_dir is not None:
         write_replay_csv(results, out_dir / "replay.csv")
-        write_replay_svgs(results, out_dir, title=f"{trace}, arrivals / {speedup:g}")
+        write_wait_csv(results, out_dir / "replay-waits.csv")
+        first = [r for r in results if r.seed == results[0].seed]  # one line per policy
+        write_replay_svgs(first, out_dir, title=f"{trace}, arrivals / {speedup:g}")
         if rescheduler:
             from shoal.experiments.openb.rescheduler_report import write_multi_gpu_wait_svg
 
-            write_multi_gpu_wait_svg(results, out_dir, title=f"{trace}, arrivals / {speedup:g}")
+            write_multi_gpu_wait_svg(first, out_dir, title=f"{trace}, arrivals / {speedup:g}")
 
 
 @experiment_app.command("download-openb")

@@ -9,6 +9,11 @@ time during which some GPU pod is pending (GPUs idle while GPU work waits: stran
 
 `speedup` divides the arrival times (lifetimes unchanged), so a trace that never loads
 the cluster can be replayed under pressure: `speedup=1` is the trace as recorded.
+
+Waits are also reported by task size (`SIZES`: CPU-only, GPU share, 1, 2, 4, 8 GPUs),
+because the mean hides the large tasks that wait longest; `summarize_replays` gives the
+mean and sd over seeds. A policy may carry `+reservation` / `+protect`
+(`shoal.experiments.openb.variants`).
 """
 
 from __future__ import annotations
@@ -31,24 +36,71 @@ from shoal.experiments.openb.runner import (
     _MEMORY_ARGS,
     SCHEDULER_NAME,
     experiment_config,
-    policy_name,
     policy_plugin,
 )
-from shoal.experiments.openb.trace import NAMESPACE, Trace, node_manifest, pod_manifest
+from shoal.experiments.openb.trace import (
+    NAMESPACE,
+    PodRow,
+    Trace,
+    node_manifest,
+    pod_manifest,
+)
+from shoal.experiments.openb.variants import split_policy, variant_config, variant_name
 from shoal.plugins.rescheduler import with_rescheduler
 from shoal.sim.engine import SimOptions, Simulation
 from shoal.sim.scenario import Scenario
 from shoal.sim.workload import PodSource
 
 __all__ = [
+    "SIZES",
     "ReplayResult",
+    "ReplaySummary",
+    "format_replay_summary",
     "format_replay_table",
     "format_rescheduler_table",
+    "format_wait_table",
     "replay",
     "replay_policies",
+    "size_class",
+    "summarize_replays",
     "write_replay_csv",
     "write_replay_svgs",
+    "write_wait_csv",
 ]
+
+SIZES = ("0", "share", "1", "2", "4", "8")
+"""Task sizes in GPUs: CPU-only, a share of one device (< 1), whole GPUs. Other counts
+(3, 6, ...) are reported under their own number."""
+WAIT_STATS = ("pods", "never_placed", "mean", "p50", "p99", "max")
+
+
+def size_class(row: PodRow) -> str:
+    if not row.num_gpu or not row.gpu_milli:
+        return "0"
+    if row.gpu_milli < 1000:
+        return "share"
+    return str(row.num_gpu)
+
+
+def _size_order(size: str) -> tuple[int, float]:
+    return (0, SIZES.index(size)) if size in SIZES else (1, float(size))
+
+
+def wait_stats(waits: list[float], never_placed: int) -> dict[str, float]:
+    """pods, never_placed, mean, p50, p99 and max wait (s) of the placed pods."""
+    a = np.array(waits, dtype=float)
+    if not len(a):
+        nan = math.nan
+        return {"pods": float(never_placed), "never_placed": float(never_placed),
+                "mean": nan, "p50": nan, "p99": nan, "max": nan}  # fmt: skip
+    return {
+        "pods": float(len(a) + never_placed),
+        "never_placed": float(never_placed),
+        "mean": float(a.mean()),
+        "p50": float(np.percentile(a, 50)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
 
 
 @dataclass
@@ -84,6 +136,9 @@ class ReplayResult:
     multi_gpu_wait_max: float = math.nan
     # (arrival s, wait s) of each multi-GPU task placed, in arrival order
     multi_gpu_waits: list[tuple[float, float]] = field(default_factory=list)
+    seed: int = 0
+    # size class (SIZES) -> wait_stats of the pods of that size
+    waits_by_size: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,12 +190,15 @@ def replay(
     if speedup <= 0:
         raise ValueError("speedup must be > 0")
     start = time.perf_counter()
-    plugin = policy_plugin(policy)
-    config = experiment_config(policy, target_workload(trace, memory=plugin in _MEMORY_ARGS))
+    base, suffixes = split_policy(policy)
+    plugin = policy_plugin(base)
+    config = experiment_config(base, target_workload(trace, memory=plugin in _MEMORY_ARGS))
+    config = variant_config(config, suffixes)
     if rescheduler:
         config = with_rescheduler(config, rescheduler_args)
     scenario = Scenario(nodes=[node_manifest(n) for n in trace.nodes])
     gpu_pods: set[str] = set()
+    sizes: dict[str, str] = {}
     multi_gpu: set[str] = set()
     traced: set[str] = set()
     for i, row in enumerate(trace.pods):
@@ -149,6 +207,7 @@ def replay(
         if row.deletion_time is not None:
             lifetime = max(0.0, float(row.deletion_time) - created)
         uid = f"{i}-{row.name}"
+        sizes[uid] = size_class(row)
         if row.total_milli:
             gpu_pods.add(uid)
         traced.add(uid)
@@ -214,6 +273,20 @@ def replay(
         wait = float((wait_sums[hi] - wait_sums[lo]) / (hi - lo)) if hi > lo else 0.0
         series.append((float(t), float(unalloc[i]), int(pending), wait))
         previous = t
+    by_size: dict[str, list[float]] = {}
+    unplaced: dict[str, int] = {}
+    for r in records:
+        size = sizes.get(r.uid, "0")
+        waited_s = r.time_to_schedule
+        if waited_s is None:
+            unplaced[size] = unplaced.get(size, 0) + 1
+            by_size.setdefault(size, [])
+        else:
+            by_size.setdefault(size, []).append(waited_s)
+    waits_by_size = {
+        size: wait_stats(by_size[size], unplaced.get(size, 0))
+        for size in sorted(by_size, key=_size_order)
+    }
     multi = np.array(
         [r.time_to_schedule for r in records if r.uid in multi_gpu and r.bound_at is not None],
         dtype=float,
@@ -223,7 +296,7 @@ def replay(
     hours = max(horizon, 1.0) / 3600.0
     return ReplayResult(
         trace=trace.name,
-        policy=policy_name(policy) + ("+Rescheduler" if rescheduler else ""),
+        policy=variant_name(policy) + ("+Rescheduler" if rescheduler else ""),
         speedup=speedup,
         pods=len(records),
         scheduled=len(waits),
@@ -252,6 +325,8 @@ def replay(
             for r in records
             if r.uid in multi_gpu and r.time_to_schedule is not None
         ),
+        seed=seed,
+        waits_by_size=waits_by_size,
     )
 
 
@@ -308,39 +383,120 @@ def replay_policies(
     speedup: float = 1.0,
     workers: int | None = None,
     rescheduler: bool = False,
+    seeds: list[int] | None = None,
 ) -> list[ReplayResult]:
-    """One replay per policy, in parallel on local processes; results in policy order
-    (`rescheduler`: each policy twice, without and then with the Rescheduler)."""
+    """One replay per policy (and per seed of `seeds`, else `seed`), in parallel on
+    local processes; results in policy order, then seed order (`rescheduler`: each
+    policy twice, without and then with the Rescheduler)."""
     import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    names = [policy_name(p) for p in policies]
-    runs = [(p, with_it) for p in names for with_it in ((False, True) if rescheduler else (False,))]
+    names = [variant_name(p) for p in policies]
+    runs = [
+        (p, s, with_it)
+        for p in names
+        for with_it in ((False, True) if rescheduler else (False,))
+        for s in (seeds or [seed])
+    ]
     workers = max(1, min(workers or os.cpu_count() or 1, len(runs)))
     if workers == 1:
-        return [_replay_task(trace_dir, trace, p, seed, speedup, r) for p, r in runs]
+        return [_replay_task(trace_dir, trace, p, s, speedup, r) for p, s, r in runs]
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
         futures = [
-            pool.submit(_replay_task, trace_dir, trace, p, seed, speedup, r) for p, r in runs
+            pool.submit(_replay_task, trace_dir, trace, p, s, speedup, r) for p, s, r in runs
         ]
         return [f.result() for f in futures]
 
 
-def format_replay_table(results: list[ReplayResult]) -> str:
-    lines = [
-        "| policy | pods | waited | never placed | unallocated % (mean while arriving) "
-        "| unallocated % (busiest) | GPU pods pending (s) | unallocated % while pending "
-        "| pending s (mean / p95 / max) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+@dataclass
+class ReplaySummary:
+    """Mean and sd over seeds of one policy's replays."""
+
+    policy: str
+    seeds: list[int]
+    # metric -> (mean, sd): waited, never_scheduled, mean_unallocated, min_unallocated,
+    # stranded_while_pending, mean_pending_seconds
+    metrics: dict[str, tuple[float, float]]
+    # size -> stat (WAIT_STATS) -> (mean, sd) over the seeds that had pods of that size
+    waits_by_size: dict[str, dict[str, tuple[float, float]]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SUMMARY_METRICS = (
+    "waited",
+    "never_scheduled",
+    "mean_unallocated",
+    "min_unallocated",
+    "stranded_while_pending",
+    "mean_pending_seconds",
+)
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    a = np.array([v for v in values if not math.isnan(v)], dtype=float)
+    if not len(a):
+        return (math.nan, math.nan)
+    return (float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0)
+
+
+def summarize_replays(results: list[ReplayResult]) -> list[ReplaySummary]:
+    """Per policy (in first-seen order): mean and sample sd over its seeds."""
+    by_policy: dict[str, list[ReplayResult]] = {}
     for r in results:
+        by_policy.setdefault(r.policy, []).append(r)
+    out = []
+    for policy, runs in by_policy.items():
+        metrics = {m: _mean_sd([float(getattr(r, m)) for r in runs]) for m in _SUMMARY_METRICS}
+        sizes = sorted({s for r in runs for s in r.waits_by_size}, key=_size_order)
+        waits = {
+            size: {
+                stat: _mean_sd(
+                    [r.waits_by_size[size][stat] for r in runs if size in r.waits_by_size]
+                )
+                for stat in WAIT_STATS
+            }
+            for size in sizes
+        }
+        out.append(ReplaySummary(policy, [r.seed for r in runs], metrics, waits))
+    return out
+
+
+def _cell(pair: tuple[float, float], digits: int = 1) -> str:
+    mean, sd = pair
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{digits}f} ({sd:.{digits}f})"
+
+
+def format_replay_summary(summaries: list[ReplaySummary]) -> str:
+    """One row per policy: mean (sd) over seeds of the unallocated GPU % and of the p99
+    wait per task size."""
+    sizes = sorted({s for x in summaries for s in x.waits_by_size}, key=_size_order)
+    labels = [f"{s}-GPU" if s not in ("0", "share") else {"0": "CPU", "share": "share"}[s]
+              for s in sizes]  # fmt: skip
+    lines = [
+        "mean (sd) over seeds "
+        + (f"{summaries[0].seeds[0]}-{summaries[0].seeds[-1]}" if summaries else "")
+        + "; waits in seconds",
+        "",
+        "| policy | seeds | pods waited | unallocated % (busiest) | unallocated % while pending | "
+        + " | ".join(f"p99 wait {label}" for label in labels)
+        + " | max wait 8-GPU |",
+        "|---|---|---|---|---|" + "---|" * len(labels) + "---|",
+    ]
+    for x in summaries:
+        eight = x.waits_by_size.get("8", {}).get("max", (math.nan, math.nan))
         lines.append(
-            f"| {r.policy} | {r.pods} | {r.waited} | {r.never_scheduled} | "
-            f"{r.mean_unallocated:.2f} | {r.min_unallocated:.2f} | "
-            f"{r.pending_seconds:.0f} | {r.stranded_while_pending:.2f} | "
-            f"{r.mean_pending_seconds:.1f} / {r.p95_pending_seconds:.1f} / "
-            f"{r.max_pending_seconds:.1f} |"
+            f"| {x.policy} | {len(x.seeds)} | {_cell(x.metrics['waited'], 0)} | "
+            f"{_cell(x.metrics['min_unallocated'], 2)} | "
+            f"{_cell(x.metrics['stranded_while_pending'], 2)} | "
+            + " | ".join(
+                _cell(x.waits_by_size.get(s, {}).get("p99", (math.nan, math.nan))) for s in sizes
+            )
+            + f" | {_cell(eight)} |"
         )
     return "\n".join(lines)
 
@@ -364,18 +520,76 @@ def format_rescheduler_table(results: list[ReplayResult]) -> str:
     return "\n".join(lines)
 
 
-def write_replay_csv(results: list[ReplayResult], path: Any) -> Any:
-    """Columns: policy, time_s, unallocated_pct, pending_pods, mean_wait_s (of the pods
-    that arrived since the previous sample)."""
+def format_wait_table(results: list[ReplayResult]) -> str:
+    """Wait (s) by task size, one row per run and size."""
+    lines = [
+        "| policy | seed | size (GPUs) | pods | never placed | mean | p50 | p99 | max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for size, st in r.waits_by_size.items():
+            lines.append(
+                f"| {r.policy} | {r.seed} | {size} | {st['pods']:.0f} | "
+                f"{st['never_placed']:.0f} | {st['mean']:.1f} | {st['p50']:.1f} | "
+                f"{st['p99']:.1f} | {st['max']:.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def write_wait_csv(results: list[ReplayResult], path: Any) -> Any:
+    """replay-waits.csv: policy, seed, size, pods, never_placed, mean_s, p50_s, p99_s,
+    max_s (one row per run and task size)."""
     import csv
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["policy", "time_s", "unallocated_pct", "pending_pods", "mean_wait_s"])
+        writer.writerow(
+            ["policy", "seed", "size", "pods", "never_placed", "mean_s", "p50_s", "p99_s", "max_s"]
+        )
+        for r in results:
+            for size, st in r.waits_by_size.items():
+                writer.writerow(
+                    [r.policy, r.seed, size, int(st["pods"]), int(st["never_placed"])]
+                    + [f"{st[k]:.3f}" for k in ("mean", "p50", "p99", "max")]
+                )
+    return path
+
+
+def format_replay_table(results: list[ReplayResult]) -> str:
+    lines = [
+        "| policy | pods | waited | never placed | unallocated % (mean while arriving) "
+        "| unallocated % (busiest) | GPU pods pending (s) | unallocated % while pending "
+        "| pending s (mean / p95 / max) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.policy} | {r.pods} | {r.waited} | {r.never_scheduled} | "
+            f"{r.mean_unallocated:.2f} | {r.min_unallocated:.2f} | "
+            f"{r.pending_seconds:.0f} | {r.stranded_while_pending:.2f} | "
+            f"{r.mean_pending_seconds:.1f} / {r.p95_pending_seconds:.1f} / "
+            f"{r.max_pending_seconds:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def write_replay_csv(results: list[ReplayResult], path: Any) -> Any:
+    """Columns: policy, time_s, unallocated_pct, pending_pods, mean_wait_s (of the pods
+    that arrived since the previous sample), seed."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["policy", "time_s", "unallocated_pct", "pending_pods", "mean_wait_s", "seed"]
+        )
         for r in results:
             for t, unalloc, pending, wait in r.samples:
-                writer.writerow([r.policy, f"{t:.1f}", f"{unalloc:.3f}", pending, f"{wait:.1f}"])
+                writer.writerow(
+                    [r.policy, f"{t:.1f}", f"{unalloc:.3f}", pending, f"{wait:.1f}", r.seed]
+                )
     return path
 
 

@@ -253,3 +253,29 @@ def test_binding_limits_running_jobs_per_namespace() -> None:
     assert {"lab/g-0", "lab/g-1"} <= placed and len(placed) == 3
     waiting = ({"lab/solo", "lab/third"} - placed).pop()
     assert "already runs 2 jobs (maxRunningJobs 2)" in h.scheduler.explain(waiting)
+
+
+def test_binding_limits_apply_to_namespaces_it_selects_by_label() -> None:
+    from shoal.api.queue import QueueBindingSpec
+
+    h = harness()
+    h.add_nodes(make_node("n0").capacity(cpu="64", memory="256Gi"))
+    assert h.scheduler.apply_queues([queue("lab-q")]) == []
+    h.scheduler.set_namespace_labels("lab-a", {"team": "lab"})
+    spec = decode(
+        {"queue": "lab-q", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "maxPods": 2},
+        QueueBindingSpec,
+    )
+    assert (
+        h.scheduler.apply_queues(
+            bindings=[QueueBinding(metadata=ObjectMeta(name="lab"), spec=spec)]
+        )
+        == []
+    )
+    h.add_pods(*(make_pod(f"p{i}").namespace("lab-a").req(cpu="1") for i in range(3)))
+    h.run()
+    placed = {k for k, n in h.result().placements.items() if n}
+    # maxPods holds for a namespace the binding selects, as for one it lists.
+    assert len(placed) == 2
+    waiting = ({"lab-a/p0", "lab-a/p1", "lab-a/p2"} - placed).pop()
+    assert "namespace lab-a already runs 2 pods (maxPods 2)" in h.scheduler.explain(waiting)

@@ -300,33 +300,28 @@ class QueueManager:
                 ref = None  # the gang manager reports a malformed key
             if ref is not None and (name := self.group_queues.get(ref.key, "")):
                 return name, f"spec.queue of Volcano PodGroup {ref.key}"
-        for b in self.bindings.values():
-            if pod.namespace in b.spec.namespaces:
-                return b.spec.queue, f"QueueBinding {b.metadata.name}"
-        labels = self.namespace_labels.get(pod.namespace, {})
-        for b in self.bindings.values():
-            sel: LabelSelector | None = b.spec.namespace_selector
-            if sel is not None and label_selector_matches(sel, labels):
-                return b.spec.queue, f"QueueBinding {b.metadata.name}"
+        if (b := self.binding_of(pod.namespace)) is not None:
+            return b.spec.queue, f"QueueBinding {b.metadata.name}"
         # An ElasticQuota in the namespace makes that namespace its own leaf queue.
         if pod.namespace in self.objects.elastic:
             return pod.namespace, f"the ElasticQuota of namespace {pod.namespace}"
         return self.default_queue, "the default queue"
 
     def _bound_queue(self, namespace: str) -> str:
+        b = self.binding_of(namespace)
+        return b.spec.queue if b is not None else ""
+
+    def binding_of(self, namespace: str) -> QueueBinding | None:
+        """The QueueBinding that binds `namespace`: one that lists it by name, else one
+        whose namespaceSelector matches its labels. Its limits (maxPods,
+        maxRunningJobs) apply to the namespace either way."""
         for b in self.bindings.values():
             if namespace in b.spec.namespaces:
-                return b.spec.queue
+                return b
         labels = self.namespace_labels.get(namespace, {})
         for b in self.bindings.values():
             sel: LabelSelector | None = b.spec.namespace_selector
             if sel is not None and label_selector_matches(sel, labels):
-                return b.spec.queue
-        return ""
-
-    def binding_of(self, namespace: str) -> QueueBinding | None:
-        for b in self.bindings.values():
-            if namespace in b.spec.namespaces:
                 return b
         return None
 
@@ -683,15 +678,8 @@ class QueueManager:
 
     def _binding_name(self, namespace: str) -> str:
         """The QueueBinding that binds `namespace` ("" for none), as `_bound_queue`."""
-        for b in self.bindings.values():
-            if namespace in b.spec.namespaces:
-                return b.metadata.name
-        labels = self.namespace_labels.get(namespace, {})
-        for b in self.bindings.values():
-            sel: LabelSelector | None = b.spec.namespace_selector
-            if sel is not None and label_selector_matches(sel, labels):
-                return b.metadata.name
-        return ""
+        b = self.binding_of(namespace)
+        return b.metadata.name if b is not None else ""
 
     def placed_in(self, leaves: set[int]) -> list[str]:
         """Uids of pods placed in these leaf queues."""

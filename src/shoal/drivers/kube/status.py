@@ -469,12 +469,14 @@ class ObjectStatusWriter(Generic[S]):
     """Coalesced, rate-limited status writes of custom objects (PodGroups, Queues);
     never blocks the scheduler.
 
-    Updates for one object coalesce (the latest wins); writes go one at a time, at most
-    `qps` per second, as merge patches of the status subresource carrying the
-    resourceVersion the informer last saw; a write that would change nothing is
-    skipped, an object that is gone or being deleted is not written, and a conflict or
-    passing error is retried a few times. Subclasses say which objects back a status
-    (`targets`) and what to write (`patch`).
+    Updates for one object coalesce (the latest wins); up to `concurrency` objects are
+    written at once (a write waits behind the binds in flight, so one at a time fell
+    far behind the rate with many gangs), never two writes of one object together, and
+    requests start at most `qps` per second overall. Writes are merge patches of the
+    status subresource carrying the resourceVersion the informer last saw; a write
+    that would change nothing is skipped, an object that is gone or being deleted is
+    not written, and a conflict or passing error is retried a few times. Subclasses
+    say which objects back a status (`targets`) and what to write (`patch`).
     """
 
     what = "object"
@@ -486,12 +488,16 @@ class ObjectStatusWriter(Generic[S]):
         qps: float = 10.0,
         retries: int = 3,
         retry_delay: float = 0.5,
+        concurrency: int = 4,
     ) -> None:
         self.client = client
         self.interval = 1.0 / qps if qps > 0 else 0.0
         self.retries = retries
         self.retry_delay = retry_delay
-        self._busy = False
+        self.concurrency = max(1, concurrency)
+        self._in_flight: set[str] = set()
+        self._deferred: set[str] = set()  # updated while being written: write again after
+        self._next_start = 0.0  # loop time before which no request may start
         self._retrying = 0
         self._pending: dict[str, _Update[S]] = {}
         self._order: deque[str] = deque()
@@ -529,31 +535,54 @@ class ObjectStatusWriter(Generic[S]):
     @property
     def idle(self) -> bool:
         """Nothing queued, being written or waiting for a retry."""
-        return not self._pending and not self._busy and not self._retrying
+        return not self._pending and not self._in_flight and not self._retrying
 
     async def run(self) -> None:
+        slots = asyncio.Semaphore(self.concurrency)
+        writes: set[asyncio.Task[None]] = set()
         while True:
             while not self._order:
                 self._wake.clear()
                 await self._wake.wait()
             key = self._order.popleft()
+            if key in self._in_flight:
+                self._deferred.add(key)  # its newer status goes out after this write
+                continue
             update = self._pending.pop(key, None)
             if update is None:
                 continue
-            self._busy = True
-            try:
-                requests = await self._write(update)
-            except ApiError as err:
-                requests = 1
-                self._failed(key, update, err)
-            except Exception:  # never let one bad write stop the writer
-                requests = 1
-                self.failed += 1
-                log.exception("writing the status of %s %s failed", self.what, key)
-            finally:
-                self._busy = False
-            if requests and self.interval:
-                await asyncio.sleep(self.interval * requests)
+            await slots.acquire()
+            self._in_flight.add(key)
+            task = asyncio.create_task(self._write_one(key, update, slots))
+            writes.add(task)
+            task.add_done_callback(writes.discard)
+
+    async def _write_one(self, key: str, update: _Update[S], slots: asyncio.Semaphore) -> None:
+        try:
+            await self._write(update)
+        except ApiError as err:
+            self._failed(key, update, err)
+        except Exception:  # never let one bad write stop the writer
+            self.failed += 1
+            log.exception("writing the status of %s %s failed", self.what, key)
+        finally:
+            self._in_flight.discard(key)
+            slots.release()
+            if key in self._deferred:
+                self._deferred.discard(key)
+                if key in self._pending:
+                    self._order.append(key)
+                    self._wake.set()
+
+    async def _pace(self) -> None:
+        """Wait for this request's turn under `qps` (shared by the concurrent writes)."""
+        if not self.interval:
+            return
+        now = asyncio.get_running_loop().time()
+        start = max(now, self._next_start)
+        self._next_start = start + self.interval
+        if start > now:
+            await asyncio.sleep(start - now)
 
     def _failed(self, key: str, update: _Update[S], err: ApiError) -> None:
         if err.not_found:
@@ -579,7 +608,8 @@ class ObjectStatusWriter(Generic[S]):
 
     def _retry(self, key: str, update: _Update[S]) -> None:
         self._retrying -= 1
-        if key not in self._pending:
+        # A newer status queued or being written meanwhile supersedes the failed one.
+        if key not in self._pending and key not in self._in_flight:
             self._pending[key] = update
             self._order.append(key)
             self._wake.set()
@@ -604,6 +634,7 @@ class ObjectStatusWriter(Generic[S]):
                 self.skipped += 1
                 continue
             requests += 1
+            await self._pace()
             await self.client.request(
                 "PATCH",
                 kind.path(meta.get("namespace", ""), meta.get("name", ""), "status"),

@@ -1,0 +1,77 @@
+"""Status writers keep up when each write waits behind other requests: several objects
+are written at once, never two writes of one object together, and requests still start
+at most `qps` per second."""
+
+from __future__ import annotations
+
+import asyncio
+from itertools import pairwise
+from typing import Any, cast
+
+from kubehelpers import async_test
+
+from shoal.drivers.kube.client import KubeClient
+from shoal.drivers.kube.status import QueueStatusWriter
+from shoal.framework.effects import QueueStatus
+
+
+class SlowClient:
+    """Answers every request after `latency` seconds, recording starts and overlap."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+        self.starts: list[tuple[float, str]] = []
+        self.active: dict[str, int] = {}
+        self.max_active = 0
+        self.max_active_per_object = 0
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        self.starts.append((loop.time(), path))
+        self.active[path] = self.active.get(path, 0) + 1
+        self.max_active = max(self.max_active, sum(self.active.values()))
+        self.max_active_per_object = max(self.max_active_per_object, self.active[path])
+        await asyncio.sleep(self.latency)
+        self.active[path] -= 1
+        return {}
+
+
+def queue_object(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "status": {}}
+
+
+@async_test(timeout=20)
+async def test_writes_overlap_under_latency_but_keep_the_rate() -> None:
+    client = SlowClient(latency=0.5)
+    writer = QueueStatusWriter(cast(KubeClient, client), queue_object, qps=20.0)
+    task = asyncio.create_task(writer.run())
+    for i in range(12):
+        writer.update(QueueStatus(name=f"q{i}", running_pods=1))
+    while not writer.idle:
+        await asyncio.sleep(0.02)
+    task.cancel()
+
+    assert writer.written == 12
+    # Four objects in flight at once (one at a time, each write would wait 0.5 s).
+    assert client.max_active == 4
+    times = sorted(t for t, _ in client.starts)
+    # At most qps: consecutive starts at least 1/qps apart (a little slack for timers).
+    assert all(b - a >= 0.05 - 0.01 for a, b in pairwise(times))
+
+
+@async_test(timeout=20)
+async def test_an_object_updated_while_being_written_is_written_again_after() -> None:
+    client = SlowClient(latency=0.3)
+    writer = QueueStatusWriter(cast(KubeClient, client), queue_object, qps=0)
+    task = asyncio.create_task(writer.run())
+    writer.update(QueueStatus(name="q", running_pods=1))
+    await asyncio.sleep(0.1)  # the first write is in flight
+    writer.update(QueueStatus(name="q", running_pods=2))
+    writer.update(QueueStatus(name="q", running_pods=3))  # coalesces with the second
+    while not writer.idle:
+        await asyncio.sleep(0.02)
+    task.cancel()
+
+    assert client.max_active_per_object == 1
+    assert writer.written == 2
+    assert [p for _, p in client.starts] == [client.starts[0][1]] * 2

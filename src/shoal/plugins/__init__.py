@@ -18,6 +18,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     gpu_dot_product,
     gpu_fgd,
     gpu_frag_blend,
+    gpu_frag_guard,
     gpu_packing,
     gpu_random,
     gpu_share,
@@ -86,6 +87,9 @@ IN_TREE: dict[str, PluginSpec] = {
     gpu_fgd.NAME: PluginSpec(gpu_fgd.GpuFragmentation.new, gpu_fgd.GpuFragmentationArgs),
     gpu_frag_blend.NAME: PluginSpec(
         gpu_frag_blend.GpuFragBlend.new, gpu_frag_blend.GpuFragBlendArgs
+    ),
+    gpu_frag_guard.NAME: PluginSpec(
+        gpu_frag_guard.GpuFragGuard.new, gpu_frag_guard.GpuFragGuardArgs
     ),
 }
 

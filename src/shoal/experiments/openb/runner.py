@@ -69,6 +69,7 @@ POLICIES: dict[str, str] = {
     "BestFit": "GpuBestFit",
     "FGD": "GpuFragmentation",
     "FragBlend": "GpuFragBlend",
+    "FragGuard": "GpuFragGuard",
 }
 # Policies whose plugin takes the trace's target workload as args.
 _TARGET_ARGS = {"GpuFragmentation", "GpuFragBlend"}

@@ -111,3 +111,10 @@ def test_the_workload_is_learned_from_arriving_pods() -> None:
     run_score(plugin, gpu_pod("g2", count=8, cpu="64"), handle)
     shapes = plugin.scorer.model.workload.shapes
     assert {(s.gpu_count, s.gpu_milli) for s in shapes} == {(1, 300), (8, 1000)}
+
+
+def test_constrained_shapes_can_be_boosted() -> None:
+    t4 = TargetShape(4000, 1000, 1, ("T4",))
+    w = demand_workload({WHOLE: 3, t4: 1}, 1.0, 0.0, constrained_boost=3.0)
+    weights = dict(zip(w.shapes, w.weights, strict=True))
+    assert weights[t4] == weights[WHOLE] == 500_000

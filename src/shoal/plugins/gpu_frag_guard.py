@@ -20,6 +20,9 @@ memory, `shoal.cache.gpu_frag`) and changes the target workload:
   target keeps the shapes covering `coverage` of the demand, so rare large tasks count
   as what they ask for; CPU-only shapes carry no GPU demand and drop out (they only
   shift every node's fragmentation by the same amount);
+* shapes are grouped without memory; each carries the (decayed) mean memory of its
+  pods, so exact memory requests do not split the workload into many rare shapes;
+* `constrainedBoost` multiplies the weight of model-constrained shapes (1: none);
 * the guard: for each multi-GPU count seen, the largest such shape (most cpu, then
   memory) weighs at least `guard` of the total. Placing anything that takes a whole
   idle node's cpu or devices then costs `guard` x the node's GPUs, which keeps enough
@@ -33,6 +36,7 @@ Everything is vectorised over nodes and cached per node version as in FGD.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -76,6 +80,7 @@ class GpuFragGuardArgs(GpuFragmentationArgs):
     half_life: int = Field(default=0, ge=0)
     refit_every: int = Field(default=256, ge=1)
     weighting: Literal["demand", "count"] = "demand"
+    constrained_boost: float = Field(default=1.0, ge=0)
 
     @field_validator("mix")
     @classmethod
@@ -90,6 +95,7 @@ def demand_workload(
     coverage: float,
     guard: float,
     weighting: Literal["demand", "count"] = "demand",
+    constrained_boost: float = 1.0,
 ) -> TargetWorkload:
     """The target workload of decayed shape counts: GPU shapes weighted by their GPU
     demand, the heaviest covering `coverage` of it, and for each GPU count >= 2 the
@@ -108,7 +114,7 @@ def demand_workload(
     for shape, value in ranked:
         if covered >= coverage * total:
             break
-        kept[shape] = value
+        kept[shape] = value * (constrained_boost if shape.models else 1.0)
         covered += value
     if guard > 0:
         largest: dict[int, TargetShape] = {}
@@ -138,7 +144,9 @@ class GpuFragGuard(FragmentationPolicy):
     def __init__(self, handle: Handle, args: GpuFragGuardArgs) -> None:
         self.guard_args = args
         self.use_memory = args.memory
+        # Decayed counts per shape without memory, and the decayed sum of their memory.
         self._counts: dict[TargetShape, float] = {}
+        self._memory: dict[TargetShape, float] = {}
         self._arrived = 0
         self._next_refit = 1
         self._decay = 1.0  # the scale of self._counts: new pods weigh 1 / _decay
@@ -146,7 +154,7 @@ class GpuFragGuard(FragmentationPolicy):
         prior = args.workload()
         if prior is not None:
             for shape, weight in zip(prior.shapes, prior.weights, strict=True):
-                self._counts[shape] = float(weight)
+                self._add(shape, float(weight))
             self._refit()
 
     def _scorer(self, workload: TargetWorkload) -> FragScorer:
@@ -160,11 +168,21 @@ class GpuFragGuard(FragmentationPolicy):
     def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
         return sigmoid_scores(gain, self.guard_args.temperature)
 
+    def _add(self, shape: TargetShape, weight: float) -> None:
+        key = shape.without_memory()
+        self._counts[key] = self._counts.get(key, 0.0) + weight
+        self._memory[key] = self._memory.get(key, 0.0) + weight * shape.memory
+
     def _refit(self) -> None:
         args = self.guard_args
-        self.scorer = self._scorer(
-            demand_workload(self._counts, args.coverage, args.guard, args.weighting)
+        workload = demand_workload(
+            self._counts, args.coverage, args.guard, args.weighting, args.constrained_boost
         )
+        # Each shape carries the mean memory of its pods (a decayed mean).
+        shapes = tuple(
+            replace(s, memory=int(self._memory[s] / self._counts[s])) for s in workload.shapes
+        )
+        self.scorer = self._scorer(TargetWorkload(shapes, workload.weights))
 
     def observe(self, shape: TargetShape) -> None:
         """Count an arriving pod's shape (decayed) and refit on schedule."""
@@ -176,11 +194,12 @@ class GpuFragGuard(FragmentationPolicy):
             if self._decay < 1e-6:
                 for key in self._counts:
                     self._counts[key] *= self._decay
+                    self._memory[key] *= self._decay
                 self._decay = 1.0
             weight = 1.0 / self._decay
         else:
             weight = 1.0
-        self._counts[shape] = self._counts.get(shape, 0.0) + weight
+        self._add(shape, weight)
         self._arrived += 1
         if self._arrived >= self._next_refit:
             self._refit()

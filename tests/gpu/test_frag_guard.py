@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.gpu_frag import TargetShape
 from shoal.framework.handle import Handle
 from shoal.plugins.gpu_frag_guard import GpuFragGuard, GpuFragGuardArgs, demand_workload
@@ -118,3 +119,28 @@ def test_constrained_shapes_can_be_boosted() -> None:
     w = demand_workload({WHOLE: 3, t4: 1}, 1.0, 0.0, constrained_boost=3.0)
     weights = dict(zip(w.shapes, w.weights, strict=True))
     assert weights[t4] == weights[WHOLE] == 500_000
+
+
+def test_pool_pressure_keeps_a_scarce_model_for_the_pods_that_need_it() -> None:
+    # a: 2 T4 GPUs; b, c: 2 V100 GPUs each; all free. A T4-only 1-GPU pod arrives, then an
+    # unconstrained 1-GPU pod. Constrained demand: 1000 milli on T4 of 2000 in all (share
+    # 0.5). T4's pressure relative to the cluster: (1000 / 2000 free) / (1000 / 6000) = 3;
+    # V100's 0. Penalty with pressure 10: T4 10 x 0.5 x (3 - 1) = 10 points, V100 none.
+    def scores(pressure: float) -> dict[str, int] | None:
+        handle = make_handle(
+            nodes=[
+                gpu_node("a", 2, model="T4"),
+                gpu_node("b", 2, model="V100"),
+                gpu_node("c", 2, model="V100"),
+            ]
+        )
+        plugin = GpuFragGuard.new(GpuFragGuardArgs(pool_pressure=pressure), handle)
+        run_score(plugin, gpu_pod("t4", models="T4"), handle)
+        if pressure:  # only the T4 pod seen so far: share 1, penalty 10 x 1 x 2
+            penalty = dict(zip(GpuDevices.of(handle).models, plugin.pool_penalty(), strict=True))
+            assert penalty == {"T4": 20, "V100": 0}
+        return run_score(plugin, gpu_pod("any"), handle)
+
+    plain, pressed = scores(0.0), scores(10.0)
+    assert plain is not None and pressed is not None
+    assert pressed == {"a": plain["a"] - 10, "b": plain["b"], "c": plain["c"]}

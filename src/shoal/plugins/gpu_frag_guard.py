@@ -81,6 +81,8 @@ class GpuFragGuardArgs(GpuFragmentationArgs):
     refit_every: int = Field(default=256, ge=1)
     weighting: Literal["demand", "count"] = "demand"
     constrained_boost: float = Field(default=1.0, ge=0)
+    pool_pressure: float = Field(default=0.0, ge=0)
+    pool_penalty_cap: int = Field(default=30, ge=0, le=100)
 
     @field_validator("mix")
     @classmethod
@@ -150,6 +152,9 @@ class GpuFragGuard(FragmentationPolicy):
         self._arrived = 0
         self._next_refit = 1
         self._decay = 1.0  # the scale of self._counts: new pods weigh 1 / _decay
+        # Decayed GPU demand (milli) of all GPU pods, and of constrained pods per model set.
+        self._gpu_demand = 0.0
+        self._pool_demand: dict[tuple[str, ...], float] = {}
         super().__init__(handle, args)
         prior = args.workload()
         if prior is not None:
@@ -195,11 +200,19 @@ class GpuFragGuard(FragmentationPolicy):
                 for key in self._counts:
                     self._counts[key] *= self._decay
                     self._memory[key] *= self._decay
+                for models in self._pool_demand:
+                    self._pool_demand[models] *= self._decay
+                self._gpu_demand *= self._decay
                 self._decay = 1.0
             weight = 1.0 / self._decay
         else:
             weight = 1.0
         self._add(shape, weight)
+        if shape.is_gpu:
+            demand = weight * shape.gpu_count * shape.gpu_milli
+            self._gpu_demand += demand
+            if shape.models:
+                self._pool_demand[shape.models] = self._pool_demand.get(shape.models, 0.0) + demand
         self._arrived += 1
         if self._arrived >= self._next_refit:
             self._refit()
@@ -217,7 +230,45 @@ class GpuFragGuard(FragmentationPolicy):
         scores, devices = self.scorer.score(rows, shape, per_device)
         if per_device:
             self.devices.plan(pod.uid, rows, devices)
+        if self.guard_args.pool_pressure and shape.is_gpu and self._pool_demand:
+            penalty = self.pool_penalty()
+            model = self.devices.model[rows]
+            scores = np.where(
+                model >= 0, np.maximum(scores - penalty[np.maximum(model, 0)], 0), scores
+            )
         return scores
+
+    def pool_penalty(self) -> NDArray[np.int64]:
+        """Score points taken from a GPU pod per node model: pools whose free GPU is short
+        of their share of the constrained demand (relative to the cluster) cost more.
+
+        C_j: constrained GPU demand that may use model j (a pod allowed k present models
+        counts 1/k on each), Free_j: free milli-GPU of model j now. r_j = (C_j / Free_j) /
+        (C / Free); penalty_j = min(cap, pressure x (C / demand) x (r_j - 1)+)."""
+        devices = self.devices
+        models = devices.models
+        present = devices.model >= 0
+        free = np.bincount(
+            devices.model[present],
+            weights=devices.free[present].sum(axis=1),
+            minlength=len(models),
+        )
+        index = {m: i for i, m in enumerate(models)}
+        want = np.zeros(len(models))
+        for allowed, demand in self._pool_demand.items():
+            cols = [index[m] for m in allowed if m in index]
+            if cols:
+                want[cols] += demand / len(cols)
+        total_want = want.sum()
+        if total_want <= 0 or free.sum() <= 0:
+            return np.zeros(len(models), dtype=np.int64)
+        ratio = (want / np.maximum(free, 1.0)) / (total_want / free.sum())
+        share = total_want / max(self._gpu_demand, 1.0)
+        penalty = self.guard_args.pool_pressure * share * np.maximum(ratio - 1.0, 0.0)
+        capped: NDArray[np.int64] = np.minimum(
+            np.round(penalty), self.guard_args.pool_penalty_cap
+        ).astype(np.int64)
+        return capped
 
     @classmethod
     def new(cls, args: GpuFragGuardArgs | None, handle: Handle) -> GpuFragGuard:

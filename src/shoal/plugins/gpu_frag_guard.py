@@ -30,6 +30,11 @@ memory, `shoal.cache.gpu_frag`) and changes the target workload:
 
 Model constraints are part of a shape, so constrained tasks that arrive are scored
 against the models they may use (a node of another model is all fragment for them).
+That alone does not stop unconstrained tasks from filling a small model pool that
+constrained tasks need (FGD likes small nodes for single-GPU tasks), so **pool pressure**
+(`poolPressure`) takes score points off GPU pods on nodes of a model whose free GPU is
+short of its share of the constrained demand seen (see `pool_penalty`); a pod constrained
+to that model alone loses the same points on all its nodes, so only the others move.
 Everything is vectorised over nodes and cached per node version as in FGD.
 """
 
@@ -81,7 +86,7 @@ class GpuFragGuardArgs(GpuFragmentationArgs):
     refit_every: int = Field(default=256, ge=1)
     weighting: Literal["demand", "count"] = "demand"
     constrained_boost: float = Field(default=1.0, ge=0)
-    pool_pressure: float = Field(default=0.0, ge=0)
+    pool_pressure: float = Field(default=100.0, ge=0)
     pool_penalty_cap: int = Field(default=30, ge=0, le=100)
 
     @field_validator("mix")

@@ -79,6 +79,7 @@ def guard_args(guard: float) -> GpuFragGuardArgs:
             "coverage": 0.5,
             "guard": guard,
             "mix": (1, 0),
+            "weighting": "demand",
         }
     )
 

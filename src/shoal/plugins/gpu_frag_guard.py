@@ -1,6 +1,6 @@
-"""GpuFragGuard (Score): fragmentation against the workload that actually arrives,
-weighted by GPU demand, with a guard for the largest shapes ("FragGuard", see
-docs/gpu-sharing.md).
+"""GpuFragGuard (Score): fragmentation against the workload that actually arrives, with
+a guard for the largest shapes and pressure to keep model pools for the tasks that need
+them ("FragGuard", see docs/gpu-sharing.md).
 
 FGD and FragBlend weigh each target shape by how many tasks have it, and keep only the
 shapes covering 95 % of the tasks, given up front. Three things follow that hurt on
@@ -16,10 +16,10 @@ memory, `shoal.cache.gpu_frag`) and changes the target workload:
   counts (`halfLife` pods; 0: no decay), refitted every `refitEvery` pods (and at
   1, 2, 4, ... pods before that), so it follows the workload that arrives; a
   `targetWorkload` in the args only seeds it;
-* a shape's weight is its share of the GPU demand (count x GPUs x milli-GPU), and the
-  target keeps the shapes covering `coverage` of the demand, so rare large tasks count
-  as what they ask for; CPU-only shapes carry no GPU demand and drop out (they only
-  shift every node's fragmentation by the same amount);
+* GPU shapes only (a CPU-only shape shifts every node's fragmentation by the same
+  amount), weighted by pod count (`weighting: count`, the default) or by GPU demand
+  (`demand`: count x GPUs x milli-GPU, so rare large tasks count as what they ask for;
+  measured worse on the tuning traces, see docs), the heaviest covering `coverage`;
 * shapes are grouped without memory; each carries the (decayed) mean memory of its
   pods, so exact memory requests do not split the workload into many rare shapes;
 * `constrainedBoost` multiplies the weight of model-constrained shapes (1: none);
@@ -74,8 +74,8 @@ _TOTAL_WEIGHT = 1_000_000
 
 
 class GpuFragGuardArgs(GpuFragmentationArgs):
-    """`mix`, `memory` and `temperature` as in GpuFragBlend; `coverage` is a share of
-    the GPU demand here; the rest is described in the module docstring."""
+    """`mix`, `memory` and `temperature` as in GpuFragBlend; `coverage` is a share of the
+    GPU pods (or demand) seen; the rest is described in the module docstring."""
 
     coverage: float = Field(default=0.99, gt=0, le=1)
     mix: tuple[int, int] = (16, 1)
@@ -84,7 +84,7 @@ class GpuFragGuardArgs(GpuFragmentationArgs):
     guard: float = Field(default=0.05, ge=0, lt=1)
     half_life: int = Field(default=0, ge=0)
     refit_every: int = Field(default=256, ge=1)
-    weighting: Literal["demand", "count"] = "demand"
+    weighting: Literal["demand", "count"] = "count"
     constrained_boost: float = Field(default=1.0, ge=0)
     pool_pressure: float = Field(default=100.0, ge=0)
     pool_penalty_cap: int = Field(default=30, ge=0, le=100)

@@ -234,7 +234,7 @@ def openb_sweep(
     traces: Annotated[
         str, typer.Option(help="A folder of openb pod lists, or a glob of pod list files.")
     ],
-    policy: PolicyOption = "FGD,FragBlend",
+    policy: PolicyOption = "FGD,FragBlend,FragGuard",
     seeds: Annotated[str, typer.Option(help="Seeds: 42-51 or 42,43.")] = "42-51",
     workers: WorkersOption = None,
     ray_address: Annotated[

@@ -18,6 +18,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     gpu_dot_product,
     gpu_fgd,
     gpu_frag_blend,
+    gpu_frag_guard,
     gpu_packing,
     gpu_random,
     gpu_share,
@@ -103,6 +104,9 @@ IN_TREE: dict[str, PluginSpec] = {
         volume_binding.VolumeBinding.new, volume_binding.VolumeBindingArgs
     ),
     volume_zone.NAME: PluginSpec(volume_zone.VolumeZone.new),
+    gpu_frag_guard.NAME: PluginSpec(
+        gpu_frag_guard.GpuFragGuard.new, gpu_frag_guard.GpuFragGuardArgs
+    ),
 }
 
 # (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.

@@ -223,3 +223,107 @@ def download_openb(
     except (RuntimeError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
+
+
+# ---- trace family and sweeps over it (issue 12) --------------------------------------
+
+
+@experiment_app.command("openb-generate")
+def openb_generate(
+    out: Annotated[Path, typer.Option(file_okay=False, help="Folder to write into.")],
+    seed: Annotated[int, typer.Option(help="Seed of the trace (or of the grid).")] = 0,
+    gpu_share: Annotated[
+        float, typer.Option(help="% of GPU demand from GPU-sharing tasks (default trace: 28.5).")
+    ] = 28.5,
+    multi_gpu: Annotated[
+        float, typer.Option(help="% of GPU demand from multi-GPU tasks (default trace: 7.3).")
+    ] = 7.3,
+    constrained: Annotated[
+        float, typer.Option(help="% of GPU tasks constrained to GPU models.")
+    ] = 0.0,
+    cpu_only: Annotated[
+        float,
+        typer.Option(help="CPU-only tasks per mille of tasks, as in cpu050 (default: 133)."),
+    ] = 133.0,
+    grid: Annotated[
+        int,
+        typer.Option(
+            help="Write a grid of this many traces spread over the family's ranges instead."
+        ),
+    ] = 0,
+    trace_dir: TraceDirOption = None,
+) -> None:
+    """Generate openb-format traces of the family from the default trace (see
+    docs/gpu-sharing.md)."""
+    from shoal.experiments.openb import family
+    from shoal.experiments.openb.trace import TraceError
+
+    folder = _trace_folder(trace_dir)
+    try:
+        members = (
+            family.grid(seed, grid)
+            if grid
+            else [family.FamilyParams(gpu_share, multi_gpu, constrained, cpu_only, seed)]
+        )
+        written = family.write_family(folder, out, members)
+    except (TraceError, ValueError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("| trace | pods | sharing % | multi-GPU % | constrained % | CPU-only per mille |")
+    typer.echo("|---|---|---|---|---|---|")
+    for params, stats in written:
+        typer.echo(
+            f"| {params.name} | {stats.pods} | {stats.gpu_share:.1f} | {stats.multi_gpu:.1f} "
+            f"| {stats.constrained:.1f} | {stats.cpu_only:.0f} |"
+        )
+    typer.echo(f"wrote {len(written)} trace(s) to {out}")
+
+
+@experiment_app.command("openb-sweep")
+def openb_sweep(
+    traces: Annotated[
+        str, typer.Option(help="A folder of openb pod lists, or a glob of pod list files.")
+    ],
+    policy: PolicyOption = "FGD,FragBlend,FragGuard",
+    seeds: Annotated[str, typer.Option(help="Seeds: 42-51 or 42,43.")] = "42-51",
+    workers: WorkersOption = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Run on this Ray cluster (shoal[ray]).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(dir_okay=False, help="Also write every run as CSV here.")
+    ] = None,
+) -> None:
+    """Run policies over many traces and compare them with FGD per trace: unallocated GPU
+    % at arrived = 100 % and the first dropped pod, mean (sd) over seeds."""
+    import time
+
+    from shoal.experiments.openb.runner import parse_seeds
+    from shoal.experiments.openb.sweep import (
+        format_sweep_table,
+        resolve_traces,
+        sweep,
+        sweep_cells,
+        write_runs_csv,
+    )
+    from shoal.experiments.openb.trace import TraceError
+
+    start = time.perf_counter()
+    try:
+        found = resolve_traces(traces)
+        results = sweep(
+            found,
+            [p.strip() for p in policy.split(",") if p.strip()],
+            parse_seeds(seeds),
+            workers=workers,
+            ray_address=ray_address,
+        )
+    except (TraceError, ValueError, OSError, RuntimeError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(format_sweep_table(sweep_cells(results)))
+    if out is not None:
+        write_runs_csv(results, out)
+    typer.echo(
+        f"{len(results)} runs over {len(found)} trace(s) in {time.perf_counter() - start:.1f} s"
+    )

@@ -69,6 +69,7 @@ POLICIES: dict[str, str] = {
     "BestFit": "GpuBestFit",
     "FGD": "GpuFragmentation",
     "FragBlend": "GpuFragBlend",
+    "FragGuard": "GpuFragGuard",
 }
 # Policies whose plugin takes the trace's target workload as args.
 _TARGET_ARGS = {"GpuFragmentation", "GpuFragBlend"}
@@ -363,3 +364,21 @@ def _run_ray(
             if progress:
                 progress(result)
     return results
+
+
+def run_tasks(
+    tasks: list[tuple[str, str, str, int]],
+    *,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    progress: Callable[[RunResult], None] | None = None,
+    **opts: Any,
+) -> list[RunResult]:
+    """Run (trace folder, trace, policy, seed) tasks from any folders, locally or on Ray;
+    results in completion order."""
+    for folder, name in {(d, t) for d, t, _, _ in tasks}:
+        load_trace(Path(folder), name)  # fail early on a bad file
+    tasks = [(d, t, policy_name(p), s) for d, t, p, s in tasks]
+    if ray_address:
+        return _run_ray(tasks, ray_address, opts, progress)
+    return _run_local(tasks, workers, opts, progress)

@@ -1,0 +1,208 @@
+"""Sweep policies over many openb-format traces (e.g. a generated family grid) and judge
+them against FGD per trace.
+
+Per trace and policy: the mean and sd over seeds of the unallocated GPU % at arrived =
+100 % and of the first-dropped-pod point (arrived % when the first GPU pod was dropped; a
+run that drops none counts as 130, the end of the protocol). For every policy other than
+FGD the table also says whether it meets the bar of issue 12 on that trace: unallocated
+<= FGD's and first drop >= FGD's - 2 points.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shoal.experiments.openb.protocol import MAX_BIN
+from shoal.experiments.openb.runner import RunResult, policy_name, run_tasks
+from shoal.experiments.openb.trace import DEFAULT_NODE_FILE, POD_FILE_PREFIX, TraceError
+
+__all__ = [
+    "BASELINE",
+    "FIRST_DROP_SLACK",
+    "Cell",
+    "Verdict",
+    "format_sweep_table",
+    "resolve_traces",
+    "sweep",
+    "sweep_cells",
+    "verdicts",
+    "write_runs_csv",
+]
+
+BASELINE = "FGD"
+FIRST_DROP_SLACK = 2.0
+"""A policy's first drop may come at most this many arrived-% points before FGD's."""
+
+
+def resolve_traces(spec: str) -> list[tuple[Path, str]]:
+    """(folder, trace name) for a folder of openb pod lists or a glob of pod list files
+    (`DIR/openb_pod_list_share*.csv`); every folder must hold the node list."""
+    path = Path(spec)
+    files = sorted(path.glob(POD_FILE_PREFIX + "*.csv")) if path.is_dir() else None
+    if files is None:
+        files = sorted(Path(p) for p in glob.glob(spec))
+    files = [f for f in files if f.name.startswith(POD_FILE_PREFIX) and f.suffix == ".csv"]
+    if not files:
+        raise TraceError(
+            f"{spec}: no {POD_FILE_PREFIX}*.csv files (pass a folder of openb pod lists or a "
+            "glob of them, e.g. out/family/openb_pod_list_*.csv)"
+        )
+    out = []
+    for f in files:
+        if not (f.parent / DEFAULT_NODE_FILE).is_file():
+            raise TraceError(f"{f.parent}: {DEFAULT_NODE_FILE} is missing next to {f.name}")
+        out.append((f.parent, f.name[len(POD_FILE_PREFIX) : -4]))
+    return out
+
+
+def sweep(
+    traces: Sequence[tuple[Path, str]],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    progress: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Every (trace, policy, seed) once, on local processes or a Ray cluster."""
+    tasks = [(str(d), t, p, s) for d, t in traces for p in policies for s in seeds]
+    return run_tasks(tasks, workers=workers, ray_address=ray_address, progress=progress)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One policy on one trace, over its seeds."""
+
+    trace: str
+    policy: str
+    seeds: int
+    unallocated: float
+    unallocated_sd: float
+    first_drop: float
+    first_drop_sd: float
+
+
+def _first_drop(run: RunResult) -> float:
+    return float(MAX_BIN) if run.first_failure is None else run.first_failure
+
+
+def _sd(values: Sequence[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def sweep_cells(results: Sequence[RunResult]) -> list[Cell]:
+    """Mean and sd over seeds per (trace, policy), in first-seen order."""
+    groups: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+    for run in results:
+        groups[(run.trace, run.policy)].append(run)
+    cells = []
+    for (trace, policy), runs in groups.items():
+        unalloc = [r.unallocated for r in runs]
+        drops = [_first_drop(r) for r in runs]
+        cells.append(
+            Cell(
+                trace,
+                policy,
+                len(runs),
+                float(np.mean(unalloc)),
+                _sd(unalloc),
+                float(np.mean(drops)),
+                _sd(drops),
+            )
+        )
+    return cells
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A policy against FGD over all traces of a sweep."""
+
+    policy: str
+    traces: int
+    not_worse: int  # traces with unallocated <= FGD's
+    ratio: float  # mean unallocated / mean of FGD's, averaged over traces
+    drop_ok: int  # traces with first drop >= FGD's - FIRST_DROP_SLACK
+
+    @property
+    def passes(self) -> bool:
+        return self.not_worse == self.traces == self.drop_ok and self.ratio <= 0.90
+
+
+def verdicts(cells: Sequence[Cell]) -> list[Verdict]:
+    base = {c.trace: c for c in cells if c.policy == BASELINE}
+    by_policy: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.policy != BASELINE and c.trace in base:
+            by_policy[c.policy].append(c)
+    out = []
+    for policy, mine in by_policy.items():
+        ratios = [c.unallocated / max(base[c.trace].unallocated, 1e-9) for c in mine]
+        out.append(
+            Verdict(
+                policy,
+                len(mine),
+                sum(c.unallocated <= base[c.trace].unallocated for c in mine),
+                float(np.mean(ratios)),
+                sum(c.first_drop >= base[c.trace].first_drop - FIRST_DROP_SLACK for c in mine),
+            )
+        )
+    return out
+
+
+def format_sweep_table(cells: Sequence[Cell]) -> str:
+    """Markdown: per trace, each policy's unallocated % and first drop, mean (sd)."""
+    policies = list(dict.fromkeys(c.policy for c in cells))
+    traces = list(dict.fromkeys(c.trace for c in cells))
+    index = {(c.trace, c.policy): c for c in cells}
+    header = ["trace"]
+    for p in policies:
+        header += [f"{p} unalloc %", f"{p} 1st drop"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for t in traces:
+        row = [t]
+        base = index.get((t, BASELINE))
+        for p in policies:
+            c = index.get((t, p))
+            if c is None:
+                row += ["", ""]
+                continue
+            worse = base is not None and p != BASELINE and c.unallocated > base.unallocated
+            early = (
+                base is not None
+                and p != BASELINE
+                and c.first_drop < base.first_drop - FIRST_DROP_SLACK
+            )
+            row.append(f"{c.unallocated:.2f} ({c.unallocated_sd:.2f}){' !' if worse else ''}")
+            row.append(f"{c.first_drop:.0f} ({c.first_drop_sd:.0f}){' !' if early else ''}")
+        lines.append("| " + " | ".join(row) + " |")
+    for v in verdicts(cells):
+        lines.append(
+            f"\n{v.policy} vs {BASELINE}: unallocated <= {BASELINE} on {v.not_worse}/{v.traces} "
+            f"traces, mean ratio {v.ratio:.3f}, first drop within {FIRST_DROP_SLACK:g} points "
+            f"on {v.drop_ok}/{v.traces} ({'meets' if v.passes else 'misses'} the bar)"
+        )
+    return "\n".join(lines)
+
+
+def write_runs_csv(results: Sequence[RunResult], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(("trace", "policy", "seed", "unallocated", "first_drop", "seconds"))
+        for r in results:
+            writer.writerow(
+                (
+                    r.trace,
+                    policy_name(r.policy),
+                    r.seed,
+                    f"{r.unallocated:.2f}",
+                    "" if r.first_failure is None else f"{r.first_failure:.2f}",
+                    f"{r.seconds:.2f}",
+                )
+            )

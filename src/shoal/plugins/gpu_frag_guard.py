@@ -1,0 +1,280 @@
+"""GpuFragGuard (Score): fragmentation against the workload that actually arrives, with
+a guard for the largest shapes and pressure to keep model pools for the tasks that need
+them ("FragGuard", see docs/gpu-sharing.md).
+
+FGD and FragBlend weigh each target shape by how many tasks have it, and keep only the
+shapes covering 95 % of the tasks, given up front. Three things follow that hurt on
+other members of the trace family: rare large tasks (8 whole GPUs) are not in the
+target at all, so nothing keeps a whole node for them and they are the first refused;
+a target fitted on one trace is wrong on another; and a task asking for 8 GPUs counts
+as much as one asking for a tenth of one.
+
+FragGuard keeps FragBlend's measure (FGD's term + the fill term that sees cpu and
+memory, `shoal.cache.gpu_frag`) and changes the target workload:
+
+* it is learned online from the pods this plugin scores, with exponentially decayed
+  counts (`halfLife` pods; 0: no decay), refitted every `refitEvery` pods (and at
+  1, 2, 4, ... pods before that), so it follows the workload that arrives; a
+  `targetWorkload` in the args only seeds it;
+* GPU shapes only (a CPU-only shape shifts every node's fragmentation by the same
+  amount), weighted by pod count (`weighting: count`, the default) or by GPU demand
+  (`demand`: count x GPUs x milli-GPU, so rare large tasks count as what they ask for;
+  measured worse on the tuning traces, see docs), the heaviest covering `coverage`;
+* shapes are grouped without memory; each carries the (decayed) mean memory of its
+  pods, so exact memory requests do not split the workload into many rare shapes;
+* `constrainedBoost` multiplies the weight of model-constrained shapes (1: none);
+* the guard: for each multi-GPU count seen, the largest such shape (most cpu, then
+  memory) weighs at least `guard` of the total. Placing anything that takes a whole
+  idle node's cpu or devices then costs `guard` x the node's GPUs, which keeps enough
+  whole nodes for the large tasks until the cluster is nearly full.
+
+Model constraints are part of a shape, so constrained tasks that arrive are scored
+against the models they may use (a node of another model is all fragment for them).
+That alone does not stop unconstrained tasks from filling a small model pool that
+constrained tasks need (FGD likes small nodes for single-GPU tasks), so **pool pressure**
+(`poolPressure`) takes score points off GPU pods on nodes of a model whose free GPU is
+short of its share of the constrained demand seen (see `pool_penalty`); a pod constrained
+to that model alone loses the same points on all its nodes, so only the others move.
+Everything is vectorised over nodes and cached per node version as in FGD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import Field, field_validator
+
+from shoal.api.podinfo import PodInfo
+from shoal.cache.gpu_devices import request_of
+from shoal.cache.gpu_frag import (
+    FragmentationModel,
+    FragScorer,
+    TargetShape,
+    TargetWorkload,
+    sigmoid_scores,
+)
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.types import MAX_NODE_SCORE, Candidates
+from shoal.plugins.fragmentation_base import (
+    FragmentationPolicy,
+    GpuFragmentationArgs,
+    pod_shape,
+)
+
+__all__ = ["NAME", "GpuFragGuard", "GpuFragGuardArgs", "demand_workload"]
+
+NAME = "GpuFragGuard"
+_TOTAL_WEIGHT = 1_000_000
+"""Integer weights of a fitted workload sum to about this."""
+
+
+class GpuFragGuardArgs(GpuFragmentationArgs):
+    """`mix`, `memory` and `temperature` as in GpuFragBlend; `coverage` is a share of the
+    GPU pods (or demand) seen; the rest is described in the module docstring."""
+
+    coverage: float = Field(default=0.99, gt=0, le=1)
+    mix: tuple[int, int] = (16, 1)
+    memory: bool = True
+    temperature: float = Field(default=500.0, gt=0)
+    guard: float = Field(default=0.05, ge=0, lt=1)
+    half_life: int = Field(default=0, ge=0)
+    refit_every: int = Field(default=256, ge=1)
+    weighting: Literal["demand", "count"] = "count"
+    constrained_boost: float = Field(default=1.0, ge=0)
+    pool_pressure: float = Field(default=100.0, ge=0)
+    pool_penalty_cap: int = Field(default=30, ge=0, le=100)
+
+    @field_validator("mix")
+    @classmethod
+    def _weights(cls, mix: tuple[int, int]) -> tuple[int, int]:
+        if min(mix) < 0 or sum(mix) == 0:
+            raise ValueError("mix weights must be >= 0 and not both 0")
+        return mix
+
+
+def demand_workload(
+    counts: Mapping[TargetShape, float],
+    coverage: float,
+    guard: float,
+    weighting: Literal["demand", "count"] = "demand",
+    constrained_boost: float = 1.0,
+) -> TargetWorkload:
+    """The target workload of decayed shape counts: GPU shapes weighted by their GPU
+    demand, the heaviest covering `coverage` of it, and for each GPU count >= 2 the
+    largest shape seen with at least `guard` of the total weight."""
+    demand = {
+        s: c * (s.gpu_count * s.gpu_milli if weighting == "demand" else 1)
+        for s, c in counts.items()
+        if s.is_gpu and c > 0
+    }
+    total = sum(demand.values())
+    if total <= 0:
+        return TargetWorkload((), ())
+    ranked = sorted(demand.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    kept: dict[TargetShape, float] = {}
+    covered = 0.0
+    for shape, value in ranked:
+        if covered >= coverage * total:
+            break
+        kept[shape] = value * (constrained_boost if shape.models else 1.0)
+        covered += value
+    if guard > 0:
+        largest: dict[int, TargetShape] = {}
+        for shape in demand:
+            if shape.gpu_count >= 2:
+                top = largest.get(shape.gpu_count)
+                if top is None or (shape.cpu_milli, shape.memory) > (top.cpu_milli, top.memory):
+                    largest[shape.gpu_count] = shape
+        # The floor is a share of the final total: w >= guard * (rest + guarded).
+        floors = len(largest)
+        if floors and guard * floors < 1:
+            rest = sum(v for s, v in kept.items() if s not in largest.values())
+            floor = guard * rest / (1 - guard * floors)
+            for shape in largest.values():
+                kept[shape] = max(kept.get(shape, 0.0), floor)
+    scale = _TOTAL_WEIGHT / sum(kept.values())
+    items = sorted(kept.items())
+    return TargetWorkload(
+        tuple(s for s, _ in items), tuple(max(1, round(v * scale)) for _, v in items)
+    )
+
+
+class GpuFragGuard(FragmentationPolicy):
+    name = NAME
+    measure = "blend"
+
+    def __init__(self, handle: Handle, args: GpuFragGuardArgs) -> None:
+        self.guard_args = args
+        self.use_memory = args.memory
+        # Decayed counts per shape without memory, and the decayed sum of their memory.
+        self._counts: dict[TargetShape, float] = {}
+        self._memory: dict[TargetShape, float] = {}
+        self._arrived = 0
+        self._next_refit = 1
+        self._decay = 1.0  # the scale of self._counts: new pods weigh 1 / _decay
+        # Decayed GPU demand (milli) of all GPU pods, and of constrained pods per model set.
+        self._gpu_demand = 0.0
+        self._pool_demand: dict[tuple[str, ...], float] = {}
+        super().__init__(handle, args)
+        prior = args.workload()
+        if prior is not None:
+            for shape, weight in zip(prior.shapes, prior.weights, strict=True):
+                self._add(shape, float(weight))
+            self._refit()
+
+    def _scorer(self, workload: TargetWorkload) -> FragScorer:
+        if not self.guard_args.memory:
+            workload = TargetWorkload(
+                tuple(s.without_memory() for s in workload.shapes), workload.weights
+            )
+        model = FragmentationModel(workload, self.devices.models, self.measure, self.guard_args.mix)
+        return FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
+
+    def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
+        return sigmoid_scores(gain, self.guard_args.temperature)
+
+    def _add(self, shape: TargetShape, weight: float) -> None:
+        key = shape.without_memory()
+        self._counts[key] = self._counts.get(key, 0.0) + weight
+        self._memory[key] = self._memory.get(key, 0.0) + weight * shape.memory
+
+    def _refit(self) -> None:
+        args = self.guard_args
+        workload = demand_workload(
+            self._counts, args.coverage, args.guard, args.weighting, args.constrained_boost
+        )
+        # Each shape carries the mean memory of its pods (a decayed mean).
+        shapes = tuple(
+            replace(s, memory=int(self._memory[s] / self._counts[s])) for s in workload.shapes
+        )
+        self.scorer = self._scorer(TargetWorkload(shapes, workload.weights))
+
+    def observe(self, shape: TargetShape) -> None:
+        """Count an arriving pod's shape (decayed) and refit on schedule."""
+        half_life = self.guard_args.half_life
+        if half_life:
+            # Older pods weigh 2^(-age / halfLife): scale everything down, lazily in bulk.
+            factor = 0.5 ** (1.0 / half_life)
+            self._decay *= factor
+            if self._decay < 1e-6:
+                for key in self._counts:
+                    self._counts[key] *= self._decay
+                    self._memory[key] *= self._decay
+                for models in self._pool_demand:
+                    self._pool_demand[models] *= self._decay
+                self._gpu_demand *= self._decay
+                self._decay = 1.0
+            weight = 1.0 / self._decay
+        else:
+            weight = 1.0
+        self._add(shape, weight)
+        if shape.is_gpu:
+            demand = weight * shape.gpu_count * shape.gpu_milli
+            self._gpu_demand += demand
+            if shape.models:
+                self._pool_demand[shape.models] = self._pool_demand.get(shape.models, 0.0) + demand
+        self._arrived += 1
+        if self._arrived >= self._next_refit:
+            self._refit()
+            every = self.guard_args.refit_every
+            self._next_refit = min(self._arrived * 2, self._arrived + every)
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
+        request = request_of(state, pod)
+        if not request and not pod.requests:
+            return np.full(nodes.size, MAX_NODE_SCORE, dtype=np.int64)
+        shape = pod_shape(pod, request, self.use_memory)
+        self.observe(shape)
+        per_device = request.shared and request.count == 1
+        rows = nodes.rows
+        scores, devices = self.scorer.score(rows, shape, per_device)
+        if per_device:
+            self.devices.plan(pod.uid, rows, devices)
+        if self.guard_args.pool_pressure and shape.is_gpu and self._pool_demand:
+            penalty = self.pool_penalty()
+            model = self.devices.model[rows]
+            scores = np.where(
+                model >= 0, np.maximum(scores - penalty[np.maximum(model, 0)], 0), scores
+            )
+        return scores
+
+    def pool_penalty(self) -> NDArray[np.int64]:
+        """Score points taken from a GPU pod per node model: pools whose free GPU is short
+        of their share of the constrained demand (relative to the cluster) cost more.
+
+        C_j: constrained GPU demand that may use model j (a pod allowed k present models
+        counts 1/k on each), Free_j: free milli-GPU of model j now. r_j = (C_j / Free_j) /
+        (C / Free); penalty_j = min(cap, pressure x (C / demand) x (r_j - 1)+)."""
+        devices = self.devices
+        models = devices.models
+        present = devices.model >= 0
+        free = np.bincount(
+            devices.model[present],
+            weights=devices.free[present].sum(axis=1),
+            minlength=len(models),
+        )
+        index = {m: i for i, m in enumerate(models)}
+        want = np.zeros(len(models))
+        for allowed, demand in self._pool_demand.items():
+            cols = [index[m] for m in allowed if m in index]
+            if cols:
+                want[cols] += demand / len(cols)
+        total_want = want.sum()
+        if total_want <= 0 or free.sum() <= 0:
+            return np.zeros(len(models), dtype=np.int64)
+        ratio = (want / np.maximum(free, 1.0)) / (total_want / free.sum())
+        share = total_want / max(self._gpu_demand, 1.0)
+        penalty = self.guard_args.pool_pressure * share * np.maximum(ratio - 1.0, 0.0)
+        capped: NDArray[np.int64] = np.minimum(
+            np.round(penalty), self.guard_args.pool_penalty_cap
+        ).astype(np.int64)
+        return capped
+
+    @classmethod
+    def new(cls, args: GpuFragGuardArgs | None, handle: Handle) -> GpuFragGuard:
+        return cls(handle, args or GpuFragGuardArgs())

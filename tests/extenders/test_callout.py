@@ -199,6 +199,9 @@ def test_bind_verb_binds_instead_of_the_default_binder(ext: FakeExtender) -> Non
     bind = next(c for c in ext.log() if c["verb"] == "bind")["body"]
     assert bind == {"PodName": "a", "PodNamespace": "default", "PodUID": "uid-a", "Node": "n1"}
     assert h.effects.bound == {}  # the default binder was not used
+    # As a watch would in a cluster, the simulated pod comes back bound to its node.
+    known = h.scheduler.known_pod("uid-a")
+    assert known is not None and known.pod.spec.node_name == "n1"
 
 
 def test_bind_error_fails_the_binding_and_the_pod_is_retried(ext: FakeExtender) -> None:

@@ -33,6 +33,7 @@ from shoal.framework.effects import (
     BindError,
     BindingStatus,
     BindVolumes,
+    Bound,
     Effect,
     Evict,
     GroupStatus,
@@ -136,6 +137,12 @@ class MemoryEffects:
                 Eviction(pod.uid, pod.key, effect.node, effect.reason, self.clock.now())
             )
             self._echoes.append(_DeleteEcho(pod, effect.reason))
+        elif isinstance(effect, Bound) and effect.pod.uid not in self.bound:
+            # Bound by someone else: an HTTP extender's bind verb. In a cluster the
+            # extender writes the Binding and the watch brings the pod back with its
+            # nodeName; echo that here so the simulated pod is bound as well.
+            if self.echo_binds:
+                self._echoes.append(_BindEcho(effect.pod, effect.node, {}))
         elif isinstance(effect, Nominate):
             if effect.node:
                 self.nominated[effect.pod.uid] = effect.node

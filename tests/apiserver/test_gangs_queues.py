@@ -45,6 +45,19 @@ async def test_gangs_bind_all_or_nothing_and_their_pod_group_status_is_written(
                 return "train" in scheduler.explain(uid)
 
             await wait_for(gated, what="train-0 waiting for its gang")
+
+            async def condition_written() -> bool:
+                pod = (await s.pods())["train-0"]
+                return any(
+                    c.get("type") == "PodScheduled"
+                    and c.get("status") == "False"
+                    and c.get("reason") == "SchedulingGated"
+                    and "train" in c.get("message", "")
+                    for c in (pod.get("status") or {}).get("conditions") or []
+                )
+
+            # The waiting member says so in the API, as an unschedulable pod would.
+            await wait_for(condition_written, what="train-0's PodScheduled=False condition")
             assert await s.bound() == {}  # 2 of 3 members: none bound
             await s.create_pod("train-2", "2", labels={GROUP_LABEL: "train"})
 

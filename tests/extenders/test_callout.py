@@ -297,3 +297,31 @@ def test_non_200_answer_is_an_error_naming_the_code(ext: FakeExtender) -> None:
     h.add_pods(make_pod("a").req(cpu="1"))
     _, messages = h.run()
     assert f"failed filter with extender at URL {ext.url}/filter, code 500" in messages["default/a"]
+
+
+def test_reclaim_names_the_preempt_extender_that_failed(ext: FakeExtender) -> None:
+    from shoal.api.manifests import decode
+    from shoal.api.queue import Queue
+
+    ext.rules(status=500)
+    h = harness({"urlPrefix": ext.url, "preemptVerb": "preempt"})
+    h.add_nodes(make_node("n1").capacity(cpu="4", memory="8Gi"))
+    queues = [
+        decode({"metadata": {"name": q}, "spec": {"guaranteed": {"cpu": "2"}}}, Queue)
+        for q in ("a", "b")
+    ]
+    assert h.scheduler.apply_queues(queues) == []
+    # Queue b borrows a's guarantee; a's pod needs it back, which takes a reclaim.
+    h.add_pods(
+        *(
+            make_pod(f"b{i}").labels({"shoal.dev/queue": "b"}).req(cpu="2").node("n1")
+            for i in (0, 1)
+        )
+    )
+    h.add_pods(make_pod("a0").labels({"shoal.dev/queue": "a"}).req(cpu="2"))
+    placements, messages = h.advance(40.0)  # past the reclaim delay (30 s)
+    assert placements["default/a0"] is None and not h.evicted
+    assert (
+        f"failed preempt with extender at URL {ext.url}/preempt, code 500"
+        in (messages["default/a0"])
+    )

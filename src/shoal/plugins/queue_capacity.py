@@ -136,6 +136,9 @@ class QueueCapacity:
 
         search = VictimSearch(self.handle, units=units)
         choice = search.best(pod, statuses, self._pool(over, pod), budget=budget)
+        if choice is None and search.extender_error:
+            # As DefaultPreemption: an extender's preempt verb failed; say which and why.
+            return None, Status(Code.ERROR, f"reclaim: {search.extender_error}")
         if choice is None:
             return None, Status(Code.UNSCHEDULABLE, f"reclaim: no victims above their {what} fit")
         name = tree.names[leaf]

@@ -567,9 +567,7 @@ class KubeBackend:
                 await self._until(self.elector.acquire(), stop)
                 if self._stopping.is_set():
                     return
-                hold = asyncio.create_task(
-                    self.elector.hold_on_thread(self._new_leader_client), name="lease-renewal"
-                )
+                hold = asyncio.create_task(self.elector.hold(), name="lease-renewal")
             else:
                 self._leader_changed(True)
             schedule = asyncio.create_task(self._schedule_loop(), name="scheduling-loop")
@@ -595,10 +593,6 @@ class KubeBackend:
             for loop_task in (schedule, hold):
                 if loop_task is not None:
                     loop_task.cancel()
-            if hold is not None:
-                # The lease thread has the elector until it ends; release comes after.
-                with contextlib.suppress(BaseException):
-                    await hold
             if clean:
                 await self._drain()
                 if self.elector is not None:
@@ -607,10 +601,6 @@ class KubeBackend:
                 task.cancel()
             await asyncio.gather(*self._bind_tasks, *tasks, stop, return_exceptions=True)
             self._leader_changed(False)
-
-    def _new_leader_client(self) -> KubeClient:
-        """A client like `leader_client` for the lease thread's own event loop."""
-        return KubeClient(self.connection, "leader-election", self.leader_client.settings)
 
     def stop(self) -> None:
         """Ask `run` to return: finish in-flight binds (briefly), release the lease."""

@@ -11,10 +11,6 @@
   leading. Because `renew_deadline < lease_duration`, a leader that cannot reach the
   API server has stopped before any other replica may take over: at most one replica
   schedules at a time.
-* The leader renews on a thread of its own, with its own event loop and client
-  (`hold_on_thread`), as client-go's elector runs in its own goroutine: a scheduling
-  pass that keeps the main loop busy (a slow HTTP extender, a huge gang) must not cost
-  the leadership of a replica that is alive.
 * On a clean shutdown the leader releases the Lease (empty holder), so a standby takes
   over at its next poll instead of waiting for the lease to expire.
 
@@ -26,11 +22,8 @@ poll after expiry); with kube-scheduler's defaults (15 s, 10 s, 2 s) that is 19 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -172,47 +165,6 @@ class LeaderElector:
                     extra={"identity": s.identity},
                 )
                 raise LeadershipLost(f"leadership lost; the lease is held by {self.leader!r}")
-
-    async def hold_on_thread(self, new_client: Callable[[], KubeClient]) -> None:
-        """`hold`, run on a thread of its own with its own event loop and a client made
-        there by `new_client` (an aiohttp session belongs to one loop). `on_change` is
-        called on the caller's loop. Cancelling this coroutine stops the thread;
-        LeadershipLost is raised here as from `hold`."""
-        caller = asyncio.get_running_loop()
-        on_change, client = self.on_change, self.client
-        stop = threading.Event()
-        running: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = {}
-
-        def changed(leading: bool) -> None:
-            if on_change is not None:
-                caller.call_soon_threadsafe(on_change, leading)
-
-        async def renew() -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            running["at"] = (asyncio.get_running_loop(), task)
-            if stop.is_set():  # cancelled before this thread got going
-                return
-            own = new_client()
-            self.client, self.on_change = own, changed
-            try:
-                await self.hold()
-            finally:
-                self.client, self.on_change = client, on_change
-                await own.close()
-
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lease") as pool:
-            done = pool.submit(asyncio.run, renew())
-            try:
-                await asyncio.wrap_future(done)
-            except asyncio.CancelledError:
-                stop.set()
-                if "at" in running:
-                    loop, task = running["at"]
-                    loop.call_soon_threadsafe(task.cancel)
-                with contextlib.suppress(BaseException):
-                    await asyncio.wrap_future(done)
-                raise
 
     async def release(self) -> None:
         """Give the lease up (on a clean shutdown) so a standby takes over at once."""

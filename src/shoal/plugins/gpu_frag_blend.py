@@ -38,7 +38,14 @@ from shoal.cache.gpu_frag import (
 from shoal.framework.handle import Handle
 from shoal.plugins.fragmentation_base import FragmentationPolicy, GpuFragmentationArgs
 
-__all__ = ["DEFAULT_MIX", "DEFAULT_TEMPERATURE", "NAME", "GpuFragBlend", "GpuFragBlendArgs"]
+__all__ = [
+    "DEFAULT_MIX",
+    "DEFAULT_TEMPERATURE",
+    "NAME",
+    "GpuFragBlend",
+    "GpuFragBlendArgs",
+    "blend_scorer",
+]
 
 NAME = "GpuFragBlend"
 DEFAULT_MIX = (16, 1)
@@ -60,6 +67,19 @@ class GpuFragBlendArgs(GpuFragmentationArgs):
         return mix
 
 
+def blend_scorer(
+    policy: FragmentationPolicy, workload: TargetWorkload, args: GpuFragBlendArgs
+) -> FragScorer:
+    """The blend measure's scorer for `workload` under `args` (mix; memory off drops the
+    shapes' memory), shared by the policies built on it (GpuFragGuard)."""
+    if not args.memory:
+        workload = TargetWorkload(
+            tuple(s.without_memory() for s in workload.shapes), workload.weights
+        )
+    model = FragmentationModel(workload, policy.devices.models, policy.measure, args.mix)
+    return FragScorer(policy.devices, policy.handle.snapshot, model, policy.score_of)
+
+
 class GpuFragBlend(FragmentationPolicy):
     name = NAME
     measure = "blend"
@@ -71,12 +91,7 @@ class GpuFragBlend(FragmentationPolicy):
         super().__init__(handle, args)
 
     def _scorer(self, workload: TargetWorkload) -> FragScorer:
-        if not self.blend_args.memory:
-            workload = TargetWorkload(
-                tuple(s.without_memory() for s in workload.shapes), workload.weights
-            )
-        model = FragmentationModel(workload, self.devices.models, self.measure, self.blend_args.mix)
-        return FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
+        return blend_scorer(self, workload, self.blend_args)
 
     def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
         return sigmoid_scores(gain, self.blend_args.temperature)

@@ -46,12 +46,11 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import request_of
 from shoal.cache.gpu_frag import (
-    FragmentationModel,
     FragScorer,
     TargetShape,
     TargetWorkload,
@@ -62,9 +61,9 @@ from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
 from shoal.plugins.fragmentation_base import (
     FragmentationPolicy,
-    GpuFragmentationArgs,
     pod_shape,
 )
+from shoal.plugins.gpu_frag_blend import GpuFragBlendArgs, blend_scorer
 
 __all__ = ["NAME", "GpuFragGuard", "GpuFragGuardArgs", "demand_workload"]
 
@@ -73,14 +72,11 @@ _TOTAL_WEIGHT = 1_000_000
 """Integer weights of a fitted workload sum to about this."""
 
 
-class GpuFragGuardArgs(GpuFragmentationArgs):
+class GpuFragGuardArgs(GpuFragBlendArgs):
     """`mix`, `memory` and `temperature` as in GpuFragBlend; `coverage` is a share of the
     GPU pods (or demand) seen; the rest is described in the module docstring."""
 
     coverage: float = Field(default=0.99, gt=0, le=1)
-    mix: tuple[int, int] = (16, 1)
-    memory: bool = True
-    temperature: float = Field(default=500.0, gt=0)
     guard: float = Field(default=0.05, ge=0, lt=1)
     half_life: int = Field(default=0, ge=0)
     refit_every: int = Field(default=256, ge=1)
@@ -88,13 +84,6 @@ class GpuFragGuardArgs(GpuFragmentationArgs):
     constrained_boost: float = Field(default=1.0, ge=0)
     pool_pressure: float = Field(default=100.0, ge=0)
     pool_penalty_cap: int = Field(default=30, ge=0, le=100)
-
-    @field_validator("mix")
-    @classmethod
-    def _weights(cls, mix: tuple[int, int]) -> tuple[int, int]:
-        if min(mix) < 0 or sum(mix) == 0:
-            raise ValueError("mix weights must be >= 0 and not both 0")
-        return mix
 
 
 def demand_workload(
@@ -168,12 +157,7 @@ class GpuFragGuard(FragmentationPolicy):
             self._refit()
 
     def _scorer(self, workload: TargetWorkload) -> FragScorer:
-        if not self.guard_args.memory:
-            workload = TargetWorkload(
-                tuple(s.without_memory() for s in workload.shapes), workload.weights
-            )
-        model = FragmentationModel(workload, self.devices.models, self.measure, self.guard_args.mix)
-        return FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
+        return blend_scorer(self, workload, self.guard_args)
 
     def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
         return sigmoid_scores(gain, self.guard_args.temperature)

@@ -141,7 +141,8 @@ async def gather_limited(coros: list[Any], limit: int = 32) -> None:
     await asyncio.gather(*(run(c) for c in coros))
 
 
-async def cleanup(client: KubeClient, namespace: str, nodes: int) -> None:
+async def delete_namespace(client: KubeClient, namespace: str) -> None:
+    """Delete the namespace's pods at once (no grace period), then the namespace."""
     with contextlib.suppress(ApiError):
         listing = await client.request("GET", PODS.path(namespace))
         await gather_limited(
@@ -155,6 +156,10 @@ async def cleanup(client: KubeClient, namespace: str, nodes: int) -> None:
             ]
         )
         await client.request("DELETE", NAMESPACES.path(name=namespace))
+
+
+async def cleanup(client: KubeClient, namespace: str, nodes: int) -> None:
+    await delete_namespace(client, namespace)
     for i in range(nodes):
         with contextlib.suppress(ApiError):
             await client.request("DELETE", NODES.path(name=f"bench-{RUN}-{i}"))

@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kube_binds import TOLERATIONS, fake_cluster, gather_limited
+from kube_binds import TOLERATIONS, delete_namespace, fake_cluster, gather_limited
 
 from shoal.config import parse_config
 from shoal.drivers.kube.backend import KubeBackend, KubeOptions
@@ -165,19 +165,7 @@ async def populate(
 
 async def cleanup(client: KubeClient, namespaces: list[str], paths: list[str]) -> None:
     for namespace in namespaces:
-        with contextlib.suppress(ApiError):
-            listing = await client.request("GET", PODS.path(namespace))
-            await gather_limited(
-                [
-                    client.request(
-                        "DELETE",
-                        PODS.path(namespace, item["metadata"]["name"]),
-                        body={"gracePeriodSeconds": 0},
-                    )
-                    for item in listing.get("items") or []
-                ]
-            )
-            await client.request("DELETE", NAMESPACES.path(name=namespace))
+        await delete_namespace(client, namespace)
     for path in paths:
         with contextlib.suppress(ApiError):
             await client.request("DELETE", path)

@@ -34,11 +34,38 @@ class Diagnosis:
     post_filter_plugins: set[str] = field(default_factory=set)
     # Per candidate row: True where preemption cannot help (UnschedulableAndUnresolvable).
     unresolvable: NDArray[np.bool_] | None = None
-    # Per candidate row: the plugin that first rejected it ("" where the node passed).
-    rejected_by: list[str] = field(default_factory=list)
-    # Per candidate row: the reasons the first rejecting plugin gave.
-    node_reasons: list[tuple[str, ...]] = field(default_factory=list)
     candidates: Candidates | None = None
+    # Per-row explanation, kept as arrays (a failed pod must not cost a Python loop over
+    # the nodes) and turned into `rejected_by` / `node_reasons` lists only when read.
+    _plugins: list[str] = field(default_factory=list, repr=False)
+    _plugin_of_row: NDArray[np.int64] | None = field(default=None, repr=False)
+    _failures: list[tuple[int, str, NDArray[np.bool_]]] = field(default_factory=list, repr=False)
+    _rejected_by: list[str] | None = field(default=None, repr=False)
+    _node_reasons: list[tuple[str, ...]] | None = field(default=None, repr=False)
+
+    @property
+    def rejected_by(self) -> list[str]:
+        """Per candidate row: the plugin that first rejected it ("" where the node passed)."""
+        if self._rejected_by is None:
+            size = self.candidates.size if self.candidates is not None else 0
+            names = [*self._plugins, ""]
+            codes = self._plugin_of_row
+            self._rejected_by = (
+                [names[c] for c in codes.tolist()] if codes is not None else [""] * size
+            )
+        return self._rejected_by
+
+    @property
+    def node_reasons(self) -> list[tuple[str, ...]]:
+        """Per candidate row: the reasons the first rejecting plugin gave."""
+        if self._node_reasons is None:
+            size = self.candidates.size if self.candidates is not None else 0
+            reasons: list[tuple[str, ...]] = [()] * size
+            for _, reason, charged in self._failures:
+                for row in np.flatnonzero(charged).tolist():
+                    reasons[row] = (*reasons[row], reason)
+            self._node_reasons = reasons
+        return self._node_reasons
 
     @classmethod
     def from_filters(
@@ -51,29 +78,30 @@ class Diagnosis:
         diagnosis = cls(num_all_nodes, candidates=candidates)
         remaining = np.ones(size, dtype=bool)
         unresolvable = np.zeros(size, dtype=bool)
-        rejected_by = [""] * size
-        node_reasons: list[tuple[str, ...]] = [()] * size
+        plugins: list[str] = []
+        plugin_of_row = np.full(size, -1, dtype=np.int64)
+        failures: list[tuple[int, str, NDArray[np.bool_]]] = []
         for plugin, result in results:
             first_here = remaining & ~result.passed
             if not first_here.any():
                 continue
             diagnosis.unschedulable_plugins.add(plugin)
-            rows = np.flatnonzero(first_here)
-            for row in rows:
-                rejected_by[row] = plugin
+            plugin_of_row[first_here] = len(plugins)
+            plugins.append(plugin)
             for failure in result.failures:
                 charged = first_here & failure.nodes
-                count = int(charged.sum())
+                count = int(np.count_nonzero(charged))
                 if count:
                     diagnosis.reasons[failure.reason] += count
-                    for row in np.flatnonzero(charged):
-                        node_reasons[row] = (*node_reasons[row], failure.reason)
+                    failures.append((len(plugins) - 1, failure.reason, charged))
                 if failure.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                     unresolvable |= charged
             remaining &= result.passed
         diagnosis.unresolvable = unresolvable
-        diagnosis.rejected_by = rejected_by
-        diagnosis.node_reasons = node_reasons
+        plugin_of_row[plugin_of_row < 0] = len(plugins)  # "" (passed)
+        diagnosis._plugins = plugins
+        diagnosis._plugin_of_row = plugin_of_row
+        diagnosis._failures = failures
         return diagnosis
 
     def message(self) -> str:

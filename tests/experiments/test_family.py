@@ -20,7 +20,13 @@ from shoal.experiments.openb.family import (
     measure,
     write_family,
 )
-from shoal.experiments.openb.sweep import resolve_traces, sweep, sweep_cells, verdicts
+from shoal.experiments.openb.sweep import (
+    read_runs_csv,
+    resolve_traces,
+    sweep,
+    sweep_cells,
+    verdicts,
+)
 from shoal.experiments.openb.trace import (
     PodRow,
     TraceError,
@@ -179,6 +185,42 @@ def test_generate_and_sweep_from_the_command_line(source: Path, tmp_path: Path) 
     assert "FragBlend vs FGD" in swept.output
     assert "8 runs over 2 trace(s) in" in swept.output
     assert len(csv_path.read_text().splitlines()) == 9
+    # --resume keeps those runs and runs only what is missing (a third seed here).
+    before = {tuple(line.split(",")[:4]) for line in csv_path.read_text().splitlines()[1:]}
+    resumed = runner.invoke(
+        app,
+        [
+            "experiment",
+            "openb-sweep",
+            "--traces",
+            str(out),
+            "--policy",
+            "FGD,FragBlend",
+            "--seeds",
+            "1-3",
+            "--workers",
+            "1",
+            "--out",
+            str(csv_path),
+            "--resume",
+        ],
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert f"12 runs over 2 trace(s) (8 reused from {csv_path})" in resumed.output
+    rows = csv_path.read_text().splitlines()[1:]
+    assert len(rows) == 12
+    assert before <= {tuple(line.split(",")[:4]) for line in rows}
+    assert sorted({line.split(",")[2] for line in rows}) == ["1", "2", "3"]
+
+
+def test_a_malformed_runs_csv_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text("trace,policy,seed,unallocated,first_drop,seconds\nt,FGD,42,oops,,1.0\n")
+    with pytest.raises(TraceError, match=r"runs\.csv:2: bad 'unallocated' value"):
+        read_runs_csv(path)
+    path.write_text("a,b\n")
+    with pytest.raises(TraceError, match="not a runs CSV"):
+        read_runs_csv(path)
 
 
 def test_sweep_cells_and_verdicts(source: Path, tmp_path: Path) -> None:

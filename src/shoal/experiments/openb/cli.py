@@ -291,16 +291,26 @@ def openb_sweep(
         str | None, typer.Option(help="Run on this Ray cluster (shoal[ray]).")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(dir_okay=False, help="Also write every run as CSV here.")
+        Path | None,
+        typer.Option(dir_okay=False, help="Also write every run as CSV here, as it finishes."),
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Keep the runs already in --out (same trace name, policy and seed) instead "
+            "of running them again; drop a policy's rows there after changing its code."
+        ),
+    ] = False,
 ) -> None:
     """Run policies over many traces and compare them with FGD per trace: unallocated GPU
     % at arrived = 100 % and the first dropped pod, mean (sd) over seeds."""
     import time
 
-    from shoal.experiments.openb.runner import parse_seeds
+    from shoal.experiments.openb.runner import RunResult, parse_seeds
     from shoal.experiments.openb.sweep import (
+        append_run_csv,
         format_sweep_table,
+        read_runs_csv,
         resolve_traces,
         sweep,
         sweep_cells,
@@ -308,22 +318,39 @@ def openb_sweep(
     )
     from shoal.experiments.openb.trace import TraceError
 
+    if resume and out is None:
+        typer.echo("error: --resume needs --out (the runs CSV to resume from)", err=True)
+        raise typer.Exit(2)
     start = time.perf_counter()
+    done: list[RunResult] = []
     try:
         found = resolve_traces(traces)
+        if out is not None and resume and out.exists():
+            done = read_runs_csv(out)
+        if out is not None:
+            write_runs_csv(done, out)  # runs are appended below as they finish
+
+        def record(run: RunResult) -> None:
+            if out is not None:
+                append_run_csv(run, out)
+
         results = sweep(
             found,
             [p.strip() for p in policy.split(",") if p.strip()],
             parse_seeds(seeds),
             workers=workers,
             ray_address=ray_address,
+            progress=record,
+            done=done,
         )
     except (TraceError, ValueError, OSError, RuntimeError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo(format_sweep_table(sweep_cells(results)))
-    if out is not None:
-        write_runs_csv(results, out)
+    reused_ids = {id(r) for r in done}
+    reused = sum(id(r) in reused_ids for r in results)
+    kept = f" ({reused} reused from {out})" if reused else ""
     typer.echo(
-        f"{len(results)} runs over {len(found)} trace(s) in {time.perf_counter() - start:.1f} s"
+        f"{len(results)} runs over {len(found)} trace(s){kept} "
+        f"in {time.perf_counter() - start:.1f} s"
     )

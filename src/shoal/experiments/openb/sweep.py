@@ -28,7 +28,9 @@ __all__ = [
     "FIRST_DROP_SLACK",
     "Cell",
     "Verdict",
+    "append_run_csv",
     "format_sweep_table",
+    "read_runs_csv",
     "resolve_traces",
     "sweep",
     "sweep_cells",
@@ -70,10 +72,17 @@ def sweep(
     workers: int | None = None,
     ray_address: str | None = None,
     progress: Callable[[RunResult], None] | None = None,
+    done: Sequence[RunResult] = (),
 ) -> list[RunResult]:
-    """Every (trace, policy, seed) once, on local processes or a Ray cluster."""
-    tasks = [(str(d), t, p, s) for d, t in traces for p in policies for s in seeds]
-    return run_tasks(tasks, workers=workers, ray_address=ray_address, progress=progress)
+    """Every (trace, policy, seed) once, on local processes or a Ray cluster; runs in
+    `done` (e.g. read back from an earlier sweep's CSV) are kept instead of run again."""
+    wanted = [(str(d), t, policy_name(p), s) for d, t in traces for p in policies for s in seeds]
+    have = {(r.trace, policy_name(r.policy), r.seed): r for r in done}
+    kept = [have[(t, p, s)] for _, t, p, s in wanted if (t, p, s) in have]
+    tasks = [task for task in wanted if task[1:] not in have]
+    if not tasks:
+        return kept
+    return kept + run_tasks(tasks, workers=workers, ray_address=ray_address, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -191,18 +200,64 @@ def format_sweep_table(cells: Sequence[Cell]) -> str:
     return "\n".join(lines)
 
 
+_CSV_HEADER = ("trace", "policy", "seed", "unallocated", "first_drop", "seconds")
+
+
+def _csv_row(r: RunResult) -> tuple[str | int, ...]:
+    return (
+        r.trace,
+        policy_name(r.policy),
+        r.seed,
+        f"{r.unallocated:.4f}",
+        "" if r.first_failure is None else f"{r.first_failure:.2f}",
+        f"{r.seconds:.2f}",
+    )
+
+
 def write_runs_csv(results: Sequence[RunResult], path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(("trace", "policy", "seed", "unallocated", "first_drop", "seconds"))
+        writer.writerow(_CSV_HEADER)
         for r in results:
-            writer.writerow(
-                (
-                    r.trace,
-                    policy_name(r.policy),
-                    r.seed,
-                    f"{r.unallocated:.2f}",
-                    "" if r.first_failure is None else f"{r.first_failure:.2f}",
-                    f"{r.seconds:.2f}",
-                )
+            writer.writerow(_csv_row(r))
+
+
+def append_run_csv(result: RunResult, path: Path) -> None:
+    """Add one run to a runs CSV as soon as it finishes (header first if the file is new),
+    so that an interrupted sweep can be resumed from it."""
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(_CSV_HEADER)
+        writer.writerow(_csv_row(result))
+
+
+def read_runs_csv(path: Path) -> list[RunResult]:
+    """Runs written by `write_runs_csv`/`append_run_csv` (only the columns the sweep table
+    needs come back: no curve); a malformed row names its line and column."""
+    runs = []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = set(_CSV_HEADER) - set(reader.fieldnames or ())
+        if missing:
+            raise TraceError(f"{path}: not a runs CSV (missing columns {sorted(missing)})")
+        for line, row in enumerate(reader, start=2):
+            column = ""
+            try:
+                column = "seed"
+                seed = int(row["seed"])
+                column = "unallocated"
+                unallocated = float(row["unallocated"])
+                column = "first_drop"
+                drop = float(row["first_drop"]) if row["first_drop"] else None
+                column = "seconds"
+                seconds = float(row["seconds"])
+                column = "policy"
+                policy = policy_name(row["policy"])
+            except (ValueError, KeyError, StopIteration) as err:
+                raise TraceError(f"{path}:{line}: bad {column!r} value ({err})") from None
+            runs.append(
+                RunResult(row["trace"], policy, seed, 0, 0, 0, unallocated, [], drop, seconds)
             )
+    return runs

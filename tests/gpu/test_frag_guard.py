@@ -55,6 +55,28 @@ def test_the_guard_keeps_the_largest_shape_per_gpu_count() -> None:
     assert demand_workload({SHARE: 3, WHOLE: 1}, 1.0, 0.1).total_weight == pytest.approx(1e6, 1)
 
 
+def test_the_guard_grows_with_the_gpu_demand_of_large_tasks() -> None:
+    # Pod counts: 40 whole GPUs (40 GPUs of demand), 4 small 8-GPU tasks (32) and a
+    # decayed trace of the big 8-GPU shape (0.01 pods, 0.08 GPUs). 8-GPU tasks ask for
+    # 32.08 / 72.08 = 44.5 % of the demand, so with guardDemand 0.5 the big shape's floor
+    # is 0.5 x 44.5 % = 22.25 % of the weight; a plain guard above that wins.
+    counts = {WHOLE: 40, EIGHT_SMALL: 4, EIGHT: 0.01}
+    share = 0.5 * 32.08 / 72.08
+    w = demand_workload(counts, 1.0, guard=0.01, weighting="count", guard_demand=0.5)
+    weights = dict(zip(w.shapes, w.weights, strict=True))
+    assert weights[EIGHT] / sum(w.weights) == pytest.approx(share, abs=1e-5)
+    # The others keep their pod-count ratio.
+    assert weights[WHOLE] / weights[EIGHT_SMALL] == pytest.approx(10, rel=1e-5)
+    w = demand_workload(counts, 1.0, guard=0.3, weighting="count", guard_demand=0.5)
+    weights = dict(zip(w.shapes, w.weights, strict=True))
+    assert weights[EIGHT] / sum(w.weights) == pytest.approx(0.3, abs=1e-5)
+    # A trace with few large tasks keeps the plain guard.
+    few = {WHOLE: 400, EIGHT_SMALL: 1, EIGHT: 0.01}
+    w = demand_workload(few, 1.0, guard=0.01, weighting="count", guard_demand=0.5)
+    weights = dict(zip(w.shapes, w.weights, strict=True))
+    assert weights[EIGHT] / sum(w.weights) == pytest.approx(0.01, abs=1e-5)
+
+
 def test_nothing_seen_is_an_empty_workload() -> None:
     assert demand_workload({CPU: 5}, 0.99, 0.05).shapes == ()
 
@@ -78,6 +100,7 @@ def guard_args(guard: float) -> GpuFragGuardArgs:
             ],
             "coverage": 0.5,
             "guard": guard,
+            "guardDemand": 0,
             "mix": (1, 0),
             "weighting": "demand",
         }

@@ -76,14 +76,15 @@ class GpuFragGuardArgs(GpuFragBlendArgs):
     """`mix`, `memory` and `temperature` as in GpuFragBlend; `coverage` is a share of the
     GPU pods (or demand) seen; the rest is described in the module docstring."""
 
-    coverage: float = Field(default=0.99, gt=0, le=1)
-    guard: float = Field(default=0.05, ge=0, lt=1)
+    coverage: float = Field(default=0.95, gt=0, le=1)
+    guard: float = Field(default=0.01, ge=0, lt=1)
     half_life: int = Field(default=0, ge=0)
     refit_every: int = Field(default=256, ge=1)
     weighting: Literal["demand", "count"] = "count"
     constrained_boost: float = Field(default=1.0, ge=0)
     pool_pressure: float = Field(default=100.0, ge=0)
     pool_penalty_cap: int = Field(default=30, ge=0, le=100)
+    guard_demand: float = Field(default=0.4, ge=0, lt=1)
 
 
 def demand_workload(
@@ -92,6 +93,7 @@ def demand_workload(
     guard: float,
     weighting: Literal["demand", "count"] = "demand",
     constrained_boost: float = 1.0,
+    guard_demand: float = 0.0,
 ) -> TargetWorkload:
     """The target workload of decayed shape counts: GPU shapes weighted by their GPU
     demand, the heaviest covering `coverage` of it, and for each GPU count >= 2 the
@@ -112,20 +114,26 @@ def demand_workload(
             break
         kept[shape] = value * (constrained_boost if shape.models else 1.0)
         covered += value
-    if guard > 0:
+    if guard > 0 or guard_demand > 0:
         largest: dict[int, TargetShape] = {}
-        for shape in demand:
-            if shape.gpu_count >= 2:
-                top = largest.get(shape.gpu_count)
+        count_demand: dict[int, float] = {}
+        for shape, c in counts.items():
+            if shape.is_gpu and c > 0 and shape.gpu_count >= 2:
+                k = shape.gpu_count
+                count_demand[k] = count_demand.get(k, 0.0) + c * k * shape.gpu_milli
+                top = largest.get(k)
                 if top is None or (shape.cpu_milli, shape.memory) > (top.cpu_milli, top.memory):
-                    largest[shape.gpu_count] = shape
-        # The floor is a share of the final total: w >= guard * (rest + guarded).
-        floors = len(largest)
-        if floors and guard * floors < 1:
+                    largest[k] = shape
+        all_demand = sum(c * s.gpu_count * s.gpu_milli for s, c in counts.items() if s.is_gpu)
+        # Each floor is a share of the final total: w_k >= f_k * (rest + guarded).
+        shares = {
+            k: max(guard, guard_demand * count_demand[k] / max(all_demand, 1.0)) for k in largest
+        }
+        if shares and sum(shares.values()) < 1:
             rest = sum(v for s, v in kept.items() if s not in largest.values())
-            floor = guard * rest / (1 - guard * floors)
-            for shape in largest.values():
-                kept[shape] = max(kept.get(shape, 0.0), floor)
+            final = rest / (1 - sum(shares.values()))
+            for k, shape in largest.items():
+                kept[shape] = max(kept.get(shape, 0.0), shares[k] * final)
     scale = _TOTAL_WEIGHT / sum(kept.values())
     items = sorted(kept.items())
     return TargetWorkload(
@@ -170,7 +178,12 @@ class GpuFragGuard(FragmentationPolicy):
     def _refit(self) -> None:
         args = self.guard_args
         workload = demand_workload(
-            self._counts, args.coverage, args.guard, args.weighting, args.constrained_boost
+            self._counts,
+            args.coverage,
+            args.guard,
+            args.weighting,
+            args.constrained_boost,
+            args.guard_demand,
         )
         # Each shape carries the mean memory of its pods (a decayed mean).
         shapes = tuple(
@@ -206,6 +219,10 @@ class GpuFragGuard(FragmentationPolicy):
         if self._arrived >= self._next_refit:
             self._refit()
             every = self.guard_args.refit_every
+            if not self.guard_args.half_life:
+                # Undecayed counts move by about (new pods / all pods) between refits, so
+                # the spacing can grow with the count (a refit empties the score caches).
+                every = max(every, self._arrived // 4)
             self._next_refit = min(self._arrived * 2, self._arrived + every)
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:

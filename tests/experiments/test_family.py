@@ -235,6 +235,13 @@ def test_sweep_cells_and_verdicts(source: Path, tmp_path: Path) -> None:
     assert verdict.policy == "BestFit" and verdict.traces == 1
 
 
+def test_two_traces_of_one_name_are_refused(source: Path, tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        write_family(source, tmp_path / folder, [FamilyParams(40, 30, 10, 100, seed=2)])
+    with pytest.raises(TraceError, match="two traces named"):
+        resolve_traces(str(tmp_path / "*" / "openb_pod_list_*.csv"))
+
+
 def test_missing_traces_are_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="no openb_pod_list_"):
         resolve_traces(str(tmp_path))

@@ -14,8 +14,9 @@ memory, `shoal.cache.gpu_frag`) and changes the target workload:
 
 * it is learned online from the pods this plugin scores, with exponentially decayed
   counts (`halfLife` pods; 0: no decay), refitted every `refitEvery` pods (and at
-  1, 2, 4, ... pods before that), so it follows the workload that arrives; a
-  `targetWorkload` in the args only seeds it;
+  1, 2, 4, ... pods before that; without decay every max(`refitEvery`, pods / 4), since
+  cumulative counts move less and less and a refit empties the score caches), so it
+  follows the workload that arrives; a `targetWorkload` in the args only seeds it;
 * GPU shapes only (a CPU-only shape shifts every node's fragmentation by the same
   amount), weighted by pod count (`weighting: count`, the default) or by GPU demand
   (`demand`: count x GPUs x milli-GPU, so rare large tasks count as what they ask for;
@@ -23,10 +24,14 @@ memory, `shoal.cache.gpu_frag`) and changes the target workload:
 * shapes are grouped without memory; each carries the (decayed) mean memory of its
   pods, so exact memory requests do not split the workload into many rare shapes;
 * `constrainedBoost` multiplies the weight of model-constrained shapes (1: none);
-* the guard: for each multi-GPU count seen, the largest such shape (most cpu, then
-  memory) weighs at least `guard` of the total. Placing anything that takes a whole
-  idle node's cpu or devices then costs `guard` x the node's GPUs, which keeps enough
-  whole nodes for the large tasks until the cluster is nearly full.
+* the guard: for each multi-GPU count k seen, the largest such shape (most cpu, then
+  memory) weighs at least max(`guard`, `guardDemand` x the share of the GPU demand
+  asked by k-GPU tasks) of the total. Placing anything that takes a whole idle node's
+  cpu or devices then costs that share x the node's GPUs, which keeps enough whole
+  nodes for the large tasks until the cluster is nearly full; the more of the demand
+  the large tasks are, the more it is worth keeping room for them (a small fixed
+  guard alone strands GPUs on traces where 2-8-GPU tasks are half the demand, a large
+  one costs where they are rare).
 
 Model constraints are part of a shape, so constrained tasks that arrive are scored
 against the models they may use (a node of another model is all fragment for them).

@@ -57,10 +57,19 @@ def resolve_traces(spec: str) -> list[tuple[Path, str]]:
             "glob of them, e.g. out/family/openb_pod_list_*.csv)"
         )
     out = []
+    seen: dict[str, Path] = {}
     for f in files:
         if not (f.parent / DEFAULT_NODE_FILE).is_file():
             raise TraceError(f"{f.parent}: {DEFAULT_NODE_FILE} is missing next to {f.name}")
-        out.append((f.parent, f.name[len(POD_FILE_PREFIX) : -4]))
+        name = f.name[len(POD_FILE_PREFIX) : -4]
+        if name in seen and seen[name] != f.parent:
+            # Results are keyed by trace name: two files of one name would be averaged.
+            raise TraceError(
+                f"two traces named {name!r} ({seen[name]} and {f.parent}): sweep the folders "
+                "separately or rename one of the files"
+            )
+        seen[name] = f.parent
+        out.append((f.parent, name))
     return out
 
 

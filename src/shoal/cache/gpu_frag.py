@@ -132,6 +132,14 @@ class NodeStates:
     def take(self, pos: NDArray[np.intp]) -> NodeStates:
         return NodeStates(self.free[pos], self.cpu_left[pos], self.mem_left[pos], self.model[pos])
 
+    def concat(self, other: NodeStates) -> NodeStates:
+        return NodeStates(
+            np.concatenate((self.free, other.free)),
+            np.concatenate((self.cpu_left, other.cpu_left)),
+            np.concatenate((self.mem_left, other.mem_left)),
+            np.concatenate((self.model, other.model)),
+        )
+
 
 class FragmentationModel:
     """Vectorised fragmentation of batches of node states against a target workload.
@@ -365,7 +373,8 @@ class FragScorer:
     ) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.float64]]:
         """Every way of placing `shape` on each row: (position in rows, device or -1,
         fragmentation decrease in milli-GPU)."""
-        before = self.before(rows)
+        self._check()
+        version = self.devices.version
         states = self.states(rows)
         pos, dev, free_after = after_states(
             states.free, shape.gpu_milli, shape.gpu_count, per_device
@@ -376,8 +385,19 @@ class FragScorer:
             states.mem_left[pos] - shape.memory,
             states.model[pos],
         )
-        weighted = before[pos] - self.model.frag_weighted(after)
-        return pos, dev, weighted / max(self.model.total_weight, 1)
+        stale_at = np.flatnonzero(self._before_version[rows] != version[rows])
+        if len(stale_at):
+            # One call for the stale "before" states and the "after" states: most calls
+            # are a row or two, where numpy's per-call overhead is the cost.
+            weighted = self.model.frag_weighted(states.take(stale_at).concat(after))
+            stale = rows[stale_at]
+            self._before[stale] = weighted[: len(stale_at)]
+            self._before_version[stale] = version[stale]
+            after_weighted = weighted[len(stale_at) :]
+        else:
+            after_weighted = self.model.frag_weighted(after)
+        before = self._before[rows]
+        return pos, dev, (before[pos] - after_weighted) / max(self.model.total_weight, 1)
 
     def score(
         self, rows: NDArray[np.intp], shape: TargetShape, per_device: bool

@@ -111,6 +111,12 @@ def test_constraints_only_name_models_that_can_host_the_task(source: Path) -> No
         assert "SMALL" not in pod.gpu_spec or pod.num_gpu == 1
 
 
+def test_written_members_keep_the_drawn_tasks_qos(source: Path, tmp_path: Path) -> None:
+    write_family(source, tmp_path / "f", [FamilyParams(40, 30, 10, 100, seed=2)])
+    (written,) = (tmp_path / "f").glob("openb_pod_list_*.csv")
+    assert {p.qos for p in load_pods(written)} == {"LS"}
+
+
 def test_generation_is_deterministic_per_seed(source: Path) -> None:
     params = FamilyParams(40, 30, 20, 100, seed=7)
     assert _generate(source, params) == _generate(source, params)

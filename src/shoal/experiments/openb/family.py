@@ -233,6 +233,7 @@ def generate(
                 pod.deletion_time,
                 pod.scheduled_time,
                 pod.phase,
+                pod.qos,
             )
         )
     return out
@@ -254,7 +255,7 @@ def _write_pods(path: Path, pods: Sequence[PodRow]) -> None:
                     p.num_gpu,
                     p.gpu_milli,
                     p.gpu_spec,
-                    "",
+                    p.qos,
                     p.phase,
                     text(p.creation_time),
                     text(p.deletion_time),

@@ -86,6 +86,7 @@ class PodRow:
     deletion_time: int | None = None
     scheduled_time: int | None = None
     phase: str = ""
+    qos: str = ""  # the trace's QoS class (LS, BE, ...), carried through, not scheduled on
 
     @property
     def total_milli(self) -> int:
@@ -103,6 +104,7 @@ class PodRow:
             self.deletion_time,
             self.scheduled_time,
             self.phase,
+            self.qos,
         )
 
 
@@ -214,6 +216,7 @@ def load_pods(path: Path) -> tuple[PodRow, ...]:
                 times["deletion_time"],
                 times["scheduled_time"],
                 (row.get("pod_phase") or "").strip(),
+                (row.get("qos") or "").strip(),
             )
         )
     return tuple(out)

@@ -279,3 +279,25 @@ def test_binding_limits_apply_to_namespaces_it_selects_by_label() -> None:
     assert len(placed) == 2
     waiting = ({"lab-a/p0", "lab-a/p1", "lab-a/p2"} - placed).pop()
     assert "namespace lab-a already runs 2 pods (maxPods 2)" in h.scheduler.explain(waiting)
+
+
+def test_reclaim_does_not_count_pods_already_being_evicted() -> None:
+    """A queue one GPU above its guarantee, with one of its pods already being evicted
+    (an earlier reclaim whose victim is still terminating), is at its guarantee once that
+    pod is gone: a second reclaim must not take another of its pods."""
+    h = harness(reclaim_delay=0)
+    h.add_nodes(*(make_node(f"n{i}").capacity({GPU: 2}, cpu="16", memory="64Gi") for i in range(5)))
+    h.scheduler.apply_queues([queue("a", g=5, m=10), queue("b", g=4, m=10), queue("c", g=1)])
+    h.add_pods(*(gpu_pod(f"a-{i}", "a") for i in range(5)))
+    h.add_pods(*(gpu_pod(f"b-{i}", "b") for i in range(5)))
+    h.run()
+    assert gpus_by_queue(h) == {"a": 5, "b": 5}
+    cluster = h.scheduler.cluster
+    terminating = next(
+        uid for uid, r in cluster.placed.items() if r.pod.labels["shoal.dev/queue"] == "b"
+    )
+    cluster.evicting.add(terminating)  # its eviction was sent; the pod has not gone yet
+    h.add_pods(gpu_pod("c-0", "c"))
+    h.advance(60)
+    assert not h.effects.evictions
+    assert gpus_by_queue(h)["b"] == 5  # still counted until it is gone

@@ -107,7 +107,11 @@ class QueueCapacity:
                 f"reclaim for queue {tree.names[leaf]} starts after "
                 f"{self.args.reclaim_delay_seconds:g}s of waiting",
             )
-        over = self._over(leaf, asked, keep)
+        # Pods already being evicted still count in `usage` until they are gone; a queue
+        # is judged on what it keeps once they are (or it would be pushed below its level
+        # by a second reclaim before the first one's victims have terminated).
+        usage_after = self._usage_after_evictions()
+        over = self._over(leaf, asked, keep, usage_after)
         if not over:
             return None, Status(Code.UNSCHEDULABLE)
         cluster = self.handle.cluster
@@ -118,7 +122,7 @@ class QueueCapacity:
             """Kueue's rule, per unit that must go together (a gang at its minMember):
             every queue it is taken from (off the preemptor's path) is above the level
             it keeps (guarantee, or fair share plus tolerance) just before it goes."""
-            usage = queues.usage.copy()
+            usage = usage_after.copy()
             for unit in sorted(chosen, key=lambda u: min((v.priority, -v.timestamp) for v in u)):
                 for member in unit:
                     vl = queues.placed_leaf(member.uid)
@@ -182,14 +186,35 @@ class QueueCapacity:
                 total += tree.vector(other.requests)
         return total
 
-    def _over(self, leaf: int, asked: NDArray[np.bool_], keep: NDArray[np.int64]) -> list[int]:
+    def _usage_after_evictions(self) -> NDArray[np.int64]:
+        """Each queue's usage without its pods that are already being evicted."""
+        queues, tree = self.queues, self.queues.tree
+        usage: NDArray[np.int64] = queues.usage.copy()
+        cluster = self.handle.cluster
+        for uid in cluster.evicting:
+            record = cluster.placed.get(uid)
+            vl = queues.placed_leaf(uid)
+            if record is None or vl < 0:
+                continue
+            vector = tree.vector(record.pod.requests)
+            for q in tree.path_lists[vl]:
+                usage[q] -= vector
+        return usage
+
+    def _over(
+        self,
+        leaf: int,
+        asked: NDArray[np.bool_],
+        keep: NDArray[np.int64],
+        usage: NDArray[np.int64],
+    ) -> list[int]:
         """Leaves whose every queue off the preemptor's path is above its keep level (the
         budget's condition for a first victim: a leaf at its guarantee under a borrowing
         parent is not a victim, and must not crowd out its borrowing sibling in the
         minimal set), one of them reclaimable."""
-        queues, tree = self.queues, self.queues.tree
+        tree = self.queues.tree
         mine = set(tree.path_lists[leaf])
-        above: NDArray[np.bool_] = np.any(queues.usage[:, asked] > keep[:, asked], axis=1)
+        above: NDArray[np.bool_] = np.any(usage[:, asked] > keep[:, asked], axis=1)
         out = []
         for lf in tree.leaves:
             path = [q for q in tree.path_lists[lf] if q not in mine]

@@ -39,7 +39,7 @@ class Diagnosis:
     # the nodes) and turned into `rejected_by` / `node_reasons` lists only when read.
     _plugins: list[str] = field(default_factory=list, repr=False)
     _plugin_of_row: NDArray[np.int64] | None = field(default=None, repr=False)
-    _failures: list[tuple[int, str, NDArray[np.bool_]]] = field(default_factory=list, repr=False)
+    _failures: list[tuple[str, NDArray[np.bool_]]] = field(default_factory=list, repr=False)
     _rejected_by: list[str] | None = field(default=None, repr=False)
     _node_reasons: list[tuple[str, ...]] | None = field(default=None, repr=False)
 
@@ -61,7 +61,7 @@ class Diagnosis:
         if self._node_reasons is None:
             size = self.candidates.size if self.candidates is not None else 0
             reasons: list[tuple[str, ...]] = [()] * size
-            for _, reason, charged in self._failures:
+            for reason, charged in self._failures:
                 for row in np.flatnonzero(charged).tolist():
                     reasons[row] = (*reasons[row], reason)
             self._node_reasons = reasons
@@ -80,7 +80,7 @@ class Diagnosis:
         unresolvable = np.zeros(size, dtype=bool)
         plugins: list[str] = []
         plugin_of_row = np.full(size, -1, dtype=np.int64)
-        failures: list[tuple[int, str, NDArray[np.bool_]]] = []
+        failures: list[tuple[str, NDArray[np.bool_]]] = []
         for plugin, result in results:
             first_here = remaining & ~result.passed
             if not first_here.any():
@@ -93,7 +93,7 @@ class Diagnosis:
                 count = int(np.count_nonzero(charged))
                 if count:
                     diagnosis.reasons[failure.reason] += count
-                    failures.append((len(plugins) - 1, failure.reason, charged))
+                    failures.append((failure.reason, charged))
                 if failure.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                     unresolvable |= charged
             remaining &= result.passed

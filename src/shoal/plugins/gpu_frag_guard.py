@@ -101,8 +101,9 @@ def demand_workload(
     guard_demand: float = 0.0,
 ) -> TargetWorkload:
     """The target workload of decayed shape counts: GPU shapes weighted by their GPU
-    demand, the heaviest covering `coverage` of it, and for each GPU count >= 2 the
-    largest shape seen with at least `guard` of the total weight."""
+    demand (or pod count), the heaviest covering `coverage` of it, and for each GPU
+    count k >= 2 the largest shape seen with at least max(`guard`, `guard_demand` x the
+    share of the GPU demand asked by k-GPU tasks) of the total weight."""
     demand = {
         s: c * (s.gpu_count * s.gpu_milli if weighting == "demand" else 1)
         for s, c in counts.items()

@@ -134,9 +134,19 @@ class Space:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
     async def create_pod(self, name: str, cpu: str = "500m", **kw: Any) -> JSON:
-        return await self.client.request(
-            "POST", PODS.path(self.name), body=self.pod(name, cpu, **kw)
-        )
+        body = self.pod(name, cpu, **kw)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return await self.client.request("POST", PODS.path(self.name), body=body)
+            except ApiError as err:
+                # The Priority admission plugin reads PriorityClasses from its own cache:
+                # one created a moment ago may not be there yet (403 "no PriorityClass").
+                if err.status != 403 or "no PriorityClass" not in err.message:
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
     async def set_running(self, name: str) -> None:
         """What the kubelet would report for a started pod: Running and Ready."""

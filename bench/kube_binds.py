@@ -110,25 +110,32 @@ async def populate(
         )
 
     async def pod(i: int) -> None:
-        body = {
-            "metadata": {"name": f"p{i:05d}", "namespace": namespace},
-            "spec": {
-                "schedulerName": scheduler,
-                "nodeSelector": {LABEL: RUN},
-                "tolerations": TOLERATIONS,
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "registry.k8s.io/pause:3.9",
-                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                    }
-                ],
-            },
-        }
+        body = bench_pod(f"p{i:05d}", namespace, scheduler, RUN)
         await client.request("POST", PODS.path(namespace), body=body)
 
     await gather_limited([node(i) for i in range(nodes)])
     await gather_limited([pod(i) for i in range(pods)])
+
+
+def bench_pod(
+    name: str, namespace: str, scheduler: str, run: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A small pause pod for `scheduler`, kept on this run's tainted bench nodes."""
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": {LABEL: run},
+            "tolerations": TOLERATIONS,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ],
+        },
+    }
 
 
 async def gather_limited(coros: list[Any], limit: int = 32) -> None:

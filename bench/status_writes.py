@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kube_binds import TOLERATIONS, delete_namespace, fake_cluster, gather_limited
+from kube_binds import LABEL, bench_pod, delete_namespace, fake_cluster, gather_limited
 
 from shoal.config import parse_config
 from shoal.drivers.kube.backend import KubeBackend, KubeOptions
@@ -63,7 +63,6 @@ from shoal.drivers.kube.resources import (
 )
 from shoal.framework.effects import Bound
 
-LABEL = "shoal.dev/bench"
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -138,25 +137,7 @@ async def populate(
             body={"metadata": {"name": group, "namespace": namespace}, "spec": {"minMember": size}},
         )
         for m in range(size):
-            body = {
-                "metadata": {
-                    "name": f"{group}-{m}",
-                    "namespace": namespace,
-                    "labels": {GROUP_LABEL: group},
-                },
-                "spec": {
-                    "schedulerName": scheduler,
-                    "nodeSelector": {LABEL: run},
-                    "tolerations": TOLERATIONS,
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "registry.k8s.io/pause:3.9",
-                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                        }
-                    ],
-                },
-            }
+            body = bench_pod(f"{group}-{m}", namespace, scheduler, run, {GROUP_LABEL: group})
             await client.request("POST", PODS.path(namespace), body=body)
 
     await gather_limited([gang(g) for g in range(args.gangs)], limit=16)

@@ -358,16 +358,6 @@ class FragScorer:
             self.devices.model[rows].astype(np.int64),
         )
 
-    def before(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
-        """sum_m w_m F_n(m) of each row now."""
-        self._check()
-        version = self.devices.version
-        stale = rows[self._before_version[rows] != version[rows]]
-        if len(stale):
-            self._before[stale] = self.model.frag_weighted(self.states(stale))
-            self._before_version[stale] = version[stale]
-        return self._before[rows]
-
     def gains(
         self, rows: NDArray[np.intp], shape: TargetShape, per_device: bool
     ) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.float64]]:

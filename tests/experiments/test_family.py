@@ -20,12 +20,15 @@ from shoal.experiments.openb.family import (
     measure,
     write_family,
 )
+from shoal.experiments.openb.runner import RunResult
 from shoal.experiments.openb.sweep import (
+    format_sweep_table,
     read_runs_csv,
     resolve_traces,
     sweep,
     sweep_cells,
     verdicts,
+    write_runs_csv,
 )
 from shoal.experiments.openb.trace import (
     PodRow,
@@ -239,6 +242,23 @@ def test_sweep_cells_and_verdicts(source: Path, tmp_path: Path) -> None:
         assert 0 <= c.unallocated <= 100 and 0 <= c.first_drop <= 130
     (verdict,) = verdicts(cells)
     assert verdict.policy == "BestFit" and verdict.traces == 1
+    for c in cells:
+        assert c.leftover is not None and c.idle is not None
+    table = format_sweep_table(cells)
+    assert "FGD: free GPU at arrived 100 % over 1 traces: share leftovers" in table
+    assert "leftovers alone:" in table.split("BestFit: free GPU")[1]
+
+
+def test_runs_csv_keeps_the_free_gpu_split_and_reads_files_without_it(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    run = RunResult("t", "FGD", 42, 0, 0, 0, 5.0, [], 90.0, 1.0, leftover=4.5, idle=0.5)
+    write_runs_csv([run], path)
+    (back,) = read_runs_csv(path)
+    assert (back.unallocated, back.leftover, back.idle) == (5.0, 4.5, 0.5)
+    path.write_text("trace,policy,seed,unallocated,first_drop,seconds\nt,FGD,42,5.0,,1.0\n")
+    (old,) = read_runs_csv(path)
+    assert old.leftover is None and old.idle is None
+    assert "free GPU at arrived" not in format_sweep_table(sweep_cells([old]))
 
 
 def test_two_traces_of_one_name_are_refused(source: Path, tmp_path: Path) -> None:

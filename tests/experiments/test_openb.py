@@ -19,6 +19,7 @@ from shoal.experiments.openb.runner import (
     experiment_config,
     parse_seeds,
     run_one,
+    stranded,
 )
 from shoal.experiments.openb.trace import TraceError, find_trace_dir, load_trace, node_manifest
 
@@ -109,6 +110,30 @@ def test_sharing_pod_reserves_a_device_and_records_it(tiny_trace: Path) -> None:
     nodes = [sched.cluster.placed[p.uid].node for p in placed]
     assert notes[0] is not None and notes[0] == notes[1] and nodes[0] == nodes[1]
     assert devices.allocated_milli == 1000
+
+
+def test_stranded_splits_share_leftovers_from_whole_idle_devices(tiny_trace: Path) -> None:
+    from shoal.experiments.openb.trace import pod_manifest
+
+    trace = load_trace(tiny_trace, "tiny")
+    sched = build_scheduler(experiment_config("GpuPacking", target_workload(trace)), 0, "order")
+    for row in trace.nodes:
+        sched.add_node(node_manifest(row))
+    devices = GpuDevices.of(sched.handle)
+    assert stranded(devices) == (0, 15_000)  # 2 + 4 + 8 + 1 idle devices, none shared
+    share = next(p for p in trace.pods if p.num_gpu == 1 and p.gpu_milli == 150)
+    sched.add_pod(pod_manifest(share, "s0", "openb"))
+    driver_of(sched).run()
+    # One device now holds 150 milli: its 850 are a share leftover, 14 devices stay idle.
+    assert stranded(devices) == (850, 14_000)
+
+
+def test_runs_record_where_the_free_gpu_is(tiny_trace: Path) -> None:
+    run = run_one(load_trace(tiny_trace, "tiny"), "FGD", seed=42)
+    assert run.leftover is not None and run.idle is not None
+    assert run.leftover >= 0 and run.idle >= 0
+    # Taken when arrived first reaches 100 %: free GPU then is at most everything.
+    assert run.leftover + run.idle <= 100.0
 
 
 # ---- on the real trace ---------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from shoal.api.gpu import GPU_MILLI
 from shoal.cache.cluster import ClusterState
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.gpu_frag import TargetWorkload
@@ -39,7 +40,13 @@ from shoal.experiments.openb.protocol import (
     prepare_workload,
     target_workload,
 )
-from shoal.experiments.openb.trace import Trace, load_trace, node_manifest, pod_manifest
+from shoal.experiments.openb.trace import (
+    PodRow,
+    Trace,
+    load_trace,
+    node_manifest,
+    pod_manifest,
+)
 from shoal.framework.handle import Handle
 from shoal.framework.types import Candidates
 from shoal.scheduler import Scheduler, default_registry
@@ -56,6 +63,7 @@ __all__ = [
     "parse_seeds",
     "run_one",
     "run_sweep",
+    "stranded",
 ]
 
 TieBreak = Literal["order", "random"]
@@ -188,10 +196,26 @@ class RunResult:
     curve: list[float | None]  # mean alloc % per arrived-% bin 0..130
     first_failure: float | None  # arrived % when the first pod was dropped
     seconds: float
+    # Where the free GPU is when arrived first reaches 100 % (% of GPU capacity): left
+    # over on devices that hold shared pods, and whole idle devices (see `stranded`).
+    leftover: float | None = None
+    idle: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def stranded(devices: GpuDevices) -> tuple[int, int]:
+    """Free milli-GPU split in two: left over on partly used devices (a shared pod's
+    remainder, usable only by pods that small) and on whole idle devices (kept free by
+    cpu, memory, model or multi-GPU shape)."""
+    rows = np.flatnonzero(devices.count > 0)
+    free = devices.free[rows]
+    present = np.arange(free.shape[1])[None, :] < devices.count[rows][:, None]
+    free = np.where(present, free, 0)
+    idle = present & (free >= GPU_MILLI)
+    return int(free[~idle].sum()), int(free[idle].sum())
 
 
 def run_one(
@@ -203,9 +227,11 @@ def run_one(
     tie_break: TieBreak = "order",
     workload: TargetWorkload | None = None,
     plugin_args: Mapping[str, Any] | None = None,
+    on_pod: Callable[[PodRow, bool, float], None] | None = None,
 ) -> RunResult:
     """One seed of the protocol; `workload` overrides the target workload of FGD-like
-    policies (default: from the trace)."""
+    policies (default: from the trace); `on_pod(row, placed, arrived %)` is called after
+    each pod (for analyses of what was placed)."""
     start = time.perf_counter()
     pods = prepare_workload(trace, seed, ratio)
     plugin = policy_plugin(policy)
@@ -221,6 +247,7 @@ def run_one(
     total = 0
     placed = 0
     first_failure: float | None = None
+    split: tuple[int, int] | None = None
     driver = driver_of(sched)
     effects = driver.inbox
     assert isinstance(effects, MemoryEffects)
@@ -236,6 +263,10 @@ def run_one(
                 first_failure = 100.0 * total / capacity
         arrived[i] = total
         alloc[i] = devices.allocated_milli
+        if on_pod is not None:
+            on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
+        if split is None and total >= capacity:
+            split = stranded(devices)
     curve = bin_curve(arrived, alloc, capacity)
     return RunResult(
         trace=trace.name,
@@ -248,6 +279,8 @@ def run_one(
         curve=[None if math.isnan(v) else float(v) for v in curve.alloc],
         first_failure=first_failure,
         seconds=time.perf_counter() - start,
+        leftover=None if split is None else 100.0 * split[0] / capacity,
+        idle=None if split is None else 100.0 * split[1] / capacity,
     )
 
 

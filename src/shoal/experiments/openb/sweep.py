@@ -6,6 +6,11 @@ Per trace and policy: the mean and sd over seeds of the unallocated GPU % at arr
 run that drops none counts as 130, the end of the protocol). For every policy other than
 FGD the table also says whether it meets the bar of issue 12 on that trace: unallocated
 <= FGD's and first drop >= FGD's - 2 points.
+
+Each run also records where its free GPU is when arrived reaches 100 % (share leftovers
+on partly used devices, whole idle devices; `runner.stranded`); the table ends with
+those means per policy and, for each policy, its share leftovers as a ratio to FGD's
+unallocated: what its ratio would be if it kept no whole device idle at all.
 """
 
 from __future__ import annotations
@@ -105,6 +110,13 @@ class Cell:
     unallocated_sd: float
     first_drop: float
     first_drop_sd: float
+    leftover: float | None = None  # mean share leftovers % (None: a run lacks it)
+    idle: float | None = None  # mean whole idle GPUs %
+
+
+def _mean_of(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present and len(present) == len(values) else None
 
 
 def _first_drop(run: RunResult) -> float:
@@ -133,6 +145,8 @@ def sweep_cells(results: Sequence[RunResult]) -> list[Cell]:
                 _sd(unalloc),
                 float(np.mean(drops)),
                 _sd(drops),
+                _mean_of([r.leftover for r in runs]),
+                _mean_of([r.idle for r in runs]),
             )
         )
     return cells
@@ -206,10 +220,42 @@ def format_sweep_table(cells: Sequence[Cell]) -> str:
             f"traces, mean ratio {v.ratio:.3f}, first drop within {FIRST_DROP_SLACK:g} points "
             f"on {v.drop_ok}/{v.traces} ({'meets' if v.passes else 'misses'} the bar)"
         )
+    lines += _stranded_lines(cells)
     return "\n".join(lines)
 
 
+def _stranded_lines(cells: Sequence[Cell]) -> list[str]:
+    """Per policy (traces where every run has the split): mean share leftovers and whole
+    idle GPUs at arrived = 100 %, and the leftovers alone as a ratio to FGD's unallocated."""
+    base = {c.trace: c for c in cells if c.policy == BASELINE}
+    by_policy: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.leftover is not None and c.idle is not None:
+            by_policy[c.policy].append(c)
+    lines: list[str] = []
+    for policy, mine in by_policy.items():
+        leftover = float(np.mean([c.leftover or 0.0 for c in mine]))
+        idle = float(np.mean([c.idle or 0.0 for c in mine]))
+        text = (
+            f"{policy}: free GPU at arrived 100 % over {len(mine)} traces: share leftovers "
+            f"{leftover:.2f} %, whole idle GPUs {idle:.2f} %"
+        )
+        paired = [c for c in mine if c.trace in base]
+        if policy != BASELINE and paired:
+            floor = np.mean(
+                [(c.leftover or 0.0) / max(base[c.trace].unallocated, 1e-9) for c in paired]
+            )
+            text += f"; leftovers alone: {floor:.3f} x {BASELINE} (mean ratio, {len(paired)})"
+        lines.append(("\n" if not lines else "") + text)
+    return lines
+
+
 _CSV_HEADER = ("trace", "policy", "seed", "unallocated", "first_drop", "seconds")
+_CSV_OPTIONAL = ("leftover", "idle")  # absent from files written before they existed
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
 
 
 def _csv_row(r: RunResult) -> tuple[str | int, ...]:
@@ -220,13 +266,15 @@ def _csv_row(r: RunResult) -> tuple[str | int, ...]:
         f"{r.unallocated:.4f}",
         "" if r.first_failure is None else f"{r.first_failure:.2f}",
         f"{r.seconds:.2f}",
+        _percent(r.leftover),
+        _percent(r.idle),
     )
 
 
 def write_runs_csv(results: Sequence[RunResult], path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(_CSV_HEADER)
+        writer.writerow(_CSV_HEADER + _CSV_OPTIONAL)
         for r in results:
             writer.writerow(_csv_row(r))
 
@@ -238,7 +286,7 @@ def append_run_csv(result: RunResult, path: Path) -> None:
     with path.open("a", newline="") as f:
         writer = csv.writer(f)
         if new:
-            writer.writerow(_CSV_HEADER)
+            writer.writerow(_CSV_HEADER + _CSV_OPTIONAL)
         writer.writerow(_csv_row(result))
 
 
@@ -264,9 +312,26 @@ def read_runs_csv(path: Path) -> list[RunResult]:
                 seconds = float(row["seconds"])
                 column = "policy"
                 policy = policy_name(row["policy"])
+                column = "leftover"
+                leftover = float(row["leftover"]) if row.get("leftover") else None
+                column = "idle"
+                idle = float(row["idle"]) if row.get("idle") else None
             except (ValueError, KeyError, StopIteration) as err:
                 raise TraceError(f"{path}:{line}: bad {column!r} value ({err})") from None
             runs.append(
-                RunResult(row["trace"], policy, seed, 0, 0, 0, unallocated, [], drop, seconds)
+                RunResult(
+                    row["trace"],
+                    policy,
+                    seed,
+                    0,
+                    0,
+                    0,
+                    unallocated,
+                    [],
+                    drop,
+                    seconds,
+                    leftover,
+                    idle,
+                )
             )
     return runs

@@ -166,6 +166,11 @@ class Transaction:
     def is_evicted(self, uid: str) -> bool:
         return uid in self._off
 
+    def node_of_evicted(self, uid: str) -> str | None:
+        """The node a pod this transaction evicted was running on (None: not evicted)."""
+        record = self._off.get(uid)
+        return None if record is None else record.node
+
     @property
     def closed(self) -> bool:
         """Committed or discarded."""

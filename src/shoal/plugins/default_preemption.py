@@ -9,7 +9,7 @@ guarantees. Pods with preemptionPolicy Never never preempt.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import PodRecord
@@ -47,8 +47,7 @@ class DefaultPreemption:
                 Code.UNSCHEDULABLE, "preemption: not eligible due to preemptionPolicy=Never."
             )
         cluster = self.handle.cluster
-        pool = list(self._pool(pod))
-        if not pool:
+        if next(iter(self._pool(pod)), None) is None:
             # Nothing of lower priority runs where it could be taken: nothing to explain
             # beyond the filters' reasons.
             return None, Status(Code.UNSCHEDULABLE)
@@ -60,7 +59,7 @@ class DefaultPreemption:
         choice = search.best(
             pod,
             statuses,
-            pool,
+            self._takeable(pod),
             max_candidates=max(
                 self.args.min_candidate_nodes_absolute,
                 cluster.table.n * self.args.min_candidate_nodes_percentage // 100,
@@ -85,6 +84,15 @@ class DefaultPreemption:
         return PostFilterResult(choice.node, victims), Status(
             Code.SUCCESS, f"preemption: evicting {len(victims)} pod(s) on {choice.node}"
         )
+
+    def _takeable(self, pod: PodInfo) -> Callable[[PodRecord], bool]:
+        """The test `_pool` applies, for the search to ask only of the pods on the nodes
+        it visits."""
+        leaf, error = self.queues.queue_of(pod)
+        if len(self.queues.tree.leaves) > 1 and not error:
+            mine = set(self.queues.placed_in({leaf}))
+            return lambda record: record.pod.uid in mine and record.pod.priority < pod.priority
+        return lambda record: record.pod.priority < pod.priority
 
     def _pool(self, pod: PodInfo) -> Iterable[PodRecord]:
         leaf, error = self.queues.queue_of(pod)

@@ -31,7 +31,7 @@ than it can spare, the group becomes one unit and the node's search is run again
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import PodRecord
+from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.extender import NodeVictims, preempt_with_extenders
@@ -109,46 +109,62 @@ class VictimSearch:
         self,
         pod: PodInfo,
         statuses: NodeFilterStatuses,
-        pool: Iterable[PodRecord],
+        pool: Iterable[PodRecord] | Callable[[PodRecord], bool],
         *,
         budget: Budget | None = None,
         max_candidates: int = MAX_CANDIDATE_NODES,
     ) -> Candidate | None:
-        """The best node and its minimal victims, or None when preemption cannot help."""
+        """The best node and its minimal victims, or None when preemption cannot help.
+
+        `pool`: the running pods that may be taken, or a test of whether one may; with a
+        test, only the pods on the nodes the search visits are looked at (as kube's dry
+        run does), instead of every pod in the pool on every attempt."""
         handle = self.handle
         cluster = handle.cluster
         table = cluster.table
-        eligible: dict[str, PodRecord] = {}
-        by_row: dict[int, list[PodInfo]] = {}
-        for record in pool:
-            uid = record.pod.uid
-            if record.assumed or uid in cluster.evicting:
-                continue
-            row = table.row_of.get(record.node)
-            if row is None:
-                continue
-            eligible[uid] = record
-            by_row.setdefault(row, []).append(record.pod)
-        if not by_row:
-            return None
-        rows = np.fromiter(by_row, dtype=np.intp, count=len(by_row))
+        eligible: Mapping[str, PodRecord]
+        by_row: Mapping[int, list[PodInfo]]
+        if callable(pool):
+            lazy = _EligibleOnVisit(cluster, pool)
+            eligible, by_row = lazy, lazy.rows
+            rows = np.arange(table.n, dtype=np.intp)
+        else:
+            found_pool: dict[str, PodRecord] = {}
+            pool_rows: dict[int, list[PodInfo]] = {}
+            for record in pool:
+                uid = record.pod.uid
+                if record.assumed or uid in cluster.evicting:
+                    continue
+                row = table.row_of.get(record.node)
+                if row is None:
+                    continue
+                found_pool[uid] = record
+                pool_rows.setdefault(row, []).append(record.pod)
+            if not pool_rows:
+                return None
+            eligible, by_row = found_pool, pool_rows
+            rows = np.fromiter(pool_rows, dtype=np.intp, count=len(pool_rows))
         rows = rows[statuses.resolvable(rows)]
-        runner = handle.runner(pod)
-        if rows.size and runner.has_filter(RESOURCE_FILTER):
-            rows = rows[self._could_fit(pod, rows, by_row)]
         if not rows.size:
             return None
+        runner = handle.runner(pod)
+        check_resources = runner.has_filter(RESOURCE_FILTER)
         rows.sort()
         offset = int(handle.rng.integers(rows.size)) if rows.size > 1 else 0
-        order = np.concatenate([rows[offset:], rows[:offset]]).tolist()
+        order = np.concatenate([rows[offset:], rows[:offset]])
         local = self.node_local(runner, pod)
         best: Candidate | None = None
         found_all: list[Candidate] = []
         found = 0
         position = 0
         while position < len(order) and found < max_candidates:
-            chunk = order[position : position + max_candidates - found]
-            position += len(chunk)
+            at = order[position : position + max_candidates - found]
+            position += len(at)
+            if check_resources:
+                # Only the nodes this chunk visits (kube's dry run stops after enough
+                # candidates; on a large cluster most nodes are never looked at).
+                at = at[self._could_fit(pod, at, by_row)]
+            chunk: list[int] = at.tolist()
             units_of = {row: self._units_on(by_row[row], eligible) for row in chunk}
             chunk = [row for row in chunk if units_of[row]]
             results: dict[int, list[list[PodInfo]] | None] = {}
@@ -253,19 +269,26 @@ class VictimSearch:
                 batch = [row for row, units in ordered.items() if k < len(units)]
                 if not batch:
                     break
-                for row in batch:
-                    for victim in ordered[row][k]:
-                        tx.restore(victim)
                 at = np.array(batch, dtype=np.intp)
+                # Units whose return plainly leaves too little room stay off without
+                # being put back and taken off again (most of them, on a full cluster).
                 fits = (
-                    self._resources_fit_rows(pod, at) if check_resources else np.ones(at.size, bool)
+                    self._resources_fit_back(pod, at, [ordered[row][k] for row in batch])
+                    if check_resources
+                    else np.ones(at.size, bool)
                 )
+                restored = fits.copy()
+                for row, ok in zip(batch, fits.tolist(), strict=True):
+                    if ok:
+                        for victim in ordered[row][k]:
+                            tx.restore(victim)
                 if fits.any():
                     fits[fits] = self.fits_rows(runner, pod, at[fits])
-                for row, ok in zip(batch, fits.tolist(), strict=True):
+                for row, ok, back in zip(batch, fits.tolist(), restored.tolist(), strict=True):
                     if not ok:
-                        for victim in ordered[row][k]:
-                            tx.evict(victim)
+                        if back:
+                            for victim in ordered[row][k]:
+                                tx.evict(victim)
                         victims[row].append(ordered[row][k])
                 k += 1
         for row in ordered:
@@ -300,15 +323,23 @@ class VictimSearch:
                 free[i] -= table.pod_vector(other)
         return free
 
-    def _resources_fit_rows(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
-        """A cheap necessary condition for NodeResourcesFit (nominated room included),
-        to skip re-running every filter when a reprieved victim plainly does not fit."""
+    def _resources_fit_back(
+        self, pod: PodInfo, rows: NDArray[np.intp], back: list[list[PodInfo]]
+    ) -> NDArray[np.bool_]:
+        """A cheap necessary condition for NodeResourcesFit (nominated room included) on
+        each row if the pods `back[i]` (off that row now) were put back on it: reprieve
+        skips putting back, and re-running every filter for, a victim that plainly does
+        not leave room."""
         table = self.handle.cluster.table
-        fits: NDArray[np.bool_] = np.all(self._free_for(pod, rows) >= table.pod_vector(pod), axis=1)
+        free = self._free_for(pod, rows)
+        for i, pods in enumerate(back):
+            for victim in pods:
+                free[i] -= table.pod_vector(victim)
+        fits: NDArray[np.bool_] = np.all(free >= table.pod_vector(pod), axis=1)
         return fits
 
     def _could_fit(
-        self, pod: PodInfo, rows: NDArray[np.intp], by_row: dict[int, list[PodInfo]]
+        self, pod: PodInfo, rows: NDArray[np.intp], by_row: Mapping[int, list[PodInfo]]
     ) -> NDArray[np.bool_]:
         """Rows where removing every eligible victim would free enough resources."""
         table = self.handle.cluster.table
@@ -325,7 +356,7 @@ class VictimSearch:
         return fits
 
     def _units_on(
-        self, victims: list[PodInfo], eligible: dict[str, PodRecord]
+        self, victims: list[PodInfo], eligible: Mapping[str, PodRecord]
     ) -> list[list[PodInfo]]:
         """The node's victims grouped into units that go together; a unit with a pod
         that may not be taken is not a victim at all."""
@@ -405,15 +436,18 @@ class VictimSearch:
                 return None
             ordered = self._reprieve_order(units)
             victims: list[list[PodInfo]] = []
+            one = np.array([row], dtype=np.intp)
+            name = str(self.handle.cluster.table.names[row])
             for unit in ordered:
+                back = [v for v in unit if tx.is_evicted(v.uid)]
+                here = [v for v in back if tx.node_of_evicted(v.uid) == name]
+                if check_resources and not self._resources_fit_back(pod, one, [here])[0]:
+                    victims.append(unit)  # no room for it: not put back at all
+                    continue
                 mark = tx.mark()
-                for victim in unit:
-                    if tx.is_evicted(victim.uid):
-                        tx.restore(victim)
-                one = np.array([row], dtype=np.intp)
-                if (check_resources and not self._resources_fit_rows(pod, one)[0]) or not self.fits(
-                    runner, pod, row
-                ):
+                for victim in back:
+                    tx.restore(victim)
+                if not self.fits(runner, pod, row):
                     tx.rollback(mark)
                     victims.append(unit)
         return victims or None
@@ -438,6 +472,70 @@ class VictimSearch:
                 return False
         outcome = runner.run_filters(state, pod, Candidates.of(np.array([row], dtype=np.intp)))
         return bool(outcome.passed[0])
+
+
+class _EligibleOnVisit(Mapping[str, PodRecord]):
+    """The takeable running pods, found as the search asks for them: a pod is in when it
+    is bound (not assumed), not already being evicted, and passes the pool's test;
+    `rows[row]` lists a node's takeable pods. Answers are memoised for the attempt."""
+
+    def __init__(self, cluster: ClusterState, takeable: Callable[[PodRecord], bool]) -> None:
+        self.cluster = cluster
+        self.takeable = takeable
+        self._seen: dict[str, PodRecord | None] = {}
+        self.rows = _RowsOnVisit(self)
+
+    def _lookup(self, uid: str) -> PodRecord | None:
+        if uid in self._seen:
+            return self._seen[uid]
+        cluster = self.cluster
+        record = cluster.placed.get(uid)
+        if (
+            record is None
+            or record.assumed
+            or uid in cluster.evicting
+            or record.node not in cluster.table.row_of
+            or not self.takeable(record)
+        ):
+            record = None
+        self._seen[uid] = record
+        return record
+
+    def __getitem__(self, uid: str) -> PodRecord:
+        record = self._lookup(uid)
+        if record is None:
+            raise KeyError(uid)
+        return record
+
+    def __contains__(self, uid: object) -> bool:
+        return isinstance(uid, str) and self._lookup(uid) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (uid for uid, record in self._seen.items() if record is not None)
+
+    def __len__(self) -> int:
+        return sum(record is not None for record in self._seen.values())
+
+
+class _RowsOnVisit(Mapping[int, list[PodInfo]]):
+    """row -> the takeable pods on that node, built on first use."""
+
+    def __init__(self, eligible: _EligibleOnVisit) -> None:
+        self.eligible = eligible
+        self._rows: dict[int, list[PodInfo]] = {}
+
+    def __getitem__(self, row: int) -> list[PodInfo]:
+        found = self._rows.get(row)
+        if found is None:
+            pods = self.eligible.cluster.table.pods[row]
+            found = self._rows[row] = [p for uid, p in pods.items() if uid in self.eligible]
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 def _unit_importance(unit: list[PodInfo]) -> tuple[int, float]:

@@ -7,15 +7,18 @@ below its guarantee"); the search does the rest the way kube-scheduler does:
 
 1. Candidate nodes are those where the pod's rejection is *resolvable* (the filters said
    Unschedulable, not UnschedulableAndUnresolvable) and that hold eligible victims.
-   A vectorised necessary check drops nodes where even removing every eligible victim
-   would not free enough resources (only when the profile filters on resources).
+   They are visited in chunks from a random offset until enough candidates are found;
+   when the pool is a test rather than a list, only the visited nodes' pods are read.
+   A vectorised necessary check drops visited nodes where even removing every eligible
+   victim would not free enough resources (only when the profile filters on resources).
 2. On each candidate (`select_on_node`, kube's SelectVictimsOnNode), inside a
    `Transaction`: every eligible victim is evicted tentatively, then *every* PreFilter
    and Filter plugin of the pod's profile is re-run against the cache, so affinity,
    spread, ports, GPU devices and queue limits are judged with the victims gone; then
    victims are reprieved (put back) one by one, PDB-violating ones first, most
-   important first, keeping each that still lets the pod fit. The transaction is
-   always discarded: nothing is decided here.
+   important first, keeping each that still lets the pod fit (one whose requests
+   plainly leave too little room is not put back at all). The transaction is always
+   discarded: nothing is decided here.
 3. Nodes are ranked by kube's criteria (fewest PDB violations, lowest highest victim
    priority, smallest priority sum, fewest victims, latest start) over up to
    `max_candidates` valid candidates, starting at a random offset as kube does.

@@ -66,12 +66,18 @@ async def test_gangs_bind_all_or_nothing_and_their_pod_group_status_is_written(
 
             await wait_for(whole, what="the whole gang bound")
 
-            async def running() -> bool:
-                return (await status("train")).get("phase") == "Running"
+            async def phase_is(phase: str) -> bool:
+                return (await status("train")).get("phase") == phase
 
-            await wait_for(running, what="PodGroup train Running")
+            # Bound, not started (no kubelet here): Scheduled, as scheduler-plugins says.
+            await wait_for(lambda: phase_is("Scheduled"), what="PodGroup train Scheduled")
             written = await status("train")
-            assert written["running"] == 3 and written["scheduleStartTime"]
+            assert written["scheduled"] == 3 and written["running"] == 0
+            assert written["scheduleStartTime"]
+            for i in range(3):
+                await s.set_running(f"train-{i}")  # what the kubelets would report
+            await wait_for(lambda: phase_is("Running"), what="PodGroup train Running")
+            assert (await status("train"))["running"] == 3
 
             async def refused() -> bool:
                 return (await status("too-big")).get("phase") == "Scheduling"

@@ -263,6 +263,7 @@ async def test_gangs_run_whole_and_their_pod_groups_say_how_they_are(tmp_path: P
                 found = await client.request("GET", PODGROUPS.path(namespace, group))
                 return dict(found.get("status") or {})
 
+            # Running once the cluster's kubelets started the members (Scheduled before).
             while (await status_of("fits")).get("phase") != "Running":
                 assert asyncio.get_running_loop().time() < deadline, "fits is not Running"
                 await asyncio.sleep(0.5)

@@ -78,6 +78,21 @@ async def test_gangs_that_run_show_running_with_their_counts_in_each_api(tmp_pat
             )
         async with running(api, tmp_path) as (kube, _):
             await eventually(lambda: len(bound_pods(api)) == 7, what="every gang bound")
+            # Bound, not started (no kubelet yet): scheduler-plugins' Scheduled, 0 running.
+            for version, name, count in ((PLUGINS, "train", 3), (SIGS, "tune", 2)):
+                await eventually(
+                    lambda v=version, n=name: _status(api, v, n).get("phase") == "Scheduled",
+                    what=f"{name} Scheduled",
+                )
+                status = _status(api, version, name)
+                assert status["scheduled"] == count and status["running"] == 0
+                assert _condition(status, "Scheduled")["status"] == "True"
+            # Volcano counts bound members as ready: Running, with 0 pods running yet.
+            await eventually(lambda: _status(api, VOLCANO, "infer").get("phase") == "Running")
+            assert _status(api, VOLCANO, "infer")["running"] == 0
+            # The kubelets start the pods: Running, with the counts.
+            for name in (*(f"train{i}" for i in range(3)), "tune0", "tune1", "infer0", "infer1"):
+                api.set_pod_phase("default", name, "Running")
             for version, name, count in ((PLUGINS, "train", 3), (SIGS, "tune", 2)):
                 await eventually(
                     lambda v=version, n=name: _status(api, v, n).get("phase") == "Running",
@@ -88,9 +103,9 @@ async def test_gangs_that_run_show_running_with_their_counts_in_each_api(tmp_pat
                 assert status["succeeded"] == 0 and status["failed"] == 0
                 assert status["scheduleStartTime"]
                 assert _condition(status, "Scheduled")["status"] == "True"
-            await eventually(lambda: _status(api, VOLCANO, "infer").get("phase") == "Running")
+            await eventually(lambda: _status(api, VOLCANO, "infer").get("running") == 2)
             status = _status(api, VOLCANO, "infer")
-            assert status["running"] == 2
+            assert status["phase"] == "Running"
             ready = _condition(status, "Scheduled")
             assert ready["status"] == "True"
             assert ready["reason"] == "tasks in gang are ready to be scheduled"
@@ -154,7 +169,7 @@ async def test_gangs_that_cannot_fit_say_why_on_their_pod_group(tmp_path: Path) 
             assert bound_pods(api) == {}
             # Room arrives: the gang runs and the condition flips.
             api.create("v1", "nodes", node("n2", cpu="4"))
-            await eventually(lambda: _status(api, PLUGINS, "big").get("phase") == "Running")
+            await eventually(lambda: _status(api, PLUGINS, "big").get("phase") == "Scheduled")
             assert _condition(_status(api, PLUGINS, "big"), "Scheduled")["status"] == "True"
 
 
@@ -170,7 +185,7 @@ async def test_status_writes_survive_api_errors_and_skip_objects_that_are_gone(
         for i in range(2):
             api.create("v1", "pods", pod(f"flaky{i}", cpu="1", labels={GROUP_LABEL: "flaky"}))
         async with running(api, tmp_path) as (kube, task):
-            await eventually(lambda: _status(api, PLUGINS, "flaky").get("phase") == "Running")
+            await eventually(lambda: _status(api, PLUGINS, "flaky").get("phase") == "Scheduled")
             assert kube.group_status.written >= 1
             # A group whose object is deleted: later changes are not written (and the
             # writer does not stop).
@@ -188,7 +203,7 @@ async def test_status_writes_survive_api_errors_and_skip_objects_that_are_gone(
             # The writer still works for others.
             api.create(PLUGINS, "podgroups", _group(PLUGINS, "after", 1))
             api.create("v1", "pods", pod("after0", cpu="1", labels={GROUP_LABEL: "after"}))
-            await eventually(lambda: _status(api, PLUGINS, "after").get("phase") == "Running")
+            await eventually(lambda: _status(api, PLUGINS, "after").get("phase") == "Scheduled")
 
 
 @async_test(timeout=60)
@@ -243,8 +258,14 @@ async def test_a_pod_group_scheduler_plugins_marked_scheduled_is_read(tmp_path: 
 
 
 def _gs(
-    phase: str, running: int = 0, succeeded: int = 0, failed: int = 0, reason: str = ""
+    phase: str,
+    scheduled: int = 0,
+    succeeded: int = 0,
+    failed: int = 0,
+    reason: str = "",
+    running: int | None = None,
 ) -> GroupStatus:
+    """A group status; its bound members run (phase Running) unless `running` says."""
     return GroupStatus(
         namespace="default",
         name="g",
@@ -252,7 +273,8 @@ def _gs(
         has_object=True,
         phase=phase,
         min_member=2,
-        running=running,
+        scheduled=scheduled,
+        running=scheduled if running is None else running,
         succeeded=succeeded,
         failed=failed,
         reason=reason,
@@ -262,15 +284,17 @@ def _gs(
 def test_volcano_phases_follow_volcanos_own_rules() -> None:
     assert volcano_phase(_gs("Pending")) == "Inqueue"
     assert volcano_phase(_gs("Scheduling", reason="no room")) == "Inqueue"
-    assert volcano_phase(_gs("Running", running=2)) == "Running"
+    assert volcano_phase(_gs("Running", scheduled=2)) == "Running"
+    # Volcano counts bound members as ready, started or not.
+    assert volcano_phase(_gs("Running", scheduled=2, running=0)) == "Running"
     # One member left running below the minimum and the rest does not fit: Unknown.
-    assert volcano_phase(_gs("Scheduling", running=1, reason="no room")) == "Unknown"
+    assert volcano_phase(_gs("Scheduling", scheduled=1, reason="no room")) == "Unknown"
     # Every placed member finished (failed ones too): Completed.
     assert volcano_phase(_gs("Finished", succeeded=2)) == "Completed"
     assert volcano_phase(_gs("Failed", succeeded=1, failed=1, reason="1 member(s) failed")) == (
         "Completed"
     )
-    assert volcano_phase(_gs("Failed", running=1, failed=1, reason="1 member(s) failed")) == (
+    assert volcano_phase(_gs("Failed", scheduled=1, failed=1, reason="1 member(s) failed")) == (
         "Running"
     )
 
@@ -286,7 +310,24 @@ def test_conditions_keep_their_transition_time_while_their_status_holds() -> Non
     assert first["scheduleStartTime"] == "t1"
     assert "scheduleStartTime" not in again  # the object has one: kept
     # A merge patch: what it leaves out stays on the object.
-    done = group_status_patch(kind, _gs("Running", running=2), {"status": {**first, **again}}, "t3")
+    done = group_status_patch(
+        kind, _gs("Running", scheduled=2), {"status": {**first, **again}}, "t3"
+    )
     assert done["conditions"][0]["status"] == "True"
     assert done["conditions"][0]["lastTransitionTime"] == "t3"
     assert "scheduleStartTime" not in done
+
+
+def test_scheduler_plugins_groups_are_scheduled_until_their_members_run() -> None:
+    # As scheduler-plugins' PodGroup controller: Scheduled once minMember are bound,
+    # Running once minMember run (or already succeeded).
+    bound = group_status_patch(PODGROUPS, _gs("Running", scheduled=2, running=0), {}, "t")
+    assert (bound["phase"], bound["scheduled"], bound["running"]) == ("Scheduled", 2, 0)
+    one = group_status_patch(PODGROUPS, _gs("Running", scheduled=2, running=1), {}, "t")
+    assert one["phase"] == "Scheduled"
+    both = group_status_patch(PODGROUPS, _gs("Running", scheduled=2, running=2), {}, "t")
+    assert both["phase"] == "Running"
+    mixed = group_status_patch(
+        PODGROUPS, _gs("Running", scheduled=1, running=1, succeeded=1), {}, "t"
+    )
+    assert mixed["phase"] == "Running"

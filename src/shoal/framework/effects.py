@@ -117,7 +117,8 @@ class GroupStatus:
     has_object: bool  # backed by a PodGroup object (else named by pod labels only)
     phase: str
     min_member: int
-    running: int
+    scheduled: int  # members bound to a node and not finished
+    running: int  # of those, members whose pod is in phase Running (started by a kubelet)
     succeeded: int
     failed: int
     reason: str = ""

@@ -63,6 +63,7 @@ from shoal.tenancy.manager import QueueManager
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
 
 FINISHED_PHASES = ("Succeeded", "Failed")
+RUNNING_PHASE = "Running"
 QUEUE_STATUS_SECONDS = 1.0  # queue statuses are published at most this often
 
 
@@ -273,6 +274,8 @@ class Scheduler:
         group = self.gangs.group_of_uid(info.uid)
         if group is not None:
             group.members[info.uid] = info
+            if old is None or old.pod.status.phase != info.pod.status.phase:
+                self.gangs.dirty.add(group.key)  # its running count may have changed
         if info.node_name:
             self.cluster.add_bound_pod(info, info.node_name)
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL))
@@ -470,7 +473,13 @@ class Scheduler:
                 has_object=group.has_object,
                 phase=group.phase,
                 min_member=group.min_member,
-                running=len(group.bound),
+                scheduled=len(group.bound),
+                running=sum(
+                    1
+                    for uid in group.bound
+                    if (m := group.members.get(uid)) is not None
+                    and m.pod.status.phase == RUNNING_PHASE
+                ),
                 succeeded=len(group.succeeded),
                 failed=len(group.failed),
                 reason=group.reason,

@@ -74,6 +74,7 @@ CRDS: list[CrdSpec] = [
         columns=(
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("MinMember", ".spec.minMember", "integer"),
+            PrinterColumn("Scheduled", ".status.scheduled", "integer"),
             PrinterColumn("Running", ".status.running", "integer"),
             PrinterColumn("Succeeded", ".status.succeeded", "integer"),
             PrinterColumn("Failed", ".status.failed", "integer"),

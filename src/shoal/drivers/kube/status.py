@@ -363,11 +363,11 @@ def volcano_phase(status: GroupStatus) -> str:
     enqueue step (Volcano moves a Pending group to Inqueue itself when its `enqueue`
     action is off), and Volcano's job controller creates a job's pods only after its
     PodGroup left Pending."""
-    scheduled = status.running + status.succeeded + status.failed
-    if status.running and scheduled < status.min_member and _unschedulable(status):
+    placed = status.scheduled + status.succeeded + status.failed
+    if status.scheduled and placed < status.min_member and _unschedulable(status):
         return "Unknown"
-    if scheduled >= status.min_member:
-        return "Running" if status.running else "Completed"
+    if placed >= status.min_member:
+        return "Running" if status.scheduled else "Completed"
     return "Inqueue"
 
 
@@ -429,9 +429,14 @@ def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, n
             body["conditions"] = _merge_conditions(conditions, wanted, now, ("transitionID",))
         return body
     # scheduler-plugins (scheduling.x-k8s.io, scheduling.sigs.k8s.io): its phase names are
-    # Shoal's own.
+    # Shoal's own, but for Scheduled, as its PodGroup controller has it: minMember bound,
+    # fewer than minMember started (Running, or already Succeeded) by their kubelets.
+    phase = status.phase
+    if phase == "Running" and status.running + status.succeeded < status.min_member:
+        phase = "Scheduled"
     body = {
-        "phase": status.phase,
+        "phase": phase,
+        "scheduled": status.scheduled,
         "running": status.running,
         "succeeded": status.succeeded,
         "failed": status.failed,

@@ -9,6 +9,7 @@ enough room)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from apihelpers import Running, space, wait_for
 from kubehelpers import async_test
@@ -107,3 +108,35 @@ async def test_stopped_mid_way_a_new_scheduler_binds_the_rest_and_none_twice(
             for node in (await s.bound()).values():
                 per_node[node] = per_node.get(node, 0) + 1
             assert per_node == dict.fromkeys(nodes, 4)
+
+
+@async_test(timeout=120)
+async def test_a_busy_scheduling_loop_does_not_cost_the_lease(
+    control_plane: dict[str, str],
+) -> None:
+    # A scheduling pass that holds the event loop (a slow HTTP extender, a huge gang)
+    # for longer than the renew deadline: the lease is renewed on its own thread.
+    async with space(control_plane["KUBECONFIG"], "busy") as s:
+        await s.add_node("n0", cpu="8")
+        await s.create_pod("first")
+        async with s.shoal(s.options("one", leader_elect=True)) as one:
+
+            async def bound() -> bool:
+                return len(await s.bound()) == 1
+
+            await wait_for(bound, what="the first pod bound")
+            assert one.kube.leading
+            before = (await s.get(LEASES.path(s.name, "shoal")) or {})["spec"]["renewTime"]
+            deadline = one.kube.options.leader.renew_deadline
+            time.sleep(deadline * 1.5)  # the whole event loop stalls, as in a long pass
+            lease = await s.get(LEASES.path(s.name, "shoal")) or {}
+            assert lease["spec"]["holderIdentity"] == one.kube.options.identity
+            assert lease["spec"]["renewTime"] != before  # renewed during the stall
+            await asyncio.sleep(1.0)  # the loop runs again: nothing gave the lease up
+            assert one.kube.leading and not one.task.done()
+            await s.create_pod("second")
+
+            async def both() -> bool:
+                return len(await s.bound()) == 2
+
+            await wait_for(both, what="the second pod bound by the same leader")

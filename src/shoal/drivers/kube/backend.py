@@ -567,7 +567,9 @@ class KubeBackend:
                 await self._until(self.elector.acquire(), stop)
                 if self._stopping.is_set():
                     return
-                hold = asyncio.create_task(self.elector.hold(), name="lease-renewal")
+                hold = asyncio.create_task(
+                    self.elector.hold_on_thread(self._new_leader_client), name="lease-renewal"
+                )
             else:
                 self._leader_changed(True)
             schedule = asyncio.create_task(self._schedule_loop(), name="scheduling-loop")
@@ -589,18 +591,31 @@ class KubeBackend:
             log.exception("the scheduler stopped on an unexpected error")
             raise
         finally:
+            # Scheduling and binding stop before the renewals do (the lease is renewed on
+            # a thread of its own): nothing is bound once the lease may pass to a standby.
             clean = self._stopping.is_set()
-            for loop_task in (schedule, hold):
-                if loop_task is not None:
-                    loop_task.cancel()
+            if schedule is not None:
+                schedule.cancel()
+                await asyncio.gather(schedule, return_exceptions=True)
             if clean:
                 await self._drain()
-                if self.elector is not None:
-                    await self.elector.release()
+            binds = list(self._bind_tasks)
+            for bind in binds:
+                bind.cancel()
+            await asyncio.gather(*binds, return_exceptions=True)
+            if hold is not None:
+                hold.cancel()
+                await asyncio.gather(hold, return_exceptions=True)
+            if clean and self.elector is not None:
+                await self.elector.release()
             for task in [*self._bind_tasks, *tasks, stop]:
                 task.cancel()
             await asyncio.gather(*self._bind_tasks, *tasks, stop, return_exceptions=True)
             self._leader_changed(False)
+
+    def _new_leader_client(self) -> KubeClient:
+        """A client like `leader_client`, for the lease thread's own event loop."""
+        return KubeClient(self.connection, "leader-election", self.leader_client.settings)
 
     def stop(self) -> None:
         """Ask `run` to return: finish in-flight binds (briefly), release the lease."""
@@ -646,6 +661,10 @@ class KubeBackend:
         opts = self.options
         while True:
             self._loop_beat = time.monotonic()
+            if self.elector is not None and not self.elector.lease_valid():
+                # Past the renew deadline (the lease thread is about to say so): no pass.
+                await asyncio.sleep(self.options.leader.retry_period)
+                continue
             self._wake.clear()
             self._cycle_started = time.perf_counter()
             try:
@@ -664,8 +683,11 @@ class KubeBackend:
             if wake is not None:
                 delay = min(delay, max(0.0, wake - self.clock.now()))
             if delay > 0 and not self._wake.is_set():
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancel that lands as the event is set, and a cancelled loop would go on.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
             else:
                 await asyncio.sleep(0)
 

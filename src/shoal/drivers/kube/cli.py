@@ -569,6 +569,7 @@ async def _serve(
         log.error("exiting: %s", err)
         code = 1
     except Exception:
+        log.exception("exiting on an unexpected error")
         code = 1
     finally:
         if server is not None:

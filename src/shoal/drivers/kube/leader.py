@@ -11,6 +11,14 @@
   leading. Because `renew_deadline < lease_duration`, a leader that cannot reach the
   API server has stopped before any other replica may take over: at most one replica
   schedules at a time.
+* The leader renews on a thread of its own, with its own event loop and client
+  (`hold_on_thread`), as client-go's elector runs in a goroutine of its own: a
+  scheduling pass that keeps the main loop busy (a slow HTTP extender, a huge gang)
+  must not cost a replica that is alive its leadership. The main loop reads
+  `lease_valid()` before each pass, so it never schedules past the renew deadline even
+  if it has not yet been told that the lease is lost. Whoever stops the thread stops
+  scheduling and binding first (see `KubeBackend.run`), so nothing is bound after the
+  renewals end.
 * On a clean shutdown the leader releases the Lease (empty holder), so a standby takes
   over at its next poll instead of waiting for the lease to expire.
 
@@ -22,11 +30,15 @@ poll after expiry); with kube-scheduler's defaults (15 s, 10 s, 2 s) that is 19 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from shoal.config.load import LEADER_JITTER
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
@@ -86,6 +98,14 @@ class LeaderSettings:
         return max(1, math.ceil(self.lease_duration))
 
 
+async def _within(attempt: Coroutine[Any, Any, bool], seconds: float) -> bool:
+    """`attempt`, or TimeoutError after `seconds`. asyncio.timeout rather than wait_for:
+    on Python 3.11 wait_for can swallow a cancel that lands as the attempt finishes, and
+    a cancelled renewal loop must stop."""
+    async with asyncio.timeout(seconds):
+        return await attempt
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -121,9 +141,7 @@ class LeaderElector:
         while True:
             sent = self.clock()
             try:
-                acquired = await asyncio.wait_for(
-                    self.try_acquire_or_renew(), self.settings.retry_period
-                )
+                acquired = await _within(self.try_acquire_or_renew(), self.settings.retry_period)
             except (ApiError, TimeoutError) as err:
                 log.debug("acquiring the lease failed: %s", err, extra={"error": str(err)})
                 acquired = False
@@ -147,7 +165,7 @@ class LeaderElector:
             deadline = self.last_renew + s.renew_deadline
             sent = self.clock()
             try:
-                renewed = await asyncio.wait_for(
+                renewed = await _within(
                     self.try_acquire_or_renew(), max(0.001, min(s.retry_period, deadline - sent))
                 )
             except (ApiError, TimeoutError) as err:
@@ -165,6 +183,58 @@ class LeaderElector:
                     extra={"identity": s.identity},
                 )
                 raise LeadershipLost(f"leadership lost; the lease is held by {self.leader!r}")
+
+    def lease_valid(self) -> bool:
+        """Is this replica the leader with a renewal sent less than `renew_deadline` ago
+        (safe to read from any thread)?"""
+        return self.is_leader and self.clock() < self.last_renew + self.settings.renew_deadline
+
+    async def hold_on_thread(self, new_client: Callable[[], KubeClient]) -> None:
+        """`hold` on a thread of its own, with its own event loop and a client made there
+        by `new_client` (a client's HTTP session belongs to one loop); `on_change` is
+        called on the caller's loop. Cancelling this coroutine stops the thread and
+        returns once it has ended (the elector has its own client back then);
+        LeadershipLost is raised here as from `hold`."""
+        caller = asyncio.get_running_loop()
+        on_change, client = self.on_change, self.client
+        stop = threading.Event()
+        started: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = {}
+        lock = threading.Lock()
+
+        def changed(leading: bool) -> None:
+            if on_change is not None:
+                caller.call_soon_threadsafe(on_change, leading)
+
+        async def renew() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            with lock:
+                if stop.is_set():  # cancelled before the thread got going
+                    return
+                started["at"] = (asyncio.get_running_loop(), task)
+            own = new_client()
+            self.client, self.on_change = own, changed
+            try:
+                await self.hold()
+            finally:
+                self.client, self.on_change = client, on_change
+                await own.close()
+
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lease") as pool:
+            done = pool.submit(asyncio.run, renew())
+            try:
+                await asyncio.wrap_future(done)
+            except asyncio.CancelledError:
+                with lock:
+                    stop.set()
+                    at = started.get("at")
+                if at is not None:
+                    loop, task = at
+                    with contextlib.suppress(RuntimeError):  # its loop already closed
+                        loop.call_soon_threadsafe(task.cancel)
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(asyncio.wrap_future(done))
+                raise
 
     async def release(self) -> None:
         """Give the lease up (on a clean shutdown) so a standby takes over at once."""

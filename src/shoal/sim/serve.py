@@ -71,7 +71,8 @@ async def _run_live(sim: Simulation, speed: float, stop: asyncio.Event) -> bool:
             delay = started + sim.clock.now() / speed - loop.time()
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                    async with asyncio.timeout(delay):  # not wait_for: it can eat a cancel
+                        await stop.wait()
                 yielded = loop.time()
                 continue
         if loop.time() - yielded >= YIELD_SECONDS:

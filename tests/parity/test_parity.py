@@ -85,7 +85,10 @@ def _observe(api: FakeApiServer, scenario: Scenario) -> Outcome:
     phases = {}
     for group in api.list_objects("scheduling.x-k8s.io", "podgroups"):
         meta = group["metadata"]
-        phases[f"{meta['namespace']}/{meta['name']}"] = (group.get("status") or {}).get("phase")
+        phase = (group.get("status") or {}).get("phase")
+        # No kubelet starts the pods here: a gang bound whole is scheduler-plugins'
+        # Scheduled; the simulator's pods run as soon as they are bound.
+        phases[f"{meta['namespace']}/{meta['name']}"] = "Running" if phase == "Scheduled" else phase
     return Outcome(placements, devices, phases, sorted(api.evictions))
 
 

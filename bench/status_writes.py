@@ -60,6 +60,7 @@ from shoal.drivers.kube.resources import (
     PODS,
     QUEUE_BINDINGS,
     QUEUES,
+    ResourceKind,
 )
 from shoal.framework.effects import Bound
 
@@ -82,6 +83,11 @@ class Round:
     @property
     def writes_per_second(self) -> float:
         return (self.group_writes + self.queue_writes) / self.seconds
+
+
+def _type_of(kind: ResourceKind) -> dict[str, str]:
+    """apiVersion and kind: a real API server refuses a custom object without them."""
+    return {"apiVersion": kind.api_version, "kind": kind.kind}
 
 
 async def populate(
@@ -118,12 +124,20 @@ async def populate(
         await client.request(
             "POST",
             QUEUES.path(),
-            body={"metadata": {"name": queue}, "spec": {"guaranteed": {"cpu": "10"}}},
+            body={
+                **_type_of(QUEUES),
+                "metadata": {"name": queue},
+                "spec": {"guaranteed": {"cpu": "10"}},
+            },
         )
         await client.request(
             "POST",
             QUEUE_BINDINGS.path(),
-            body={"metadata": {"name": queue}, "spec": {"queue": queue, "namespaces": [namespace]}},
+            body={
+                **_type_of(QUEUE_BINDINGS),
+                "metadata": {"name": queue},
+                "spec": {"queue": queue, "namespaces": [namespace]},
+            },
         )
         paths += [QUEUES.path(name=queue), QUEUE_BINDINGS.path(name=queue)]
     size = args.pods // args.gangs
@@ -134,7 +148,11 @@ async def populate(
         await client.request(
             "POST",
             PODGROUPS.path(namespace),
-            body={"metadata": {"name": group, "namespace": namespace}, "spec": {"minMember": size}},
+            body={
+                **_type_of(PODGROUPS),
+                "metadata": {"name": group, "namespace": namespace},
+                "spec": {"minMember": size},
+            },
         )
         for m in range(size):
             body = bench_pod(f"{group}-{m}", namespace, scheduler, run, {GROUP_LABEL: group})

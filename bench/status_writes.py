@@ -9,14 +9,18 @@ of all pods with status writes
 * off: the PodGroup, Queue and QueueBinding status writers disconnected from the
   effects port (the scheduler still computes and emits the statuses);
 * on: the writers at the backend's default rates (PodGroups 10/s, Queues and
-  QueueBindings 5/s), as `shoal run` does;
+  QueueBindings 5/s while binds are in flight, 50/s each once none is), as `shoal run`
+  does;
+* no-catch-up: the default rates, never faster once the binds are done (not in the
+  default --modes; the catch-up rate's baseline);
 * unlimited: the writers with no rate limit (what the limits protect against).
 
 It reports pods/s (all binds over the time from the backend's start to the last bind,
 and the steady rate: the least-squares slope of bind count over completion time), the
 status writes made per second while scheduling, the ratio of pods/s to the `off` round
-of the same run, and how many PodGroup statuses were still to be written when the last
-pod was bound (with the default rates, a backlog the writer works off afterwards). The
+of the same run, how many PodGroup statuses were still to be written when the last
+pod was bound (with the default rates, a backlog the writer works off afterwards) and
+how long after the last bind every status had been written. The
 client QPS is unlimited by default (--qps), so the writes cost CPU, not API budget.
 
 Each round runs in a fresh interpreter (with a fresh fake API server), `--repeat` times
@@ -79,6 +83,7 @@ class Round:
     queue_writes: int
     pod_condition_writes: int
     groups_left: int
+    caught_up: float | None = None  # s after the last bind until every status was written
 
     @property
     def writes_per_second(self) -> float:
@@ -164,6 +169,16 @@ async def populate(
 
 async def cleanup(client: KubeClient, namespaces: list[str], paths: list[str]) -> None:
     for namespace in namespaces:
+        # Without a namespace controller (../shared/k8s runs none) a deleted namespace
+        # keeps its objects: the next round's informers would list this round's groups.
+        with contextlib.suppress(ApiError):
+            listing = await client.request("GET", PODGROUPS.path(namespace))
+            await gather_limited(
+                [
+                    client.request("DELETE", PODGROUPS.path(namespace, item["metadata"]["name"]))
+                    for item in listing.get("items") or []
+                ]
+            )
         await delete_namespace(client, namespace)
     for path in paths:
         with contextlib.suppress(ApiError):
@@ -190,6 +205,8 @@ async def measure(kubeconfig: str, mode: str, args: argparse.Namespace) -> Round
         )
         if mode == "unlimited":
             options = replace(options, group_status_qps=0.0, queue_status_qps=0.0)
+        elif mode == "no-catch-up":  # default limits, never faster once the binds are done
+            options = replace(options, status_idle_qps=0.0)
         kube = KubeBackend(
             parse_config({"profiles": [{"schedulerName": scheduler}]}), connection, options
         )
@@ -220,6 +237,15 @@ async def measure(kubeconfig: str, mode: str, args: argparse.Namespace) -> Round
             group_writes = kube.group_status.written
             queue_writes = kube.queue_status.written + kube.binding_status.written
             pod_conditions = kube.status.written
+            caught_up: float | None = None
+            if mode != "off":
+                writers = (kube.group_status, kube.queue_status, kube.binding_status)
+                while not all(w.idle for w in writers):
+                    if time.monotonic() - reached[-1] > args.timeout:
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    caught_up = time.monotonic() - reached[-1]
         finally:
             kube.stop()
             with contextlib.suppress(Exception):
@@ -235,6 +261,7 @@ async def measure(kubeconfig: str, mode: str, args: argparse.Namespace) -> Round
             queue_writes,
             pod_conditions,
             groups_left,
+            caught_up,
         )
     finally:
         await cleanup(admin, namespaces, paths)
@@ -301,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"status writes {result.writes_per_second:6.1f}/s (podgroups "
                 f"{result.group_writes}, queues+bindings {result.queue_writes})  pod "
                 f"conditions {result.pod_condition_writes}  podgroup statuses still queued "
-                f"{result.groups_left}",
+                f"{result.groups_left}, all written "
+                + ("-" if result.caught_up is None else f"{result.caught_up:.1f} s")
+                + " after the last bind",
                 flush=True,
             )
     base = statistics.median(r.overall for r in rounds.get("off", [])) if "off" in rounds else 0

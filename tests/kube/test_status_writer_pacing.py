@@ -75,3 +75,42 @@ async def test_an_object_updated_while_being_written_is_written_again_after() ->
     assert client.max_active_per_object == 1
     assert writer.written == 2
     assert [p for _, p in client.starts] == [client.starts[0][1]] * 2
+
+
+@async_test(timeout=20)
+async def test_writes_go_at_the_idle_rate_once_no_bind_is_in_flight() -> None:
+    client = SlowClient(latency=0.0)
+    binding = [True]
+    writer = QueueStatusWriter(
+        cast(KubeClient, client), queue_object, qps=5.0, idle_qps=100.0, busy=lambda: binding[0]
+    )
+    task = asyncio.create_task(writer.run())
+    for i in range(30):
+        writer.update(QueueStatus(name=f"q{i}", running_pods=1))
+    await asyncio.sleep(0.5)
+    binding[0] = False
+    switched = asyncio.get_running_loop().time()
+    while not writer.idle:
+        await asyncio.sleep(0.02)
+    task.cancel()
+
+    assert writer.written == 30
+    times = sorted(t for t, _ in client.starts)
+    busy = [t for t in times if t < switched]
+    idle = [t for t in times if t >= switched]
+    # At most 5/s while binds are in flight (a little slack for timers)...
+    assert all(b - a >= 0.2 - 0.02 for a, b in pairwise(busy))
+    # ...and the rest at up to 100/s: far less than the seconds 5/s would take.
+    assert len(idle) >= 20
+    # (Writes already waiting for their slot at the slower rate keep it: no gap check.)
+    assert idle[-1] - switched < 0.25 + 0.01 * len(idle) + 1.0
+
+
+def test_no_idle_rate_keeps_the_rate_when_idle() -> None:
+    client = cast(KubeClient, SlowClient(latency=0.0))
+    kept = QueueStatusWriter(client, queue_object, qps=5.0, idle_qps=0.0, busy=lambda: False)
+    assert kept.idle_interval == kept.interval == 0.2
+    slower = QueueStatusWriter(client, queue_object, qps=5.0, idle_qps=1.0, busy=lambda: False)
+    assert slower.idle_interval == 0.2  # never slower than qps when idle
+    unlimited = QueueStatusWriter(client, queue_object, qps=0.0, idle_qps=50.0)
+    assert unlimited.idle_interval == unlimited.interval == 0.0

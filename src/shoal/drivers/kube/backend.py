@@ -241,6 +241,9 @@ class KubeOptions:
     event_repeat_seconds: float = 60.0
     group_status_qps: float = 10.0  # PodGroup status writes per second at most
     queue_status_qps: float = 5.0  # Queue status writes per second at most
+    # Status writes per second (each writer) while no bind is in flight: the backlog of
+    # a burst is written at this rate once its binds are done (0: never faster).
+    status_idle_qps: float = 50.0
     shutdown_grace_seconds: float = 5.0
     # How long /readyz reports another scheduler binding our pods after its last bind.
     foreign_bind_window_seconds: float = 300.0
@@ -348,14 +351,19 @@ class KubeBackend:
         # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
         self._group_kinds: dict[str, dict[str, ResourceKind]] = {}
         self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
+        pacing: dict[str, Any] = {"idle_qps": opts.status_idle_qps, "busy": self._binding}
         self.group_status = PodGroupStatusWriter(
-            self.client, self.group_objects, self.events, qps=opts.group_status_qps
+            self.client, self.group_objects, self.events, qps=opts.group_status_qps, **pacing
         )
         self.queue_status = QueueStatusWriter(
-            self.client, self.queue_object, elastic=self.elastic_quota, qps=opts.queue_status_qps
+            self.client,
+            self.queue_object,
+            elastic=self.elastic_quota,
+            qps=opts.queue_status_qps,
+            **pacing,
         )
         self.binding_status = BindingStatusWriter(
-            self.client, self.binding_object, qps=opts.queue_status_qps
+            self.client, self.binding_object, qps=opts.queue_status_qps, **pacing
         )
         self.effects = KubeEffects(
             self.binder,
@@ -612,6 +620,10 @@ class KubeBackend:
                 task.cancel()
             await asyncio.gather(*self._bind_tasks, *tasks, stop, return_exceptions=True)
             self._leader_changed(False)
+
+    def _binding(self) -> bool:
+        """Are binds in flight (the status writers then keep to their slower rate)?"""
+        return bool(self._bind_tasks)
 
     def _new_leader_client(self) -> KubeClient:
         """A client like `leader_client`, for the lease thread's own event loop."""

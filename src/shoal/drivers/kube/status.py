@@ -482,6 +482,10 @@ class ObjectStatusWriter(Generic[S]):
     that would change nothing is skipped, an object that is gone or being deleted is
     not written, and a conflict or passing error is retried a few times. Subclasses
     say which objects back a status (`targets`) and what to write (`patch`).
+
+    `idle_qps` (if above `qps`; 0: none) is the rate while `busy()` says False: the writers
+    give way to the binds during a burst and catch up at the faster rate once the
+    binds are done, instead of leaving statuses stale for minutes after it.
     """
 
     what = "object"
@@ -494,9 +498,15 @@ class ObjectStatusWriter(Generic[S]):
         retries: int = 3,
         retry_delay: float = 0.5,
         concurrency: int = 4,
+        idle_qps: float = 0.0,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
         self.interval = 1.0 / qps if qps > 0 else 0.0
+        # idle_qps <= 0: no other rate when idle; never slower than `qps` either.
+        idle_interval = 1.0 / idle_qps if idle_qps > 0 else self.interval
+        self.idle_interval = min(self.interval, idle_interval) if self.interval else 0.0
+        self.busy = busy
         self.retries = retries
         self.retry_delay = retry_delay
         self.concurrency = max(1, concurrency)
@@ -581,11 +591,14 @@ class ObjectStatusWriter(Generic[S]):
 
     async def _pace(self) -> None:
         """Wait for this request's turn under `qps` (shared by the concurrent writes)."""
-        if not self.interval:
+        interval = self.interval
+        if self.busy is not None and not self.busy():
+            interval = self.idle_interval
+        if not interval:
             return
         now = asyncio.get_running_loop().time()
         start = max(now, self._next_start)
-        self._next_start = start + self.interval
+        self._next_start = start + interval
         if start > now:
             await asyncio.sleep(start - now)
 
@@ -688,9 +701,18 @@ class PodGroupStatusWriter(ObjectStatusWriter[GroupStatus]):
         qps: float = 10.0,
         retries: int = 3,
         retry_delay: float = 0.5,
+        idle_qps: float = 0.0,
+        busy: Callable[[], bool] | None = None,
         controller: str = "shoal",
     ) -> None:
-        super().__init__(client, qps=qps, retries=retries, retry_delay=retry_delay)
+        super().__init__(
+            client,
+            qps=qps,
+            retries=retries,
+            retry_delay=retry_delay,
+            idle_qps=idle_qps,
+            busy=busy,
+        )
         self.objects = objects
         self.events = events
         self.controller = controller
@@ -785,8 +807,17 @@ class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):
         qps: float = 5.0,
         retries: int = 3,
         retry_delay: float = 0.5,
+        idle_qps: float = 0.0,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
-        super().__init__(client, qps=qps, retries=retries, retry_delay=retry_delay)
+        super().__init__(
+            client,
+            qps=qps,
+            retries=retries,
+            retry_delay=retry_delay,
+            idle_qps=idle_qps,
+            busy=busy,
+        )
         self.objects = objects
         self.elastic = elastic
 
@@ -820,8 +851,17 @@ class BindingStatusWriter(ObjectStatusWriter[BindingStatus]):
         qps: float = 5.0,
         retries: int = 3,
         retry_delay: float = 0.5,
+        idle_qps: float = 0.0,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
-        super().__init__(client, qps=qps, retries=retries, retry_delay=retry_delay)
+        super().__init__(
+            client,
+            qps=qps,
+            retries=retries,
+            retry_delay=retry_delay,
+            idle_qps=idle_qps,
+            busy=busy,
+        )
         self.objects = objects
 
     def key(self, status: BindingStatus) -> str:

@@ -78,6 +78,7 @@ from shoal.drivers.kube.status import (
     PodGroupStatusWriter,
     PodStatusWriter,
     QueueStatusWriter,
+    WriterPacing,
 )
 from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.kube.volumes import VOLUME_KINDS, VolumeWriter
@@ -351,19 +352,21 @@ class KubeBackend:
         # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
         self._group_kinds: dict[str, dict[str, ResourceKind]] = {}
         self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
-        pacing: dict[str, Any] = {"idle_qps": opts.status_idle_qps, "busy": self._binding}
+
+        def pacing(qps: float) -> WriterPacing:
+            return WriterPacing(qps=qps, idle_qps=opts.status_idle_qps, busy=self._binding)
+
         self.group_status = PodGroupStatusWriter(
-            self.client, self.group_objects, self.events, qps=opts.group_status_qps, **pacing
+            self.client, self.group_objects, self.events, **pacing(opts.group_status_qps)
         )
         self.queue_status = QueueStatusWriter(
             self.client,
             self.queue_object,
             elastic=self.elastic_quota,
-            qps=opts.queue_status_qps,
-            **pacing,
+            **pacing(opts.queue_status_qps),
         )
         self.binding_status = BindingStatusWriter(
-            self.client, self.binding_object, qps=opts.queue_status_qps, **pacing
+            self.client, self.binding_object, **pacing(opts.queue_status_qps)
         )
         self.effects = KubeEffects(
             self.binder,

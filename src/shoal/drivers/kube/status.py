@@ -39,7 +39,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU
@@ -69,6 +69,7 @@ __all__ = [
     "PodGroupStatusWriter",
     "PodStatusWriter",
     "QueueStatusWriter",
+    "WriterPacing",
     "binding_status_patch",
     "elastic_quota_status_patch",
     "group_status_patch",
@@ -470,6 +471,17 @@ class _Update(Generic[S]):
     tries: int = 0
 
 
+class WriterPacing(TypedDict, total=False):
+    """How an `ObjectStatusWriter` paces and retries its writes (see its docstring)."""
+
+    qps: float
+    retries: int
+    retry_delay: float
+    concurrency: int
+    idle_qps: float
+    busy: Callable[[], bool] | None
+
+
 class ObjectStatusWriter(Generic[S]):
     """Coalesced, rate-limited status writes of custom objects (PodGroups, Queues);
     never blocks the scheduler.
@@ -489,12 +501,13 @@ class ObjectStatusWriter(Generic[S]):
     """
 
     what = "object"
+    default_qps = 10.0
 
     def __init__(
         self,
         client: KubeClient,
         *,
-        qps: float = 10.0,
+        qps: float | None = None,
         retries: int = 3,
         retry_delay: float = 0.5,
         concurrency: int = 4,
@@ -502,6 +515,7 @@ class ObjectStatusWriter(Generic[S]):
         busy: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
+        qps = self.default_qps if qps is None else qps
         self.interval = 1.0 / qps if qps > 0 else 0.0
         # idle_qps <= 0: no other rate when idle; never slower than `qps` either.
         idle_interval = 1.0 / idle_qps if idle_qps > 0 else self.interval
@@ -698,21 +712,10 @@ class PodGroupStatusWriter(ObjectStatusWriter[GroupStatus]):
         objects: GroupObjects,
         events: EventRecorder | None = None,
         *,
-        qps: float = 10.0,
-        retries: int = 3,
-        retry_delay: float = 0.5,
-        idle_qps: float = 0.0,
-        busy: Callable[[], bool] | None = None,
         controller: str = "shoal",
+        **pacing: Unpack[WriterPacing],
     ) -> None:
-        super().__init__(
-            client,
-            qps=qps,
-            retries=retries,
-            retry_delay=retry_delay,
-            idle_qps=idle_qps,
-            busy=busy,
-        )
+        super().__init__(client, **pacing)
         self.objects = objects
         self.events = events
         self.controller = controller
@@ -797,6 +800,7 @@ class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):
     (`elastic(namespace)` gives it with its kind)."""
 
     what = "queue"
+    default_qps = 5.0
 
     def __init__(
         self,
@@ -804,20 +808,9 @@ class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):
         objects: Callable[[str], JSON | None],
         *,
         elastic: Callable[[str], tuple[ResourceKind, JSON] | None] | None = None,
-        qps: float = 5.0,
-        retries: int = 3,
-        retry_delay: float = 0.5,
-        idle_qps: float = 0.0,
-        busy: Callable[[], bool] | None = None,
+        **pacing: Unpack[WriterPacing],
     ) -> None:
-        super().__init__(
-            client,
-            qps=qps,
-            retries=retries,
-            retry_delay=retry_delay,
-            idle_qps=idle_qps,
-            busy=busy,
-        )
+        super().__init__(client, **pacing)
         self.objects = objects
         self.elastic = elastic
 
@@ -842,26 +835,15 @@ class BindingStatusWriter(ObjectStatusWriter[BindingStatus]):
     the QueueBinding object as the informer last saw it."""
 
     what = "queue binding"
+    default_qps = 5.0
 
     def __init__(
         self,
         client: KubeClient,
         objects: Callable[[str], JSON | None],
-        *,
-        qps: float = 5.0,
-        retries: int = 3,
-        retry_delay: float = 0.5,
-        idle_qps: float = 0.0,
-        busy: Callable[[], bool] | None = None,
+        **pacing: Unpack[WriterPacing],
     ) -> None:
-        super().__init__(
-            client,
-            qps=qps,
-            retries=retries,
-            retry_delay=retry_delay,
-            idle_qps=idle_qps,
-            busy=busy,
-        )
+        super().__init__(client, **pacing)
         self.objects = objects
 
     def key(self, status: BindingStatus) -> str:

@@ -47,7 +47,8 @@ class DefaultPreemption:
                 Code.UNSCHEDULABLE, "preemption: not eligible due to preemptionPolicy=Never."
             )
         cluster = self.handle.cluster
-        if next(iter(self._pool(pod)), None) is None:
+        takeable, where = self._pool(pod)
+        if not any(record is not None and takeable(record) for record in where):
             # Nothing of lower priority runs where it could be taken: nothing to explain
             # beyond the filters' reasons.
             return None, Status(Code.UNSCHEDULABLE)
@@ -59,7 +60,7 @@ class DefaultPreemption:
         choice = search.best(
             pod,
             statuses,
-            self._takeable(pod),
+            takeable,
             max_candidates=max(
                 self.args.min_candidate_nodes_absolute,
                 cluster.table.n * self.args.min_candidate_nodes_percentage // 100,
@@ -85,26 +86,19 @@ class DefaultPreemption:
             Code.SUCCESS, f"preemption: evicting {len(victims)} pod(s) on {choice.node}"
         )
 
-    def _takeable(self, pod: PodInfo) -> Callable[[PodRecord], bool]:
-        """The test `_pool` applies, for the search to ask only of the pods on the nodes
-        it visits."""
+    def _pool(self, pod: PodInfo) -> tuple[Callable[[PodRecord], bool], Iterable[PodRecord | None]]:
+        """Which running pods the preemptor may take (lower priority; in its own leaf
+        queue when there are queues), as a test the search applies to the pods of the
+        nodes it visits, and where such pods are (to see whether there is any at all)."""
         leaf, error = self.queues.queue_of(pod)
+        placed = self.handle.cluster.placed
         if len(self.queues.tree.leaves) > 1 and not error:
             mine = set(self.queues.placed_in({leaf}))
-            return lambda record: record.pod.uid in mine and record.pod.priority < pod.priority
-        return lambda record: record.pod.priority < pod.priority
-
-    def _pool(self, pod: PodInfo) -> Iterable[PodRecord]:
-        leaf, error = self.queues.queue_of(pod)
-        many_queues = len(self.queues.tree.leaves) > 1
-        if many_queues and not error:
-            records = (self.handle.cluster.placed.get(u) for u in self.queues.placed_in({leaf}))
-            candidates: Iterable[PodRecord | None] = records
-        else:
-            candidates = self.handle.cluster.placed.values()
-        for record in candidates:
-            if record is not None and record.pod.priority < pod.priority:
-                yield record
+            return (
+                lambda record: record.pod.uid in mine and record.pod.priority < pod.priority,
+                (placed.get(uid) for uid in mine),
+            )
+        return (lambda record: record.pod.priority < pod.priority), placed.values()
 
     @classmethod
     def new(cls, args: DefaultPreemptionArgs | None, handle: Handle) -> DefaultPreemption:

@@ -210,12 +210,9 @@ def stranded(devices: GpuDevices) -> tuple[int, int]:
     """Free milli-GPU split in two: left over on partly used devices (a shared pod's
     remainder, usable only by pods that small) and on whole idle devices (kept free by
     cpu, memory, model or multi-GPU shape)."""
-    rows = np.flatnonzero(devices.count > 0)
-    free = devices.free[rows]
-    present = np.arange(free.shape[1])[None, :] < devices.count[rows][:, None]
-    free = np.where(present, free, 0)
-    idle = present & (free >= GPU_MILLI)
-    return int(free[~idle].sum()), int(free[idle].sum())
+    nodes = slice(0, devices.cluster.table.n)
+    idle = int(devices.full[nodes].sum()) * GPU_MILLI  # devices kept whole, per node
+    return int(devices.total_free(nodes).sum()) - idle, idle
 
 
 def run_one(

@@ -333,6 +333,9 @@ class FragScorer:
         self._before = np.zeros(0, dtype=np.int64)
         self._before_version = np.zeros(0, dtype=np.int64)
         self._shapes: dict[tuple[TargetShape, bool], _ShapeEntry] = {}
+        self.share_loss: Callable[[NDArray[np.int64], int], NDArray[np.float64]] | None = None
+        """Milli-GPU taken off the gain of putting a share of `milli` on a device with
+        `free` milli (see `GpuFragGuard`'s share prices); None: nothing."""
 
     def _check(self) -> None:
         devices = self.devices
@@ -387,7 +390,10 @@ class FragScorer:
         else:
             after_weighted = self.model.frag_weighted(after)
         before = self._before[rows]
-        return pos, dev, (before[pos] - after_weighted) / max(self.model.total_weight, 1)
+        gain = (before[pos] - after_weighted) / max(self.model.total_weight, 1)
+        if per_device and self.share_loss is not None and len(pos):
+            gain = gain - self.share_loss(states.free[pos, dev], shape.gpu_milli)
+        return pos, dev, gain
 
     def score(
         self, rows: NDArray[np.intp], shape: TargetShape, per_device: bool

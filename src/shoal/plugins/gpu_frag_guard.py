@@ -33,6 +33,14 @@ memory, `shoal.cache.gpu_frag`) and changes the target workload:
   guard alone strands GPUs on traces where 2-8-GPU tasks are half the demand, a large
   one costs where they are rare).
 
+**Share prices** (`sharePrices`, a weight): FGD asks only whether a shape still fits the
+room a share leaves, not how many other shares compete for such room, so a 0.32 share
+goes beside a 0.47 (leaving 0.21 that only rare small shares fit) as readily as beside
+another 0.32. The shares' sizes seen are priced by the dual of their bin-packing LP
+(`shoal.cache.share_prices`) and a share's gain on a device loses `sharePrices` x the
+devices' worth its placement spoils (0 when it completes an optimal pattern), in
+milli-GPU.
+
 Model constraints are part of a shape, so constrained tasks that arrive are scored
 against the models they may use (a node of another model is all fragment for them).
 That alone does not stop unconstrained tasks from filling a small model pool that
@@ -53,6 +61,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
+from shoal.api.gpu import GPU_MILLI
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import request_of
 from shoal.cache.gpu_frag import (
@@ -61,6 +70,7 @@ from shoal.cache.gpu_frag import (
     TargetWorkload,
     sigmoid_scores,
 )
+from shoal.cache.share_prices import SharePrices
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
@@ -90,6 +100,7 @@ class GpuFragGuardArgs(GpuFragBlendArgs):
     pool_pressure: float = Field(default=100.0, ge=0)
     pool_penalty_cap: int = Field(default=30, ge=0, le=100)
     guard_demand: float = Field(default=0.4, ge=0, lt=1)
+    share_prices: float = Field(default=8.0, ge=0)
 
 
 def demand_workload(
@@ -163,6 +174,7 @@ class GpuFragGuard(FragmentationPolicy):
         # Decayed GPU demand (milli) of all GPU pods, and of constrained pods per model set.
         self._gpu_demand = 0.0
         self._pool_demand: dict[tuple[str, ...], float] = {}
+        self._prices = SharePrices()
         super().__init__(handle, args)
         prior = args.workload()
         if prior is not None:
@@ -196,6 +208,15 @@ class GpuFragGuard(FragmentationPolicy):
             replace(s, memory=int(self._memory[s] / self._counts[s])) for s in workload.shapes
         )
         self.scorer = self._scorer(TargetWorkload(shapes, workload.weights))
+        if args.share_prices:
+            mix: dict[int, float] = {}
+            for shape, count in self._counts.items():
+                if shape.gpu_count == 1 and 0 < shape.gpu_milli < GPU_MILLI:
+                    mix[shape.gpu_milli] = mix.get(shape.gpu_milli, 0.0) + count
+            self._prices.update(mix)
+            if self._prices.fitted:
+                weight, prices = args.share_prices, self._prices
+                self.scorer.share_loss = lambda free, milli: weight * prices.loss(free, milli)
 
     def observe(self, shape: TargetShape) -> None:
         """Count an arriving pod's shape (decayed) and refit on schedule."""

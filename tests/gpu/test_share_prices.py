@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shoal.cache.share_prices import SharePrices
 from shoal.plugins.gpu_frag_guard import GpuFragGuard, GpuFragGuardArgs
@@ -112,3 +114,37 @@ def test_frag_guard_puts_a_share_where_it_completes_a_pattern() -> None:
     assert plain["a"] == plain["b"]
     assert priced["b"] == plain["b"]
     assert priced["a"] < priced["b"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.dictionaries(
+        st.integers(min_value=1, max_value=99).map(lambda x: x * 10),
+        st.integers(min_value=1, max_value=60),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_prices_are_an_optimal_dual(mix: dict[int, int]) -> None:
+    prices = prices_of({s: float(c) for s, c in mix.items()})
+    # Dual feasible: no multiset of sizes fitting a device is worth more than one device.
+    assert prices.worth(np.array([1000]))[0] <= 1 + 1e-6
+    # The LP optimum lies between the volume bound and any real packing (first-fit
+    # decreasing gives one).
+    items = sorted((s for s, c in mix.items() for _ in range(c)), reverse=True)
+    gaps: list[int] = []
+    for size in items:
+        for i, gap in enumerate(gaps):
+            if gap >= size:
+                gaps[i] -= size
+                break
+        else:
+            gaps.append(1000 - size)
+    assert sum(items) / 1000 - 1e-6 <= prices.bins <= len(gaps) + 1e-6
+    # No placement gains worth: L(h, s) >= 0 wherever s fits.
+    free = np.arange(1001)
+    for size in mix:
+        fits = free[free >= size]
+        assert (prices.loss(fits, size) >= 0).all()
+        raw = prices.worth(fits) - prices.price(size) - prices.worth(fits - size)
+        assert (raw >= -1e-6).all()

@@ -74,6 +74,8 @@ class SharePrices:
         self._patterns: list[tuple[int, ...]] = []
         self._pattern_sizes: tuple[int, ...] = ()
         self.prices: dict[int, float] = {}
+        self.bins = 0.0
+        """Devices the LP needs for the mix (its optimum, from the prices)."""
         self._worth = np.zeros(GPU_MILLI + 1)  # K per milli, 0..1000
 
     @property
@@ -88,6 +90,7 @@ class SharePrices:
         mix = {int(s): float(c) for s, c in counts.items() if 0 < s < GPU_MILLI and c > 0}
         if not mix:
             self.prices = {}
+            self.bins = 0.0
             self._worth = np.zeros(GPU_MILLI + 1)
             return
         sizes = sorted(mix)
@@ -97,6 +100,7 @@ class SharePrices:
         demand = np.array([mix[s] for s in sizes])
         patterns = self._start_patterns(tuple(sizes), scaled, capacity)
         prices = np.zeros(len(sizes))
+        worth = np.zeros(capacity + 1)
         for _ in range(_MAX_ITERATIONS):
             matrix = np.array(patterns, dtype=np.float64).T  # [sizes, patterns]
             result = linprog(
@@ -121,13 +125,13 @@ class SharePrices:
                     continue
                 pattern[i] += 1
                 c -= int(scaled[i])
-            if tuple(pattern) in set(patterns):  # pragma: no cover - numerical stall
+            if tuple(pattern) in patterns:  # pragma: no cover - numerical stall
                 break
             patterns.append(tuple(pattern))
         self._patterns = patterns
         self._pattern_sizes = tuple(sizes)
+        self.bins = float(demand @ prices)  # the LP optimum (strong duality)
         self.prices = dict(zip(sizes, (float(p) for p in prices), strict=True))
-        worth, _ = _knapsack(scaled, prices, capacity)
         # K per milli: room between multiples of the unit is worth the multiple below.
         self._worth = worth[np.arange(GPU_MILLI + 1) // unit]
 

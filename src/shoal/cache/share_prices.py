@@ -69,8 +69,6 @@ class SharePrices:
     """
 
     def __init__(self) -> None:
-        self._unit = GPU_MILLI
-        self._sizes = np.zeros(0, dtype=np.int64)
         self._patterns: list[tuple[int, ...]] = []
         self._pattern_sizes: tuple[int, ...] = ()
         self.prices: dict[int, float] = {}
@@ -83,16 +81,16 @@ class SharePrices:
         return bool(self.prices)
 
     def update(self, counts: Mapping[int, float]) -> None:
-        # Imported here: scipy.optimize takes most of a second to import, and only
-        # FragGuard with share prices on needs it.
-        from scipy.optimize import linprog
-
         mix = {int(s): float(c) for s, c in counts.items() if 0 < s < GPU_MILLI and c > 0}
         if not mix:
             self.prices = {}
             self.bins = 0.0
             self._worth = np.zeros(GPU_MILLI + 1)
             return
+        # Imported here: scipy.optimize takes most of a second to import, and only
+        # FragGuard with share prices on, once shares arrive, needs it.
+        from scipy.optimize import linprog
+
         sizes = sorted(mix)
         unit = math.gcd(GPU_MILLI, *sizes)
         capacity = GPU_MILLI // unit

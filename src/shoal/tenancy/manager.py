@@ -79,6 +79,10 @@ class QueueManager:
         self._has_quota = False
         self.usage = np.zeros_like(self.tree.guaranteed)
         self._placed: dict[str, _Placed] = {}
+        # Every pod assigned to a node, charged or not: one whose queue does not exist
+        # yet (its Queue arrives after it, or is deleted and re-created) is charged the
+        # moment the tree has it, so usage is always what is bound.
+        self._assigned: dict[str, PodInfo] = {}
         self._by_leaf: dict[int, set[str]] = {}  # leaf -> uids placed there
         self._jobs: dict[str, _Job] = {}  # job key -> what its placed pods use
         self._leaf_of: dict[str, tuple[int, str]] = {}  # uid -> (leaf, error), cached
@@ -192,7 +196,6 @@ class QueueManager:
         tree = self.tree
         self.version += 1
         self._leaf_of.clear()
-        placed = [rec.pod for rec in self._placed.values()]
         self._placed.clear()
         self._by_leaf.clear()
         self._jobs.clear()
@@ -207,7 +210,7 @@ class QueueManager:
         self.share_list = [0.0] * len(tree.names)
         self.saturated_list = [False] * len(tree.names)
         self.active_list = [0] * len(tree.names)
-        for pod in placed:
+        for pod in self._assigned.values():
             self._charge(pod)
         self._refresh_shares(list(range(1, len(tree.names))))
         for hook in self.on_install:  # the scheduling queue re-files and re-announces
@@ -247,10 +250,10 @@ class QueueManager:
             self.pending[leaf] -= 1
             self.pending_sum[leaf] -= vec
             self.on_pending(pod, 1)
-        rec = self._placed.get(uid)
-        if rec is not None:
+        assigned = self._assigned.get(uid)
+        if assigned is not None:
             self._discharge(uid)
-            self._charge(rec.pod)
+            self._charge(assigned)
 
     # ---- which queue ---------------------------------------------------------------
 
@@ -532,9 +535,11 @@ class QueueManager:
     # ---- usage (AssignmentObserver) ------------------------------------------------
 
     def pod_assigned(self, pod: PodInfo, node: str) -> None:
+        self._assigned[pod.uid] = pod
         self._charge(pod)
 
     def pod_released(self, pod: PodInfo, node: str) -> None:
+        self._assigned.pop(pod.uid, None)
         self._discharge(pod.uid)
         if pod.uid not in self._pending:
             self._leaf_of.pop(pod.uid, None)  # gone (or re-queued: looked up again)

@@ -154,7 +154,9 @@ async def test_api_errors_and_timeouts_on_bind_are_retried_without_double_binds(
             # The slow binds landed after the client gave up: seen bound, not retried into
             # a second binding.
             assert all(not r.assumed for r in kube.scheduler.cluster.placed.values())
-            assert kube.metrics.binds.labels("error")._value.get() >= 6
+            # Only the 429s failed: a 500, a timeout or a dropped connection leaves the
+            # outcome unknown, and the binder read the pod back (and sent again) instead.
+            assert kube.metrics.binds.labels("error")._value.get() == 2
             assert kube.scheduler.queue.counts()["active"] == 0
 
 

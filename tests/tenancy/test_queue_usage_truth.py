@@ -9,9 +9,6 @@ from shoal.testing import make_node, make_pod
 from .helpers import harness, queue
 
 
-
-
-
 def test_running_pod_added_before_its_queue_is_charged_when_the_queue_arrives() -> None:
     h = harness()
     h.add_nodes(make_node("n1").capacity(cpu="8", memory="16Gi"))

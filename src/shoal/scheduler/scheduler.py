@@ -84,6 +84,9 @@ class BindingTask:
     framework: Framework
     entry: QueuedPod
     cancelled: bool = False
+    # Why the bind must not be sent after all ("" when it stands): a member of its gang
+    # vanished while the gang was binding, so the gang would run below minMember.
+    withdrawn: str = ""
 
 
 class Scheduler:
@@ -297,7 +300,10 @@ class Scheduler:
         self._pods.pop(uid, None)
         self.cluster.clear_nomination(uid)
         self.cluster.evicting.discard(uid)
+        group = self.gangs.group_of_uid(uid)
         self.gangs.member_removed(uid)
+        if group is not None:
+            self._withdraw_gang_binds(group, uid)
         self.queue.delete(uid)
         for tasks in (self._waiting, self._binding):
             task = tasks.get(uid)
@@ -310,6 +316,27 @@ class Scheduler:
         removed = self.cluster.remove_pod(uid)
         if removed is not None:
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+
+    def _withdraw_gang_binds(self, group: Group, gone: str) -> None:
+        """A member of `group` vanished: if the rest no longer make minMember, the binds
+        of its members not sent yet are withdrawn (the binder checks `bind_withdrawn`
+        right before it posts), so the gang waits whole instead of running short."""
+        existing = len(group.members) + len(group.succeeded)
+        if existing >= group.min_member:
+            return
+        reason = (
+            f"gang {group.key}: a member (uid {gone}) was deleted while the gang was binding; "
+            f"{existing}/{group.min_member} members exist, the gang waits whole"
+        )
+        for member in group.members:
+            task = self._binding.get(member)
+            if task is not None and not task.cancelled:
+                task.withdrawn = reason
+
+    def bind_withdrawn(self, uid: str) -> str:
+        """Why the bind of this pod must not be sent after all ("" when it stands)."""
+        task = self._binding.get(uid)
+        return task.withdrawn if task is not None else ""
 
     def eviction_failed(self, uid: str) -> None:
         """An eviction we sent did not happen (refused by a disruption budget, or an
@@ -842,7 +869,11 @@ class Scheduler:
             if not task.cancelled:
                 status = await fwk.run_pre_bind(task.state, pod, node)
             if status.ok and not task.cancelled:
-                status = await self._bind(task)
+                status = (
+                    Status(Code.UNSCHEDULABLE, task.withdrawn, plugin="Coscheduling")
+                    if task.withdrawn
+                    else await self._bind(task)
+                )
         except Exception as err:  # a plugin or the binder failed: never lose the pod
             status = Status.error(f"binding failed: {err}")
         finally:

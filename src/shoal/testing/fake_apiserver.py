@@ -143,6 +143,7 @@ class Fault:
     user_agent: str | None = None  # substring of the User-Agent header
     watch: bool | None = None  # only watch requests (True) or only others (False)
     drop: bool = False  # close the connection without answering
+    applied: bool = False  # with drop: the request takes effect first (a lost answer)
     reason: str = ""
     message: str = "injected fault"
     hits: int = 0
@@ -684,6 +685,9 @@ class FakeApiServer:
                 if fault.delay:
                     await asyncio.sleep(fault.delay)
                 if fault.drop:
+                    if fault.applied:
+                        with contextlib.suppress(HttpError):
+                            await handler(request)
                     if request.transport is not None:
                         request.transport.close()
                     raise asyncio.CancelledError

@@ -347,6 +347,7 @@ class KubeBackend:
             concurrency=opts.bind_concurrency,
             timeout=opts.request_timeout,
             identity=opts.identity,
+            lookup_node=self._node_object,
         )
         self.evictor = KubeEvictor(self.client, self.events, self.metrics)
         # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
@@ -389,6 +390,7 @@ class KubeBackend:
             registry=registry,
             extenders=http_extenders(config, offload=True),
         )
+        self.binder.withdrawn = self.scheduler.bind_withdrawn
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
         if not opts.passive:  # extension point and plugin latency (docs/operations.md)
             timer = self.metrics.framework_timer(rng=random.Random(f"{seed}/plugin-metrics"))
@@ -454,6 +456,12 @@ class KubeBackend:
     def lookup_pod(self, key: str) -> JSON | None:
         """The informer's latest copy of a pod, by `namespace/name`."""
         return self.pods.store.get(key)
+
+    def _node_object(self, name: str) -> JSON | None:
+        """The informer's latest copy of a Node (None: deleted). Without a node informer
+        (a test's narrowed watch list) nothing can be said: an empty object."""
+        informer = self.informers.get(NODES.name)
+        return {} if informer is None else informer.store.get(name)
 
     def _lookup(self, kind: ResourceKind, key: str) -> JSON | None:
         informer = self.informers.get(kind.name)

@@ -2,16 +2,24 @@
 
 `KubeBinder` carries out the effects port's `bind`. Binds run concurrently, at most
 `concurrency` at a time, and each goes through the scheduler client's rate limiter
-(QPS/burst). Before it posts, it checks the informer's latest copy of the pod: a pod
-that is gone, has another UID or is already bound is not bound again. The Binding
-carries the pod's UID as a precondition, and the API server refuses to bind a pod that
-already has a node (409 Conflict), so a pod can never be bound twice, by us or anyone
-else, whatever our cache says. Annotations the core asked for (e.g.
+(QPS/burst). Right before it posts (after the wait for a slot and for the rate limiter)
+it checks the latest truth: the informer's copy of the pod (gone, replaced or already
+bound: not bound again), of the node (deleted or being deleted: not bound there), and
+whether the core withdrew the bind (a gang member vanished while the gang was binding).
+The Binding carries the pod's UID as a precondition, and the API server refuses to bind
+a pod that already has a node (409 Conflict), so a pod can never be bound twice, by us
+or anyone else, whatever our cache says. Annotations the core asked for (e.g.
 `shoal.dev/gpu-index`) are written with a merge patch carrying the pod's UID as a
 precondition just before the Binding, so a device plugin never sees the pod on its node
-without them. Every failure raises
-`BindError`; the core then forgets the assumed pod and requeues it (or drops it, when
-the informer says it is bound or gone).
+without them.
+
+An ambiguous outcome (no answer: reset, timeout; a 5xx; or 409 "already assigned") is
+not guessed: the binder reads the pod back from the API server until it knows. Bound to
+our node: success (our Binding landed, its answer was lost). Bound elsewhere, gone or
+replaced: failure. Not bound: the Binding did not land, and it is sent again (after the
+same checks). Meanwhile the bind stays in flight, so the core keeps the room held and
+gives it to nobody else. Every failure raises `BindError`; the core then forgets the
+assumed pod and requeues it (or drops it, when the informer says it is bound or gone).
 
 `KubeEvictor` carries out `Evict` effects: evictions go through the Eviction API so the
 API server enforces PodDisruptionBudgets; a 429 (the budget allows no disruption now)
@@ -43,6 +51,12 @@ log = logging.getLogger("shoal.kube.binder")
 SCHEDULED_BY = "shoal.dev/scheduled-by"
 
 
+class _BoundAlready(BindError):
+    def __init__(self, pod: PodInfo, node: str) -> None:
+        super().__init__(f"pod {pod.key} is already bound to {node}")
+        self.node = node
+
+
 class KubeBinder:
     def __init__(
         self,
@@ -53,16 +67,23 @@ class KubeBinder:
         concurrency: int = 64,
         timeout: float = 10.0,
         identity: str = "",
+        lookup_node: Callable[[str], JSON | None] | None = None,
+        settle_delays: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         self.identity = identity
         self.client = client
         self.lookup = lookup
+        self.lookup_node = lookup_node
         self.metrics = metrics
         self.timeout = timeout
+        self.settle_delays = settle_delays  # first and largest pause between read-backs
+        # uid -> why the core withdrew the bind ("" when it stands); wired by the backend.
+        self.withdrawn: Callable[[str], str] = lambda uid: ""
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
+        self.settling = 0  # binds whose outcome is being read back
 
-    def _precheck(self, pod: PodInfo) -> None:
+    def _precheck(self, pod: PodInfo, node: str) -> None:
         latest = self.lookup(pod.key)
         if latest is None:
             raise BindError(f"pod {pod.key} no longer exists")
@@ -71,9 +92,18 @@ class KubeBinder:
             raise BindError(f"pod {pod.key} was replaced (uid {meta.get('uid')})")
         if meta.get("deletionTimestamp"):
             raise BindError(f"pod {pod.key} is being deleted")
-        node = (latest.get("spec") or {}).get("nodeName")
-        if node:
-            raise BindError(f"pod {pod.key} is already bound to {node}")
+        bound_to = (latest.get("spec") or {}).get("nodeName")
+        if bound_to:
+            raise _BoundAlready(pod, str(bound_to))
+        why = self.withdrawn(pod.uid)
+        if why:
+            raise BindError(why)
+        if self.lookup_node is not None:
+            target = self.lookup_node(node)
+            if target is None:
+                raise BindError(f"node {node} no longer exists")
+            if (target.get("metadata") or {}).get("deletionTimestamp"):
+                raise BindError(f"node {node} is being deleted")
 
     async def bind(
         self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
@@ -81,9 +111,9 @@ class KubeBinder:
         started = time.monotonic()
         result = "error"
         try:
-            self._precheck(pod)
+            self._precheck(pod, node)
             async with self._slots:
-                self._precheck(pod)  # the wait for a slot may have been long
+                self._precheck(pod, node)  # the wait for a slot may have been long
                 self.in_flight += 1
                 try:
                     if annotations:
@@ -98,25 +128,14 @@ class KubeBinder:
                             },
                             content_type="application/merge-patch+json",
                             timeout=self.timeout,
+                            before_send=lambda: self._precheck(pod, node),
                         )
-                    await self.client.request(
-                        "POST",
-                        PODS.path(pod.namespace, pod.name, "binding"),
-                        body={
-                            "apiVersion": "v1",
-                            "kind": "Binding",
-                            "metadata": {
-                                "name": pod.name,
-                                "namespace": pod.namespace,
-                                "uid": pod.uid,
-                                # The API server copies a Binding's annotations onto
-                                # the pod: who bound it, at no extra request.
-                                "annotations": {SCHEDULED_BY: self.identity},
-                            },
-                            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-                        },
-                        timeout=self.timeout,
-                    )
+                    try:
+                        await self._post_binding(pod, node)
+                    except ApiError as err:
+                        if not (err.ambiguous or err.conflict):
+                            raise
+                        await self._settle(pod, node, err)
                 finally:
                     self.in_flight -= 1
             result = "bound"
@@ -131,6 +150,87 @@ class KubeBinder:
         finally:
             self.metrics.binds.labels(result).inc()
             self.metrics.bind_duration.labels(result).observe(time.monotonic() - started)
+
+    async def _post_binding(self, pod: PodInfo, node: str) -> None:
+        await self.client.request(
+            "POST",
+            PODS.path(pod.namespace, pod.name, "binding"),
+            body={
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {
+                    "name": pod.name,
+                    "namespace": pod.namespace,
+                    "uid": pod.uid,
+                    # The API server copies a Binding's annotations onto the pod: who
+                    # bound it, at no extra request.
+                    "annotations": {SCHEDULED_BY: self.identity},
+                },
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+            timeout=self.timeout,
+            before_send=lambda: self._precheck(pod, node),
+        )
+
+    async def _settle(self, pod: PodInfo, node: str, first: ApiError) -> None:
+        """The Binding's outcome is unknown (`first`): read the pod back until the
+        cluster says; send the Binding again if it did not land. Returns when the pod is
+        bound to `node`; raises BindError when it is not and will not be."""
+        log.warning(
+            "bind of pod %s to %s: outcome unknown (%s); reading it back",
+            pod.key,
+            node,
+            first,
+            extra={"pod": pod.key, "node": node, "error": str(first)},
+        )
+        delay, largest = self.settle_delays
+        self.settling += 1
+        try:
+            while True:
+                try:
+                    latest = await self.client.request(
+                        "GET", PODS.path(pod.namespace, pod.name), timeout=self.timeout
+                    )
+                except ApiError as err:
+                    if err.not_found:
+                        raise BindError(f"pod {pod.key} no longer exists") from None
+                    if not err.retryable:
+                        raise
+                    await asyncio.sleep(delay)  # the cluster cannot say yet: keep the room
+                    delay = min(largest, delay * 2)
+                    continue
+                meta = latest.get("metadata") or {}
+                if meta.get("uid") != pod.uid:
+                    raise BindError(f"pod {pod.key} was replaced (uid {meta.get('uid')})")
+                bound_to = (latest.get("spec") or {}).get("nodeName")
+                if bound_to == node:
+                    log.info(
+                        "pod %s is bound to %s (the lost answer was a success)",
+                        pod.key,
+                        node,
+                        extra={"pod": pod.key, "node": node},
+                    )
+                    return
+                if bound_to:
+                    raise BindError(f"pod {pod.key} was bound to {bound_to}, not {node}")
+                if first.conflict and not first.ambiguous:
+                    # 409 on an unbound pod: the UID precondition failed (replaced).
+                    raise BindError(f"pod {pod.key} to {node}: {first.message}")
+                try:  # not bound: the Binding did not land; send it again
+                    await self._post_binding(pod, node)
+                    return
+                except _BoundAlready as err:
+                    if err.node == node:
+                        return
+                    raise
+                except ApiError as err:
+                    if not (err.ambiguous or err.conflict):
+                        raise
+                    first = err
+                await asyncio.sleep(delay)
+                delay = min(largest, delay * 2)
+        finally:
+            self.settling -= 1
 
 
 class KubeEvictor:

@@ -81,6 +81,12 @@ class ApiError(Exception):
         return self.status == 410
 
     @property
+    def ambiguous(self) -> bool:
+        """The request may or may not have taken effect: no answer (reset, timeout) or
+        a server error. Only reading the object back tells."""
+        return self.status == 0 or self.status >= 500
+
+    @property
     def retryable(self) -> bool:
         """Worth another try later: throttling, server errors, timeouts, transport."""
         return self.status in (0, 429) or self.status >= 500
@@ -292,9 +298,15 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        before_send: Callable[[], None] | None = None,
     ) -> JSON:
-        """One request; returns the decoded JSON body or raises ApiError."""
+        """One request; returns the decoded JSON body or raises ApiError. `before_send`
+        runs after the rate limiter let the request go and just before it is sent: a
+        check against the latest truth that may raise to withdraw it (a bind whose node
+        vanished while it waited)."""
         await self._throttle()
+        if before_send is not None:
+            before_send()
         started = time.monotonic()
         seconds = self.settings.timeout if timeout is None else timeout
         total = aiohttp.ClientTimeout(total=seconds)

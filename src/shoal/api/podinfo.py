@@ -16,6 +16,7 @@ from shoal.api.objects import (
     NodeSelectorTerm,
     Pod,
     PodAffinityTerm,
+    PodSpec,
     PreferredSchedulingTerm,
     Taint,
     Toleration,
@@ -136,7 +137,10 @@ class PodInfo:
         "uid",
     )
 
-    def __init__(self, pod: Pod, timestamp: float = 0.0) -> None:
+    def __init__(self, pod: Pod, timestamp: float = 0.0, previous: PodInfo | None = None) -> None:
+        """`previous`: the same pod's earlier PodInfo; what derives from containers and
+        overhead is taken from it when those did not change (a pod's resources are
+        immutable in practice: most updates, and every bind, leave them as they were)."""
         meta, spec = pod.metadata, pod.spec
         self.pod = pod
         self.namespace = meta.namespace or "default"
@@ -147,17 +151,24 @@ class PodInfo:
         self.scheduler_name = spec.scheduler_name
         self.priority = spec.priority or 0
         self.node_name = spec.node_name
-        self.requests, self.nonzero = pod_requests(pod)
         # The cache's request vector for this pod, memoised by the node table that made
         # it (owner, column count, read-only vector); see NodeTable.pod_vector.
         self.table_vector: tuple[object, int, Any] | None = None
+        self.requests: ResourceList
+        self.nonzero: tuple[int, int]
+        if previous is not None and _same_resources(previous.pod.spec, spec):
+            self.requests, self.nonzero = previous.requests, previous.nonzero
+            self.table_vector = previous.table_vector
+            self.host_ports: tuple[HostPort, ...] = previous.host_ports
+        else:
+            self.requests, self.nonzero = pod_requests(pod)
+            self.host_ports = tuple(
+                HostPort(p.host_ip, p.protocol, p.host_port)
+                for c in spec.containers
+                for p in c.ports
+                if p.host_port > 0
+            )
         self.tolerations: tuple[Toleration, ...] = tuple(spec.tolerations)
-        self.host_ports: tuple[HostPort, ...] = tuple(
-            HostPort(p.host_ip, p.protocol, p.host_port)
-            for c in spec.containers
-            for p in c.ports
-            if p.host_port > 0
-        )
         affinity = spec.affinity
         node_aff = affinity.node_affinity if affinity else None
         required = (
@@ -204,6 +215,18 @@ class PodInfo:
 
     def __repr__(self) -> str:
         return f"PodInfo({self.key})"
+
+
+def _same_resources(old: PodSpec, new: PodSpec) -> bool:
+    """Do two specs ask for the same resources and host ports (identity first: a bind's
+    echo shares the containers)?"""
+    return (
+        (old.containers is new.containers or old.containers == new.containers)
+        and (
+            old.init_containers is new.init_containers or old.init_containers == new.init_containers
+        )
+        and old.overhead == new.overhead
+    )
 
 
 def qos_class(pod: Pod) -> str:

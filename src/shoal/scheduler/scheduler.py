@@ -151,7 +151,9 @@ class Scheduler:
     def add_priority_class(self, pc: PriorityClass) -> None:
         self.priority_classes[pc.metadata.name] = pc
 
-    def pod_info(self, pod: Pod, timestamp: float | None = None) -> PodInfo:
+    def pod_info(
+        self, pod: Pod, timestamp: float | None = None, previous: PodInfo | None = None
+    ) -> PodInfo:
         """Admission defaults (priority from priorityClassName), then derive PodInfo."""
         spec = pod.spec
         if spec.priority is None:
@@ -165,7 +167,7 @@ class Scheduler:
             if pc is not None:
                 spec.priority = pc.value
         now = self.clock.now() if timestamp is None else timestamp
-        return PodInfo(pod, timestamp=now)
+        return PodInfo(pod, timestamp=now, previous=previous)
 
     def known_pod(self, uid: str) -> PodInfo | None:
         """The core's current view of a pod it was told about (None once deleted)."""
@@ -259,7 +261,7 @@ class Scheduler:
         old = self._pods.get(
             pod.metadata.uid or f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
         )
-        info = self.pod_info(pod, timestamp=old.timestamp if old else None)
+        info = self.pod_info(pod, timestamp=old.timestamp if old else None, previous=old)
         if info.pod.status.phase in FINISHED_PHASES:
             if old is not None:
                 self.finish_pod(info.uid, succeeded=info.pod.status.phase == "Succeeded")

@@ -20,6 +20,7 @@ import yaml
 from shoal.api.errors import ManifestError
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.podinfo import check_pod_totals
 from shoal.api.queue import (
     ElasticQuota,
     NodePool,
@@ -84,11 +85,10 @@ def decode(raw: Mapping[str, Any], cls: type[T], source: str = "") -> T:
         match = _PATH.match(text)
         problem, path = (match["msg"], match["path"].lstrip(".")) if match else (text, "")
         raise ManifestError(kind, _display_name(raw), path, problem, source) from None
-    check = getattr(obj, "check_totals", None)
-    if check is not None:
-        # Whole-object checks too costly for every copy (see Pod.check_totals).
+    if isinstance(obj, Pod):
+        # Whole-object checks too costly for every copy (see check_pod_totals).
         try:
-            check()
+            check_pod_totals(obj)
         except ValueError as err:
             path, _, problem = str(err).partition(": ")
             raise ManifestError(kind, _display_name(raw), path, problem, source) from None

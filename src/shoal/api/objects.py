@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from shoal.api.quantity import QuantityError, check_int64
 from shoal.api.resources import parse_resource_list
 
 __all__ = [
@@ -361,21 +360,6 @@ class Pod(_Base):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
-
-    def check_totals(self) -> None:
-        """Each quantity fits in an int64 (checked when parsed); their sum (containers,
-        sidecars, overhead) must too, or the pod's request vector would overflow.
-        Run when a pod is read from a manifest or the API (`shoal.api.manifests.decode`),
-        not on every copy the scheduler makes of it. ValueError names the field."""
-        # podinfo builds on this module, hence the late import.
-        from shoal.api.podinfo import pod_requests
-
-        total, _ = pod_requests(self)
-        for name, amount in total.items():
-            try:
-                check_int64(amount, f"the pod's total {name} request")
-            except QuantityError as err:
-                raise ValueError(f"spec.containers: {err}") from None
 
 
 # ---- nodes -------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from shoal.api.objects import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
+from shoal.api.quantity import QuantityError, check_int64
 from shoal.api.resources import (
     CPU,
     DEFAULT_MEMORY_REQUEST,
@@ -105,6 +106,19 @@ def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
     nz_cpu = max(nz_cpu, nz_init[0]) + overhead.get(CPU, 0)
     nz_mem = max(nz_mem, nz_init[1]) + overhead.get(MEMORY, 0)
     return {k: v for k, v in total.items() if v}, (nz_cpu, nz_mem)
+
+
+def check_pod_totals(pod: Pod) -> None:
+    """Each quantity fits in an int64 (checked when parsed); their sum (containers,
+    sidecars, overhead) must too, or the pod's request vector would overflow. Run when a
+    pod is read from a manifest or the API (`shoal.api.manifests.decode`), not on every
+    copy the scheduler makes of it. ValueError names the field."""
+    total, _ = pod_requests(pod)
+    for name, amount in total.items():
+        try:
+            check_int64(amount, f"the pod's total {name} request")
+        except QuantityError as err:
+            raise ValueError(f"spec.containers: {err}") from None
 
 
 class PodInfo:

@@ -19,16 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, node_gpus
 from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
+from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_table import NodeTable
-
-if TYPE_CHECKING:
-    from shoal.cache.gpu_devices import GpuDevices
 
 __all__ = ["AssignmentObserver", "ClusterState", "PlacementObserver", "PodRecord"]
 
@@ -144,8 +142,6 @@ class ClusterState:
 
     def _track_gpus(self, node: Node) -> None:
         if self.gpu_devices is None and node_gpus(node)[0] > 0:
-            from shoal.cache.gpu_devices import GpuDevices  # it imports this module
-
             GpuDevices.of_cluster(self)
 
     def remove_node(self, name: str) -> list[PodInfo]:

@@ -23,8 +23,9 @@ gives the devices back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,10 +41,7 @@ from shoal.api.gpu import (
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU
-
-if TYPE_CHECKING:  # ClusterState creates the table, so it is imported from there
-    from shoal.cache.cluster import ClusterState
-    from shoal.cache.snapshot import Snapshot
+from shoal.cache.node_table import NodeTable
 
 G = TypeVar("G", bound=np.generic)
 
@@ -65,7 +63,26 @@ MAX_SPEC_GPU = 8_000
 """...and milli-GPU (8 devices)."""
 
 
-def cpu_left(snapshot: Snapshot, index: slice | NDArray[np.intp]) -> NDArray[np.int64]:
+class _Columns(Protocol):
+    """The resource columns of the node table or a snapshot of it."""
+
+    @property
+    def resource_index(self) -> Mapping[str, int]: ...
+    @property
+    def allocatable(self) -> NDArray[np.int64]: ...
+    @property
+    def requested(self) -> NDArray[np.int64]: ...
+
+
+class _Host(Protocol):
+    """What owns the device table: the cluster cache (`ClusterState`)."""
+
+    table: NodeTable
+    gpu_devices: GpuDevices | None
+    observers: list[Any]
+
+
+def cpu_left(snapshot: _Columns, index: slice | NDArray[np.intp]) -> NDArray[np.int64]:
     """Unrequested milli-cpu of the indexed nodes."""
     col = snapshot.resource_index[CPU]
     left: NDArray[np.int64] = snapshot.allocatable[index, col] - snapshot.requested[index, col]
@@ -73,7 +90,8 @@ def cpu_left(snapshot: Snapshot, index: slice | NDArray[np.intp]) -> NDArray[np.
 
 
 class _HasCluster(Protocol):
-    cluster: ClusterState
+    @property
+    def cluster(self) -> _Host: ...
 
 
 class CycleScratch(Protocol):
@@ -118,8 +136,8 @@ class Assignment:
 class GpuDevices:
     """Row-aligned GPU device state; see the module docstring."""
 
-    def __init__(self, cluster: ClusterState) -> None:
-        self.cluster = cluster
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
         self._capacity = 0
         self.width = 0
         self.free: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
@@ -147,14 +165,14 @@ class GpuDevices:
         return cls.of_cluster(handle.cluster)
 
     @classmethod
-    def of_cluster(cls, cluster: ClusterState) -> GpuDevices:
+    def of_cluster(cls, cluster: _Host) -> GpuDevices:
         """The cluster's device table, created from its nodes and pods and subscribed to
         its placement events on first use."""
         found = cluster.gpu_devices
         if found is not None:
             return found
-        devices = cls(cluster)
         table = cluster.table
+        devices = cls(table)
         for row in range(table.n):
             devices.node_changed(row)
             for pod in table.pods[row].values():
@@ -208,7 +226,7 @@ class GpuDevices:
 
     @property
     def capacity_milli(self) -> int:
-        n = self.cluster.table.n
+        n = self.table.n
         return int(self.count[:n].sum()) * GPU_MILLI
 
     # ---- device plans --------------------------------------------------------------
@@ -292,7 +310,7 @@ class GpuDevices:
                 self.assigned[uid] = Assignment(dst, found.devices, found.milli, found.kind)
 
     def node_changed(self, row: int) -> None:
-        table = self.cluster.table
+        table = self.table
         node = table.nodes[row]
         count, model = node_gpus(node)
         self._ensure(max(row + 1, table.n), count)

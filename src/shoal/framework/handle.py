@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -22,10 +22,8 @@ from shoal.cache.snapshot import Snapshot
 from shoal.cache.transaction import Transaction
 from shoal.framework.effects import BindError, Effects
 from shoal.framework.extender import Extender
+from shoal.framework.runner import PluginRunner
 from shoal.framework.status import Code, Status
-
-if TYPE_CHECKING:
-    from shoal.framework.runtime import Framework
 
 __all__ = ["BindError", "Clock", "Handle", "WaitingPod", "WaitingPods"]
 
@@ -84,7 +82,7 @@ class Handle:
     # index used by InterPodAffinity and PodTopologySpread), keyed by a stable name.
     services: dict[str, object] = field(default_factory=dict)
     # One plugin runner per profile (schedulerName), filled in when profiles are built.
-    frameworks: dict[str, Framework] = field(default_factory=dict)
+    frameworks: dict[str, PluginRunner] = field(default_factory=dict)
     # HTTP extenders (KubeSchedulerConfiguration `extenders`), in kube's calling order
     # (see `shoal.framework.extender`); shared by every profile, as in kube-scheduler.
     extenders: list[Extender] = field(default_factory=list)
@@ -93,6 +91,6 @@ class Handle:
         """A new what-if over the cache (see `shoal.cache.transaction`)."""
         return Transaction(self.cluster)
 
-    def runner(self, pod: PodInfo) -> Framework:
+    def runner(self, pod: PodInfo) -> PluginRunner:
         """The plugins of the pod's profile, to re-run PreFilter/Filter in a what-if."""
         return self.frameworks[pod.scheduler_name]

@@ -8,9 +8,6 @@ PostBind.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
 import numpy as np
 from numpy.typing import NDArray
 
@@ -19,24 +16,13 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import (
-    BindPlugin,
     EnqueueExtensions,
-    FilterPlugin,
     NodeFilterStatuses,
-    PermitPlugin,
-    Plugin,
-    PostBindPlugin,
-    PostFilterPlugin,
     PostFilterResult,
-    PreBindPlugin,
-    PreEnqueuePlugin,
-    PreFilterPlugin,
-    PreScorePlugin,
     QueueSortPlugin,
-    ReservePlugin,
     ScoreNormalizer,
-    ScorePlugin,
 )
+from shoal.framework.runner import FilterOutcome, ProfilePlugins
 from shoal.framework.status import Code, Status
 from shoal.framework.types import (
     MAX_NODE_SCORE,
@@ -49,52 +35,6 @@ from shoal.framework.types import (
 __all__ = ["MAX_PERMIT_TIMEOUT", "FilterOutcome", "Framework", "ProfilePlugins"]
 
 MAX_PERMIT_TIMEOUT = 15 * 60.0  # kube-scheduler caps Permit waits at 15 minutes
-
-
-@dataclass
-class ProfilePlugins:
-    """The enabled plugins of a profile, per extension point, in order."""
-
-    pre_enqueue: list[PreEnqueuePlugin] = field(default_factory=list)
-    queue_sort: QueueSortPlugin | None = None
-    pre_filter: list[PreFilterPlugin] = field(default_factory=list)
-    filter: list[FilterPlugin] = field(default_factory=list)
-    post_filter: list[PostFilterPlugin] = field(default_factory=list)
-    pre_score: list[PreScorePlugin] = field(default_factory=list)
-    score: list[tuple[ScorePlugin, int]] = field(default_factory=list)  # (plugin, weight)
-    reserve: list[ReservePlugin] = field(default_factory=list)
-    permit: list[PermitPlugin] = field(default_factory=list)
-    pre_bind: list[PreBindPlugin] = field(default_factory=list)
-    bind: list[BindPlugin] = field(default_factory=list)
-    post_bind: list[PostBindPlugin] = field(default_factory=list)
-
-    def all(self) -> list[Plugin]:
-        seen: dict[str, Plugin] = {}
-        groups: Sequence[Sequence[Plugin]] = (
-            self.pre_enqueue,
-            [self.queue_sort] if self.queue_sort else [],
-            self.pre_filter,
-            self.filter,
-            self.post_filter,
-            self.pre_score,
-            [p for p, _ in self.score],
-            self.reserve,
-            self.permit,
-            self.pre_bind,
-            self.bind,
-            self.post_bind,
-        )
-        for group in groups:
-            for plugin in group:
-                seen.setdefault(plugin.name, plugin)
-        return list(seen.values())
-
-
-@dataclass
-class FilterOutcome:
-    candidates: Candidates
-    passed: NDArray[np.bool_]
-    results: list[tuple[str, FilterResult]]
 
 
 class _Statuses(NodeFilterStatuses):

@@ -48,7 +48,7 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.extender import NodeVictims, preempt_with_extenders
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses
-from shoal.framework.runtime import Framework
+from shoal.framework.runner import PluginRunner
 from shoal.framework.types import Candidates
 
 __all__ = ["MAX_CANDIDATE_NODES", "Candidate", "GroupUnits", "VictimSearch", "more_important"]
@@ -219,7 +219,7 @@ class VictimSearch:
         kept = [Candidate(node, v.pods, v.pdb_violations) for node, v in left.items()]
         return min(kept, key=Candidate.rank, default=None)
 
-    def node_local(self, runner: Framework, pod: PodInfo) -> bool:
+    def node_local(self, runner: PluginRunner, pod: PodInfo) -> bool:
         """May every node be judged with all candidates' victims gone at once? Yes when
         each PreFilter and Filter plugin that takes part for this pod declares
         `preemption_local` (its verdict on a node depends only on the pods on that node,
@@ -237,7 +237,7 @@ class VictimSearch:
 
     def select_on_nodes(
         self,
-        runner: Framework,
+        runner: PluginRunner,
         pod: PodInfo,
         rows: list[int],
         units_of: dict[int, list[list[PodInfo]]],
@@ -299,7 +299,7 @@ class VictimSearch:
         return out
 
     def fits_rows(
-        self, runner: Framework, pod: PodInfo, rows: NDArray[np.intp]
+        self, runner: PluginRunner, pod: PodInfo, rows: NDArray[np.intp]
     ) -> NDArray[np.bool_]:
         """`fits` for several rows with one PreFilter and one Filter pass."""
         state = CycleState(dry_run=True)
@@ -376,7 +376,7 @@ class VictimSearch:
 
     def select_on_node(
         self,
-        runner: Framework,
+        runner: PluginRunner,
         pod: PodInfo,
         row: int,
         units: list[list[PodInfo]],
@@ -425,7 +425,7 @@ class VictimSearch:
         return over
 
     def _reprieve(
-        self, runner: Framework, pod: PodInfo, row: int, units: list[list[PodInfo]]
+        self, runner: PluginRunner, pod: PodInfo, row: int, units: list[list[PodInfo]]
     ) -> list[list[PodInfo]] | None:
         """Evict every unit, then put units back, most important first, while the pod
         still fits; the units that could not be put back are the victims."""
@@ -462,7 +462,7 @@ class VictimSearch:
         keeping = [u for u in units if self.pdb_violations(u) == 0]
         return sorted(violating, key=_unit_importance) + sorted(keeping, key=_unit_importance)
 
-    def fits(self, runner: Framework, pod: PodInfo, row: int) -> bool:
+    def fits(self, runner: PluginRunner, pod: PodInfo, row: int) -> bool:
         """Does the pod pass every PreFilter and Filter on `row`, against the cache as
         it is now (a transaction may have victims off their nodes)?"""
         state = CycleState(dry_run=True)

@@ -53,7 +53,7 @@ from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses
-from shoal.framework.runtime import Framework
+from shoal.framework.runner import PluginRunner
 from shoal.framework.types import Candidates
 
 __all__ = ["BIND_ANNOTATIONS", "MigrationPlan", "MigrationPlanner", "Move", "unbound"]
@@ -299,7 +299,7 @@ class MigrationPlanner:
             tx.assume(pod, target)
         return MigrationPlan(target, moves)
 
-    def _runner(self, pod: PodInfo) -> Framework:
+    def _runner(self, pod: PodInfo) -> PluginRunner:
         return self.handle.runner(pod)
 
     def _fits_rows(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.bool_]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from shoal.api.volumes import (
     ANNOTATION_BOUND_BY_CONTROLLER,
@@ -36,10 +36,16 @@ from shoal.api.volumes import (
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import ResourceKind
 from shoal.framework.effects import BindError, BindVolumes
+from shoal.scheduler.scheduler import Scheduler
 from shoal.scheduler.volumes import delete_storage, upsert_storage
 
-if TYPE_CHECKING:
-    from shoal.drivers.kube.backend import KubeBackend
+
+class _Intake(Protocol):
+    """What the watch handlers here need of the backend: the core they feed."""
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
 
 __all__ = [
     "CSI_NODES",
@@ -60,12 +66,12 @@ STORAGE_CLASSES = ResourceKind(
 CSI_NODES = ResourceKind("storage.k8s.io", "v1", "csinodes", "CSINode", False, CSINode)
 
 
-def _upsert(backend: KubeBackend, obj: Any, raw: JSON) -> None:
+def _upsert(backend: _Intake, obj: Any, raw: JSON) -> None:
     upsert_storage(backend.scheduler, obj)
 
 
-def _remover(kind: ResourceKind) -> Callable[[KubeBackend, str, str], None]:
-    def remove(backend: KubeBackend, namespace: str, name: str) -> None:
+def _remover(kind: ResourceKind) -> Callable[[_Intake, str, str], None]:
+    def remove(backend: _Intake, namespace: str, name: str) -> None:
         delete_storage(backend.scheduler, kind.kind, namespace, name)
 
     return remove
@@ -73,7 +79,7 @@ def _remover(kind: ResourceKind) -> Callable[[KubeBackend, str, str], None]:
 
 # (kind, upsert, remove) for the backend's WATCHED list.
 VOLUME_KINDS: list[
-    tuple[ResourceKind, Callable[[KubeBackend, Any, JSON], None], Callable[..., None]]
+    tuple[ResourceKind, Callable[[_Intake, Any, JSON], None], Callable[..., None]]
 ] = [(kind, _upsert, _remover(kind)) for kind in (PVCS, PVS, STORAGE_CLASSES, CSI_NODES)]
 
 

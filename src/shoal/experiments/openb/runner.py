@@ -210,7 +210,7 @@ def stranded(devices: GpuDevices) -> tuple[int, int]:
     """Free milli-GPU split in two: left over on partly used devices (a shared pod's
     remainder, usable only by pods that small) and on whole idle devices (kept free by
     cpu, memory, model or multi-GPU shape)."""
-    nodes = slice(0, devices.cluster.table.n)
+    nodes = slice(0, devices.table.n)
     idle = int(devices.full[nodes].sum()) * GPU_MILLI  # devices kept whole, per node
     return int(devices.total_free(nodes).sum()) - idle, idle
 

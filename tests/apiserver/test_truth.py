@@ -64,14 +64,48 @@ async def test_a_full_queue_stays_full_across_a_crash_and_a_new_replica(
             await wait_for(status_says_four, what="Queue status allocated cpu 4")
 
 
+class _LaggingPodWatch:
+    """Between the pod informer and the backend: pod events are held back while `hold`
+    is on and then delivered in order, as after a reset connection (the watch catches up
+    late)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.held: list[tuple[str, tuple[Any, ...]]] = []
+        self.holding = False
+
+    def on_upsert(self, *args: Any) -> None:
+        self._deliver("on_upsert", args)
+
+    def on_delete(self, *args: Any) -> None:
+        self._deliver("on_delete", args)
+
+    def _deliver(self, method: str, args: tuple[Any, ...]) -> None:
+        if self.holding:
+            self.held.append((method, args))
+        else:
+            getattr(self.backend, method)(*args)
+
+    async def hold(self, seconds: float) -> None:
+        self.holding = True
+        await asyncio.sleep(seconds)
+        self.holding = False
+        held, self.held = self.held, []
+        for method, args in held:
+            getattr(self.backend, method)(*args)
+
+
 class _LosingAnswers:
     """The binder's client, losing the answers of the first `lose` Bindings after the API
-    server applied them (what a reset connection or a restarting API server does)."""
+    server applied them (what a reset connection or a restarting API server does); each
+    loss also holds the pod watch back for a while, as a reset does."""
 
-    def __init__(self, client: KubeClient, lose: int) -> None:
+    def __init__(self, client: KubeClient, lose: int, watch: _LaggingPodWatch) -> None:
         self._client = client
         self.lose = lose
         self.lost = 0
+        self.watch = watch
+        self._holds: set[asyncio.Task[None]] = set()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -80,6 +114,10 @@ class _LosingAnswers:
         answer = await self._client.request(method, path, **kw)
         if method == "POST" and path.endswith("/binding") and self.lost < self.lose:
             self.lost += 1
+            if not self.watch.holding:
+                task = asyncio.get_running_loop().create_task(self.watch.hold(2.0))
+                self._holds.add(task)
+                task.add_done_callback(self._holds.discard)
             raise TransportError("ConnectionError", "injected: connection reset by peer")
         return answer
 
@@ -93,7 +131,9 @@ async def test_binds_whose_answers_are_lost_never_overcommit(
             await s.add_node(f"n{i}", cpu="4")
         async with s.shoal(s.options("lossy")) as shoal:
             kube = shoal.kube
-            losing = _LosingAnswers(kube.binder.client, lose=3)
+            watch = _LaggingPodWatch(kube)
+            kube.pods.handler = watch
+            losing = _LosingAnswers(kube.binder.client, lose=3, watch=watch)
             kube.binder.client = losing  # type: ignore[assignment]
             for i in range(10):  # room for 8
                 await s.create_pod(f"p{i}", "1")
@@ -102,7 +142,7 @@ async def test_binds_whose_answers_are_lost_never_overcommit(
                 return len(await s.bound()) == 8
 
             await wait_for(eight, what="eight pods bound")
-            await asyncio.sleep(3.0)  # nothing more may squeeze in
+            await asyncio.sleep(4.0)  # nothing more may squeeze in, the watch caught up
             assert losing.lost == 3
             placements = await s.bound()
             assert len(placements) == 8

@@ -191,3 +191,37 @@ async def test_binds_queued_for_deleted_nodes_are_not_sent(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+@async_test(timeout=120)
+async def test_a_gang_whose_member_is_deleted_while_binding_waits_whole(
+    control_plane: dict[str, str],
+) -> None:
+    gang = {
+        "pod-group.scheduling.sigs.k8s.io/name": "train",
+        "pod-group.scheduling.sigs.k8s.io/min-available": "6",
+    }
+    async with space(control_plane["KUBECONFIG"], "truthg") as s:
+        await s.add_node("n1", cpu="16")
+        async with s.shoal(s.options("gangbinds")) as shoal:
+            kube = shoal.kube
+            await wait_for(lambda: _true(kube.synced), what="informers synced")
+            kube.client.limiter = RateLimiter(2.0, 1)  # from now on binds wait in it
+            for i in range(6):
+                await s.create_pod(f"w{i}", "1", labels=gang)
+
+            async def started() -> bool:
+                return len(await s.bound()) >= 1
+
+            await wait_for(started, what="the gang starts binding")
+            victim = next(name for name, node in (await s.placements()).items() if not node)
+            await s.client.request("DELETE", f"/api/v1/namespaces/{s.name}/pods/{victim}")
+            await asyncio.sleep(4.0)  # every queued bind would have gone out by now
+            short = len(await s.bound())
+            assert short < 5, f"{short} of the 5 remaining members bound: the binds went on"
+            await s.create_pod("w6", "1", labels=gang)  # a controller's replacement
+
+            async def whole() -> bool:
+                return len(await s.bound()) == 6
+
+            await wait_for(whole, timeout=60, what="the gang bound whole again")

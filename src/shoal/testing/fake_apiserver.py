@@ -844,7 +844,8 @@ class FakeApiServer:
             self._snapshots.pop(snapshot_id, None)
         api_version = f"{route.group}/{version}" if route.group else version
         return web.json_response(
-            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": meta, "items": page}
+            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": meta, "items": page},
+            dumps=lambda obj: json.dumps(obj),  # this module's json, which tests may replace
         )
 
     async def _watch(self, request: web.Request, route: _Route) -> web.StreamResponse:

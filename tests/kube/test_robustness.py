@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
+import logging
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -260,3 +263,82 @@ def _uid(api: FakeApiServer, name: str) -> str:
     obj = api.get("", "pods", "default", name)
     assert obj is not None
     return str(obj["metadata"]["uid"])
+
+
+# ---- half-open and idle watches: the progress deadline --------------------------------------
+
+
+def _quick_deadline(read_timeout: float, **more: Any) -> Any:
+    from kubehelpers import fast_options
+
+    options = fast_options()
+    informer = replace(options.informer, read_timeout=read_timeout, down_after=1.0, **more)
+    return replace(options, informer=informer)
+
+
+def _lists(kube: KubeBackend) -> set[int]:
+    """How many lists each informer made (of the kinds the fake serves)."""
+    return {i.lists for i in kube.informers.values() if not i.absent}
+
+
+def _informer_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "shoal.kube.informer" and r.levelno >= logging.WARNING
+    ]
+
+
+@async_test()
+async def test_a_half_open_watch_is_dropped_at_the_progress_deadline_and_resumed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="shoal.kube.informer")
+    async with FakeApiServer(bookmark_interval=0.3) as api:
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        async with running(api, tmp_path, _quick_deadline(1.5)) as (kube, _):
+            await eventually(lambda: kube.synced and kube.leading, what="synced")
+            pods = kube.informers["pods"]
+            watches = pods.watches
+            api.stall_watches()  # every watch open now goes silent, its connection open
+            started = time.monotonic()
+            api.create("v1", "pods", pod("late", cpu="1"))
+            await eventually(lambda: "default/late" in bound_pods(api), what="late bound")
+            assert time.monotonic() - started < 1.5 + 2.0
+            assert pods.watches > watches  # a new watch, from the resourceVersion:
+            assert _lists(kube) == {1}  # no relist
+            assert not _failed_checks(kube)
+            assert not _informer_warnings(caplog)
+            silent = kube.metrics.informer_operations.labels("pods", "watch_silent")
+            assert silent._value.get() >= 1
+
+
+@async_test()
+async def test_an_idle_watch_without_bookmarks_is_renewed_quietly_and_stays_ready(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="shoal.kube.informer")
+    # No bookmarks at all (the real API server sends one about once a minute).
+    async with FakeApiServer(bookmark_interval=3600) as api:
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        async with running(api, tmp_path, _quick_deadline(0.4)) as (kube, _):
+            await eventually(lambda: kube.synced and kube.leading, what="synced")
+            nodes = kube.informers["nodes"]
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:  # longer than down_after (1 s)
+                assert not _failed_checks(kube)
+                await asyncio.sleep(0.1)
+            assert nodes.watches >= 4  # renewed every 0.4 s
+            assert _lists(kube) == {1}  # never relisted
+            assert not nodes.down and not nodes.last_error
+            assert not _informer_warnings(caplog)
+            api.create("v1", "pods", pod("p", cpu="1"))
+            await eventually(lambda: "default/p" in bound_pods(api), what="p bound")
+
+
+def test_the_default_progress_deadline_is_about_fifteen_seconds() -> None:
+    from shoal.drivers.kube.backend import KubeOptions
+    from shoal.drivers.kube.informer import InformerSettings
+
+    assert InformerSettings().read_timeout == 15.0
+    assert KubeOptions().informer.read_timeout == 15.0

@@ -42,6 +42,7 @@ __all__ = [
     "RequestObserver",
     "TransportError",
     "Undecodable",
+    "WatchStalled",
     "connect",
     "decode_event",
     "decode_page",
@@ -100,6 +101,12 @@ class TransportError(ApiError):
 
     def __init__(self, reason: str, message: str, *, method: str = "", path: str = "") -> None:
         super().__init__(0, reason, message, method=method, path=path)
+
+
+class WatchStalled(TransportError):
+    """No line (event or bookmark) on a watch within its progress deadline: the
+    connection may be half-open, or the watch merely idle (bookmarks come about once a
+    minute); either way it is dropped and started again from the last resourceVersion."""
 
 
 class RateLimiter:
@@ -444,13 +451,35 @@ class KubeClient:
         self.settings = settings
         self.limiter = RateLimiter(settings.qps, settings.burst)
         self._observer = connection.observer
-        self._api = ApiClient(connection.configuration)
-        self._api.user_agent = settings.user_agent
-        _skip_env_lookups(self._api)
+        self._configuration = connection.configuration
+        self._api = self._api_client()
+        self._watches: ApiClient | None = None  # opened with the first watch
         self.host = urlsplit(connection.host).netloc
+
+    def _api_client(self) -> ApiClient:
+        api = ApiClient(self._configuration)
+        api.user_agent = self.settings.user_agent
+        _skip_env_lookups(api)
+        return api
+
+    def _watch_api(self) -> ApiClient:
+        """The ApiClient for watches: a connection per watch, never taken from (or given
+        back to) a pool. After a watch went silent, the pool's idle connections may be
+        as dead as its was (a half-open path); a new connection is not."""
+        if self._watches is None:
+            self._watches = self._api_client()
+            session = getattr(self._watches.rest_client, "pool_manager", None)
+            if isinstance(session, aiohttp.ClientSession):
+                connector = session.connector
+                if connector is not None and hasattr(connector, "_force_close"):
+                    connector._force_close = True
+        return self._watches
 
     async def close(self) -> None:
         await self._api.close()
+        if self._watches is not None:
+            await self._watches.close()
+            self._watches = None
 
     async def _throttle(self) -> None:
         waited = await self.limiter.wait()
@@ -469,10 +498,11 @@ class KubeClient:
         body: Any,
         content_type: str,
         timeout: aiohttp.ClientTimeout,
+        api: ApiClient | None = None,
     ) -> aiohttp.ClientResponse:
         """Issue the request; the caller owns (and must release) the response."""
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
+            response: aiohttp.ClientResponse = await (api or self._api).call_api(
                 path,
                 method,
                 query_params=list((query or {}).items()),
@@ -576,15 +606,20 @@ class KubeClient:
         """A watch: yields an iterator of decoded JSON lines (watch events); an event whose
         object cannot be decoded comes as an `Undecodable` naming the object.
 
-        `read_timeout` bounds the silence between two lines: a dead connection is noticed
-        even when no TCP reset arrives (the server sends bookmarks periodically).
+        `read_timeout` is a progress deadline: when no line arrives for that long, the
+        iterator raises `WatchStalled` (the connection may be half-open; the server sends
+        bookmarks only now and then, so a healthy idle watch may be silent too).
+        Every watch has a connection of its own (never one from the pool, which may be
+        dead if the network path was), closed when the watch ends.
         """
         await self._throttle()
         started = time.monotonic()
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.settings.timeout, sock_read=read_timeout
         )
-        response = await self._send("GET", path, query, None, "application/json", timeout)
+        response = await self._send(
+            "GET", path, query, None, "application/json", timeout, api=self._watch_api()
+        )
         self._observe("WATCH", response.status, started)
         try:
             if response.status != 200:
@@ -593,19 +628,23 @@ class KubeClient:
                 except (aiohttp.ClientError, TimeoutError):
                     data = b""
                 raise _status_error(response.status, data, "GET", path)
-            yield self._lines(response, path)
+            yield self._lines(response, path, read_timeout)
         finally:
             response.close()
 
     async def _lines(
-        self, response: aiohttp.ClientResponse, path: str
+        self, response: aiohttp.ClientResponse, path: str, read_timeout: float
     ) -> AsyncGenerator[JSON | Undecodable, None]:
         while True:
             try:
-                line = await response.content.readline()
+                async with asyncio.timeout(read_timeout):
+                    line = await response.content.readline()
             except TimeoutError:
-                raise TransportError(
-                    "Timeout", "watch stream went silent", method="WATCH", path=path
+                raise WatchStalled(
+                    "Timeout",
+                    f"no watch event or bookmark for {read_timeout:g}s",
+                    method="WATCH",
+                    path=path,
                 ) from None
             except (aiohttp.ClientError, ValueError) as err:
                 raise TransportError(

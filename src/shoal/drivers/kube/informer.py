@@ -7,6 +7,12 @@ watches from the list's resourceVersion with bookmarks on:
 * a watch that ends (server timeout, dropped connection, API error) is resumed from
   that resourceVersion after an exponential backoff with jitter (none after a clean
   server-side timeout);
+* a watch on which no line (event or bookmark) arrived within `read_timeout` (the
+  progress deadline) is dropped and resumed at once from that resourceVersion: the
+  connection may be half-open (a peer or middlebox gone without a reset), or the watch
+  merely idle (the API server sends bookmarks about once a minute). Neither is a
+  failure: no warning, no relist, readiness stays green; only if the new watch cannot
+  be opened is that a failure, as any other;
 * an object that cannot be decoded (JSON nested deeper than the decoder allows, which
   the API server accepts, or invalid) is skipped and handed to the handler's
   `on_undecodable` with what a shallow read found of its metadata, so it can be
@@ -36,7 +42,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shoal.drivers.kube.client import JSON, ApiError, KubeClient, Undecodable
+from shoal.drivers.kube.client import JSON, ApiError, KubeClient, Undecodable, WatchStalled
 from shoal.drivers.kube.resources import ResourceKind, object_key
 
 __all__ = ["Backoff", "Informer", "InformerHandler", "InformerSettings", "WatchExpired"]
@@ -56,7 +62,8 @@ class InformerHandler(Protocol):
 
 class InformerObserver(Protocol):
     def informer_event(self, resource: str, what: str) -> None:
-        """`what`: list, relist, watch, watch_error, expired, bookmark."""
+        """`what`: list, relist, watch, watch_silent, watch_error, expired, bookmark,
+        undecodable."""
 
 
 class WatchExpired(Exception):
@@ -67,7 +74,9 @@ class WatchExpired(Exception):
 class InformerSettings:
     page_size: int = 500
     watch_timeout: float = 300.0  # server-side timeoutSeconds, randomized up to 2x
-    read_timeout: float = 90.0  # silence (no event, no bookmark) that counts as dead
+    # The watch's progress deadline: after this long without a line (event or bookmark)
+    # the watch is dropped and resumed from its resourceVersion (no relist, no failure).
+    read_timeout: float = 15.0
     list_timeout: float = 60.0
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
@@ -300,6 +309,20 @@ class Informer:
             started = time.monotonic()
             try:
                 events = await self._watch_once()
+            except WatchStalled as err:
+                # Idle, or a half-open connection: either way the server accepted the
+                # watch and nothing failed; resume at once from the resourceVersion.
+                self._note("watch_silent")
+                self._succeeded()
+                self._backoff.reset()
+                log.debug(
+                    "watch of %s silent (%s); resuming from resourceVersion %s",
+                    self.kind.name,
+                    err.message,
+                    self.resource_version,
+                    extra={"resource": self.kind.name},
+                )
+                continue
             except WatchExpired:
                 self._note("expired")
                 log.info(

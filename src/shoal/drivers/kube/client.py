@@ -423,24 +423,25 @@ def decode_event(line: bytes) -> JSON | Undecodable:
             raise ValueError(f"a watch event is not an object: {type(decoded).__name__}")
         return decoded
     text = line.decode("utf-8")
-    event_type = ""
+    event: JSON = {}
     found: list[Undecodable] = []
 
     def member(key: str, start: int) -> int:
-        nonlocal event_type
         value, end, error = _read(text, start)
-        if key == "type":
-            event_type = str(value)
+        if not error:
+            event[key] = value
         elif key == "object":
-            if not error:
-                raise ValueError("the watch event cannot be decoded, its object can")
             found.append(Undecodable(_shallow_metadata(text, start), error))
+        else:
+            raise ValueError(f"the watch event's {key!r} cannot be read: {error}")
         return end
 
     _walk(text, 0, member)
-    if not found:
+    if found:
+        return Undecodable(found[0].metadata, found[0].error, str(event.get("type", "")))
+    if "object" not in event:
         raise ValueError("a watch event without an object")
-    return Undecodable(found[0].metadata, found[0].error, event_type)
+    return event  # within reach of the stdlib decoder, if not of msgspec
 
 
 class KubeClient:

@@ -62,8 +62,7 @@ class InformerHandler(Protocol):
 
 class InformerObserver(Protocol):
     def informer_event(self, resource: str, what: str) -> None:
-        """`what`: list, relist, watch, watch_silent, watch_error, expired, bookmark,
-        undecodable."""
+        """`what`: list, relist, watch, watch_silent, watch_error, expired, bookmark."""
 
 
 class WatchExpired(Exception):

@@ -304,7 +304,7 @@ async def test_a_half_open_watch_is_dropped_at_the_progress_deadline_and_resumed
             started = time.monotonic()
             api.create("v1", "pods", pod("late", cpu="1"))
             await eventually(lambda: "default/late" in bound_pods(api), what="late bound")
-            assert time.monotonic() - started < 1.5 + 2.0
+            assert time.monotonic() - started < 1.5 + 5.0  # the deadline, and some slack
             assert pods.watches > watches  # a new watch, from the resourceVersion:
             assert _lists(kube) == {1}  # no relist
             assert not _failed_checks(kube)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
+import logging
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,43 +74,75 @@ def _failed_checks(kube: KubeBackend) -> dict[str, str]:
     return {c.name: c.message for c in kube.readyz() if not c.ok}
 
 
+def _readyz_detail(kube: KubeBackend, name: str) -> str:
+    return next(c.detail for c in kube.readyz() if c.name == name)
+
+
+def _group(name: str, min_member: int, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"minMember": min_member, **spec}}
+
+
 @async_test()
-async def test_a_podgroup_nested_thousands_of_levels_does_not_stop_the_podgroup_watch(
+async def test_a_podgroup_nested_1500_levels_is_skipped_and_reported_and_its_kind_flows_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from kubehelpers import events_for, fast_options
+
     monkeypatch.setattr(fake_module, "json", _DeepJson)
     monkeypatch.setattr(fake_module, "copy", _DeepCopy)
+    version = "scheduling.x-k8s.io/v1alpha1"
+    options = fast_options()
+    # Two groups a page: the deep one shares its page with a good one.
+    options = replace(options, informer=replace(options.informer, page_size=2))
     async with FakeApiServer() as api:
         _install_crds(api)
         api.create("v1", "nodes", node("n1", cpu="8"))
-        async with running(api, tmp_path) as (kube, _):
+        for name in ("a", "deep", "b"):
+            extra = {"x": _nested(1500)} if name == "deep" else {}
+            api.create(version, "podgroups", _group(name, 1, **extra))
+        async with running(api, tmp_path, options) as (kube, _):
             await eventually(lambda: kube.synced and kube.leading, what="synced")
+            informer = kube.informers[PODGROUPS]
+            # The list delivered the good ones and named the bad one.
+            assert set(informer.store) == {"default/a", "default/b"}
+            assert set(informer.undecodable) == {"default/deep"}
+            assert {"default/a", "default/b"} <= set(kube.scheduler.gangs.status())
             assert not _failed_checks(kube)
-            api.create(
-                "scheduling.x-k8s.io/v1alpha1",
-                "podgroups",
-                {"metadata": {"name": "deep"}, "spec": {"minMember": 1, "x": _nested(3000)}},
+            detail = _readyz_detail(kube, "invalidObjects")
+            assert f"{PODGROUPS} default/deep: nested too deeply" in detail
+            metric = kube.metrics.invalid_objects.labels(PODGROUPS)
+            assert metric._value.get() == 1
+            await eventually(
+                lambda: bool(events_for(api, "deep", "InvalidObject")), what="an event on it"
             )
-            tasks = {t.get_name(): t for t in kube._background}
-            await eventually(lambda: "informers" in _failed_checks(kube), what="/readyz failing")
-            failed = _failed_checks(kube)
-            assert PODGROUPS in failed["informers"]
-            assert "nested too deeply" in failed["informers"]
-            # It keeps trying (relists after a backoff) instead of ending.
-            assert not tasks[f"informer-{PODGROUPS}"].done()
-            # Once the object is gone, the watch recovers and gangs are served again.
-            api.delete("scheduling.x-k8s.io", "podgroups", "default", "deep")
-            api.create(
-                "scheduling.x-k8s.io/v1alpha1",
-                "podgroups",
-                {"metadata": {"name": "train"}, "spec": {"minMember": 2}},
-            )
+            event = events_for(api, "deep", "InvalidObject")[0]
+            assert "nested too deeply" in event["note"]
+            assert event["regarding"]["kind"] == "PodGroup"
+
+            # Through the watch: another deep one, then a good one and its gang.
+            api.create(version, "podgroups", _group("deeper", 2, x=_nested(1500)))
+            api.create(version, "podgroups", _group("train", 2))
             label = {"scheduling.x-k8s.io/pod-group": "train"}
             for i in range(2):
                 api.create("v1", "pods", pod(f"w{i}", cpu="1", labels=label))
-            await eventually(lambda: len(bound_pods(api)) == 2, what="the gang bound")
-            await eventually(lambda: not _failed_checks(kube), what="ready again")
+            await eventually(lambda: len(bound_pods(api)) == 2, what="the later gang bound")
             assert "default/train" in kube.scheduler.gangs.status()
+            await eventually(lambda: "default/deeper" in informer.undecodable, what="deeper")
+            assert "default/deeper" in _readyz_detail(kube, "invalidObjects")
+            assert metric._value.get() == 2
+            assert not _failed_checks(kube)
+            # The watch went on past it: no relist, no error, nothing marked down.
+            assert informer.lists == 1 and not informer.down and informer.crashes == 0
+
+            # Fixed, and deleted: no longer named.
+            fixed = api.get("scheduling.x-k8s.io", "podgroups", "default", "deep")
+            assert fixed is not None
+            fixed["spec"] = {"minMember": 1}
+            api.update("scheduling.x-k8s.io", "podgroups", fixed)
+            api.delete("scheduling.x-k8s.io", "podgroups", "default", "deeper")
+            await eventually(lambda: not informer.undecodable, what="nothing undecodable")
+            await eventually(lambda: "default/deep" in informer.store, what="deep decoded")
+            assert _readyz_detail(kube, "invalidObjects") == ""
 
 
 @async_test()
@@ -118,11 +154,11 @@ async def test_an_unexpected_exception_in_the_informer_relists_after_a_backoff(
     original = Informer._replace
     failures = {"left": 3}
 
-    def flaky(self: Informer, items: list[dict[str, Any]]) -> None:
+    def flaky(self: Informer, items: list[dict[str, Any]], *rest: Any) -> None:
         if self.kind.name == "nodes" and failures["left"]:
             failures["left"] -= 1
             raise KeyError("a bug while listing")
-        original(self, items)
+        original(self, items, *rest)
 
     monkeypatch.setattr(Informer, "_replace", flaky)
     async with FakeApiServer() as api:
@@ -227,3 +263,82 @@ def _uid(api: FakeApiServer, name: str) -> str:
     obj = api.get("", "pods", "default", name)
     assert obj is not None
     return str(obj["metadata"]["uid"])
+
+
+# ---- half-open and idle watches: the progress deadline --------------------------------------
+
+
+def _quick_deadline(read_timeout: float, **more: Any) -> Any:
+    from kubehelpers import fast_options
+
+    options = fast_options()
+    informer = replace(options.informer, read_timeout=read_timeout, down_after=1.0, **more)
+    return replace(options, informer=informer)
+
+
+def _lists(kube: KubeBackend) -> set[int]:
+    """How many lists each informer made (of the kinds the fake serves)."""
+    return {i.lists for i in kube.informers.values() if not i.absent}
+
+
+def _informer_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "shoal.kube.informer" and r.levelno >= logging.WARNING
+    ]
+
+
+@async_test()
+async def test_a_half_open_watch_is_dropped_at_the_progress_deadline_and_resumed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="shoal.kube.informer")
+    async with FakeApiServer(bookmark_interval=0.3) as api:
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        async with running(api, tmp_path, _quick_deadline(1.5)) as (kube, _):
+            await eventually(lambda: kube.synced and kube.leading, what="synced")
+            pods = kube.informers["pods"]
+            watches = pods.watches
+            api.stall_watches()  # every watch open now goes silent, its connection open
+            started = time.monotonic()
+            api.create("v1", "pods", pod("late", cpu="1"))
+            await eventually(lambda: "default/late" in bound_pods(api), what="late bound")
+            assert time.monotonic() - started < 1.5 + 5.0  # the deadline, and some slack
+            assert pods.watches > watches  # a new watch, from the resourceVersion:
+            assert _lists(kube) == {1}  # no relist
+            assert not _failed_checks(kube)
+            assert not _informer_warnings(caplog)
+            silent = kube.metrics.informer_operations.labels("pods", "watch_silent")
+            assert silent._value.get() >= 1
+
+
+@async_test()
+async def test_an_idle_watch_without_bookmarks_is_renewed_quietly_and_stays_ready(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="shoal.kube.informer")
+    # No bookmarks at all (the real API server sends one about once a minute).
+    async with FakeApiServer(bookmark_interval=3600) as api:
+        api.create("v1", "nodes", node("n1", cpu="4"))
+        async with running(api, tmp_path, _quick_deadline(0.4)) as (kube, _):
+            await eventually(lambda: kube.synced and kube.leading, what="synced")
+            nodes = kube.informers["nodes"]
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:  # longer than down_after (1 s)
+                assert not _failed_checks(kube)
+                await asyncio.sleep(0.1)
+            assert nodes.watches >= 4  # renewed every 0.4 s
+            assert _lists(kube) == {1}  # never relisted
+            assert not nodes.down and not nodes.last_error
+            assert not _informer_warnings(caplog)
+            api.create("v1", "pods", pod("p", cpu="1"))
+            await eventually(lambda: "default/p" in bound_pods(api), what="p bound")
+
+
+def test_the_default_progress_deadline_is_about_fifteen_seconds() -> None:
+    from shoal.drivers.kube.backend import KubeOptions
+    from shoal.drivers.kube.informer import InformerSettings
+
+    assert InformerSettings().read_timeout == 15.0
+    assert KubeOptions().informer.read_timeout == 15.0

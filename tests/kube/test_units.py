@@ -135,6 +135,9 @@ class Recorder:
     def on_delete(self, kind: ResourceKind, old: dict[str, Any]) -> None:
         self.seen.append(("delete", old["metadata"]["name"]))
 
+    def on_undecodable(self, kind: ResourceKind, stub: dict[str, Any], error: str) -> None:
+        self.seen.append(("undecodable", stub["metadata"].get("name", "")))
+
 
 @async_test()
 async def test_an_absent_crd_does_not_block_sync_and_is_found_later(tmp_path: Path) -> None:
@@ -178,3 +181,53 @@ async def test_relist_reports_what_vanished_and_recreated_objects(tmp_path: Path
 def test_config_helper_makes_shoal_profiles() -> None:
     assert [p.scheduler_name for p in config().profiles] == ["shoal"]
     assert PodInfo(Pod()).scheduler_name == "default-scheduler"
+
+
+def _nested(depth: int) -> str:
+    return '{"x":' * depth + "{}" + "}" * depth
+
+
+def test_a_list_page_with_an_object_too_deep_to_decode_yields_the_others_and_its_name() -> None:
+    from shoal.drivers.kube.client import decode_page
+
+    good = '{"metadata":{"name":"a","annotations":{"q":"\\"}]{[,:"}},"spec":{"l":[1,{"b":null}]}}'
+    # metadata after the deep spec; managedFields as deep as the spec (as the server writes)
+    deep = (
+        f'{{"spec":{_nested(1500)},"metadata":{{"managedFields":[{{"f":{_nested(1500)}}}],'
+        '"name":"deep","namespace":"ns","uid":"u1","resourceVersion":"7","generation":2}}'
+    )
+    other = good.replace('"name":"a"', '"name":"b"')
+    page = decode_page(
+        f'{{"metadata":{{"resourceVersion":"9","continue":"c"}},"items":[{good} , {deep},'
+        f"{other}]}}".encode()
+    )
+    assert page.metadata == {"resourceVersion": "9", "continue": "c"}
+    assert [i["metadata"]["name"] for i in page.items] == ["a", "b"]
+    assert page.items[0]["metadata"]["annotations"] == {"q": '"}]{[,:'}
+    [bad] = page.undecodable
+    assert bad.metadata == {"name": "deep", "namespace": "ns", "uid": "u1", "resourceVersion": "7"}
+    assert "nested too deeply" in bad.error
+    # Invalid JSON in one item: the same.
+    page = decode_page(b'{"metadata":{},"items":[{"metadata":{"name":"x"},"s":tru},{"a":1}]}')
+    assert page.items == [{"a": 1}] and page.undecodable[0].metadata == {"name": "x"}
+    assert "invalid JSON" in page.undecodable[0].error
+    # A page that is not JSON at all is still an error.
+    with pytest.raises(ValueError):
+        decode_page(b'{"metadata":{},"items":[{"a":')
+
+
+def test_a_watch_event_too_deep_to_decode_comes_as_undecodable_with_type_and_name() -> None:
+    from shoal.drivers.kube.client import Undecodable, decode_event
+
+    meta = '"metadata":{"name":"d","resourceVersion":"5"}'
+    line = f'{{"type":"MODIFIED","object":{{{meta},"spec":{_nested(1500)}}}}}'
+    event = decode_event(line.encode())
+    assert isinstance(event, Undecodable)
+    assert event.event == "MODIFIED"
+    assert event.metadata == {"name": "d", "resourceVersion": "5"}
+    assert decode_event(b'{"type":"ADDED","object":{"a":1}}') == {
+        "type": "ADDED",
+        "object": {"a": 1},
+    }
+    with pytest.raises(ValueError):
+        decode_event(b'{"type":"ADDED","object":{')

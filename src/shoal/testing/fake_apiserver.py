@@ -29,8 +29,10 @@ What it implements, with the real server's semantics:
 * events.k8s.io/v1 Events and coordination.k8s.io/v1 Leases are ordinary resources.
 * Fault injection (`inject`): error codes, delays, dropped connections, per method,
   path pattern, user agent, watch or not, for a number of requests; `drop_watches()`
-  cuts every open watch; `delay_watch_events()` makes a resource's watch events arrive
-  late, one by one (a lagging watch cache).
+  cuts every open watch; `stall_watches()` makes every open watch go silent without
+  closing it (a half-open connection: no events, no bookmarks, no reset);
+  `delay_watch_events()` makes a resource's watch events arrive late, one by one (a
+  lagging watch cache).
 
 Deliberately missing: authentication (every request is allowed), admission and field
 validation (the fake stores what it is given, which is how the tests feed bad objects),
@@ -302,6 +304,12 @@ class FakeApiServer:
         self._drop_generation += 1
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(("DROP", {}))
+
+    def stall_watches(self) -> None:
+        """Make every open watch go silent, its connection left open (as if half-open):
+        nothing more is sent on it. Watches opened later work normally."""
+        for watcher in list(self._watchers):
+            watcher.queue.put_nowait(("STALL", {}))
 
     def delay_watch_events(self, group: str, plural: str, seconds: float) -> None:
         """Send each watch event of the resource `seconds` after the previous one (and
@@ -848,7 +856,8 @@ class FakeApiServer:
             self._snapshots.pop(snapshot_id, None)
         api_version = f"{route.group}/{version}" if route.group else version
         return web.json_response(
-            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": meta, "items": page}
+            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": meta, "items": page},
+            dumps=lambda obj: json.dumps(obj),  # this module's json, which tests may replace
         )
 
     async def _watch(self, request: web.Request, route: _Route) -> web.StreamResponse:
@@ -918,6 +927,15 @@ class FakeApiServer:
                 if event_type == "DROP":
                     if request.transport is not None:
                         request.transport.abort()
+                    return response
+                if event_type == "STALL":
+                    # Events still queue up for this watcher; none is sent.
+                    while (
+                        not self._closing.is_set()
+                        and request.transport is not None
+                        and not request.transport.is_closing()
+                    ):
+                        await asyncio.sleep(0.05)
                     return response
                 lag = self._event_delays.get((route.group, route.plural), 0.0)
                 if lag:

@@ -34,8 +34,9 @@ Shoal's own:
   bounded (queues x resources) however many queues exist.
 * `shoal_invalid_objects_total{resource}`: objects from the API that could not be read.
 * `shoal_informer_operations_total{resource, operation}`: list, relist, watch,
-  expired, list_error, watch_error, informer_error (an unexpected exception: the
-  informer relists after a backoff and /readyz fails until it recovers).
+  watch_silent (no line within the progress deadline: the watch is renewed, not a
+  failure), expired, list_error, watch_error, informer_error (an unexpected exception:
+  the informer relists after a backoff and /readyz fails until it recovers).
 * `shoal_events_dropped_total`: events not written because the recorder fell behind.
 * `shoal_foreign_binds_total{profile}`: pending pods of our profiles that someone else
   bound (two active schedulers for one schedulerName; see docs/kubernetes.md).

@@ -2,7 +2,8 @@
 
 Health checks answer like kube-scheduler's: `ok` when every check passes, otherwise
 HTTP 500 and one `[+]name ok` / `[-]name failed: reason` line per check (also shown for
-a passing endpoint with `?verbose`).
+a passing endpoint with `?verbose`). A passing check may carry a detail worth knowing
+(`[+]name ok: detail`), e.g. objects skipped because they cannot be read.
 
 The server shares the event loop with the scheduler, and collecting the metrics walks
 the pending pods, so /metrics is rendered at most once per `metrics_ttl` seconds: every
@@ -30,7 +31,8 @@ __all__ = ["Check", "HealthServer"]
 class Check:
     name: str
     ok: bool
-    message: str = ""
+    message: str = ""  # why it fails
+    detail: str = ""  # shown when it passes (verbose)
 
 
 Checks = Callable[[], list[Check]]
@@ -128,7 +130,7 @@ class HealthServer:
             if not failed and not verbose:
                 return web.Response(text="ok")
             lines = [
-                f"[+]{c.name} ok"
+                f"[+]{c.name} ok" + (f": {c.detail}" if c.detail else "")
                 if c.ok
                 else f"[-]{c.name} failed: {c.message or 'reason withheld'}"
                 for c in results

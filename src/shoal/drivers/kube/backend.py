@@ -441,6 +441,7 @@ class KubeBackend:
         # (when, pod, node, binder) of the last pod of ours someone else bound.
         self.last_foreign_bind: tuple[float, str, str, str] | None = None
         self._invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
+        self._undecodable: set[tuple[str, str]] = set()  # of the _invalid keys
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._background: list[asyncio.Task[Any]] = []
@@ -533,8 +534,24 @@ class KubeBackend:
             *self.healthz(),
             Check("informerSync", not waiting, "waiting for " + ", ".join(waiting)),
             Check("informers", not down, "not watching " + "; ".join(down)),
+            self._invalid_check(),
             self._exclusive_check(),
         ]
+
+    def _invalid_check(self) -> Check:
+        """Objects skipped because they cannot be read: named, never a failure (one bad
+        user object must not take the scheduler out of service)."""
+        if not self._invalid:
+            return Check("invalidObjects", True)
+        named = [
+            f"{kind.name} {key or '(name unknown)'}: {message}"
+            for (_, key), (kind, _, message) in sorted(self._invalid.items())[:_NAMED]
+        ]
+        more = len(self._invalid) - len(named)
+        detail = f"{len(self._invalid)} skipped (see events InvalidObject): " + "; ".join(named)
+        if more > 0:
+            detail += f"; and {more} more"
+        return Check("invalidObjects", True, detail=detail)
 
     def _exclusive_check(self) -> Check:
         last = self.last_foreign_bind
@@ -772,6 +789,11 @@ class KubeBackend:
     # ---- informer handlers -------------------------------------------------------------
 
     def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
+        if self._undecodable and (kind.name, object_key(new)) in self._undecodable:
+            # It can be read again: what is wrong with it now (if anything) is reported
+            # by the decoding below.
+            self._undecodable.discard((kind.name, object_key(new)))
+            self._invalid.pop((kind.name, object_key(new)), None)
         if kind.name == PODS.name:
             uid = str((new.get("metadata") or {}).get("uid", ""))
             old_uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
@@ -801,6 +823,7 @@ class KubeBackend:
     def on_delete(self, kind: ResourceKind, old: JSON) -> None:
         meta = old.get("metadata") or {}
         self._invalid.pop((kind.name, object_key(old)), None)
+        self._undecodable.discard((kind.name, object_key(old)))
         if kind.name == PODS.name:
             uid = str(meta.get("uid", ""))
             self._issued.discard(uid)
@@ -818,6 +841,13 @@ class KubeBackend:
             if watched is not None and watched.remove is not None:
                 watched.remove(self, str(meta.get("namespace", "")), str(meta.get("name", "")))
         self._wake.set()
+
+    def on_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
+        """An object the informer could not decode (e.g. nested deeper than the decoder
+        allows): reported as an invalid one, and named in /readyz until it is fixed or
+        deleted. The rest of its kind is unaffected."""
+        self._undecodable.add((kind.name, object_key(stub)))
+        self._report_invalid(kind, stub, error)
 
     def _decode(self, kind: ResourceKind, raw: JSON, model: type[Any]) -> Any:
         try:
@@ -847,10 +877,12 @@ class KubeBackend:
             log.warning(
                 "ignoring invalid %s %s: %s",
                 kind.kind,
-                object_key(raw),
+                object_key(raw) or "(name unknown)",
                 message,
                 extra={"resource": kind.name, "object": object_key(raw), "error": message},
             )
+        if not (raw.get("metadata") or {}).get("name"):
+            return  # nothing to attach an event to
         controller = next(iter(self.scheduler.profiles), "shoal")
         self.events.record(
             object_ref(kind, raw), "Warning", "InvalidObject", "Reading", message, controller
@@ -983,6 +1015,9 @@ def _in_gang(pod: Pod) -> bool:
 
 def _rv(obj: JSON) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+_NAMED = 5  # invalid objects named in /readyz
 
 
 def _version() -> str:

@@ -17,10 +17,12 @@ in kube-scheduler, which uses separate clients for the three.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -35,19 +37,27 @@ __all__ = [
     "ClientSettings",
     "Connection",
     "KubeClient",
+    "Page",
     "RateLimiter",
     "RequestObserver",
     "TransportError",
+    "Undecodable",
+    "WatchStalled",
     "connect",
+    "decode_event",
+    "decode_page",
 ]
 
 JSON = dict[str, Any]
 # The API server accepts JSON nested far deeper than Python's recursion limit lets us
-# decode; such an object cannot be read at all (not even its name), so the error says
-# what to look for.
+# decode (kube allows 10000 levels); the error says what to look for.
 _TOO_DEEP = (
     "a response of {} bytes is nested too deeply to decode (an object with JSON nested "
     "about a thousand levels or more, e.g. in annotations or spec): find and fix or delete it"
+)
+_ITEM_TOO_DEEP = (
+    "nested too deeply to decode (JSON nested about a thousand levels or more, e.g. in "
+    "annotations or spec); the object is skipped until it is fixed or deleted"
 )
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -97,6 +107,12 @@ class TransportError(ApiError):
 
     def __init__(self, reason: str, message: str, *, method: str = "", path: str = "") -> None:
         super().__init__(0, reason, message, method=method, path=path)
+
+
+class WatchStalled(TransportError):
+    """No line (event or bookmark) on a watch within its progress deadline: the
+    connection may be half-open, or the watch merely idle (bookmarks come about once a
+    minute); either way it is dropped and started again from the last resourceVersion."""
 
 
 class RateLimiter:
@@ -235,6 +251,205 @@ _REASONS = {
 }
 
 
+# ---- decoding lists and watch events object by object ---------------------------------
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """An object in a list page or a watch event that could not be decoded (JSON nested
+    too deeply for the decoder, or invalid), while the rest of the response could.
+
+    `metadata` holds what a shallow read recovered of its `metadata` (name, namespace,
+    uid, resourceVersion, as strings; empty when even that could not be found), so the
+    object can be reported by name and a watch can resume after it."""
+
+    metadata: JSON
+    error: str
+    event: str = ""  # the watch event's type (ADDED, MODIFIED, DELETED); "" in a list
+
+
+@dataclass
+class Page:
+    """One page of a list: its metadata (resourceVersion, continue), the decoded items and
+    the items that could not be decoded."""
+
+    metadata: JSON
+    items: list[JSON]
+    undecodable: list[Undecodable] = field(default_factory=list)
+
+
+# The slow path, for a response that cannot be decoded whole: walk its outer levels with
+# the stdlib decoder's raw_decode (which decodes one value and says where it ends), and
+# step over a value that cannot be decoded with a loop over its strings and brackets.
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]', re.DOTALL)
+_META_FIELDS = ("name", "namespace", "uid", "resourceVersion")
+
+
+def _space(text: str, pos: int) -> int:
+    match = _SPACE.match(text, pos)
+    return pos if match is None else match.end()
+
+
+def _skip(text: str, pos: int) -> int:
+    """Where the JSON value at `pos` ends, found without decoding it (at any depth)."""
+    depth = 0
+    for match in _TOKEN.finditer(text, pos):
+        char = text[match.start()]
+        if char == '"':
+            if depth == 0:
+                return match.end()
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            if depth == 0:
+                return match.start()  # a number or literal, ended by its container
+            depth -= 1
+            if depth == 0:
+                return match.end()
+        elif depth == 0:
+            return match.start()  # a number or literal, ended by a comma
+    raise ValueError("unterminated JSON value")
+
+
+def _read(text: str, pos: int) -> tuple[Any, int, str]:
+    """(value, end, "") or (None, end, why it cannot be decoded)."""
+    try:
+        value, end = _DECODER.raw_decode(text, pos)
+    except RecursionError:
+        return None, _skip(text, pos), _ITEM_TOO_DEEP
+    except ValueError as err:
+        return None, _skip(text, pos), f"invalid JSON: {err}"
+    return value, end, ""
+
+
+def _walk(text: str, pos: int, on_value: Callable[[str, int], int]) -> int:
+    """Walk the object or array at `pos`: `on_value(key, start)` (key "" in an array)
+    returns where each value ends. Returns where the container ends."""
+    pos = _space(text, pos)
+    opener = text[pos : pos + 1]
+    if opener not in ("{", "["):
+        raise ValueError(f"expected an object or an array at {pos}")
+    close = "}" if opener == "{" else "]"
+    pos = _space(text, pos + 1)
+    if text.startswith(close, pos):
+        return pos + 1
+    while True:
+        key = ""
+        if opener == "{":
+            name, pos = _DECODER.raw_decode(text, pos)
+            if not isinstance(name, str):
+                raise ValueError(f"expected a key at {pos}")
+            key = name
+            pos = _space(text, pos)
+            if not text.startswith(":", pos):
+                raise ValueError(f"expected ':' at {pos}")
+            pos = _space(text, pos + 1)
+        pos = _space(text, on_value(key, pos))
+        if text.startswith(",", pos):
+            pos = _space(text, pos + 1)
+        elif text.startswith(close, pos):
+            return pos + 1
+        else:
+            raise ValueError(f"expected ',' or {close!r} at {pos}")
+
+
+def _shallow_metadata(text: str, pos: int) -> JSON:
+    """name, namespace, uid and resourceVersion of the object at `pos`, read without
+    decoding the rest of it ({} when they cannot be found)."""
+    meta: JSON = {}
+
+    def field_(key: str, start: int) -> int:
+        if key in _META_FIELDS and text.startswith('"', start):
+            value, end = _DECODER.raw_decode(text, start)
+            meta[key] = value
+            return int(end)
+        return _skip(text, start)
+
+    def member(key: str, start: int) -> int:
+        if key == "metadata" and text.startswith("{", start):
+            return _walk(text, start, field_)
+        return _skip(text, start)
+
+    with suppress(ValueError, RecursionError):
+        _walk(text, pos, member)
+    return meta
+
+
+def decode_page(data: bytes) -> Page:
+    """A list response. When it cannot be decoded whole (an object nested too deeply,
+    invalid JSON), it is taken apart item by item: the items that decode are returned,
+    the others are named in `undecodable`. Raises ValueError when not even that is
+    possible."""
+    try:
+        decoded = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        decoded = None
+    if decoded is not None:
+        if not isinstance(decoded, dict):
+            raise ValueError(f"a list response is not an object: {type(decoded).__name__}")
+        items = decoded.get("items") or []
+        return Page(decoded.get("metadata") or {}, [i for i in items if isinstance(i, dict)])
+    text = data.decode("utf-8")
+    page = Page({}, [])
+
+    def item(key: str, start: int) -> int:
+        value, end, error = _read(text, start)
+        if error:
+            page.undecodable.append(Undecodable(_shallow_metadata(text, start), error))
+        elif isinstance(value, dict):
+            page.items.append(value)
+        return end
+
+    def member(key: str, start: int) -> int:
+        if key == "items" and text.startswith("[", start):
+            return _walk(text, start, item)
+        value, end, error = _read(text, start)
+        if key == "metadata":
+            if error or not isinstance(value, dict):
+                raise ValueError(f"the list's metadata cannot be read: {error}")
+            page.metadata = value
+        return end
+
+    _walk(text, 0, member)
+    return page
+
+
+def decode_event(line: bytes) -> JSON | Undecodable:
+    """A watch event (one line). When it cannot be decoded whole because of its object,
+    the event's type and the object's name are read shallowly and an `Undecodable` is
+    returned. Raises ValueError when not even that is possible."""
+    try:
+        decoded = msgspec.json.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        decoded = None
+    if decoded is not None:
+        if not isinstance(decoded, dict):
+            raise ValueError(f"a watch event is not an object: {type(decoded).__name__}")
+        return decoded
+    text = line.decode("utf-8")
+    event: JSON = {}
+    found: list[Undecodable] = []
+
+    def member(key: str, start: int) -> int:
+        value, end, error = _read(text, start)
+        if not error:
+            event[key] = value
+        elif key == "object":
+            found.append(Undecodable(_shallow_metadata(text, start), error))
+        else:
+            raise ValueError(f"the watch event's {key!r} cannot be read: {error}")
+        return end
+
+    _walk(text, 0, member)
+    if found:
+        return Undecodable(found[0].metadata, found[0].error, str(event.get("type", "")))
+    if "object" not in event:
+        raise ValueError("a watch event without an object")
+    return event  # within reach of the stdlib decoder, if not of msgspec
+
+
 class KubeClient:
     """JSON requests to the API server through one kubernetes_asyncio ApiClient."""
 
@@ -243,13 +458,35 @@ class KubeClient:
         self.settings = settings
         self.limiter = RateLimiter(settings.qps, settings.burst)
         self._observer = connection.observer
-        self._api = ApiClient(connection.configuration)
-        self._api.user_agent = settings.user_agent
-        _skip_env_lookups(self._api)
+        self._configuration = connection.configuration
+        self._api = self._api_client()
+        self._watches: ApiClient | None = None  # opened with the first watch
         self.host = urlsplit(connection.host).netloc
+
+    def _api_client(self) -> ApiClient:
+        api = ApiClient(self._configuration)
+        api.user_agent = self.settings.user_agent
+        _skip_env_lookups(api)
+        return api
+
+    def _watch_api(self) -> ApiClient:
+        """The ApiClient for watches: a connection per watch, never taken from (or given
+        back to) a pool. After a watch went silent, the pool's idle connections may be
+        as dead as its was (a half-open path); a new connection is not."""
+        if self._watches is None:
+            self._watches = self._api_client()
+            session = getattr(self._watches.rest_client, "pool_manager", None)
+            if isinstance(session, aiohttp.ClientSession):
+                connector = session.connector
+                if connector is not None and hasattr(connector, "_force_close"):
+                    connector._force_close = True
+        return self._watches
 
     async def close(self) -> None:
         await self._api.close()
+        if self._watches is not None:
+            await self._watches.close()
+            self._watches = None
 
     async def _throttle(self) -> None:
         waited = await self.limiter.wait()
@@ -268,10 +505,11 @@ class KubeClient:
         body: Any,
         content_type: str,
         timeout: aiohttp.ClientTimeout,
+        api: ApiClient | None = None,
     ) -> aiohttp.ClientResponse:
         """Issue the request; the caller owns (and must release) the response."""
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
+            response: aiohttp.ClientResponse = await (api or self._api).call_api(
                 path,
                 method,
                 query_params=list((query or {}).items()),
@@ -289,21 +527,20 @@ class KubeClient:
             ) from None
         return response
 
-    async def request(
+    async def _fetch(
         self,
         method: str,
         path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float | None = None,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
         before_send: Callable[[], None] | None = None,
-    ) -> JSON:
-        """One request; returns the decoded JSON body or raises ApiError. `before_send`
-        runs after the rate limiter let the request go and just before it is sent: a
-        check against the latest truth that may raise to withdraw it (a bind whose node
-        vanished while it waited)."""
+    ) -> tuple[int, bytes]:
+        """One request: the status code and the body of a 2xx answer, or ApiError.
+        `before_send` runs after the rate limiter let the request go and just before it
+        is sent: a check against the latest truth that may raise to withdraw it (a bind
+        whose node vanished while it waited)."""
         await self._throttle()
         if before_send is not None:
             before_send()
@@ -330,6 +567,24 @@ class KubeClient:
             self._observe(method, code, started)
         if not 200 <= code < 300:
             raise _status_error(code, data, method, path)
+        return code, data
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+        before_send: Callable[[], None] | None = None,
+    ) -> JSON:
+        """One request; returns the decoded JSON body or raises ApiError (see `_fetch`
+        for `before_send`)."""
+        code, data = await self._fetch(
+            method, path, query, body, content_type, timeout, before_send
+        )
         if not data:
             return {}
         try:
@@ -344,6 +599,19 @@ class KubeClient:
             ) from None
         return decoded if isinstance(decoded, dict) else {"value": decoded}
 
+    async def list(
+        self, path: str, query: Mapping[str, str] | None = None, *, timeout: float | None = None
+    ) -> Page:
+        """One page of a list. Items that cannot be decoded (nested too deeply, invalid)
+        are returned apart (`Page.undecodable`), named as far as a shallow read allows;
+        the rest of the page is decoded as usual."""
+        code, data = await self._fetch("GET", path, query, None, "application/json", timeout)
+        try:
+            return decode_page(data)
+        except (ValueError, RecursionError) as err:
+            message = _TOO_DEEP.format(len(data)) if isinstance(err, RecursionError) else str(err)
+            raise ApiError(code, "BadResponse", message, method="GET", path=path) from None
+
     @asynccontextmanager
     async def stream(
         self,
@@ -351,18 +619,24 @@ class KubeClient:
         query: Mapping[str, str],
         *,
         read_timeout: float,
-    ) -> AsyncIterator[AsyncGenerator[JSON, None]]:
-        """A watch: yields an iterator of decoded JSON lines (watch events).
+    ) -> AsyncIterator[AsyncGenerator[JSON | Undecodable, None]]:
+        """A watch: yields an iterator of decoded JSON lines (watch events); an event whose
+        object cannot be decoded comes as an `Undecodable` naming the object.
 
-        `read_timeout` bounds the silence between two lines: a dead connection is noticed
-        even when no TCP reset arrives (the server sends bookmarks periodically).
+        `read_timeout` is a progress deadline: when no line arrives for that long, the
+        iterator raises `WatchStalled` (the connection may be half-open; the server sends
+        bookmarks only now and then, so a healthy idle watch may be silent too).
+        Every watch has a connection of its own (never one from the pool, which may be
+        dead if the network path was), closed when the watch ends.
         """
         await self._throttle()
         started = time.monotonic()
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.settings.timeout, sock_read=read_timeout
         )
-        response = await self._send("GET", path, query, None, "application/json", timeout)
+        response = await self._send(
+            "GET", path, query, None, "application/json", timeout, api=self._watch_api()
+        )
         self._observe("WATCH", response.status, started)
         try:
             if response.status != 200:
@@ -371,19 +645,23 @@ class KubeClient:
                 except (aiohttp.ClientError, TimeoutError):
                     data = b""
                 raise _status_error(response.status, data, "GET", path)
-            yield self._lines(response, path)
+            yield self._lines(response, path, read_timeout)
         finally:
             response.close()
 
     async def _lines(
-        self, response: aiohttp.ClientResponse, path: str
-    ) -> AsyncGenerator[JSON, None]:
+        self, response: aiohttp.ClientResponse, path: str, read_timeout: float
+    ) -> AsyncGenerator[JSON | Undecodable, None]:
         while True:
             try:
-                line = await response.content.readline()
+                async with asyncio.timeout(read_timeout):
+                    line = await response.content.readline()
             except TimeoutError:
-                raise TransportError(
-                    "Timeout", "watch stream went silent", method="WATCH", path=path
+                raise WatchStalled(
+                    "Timeout",
+                    f"no watch event or bookmark for {read_timeout:g}s",
+                    method="WATCH",
+                    path=path,
                 ) from None
             except (aiohttp.ClientError, ValueError) as err:
                 raise TransportError(
@@ -397,14 +675,13 @@ class KubeClient:
             if not line.strip():
                 continue
             try:
-                event = msgspec.json.decode(line)
-            except msgspec.DecodeError as err:
-                raise TransportError(
-                    "BadResponse", f"invalid watch event: {err}", method="WATCH", path=path
-                ) from None
+                event = decode_event(line)
             except RecursionError:
                 raise TransportError(
                     "BadResponse", _TOO_DEEP.format(len(line)), method="WATCH", path=path
                 ) from None
-            if isinstance(event, dict):
-                yield event
+            except ValueError as err:
+                raise TransportError(
+                    "BadResponse", f"invalid watch event: {err}", method="WATCH", path=path
+                ) from None
+            yield event

@@ -7,13 +7,24 @@ watches from the list's resourceVersion with bookmarks on:
 * a watch that ends (server timeout, dropped connection, API error) is resumed from
   that resourceVersion after an exponential backoff with jitter (none after a clean
   server-side timeout);
+* a watch on which no line (event or bookmark) arrived within `read_timeout` (the
+  progress deadline) is dropped and resumed at once from that resourceVersion: the
+  connection may be half-open (a peer or middlebox gone without a reset), or the watch
+  merely idle (the API server sends bookmarks about once a minute). Neither is a
+  failure: no warning, no relist, readiness stays green; only if the new watch cannot
+  be opened is that a failure, as any other;
+* an object that cannot be decoded (JSON nested deeper than the decoder allows, which
+  the API server accepts, or invalid) is skipped and handed to the handler's
+  `on_undecodable` with what a shallow read found of its metadata, so it can be
+  reported by name; everything else of its list page or watch is delivered, and the
+  watch resumes after it. A last good copy of it stays in the store;
 * `410 Gone` ("too old resource version", as an HTTP status or an ERROR event) means
   events were compacted away: the informer relists and diffs the new list against its
   store, so objects deleted while it was not looking are reported deleted;
 * an optional kind (a CRD) that is not installed (404 on list) is marked absent and
   looked for again later, without holding up readiness;
-* any other exception (a bug, an object nested too deeply to decode, ...) does not end
-  the informer: it is logged, the informer is marked down (`down`, which fails
+* any other exception (a bug, a response that cannot be taken apart at all, ...) does
+  not end the informer: it is logged, the informer is marked down (`down`, which fails
   /readyz naming the resource) and it relists after the same backoff, until a list or
   watch succeeds again.
 
@@ -31,7 +42,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shoal.drivers.kube.client import JSON, ApiError, KubeClient
+from shoal.drivers.kube.client import JSON, ApiError, KubeClient, Undecodable, WatchStalled
 from shoal.drivers.kube.resources import ResourceKind, object_key
 
 __all__ = ["Backoff", "Informer", "InformerHandler", "InformerSettings", "WatchExpired"]
@@ -44,10 +55,14 @@ class InformerHandler(Protocol):
 
     def on_delete(self, kind: ResourceKind, old: JSON) -> None: ...
 
+    def on_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
+        """An object that could not be decoded: `stub` has its apiVersion, kind and what
+        could be read of its metadata (name, namespace, uid, resourceVersion)."""
+
 
 class InformerObserver(Protocol):
     def informer_event(self, resource: str, what: str) -> None:
-        """`what`: list, relist, watch, watch_error, expired, bookmark."""
+        """`what`: list, relist, watch, watch_silent, watch_error, expired, bookmark."""
 
 
 class WatchExpired(Exception):
@@ -58,7 +73,9 @@ class WatchExpired(Exception):
 class InformerSettings:
     page_size: int = 500
     watch_timeout: float = 300.0  # server-side timeoutSeconds, randomized up to 2x
-    read_timeout: float = 90.0  # silence (no event, no bookmark) that counts as dead
+    # The watch's progress deadline: after this long without a line (event or bookmark)
+    # the watch is dropped and resumed from its resourceVersion (no relist, no failure).
+    read_timeout: float = 15.0
     list_timeout: float = 60.0
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
@@ -110,6 +127,8 @@ class Informer:
         self.observer = observer
         self.namespace = namespace
         self.store: dict[str, JSON] = {}
+        # Objects that could not be decoded, by key: what is known of them (a stub).
+        self.undecodable: dict[str, JSON] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()  # the first list was delivered (or the kind is absent)
         self.absent = False
@@ -212,44 +231,68 @@ class Informer:
 
     async def _list(self) -> None:
         items: list[JSON] = []
+        undecodable: list[Undecodable] = []
         query: dict[str, str] = {"limit": str(self.settings.page_size)}
         resource_version = ""
         path = self.kind.path(self.namespace)
         while True:
-            page = await self.client.request(
-                "GET", path, query=query, timeout=self.settings.list_timeout
-            )
-            meta = page.get("metadata") or {}
+            page = await self.client.list(path, query, timeout=self.settings.list_timeout)
+            meta = page.metadata
             if not resource_version:
                 resource_version = str(meta.get("resourceVersion", ""))
-            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            items.extend(page.items)
+            undecodable.extend(page.undecodable)
             token = meta.get("continue")
             if not token:
                 break
             query = {"limit": str(self.settings.page_size), "continue": str(token)}
         self.lists += 1
         self._note("list")
-        self._replace(items)
+        self._replace(items, undecodable)
         self.resource_version = resource_version
         self._succeeded()
         self.synced.set()
 
-    def _replace(self, items: list[JSON]) -> None:
-        """Deliver a full list: deletions for what vanished, upserts for what changed."""
+    def _replace(self, items: list[JSON], undecodable: list[Undecodable] | None = None) -> None:
+        """Deliver a full list: deletions for what vanished, upserts for what changed.
+        An object that could not be decoded is reported; its last good copy, if any,
+        stays (it did not vanish)."""
         fresh: dict[str, JSON] = {}
         for item in items:
             item.setdefault("apiVersion", self.kind.api_version)
             item.setdefault("kind", self.kind.kind)
             fresh[object_key(item)] = item
         old_store = self.store
+        stubs = [self._stub(bad) for bad in undecodable or ()]
+        old_undecodable = self.undecodable
+        self.undecodable = {}
+        for stub in stubs:
+            key = object_key(stub)
+            if key:
+                self.undecodable[key] = stub
+                if key in old_store and key not in fresh:
+                    fresh[key] = old_store[key]
         self.store = fresh
         for key, gone in old_store.items():
             if key not in fresh:
                 self._deliver(self.handler.on_delete, self.kind, gone)
+        for key, stub in old_undecodable.items():
+            if key not in fresh and key not in self.undecodable and key not in old_store:
+                self._deliver(self.handler.on_delete, self.kind, stub)
         for key, obj in fresh.items():
             old = old_store.get(key)
             if old is None or _rv(old) != _rv(obj):
                 self._deliver(self.handler.on_upsert, self.kind, old, obj)
+        for stub, bad in zip(stubs, undecodable or (), strict=True):
+            self._deliver(self.handler.on_undecodable, self.kind, stub, bad.error)
+
+    def _stub(self, bad: Undecodable) -> JSON:
+        """What is known of an object that could not be decoded."""
+        return {
+            "apiVersion": self.kind.api_version,
+            "kind": self.kind.kind,
+            "metadata": dict(bad.metadata),
+        }
 
     def _deliver(self, fn: Callable[..., None], *args: Any) -> None:
         """Call a handler; its bugs are logged, never allowed to stop the informer."""
@@ -265,6 +308,20 @@ class Informer:
             started = time.monotonic()
             try:
                 events = await self._watch_once()
+            except WatchStalled as err:
+                # Idle, or a half-open connection: either way the server accepted the
+                # watch and nothing failed; resume at once from the resourceVersion.
+                self._note("watch_silent")
+                self._succeeded()
+                self._backoff.reset()
+                log.debug(
+                    "watch of %s silent (%s); resuming from resourceVersion %s",
+                    self.kind.name,
+                    err.message,
+                    self.resource_version,
+                    extra={"resource": self.kind.name},
+                )
+                continue
             except WatchExpired:
                 self._note("expired")
                 log.info(
@@ -314,7 +371,10 @@ class Informer:
                 count += 1
         return count
 
-    def _apply(self, event: JSON) -> None:
+    def _apply(self, event: JSON | Undecodable) -> None:
+        if isinstance(event, Undecodable):
+            self._skip(event)
+            return
         kind = event.get("type")
         obj = event.get("object")
         if not isinstance(obj, dict):
@@ -332,6 +392,7 @@ class Informer:
             self._note("bookmark")
             return
         key = object_key(obj)
+        self.undecodable.pop(key, None)
         if kind in ("ADDED", "MODIFIED"):
             old = self.store.get(key)
             self.store[key] = obj
@@ -339,6 +400,24 @@ class Informer:
         elif kind == "DELETED":
             old = self.store.pop(key, None)
             self._deliver(self.handler.on_delete, self.kind, old or obj)
+        if rv:
+            self.resource_version = rv
+
+    def _skip(self, event: Undecodable) -> None:
+        """A watch event whose object could not be decoded: report it (a deletion is
+        delivered as one), and resume after it."""
+        stub = self._stub(event)
+        key = object_key(stub)
+        if event.event == "DELETED":
+            if key:
+                self.undecodable.pop(key, None)
+                old = self.store.pop(key, None)
+                self._deliver(self.handler.on_delete, self.kind, old or stub)
+        elif event.event in ("ADDED", "MODIFIED"):
+            if key:
+                self.undecodable[key] = stub
+            self._deliver(self.handler.on_undecodable, self.kind, stub, event.error)
+        rv = _rv(stub)
         if rv:
             self.resource_version = rv
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.api.quantity import parse_quantity
-from shoal.drivers.kube.client import ClientSettings, KubeClient, connect
+from shoal.drivers.kube.client import ClientSettings, KubeClient, Undecodable, connect
 from shoal.drivers.kube.resources import NAMESPACES, NODES, PODGROUPS, PODS, QUEUE_BINDINGS, QUEUES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,6 +307,8 @@ async def watch_binds(
     while len(seen) < pods and time.monotonic() < deadline:
         async with client.stream(PODS.path(), query, read_timeout=60) as events:
             async for event in events:
+                if isinstance(event, Undecodable):
+                    continue  # not a pod this benchmark created
                 if event.get("type") == "BOOKMARK":
                     query["resourceVersion"] = event["object"]["metadata"]["resourceVersion"]
                     continue

@@ -9,7 +9,8 @@ extension point observations per pod, which cost 5-10% of pods/s at 300-1000 nod
 (bench/framework_metrics.py, numbers in docs/operations.md). An append is ~0.1 us. The
 exposition is prometheus_client's own `HistogramMetricFamily`, so the text Prometheus
 scrapes is the same as a `Histogram`'s. Everything runs on the scheduler's event loop
-(scrapes render there too), so there is no locking.
+(scrapes render there too, `HealthServer.render_on`); a fold takes only the observations
+it saw, so one from another thread is never lost.
 """
 
 from __future__ import annotations
@@ -38,10 +39,15 @@ class _Series:
         self.count = 0
 
     def fold(self) -> None:
-        if not self.values:
+        values = self.values
+        n = len(values)
+        if not n:
             return
-        observed = np.asarray(self.values, dtype=np.float64)
-        self.values.clear()  # the same list: its `append` is the series' observer
+        # The first n only, each step one C call: observations appended meanwhile by
+        # another thread (the core's, while a scrape renders elsewhere) stay for the next
+        # fold. The same list stays: its `append` is the series' observer.
+        observed = np.asarray(values[:n], dtype=np.float64)
+        del values[:n]
         # Prometheus buckets are upper-inclusive (le): value v goes to the first bound >= v.
         index = np.searchsorted(self.bounds, observed, side="left")
         self.counts += np.bincount(index, minlength=self.counts.size)

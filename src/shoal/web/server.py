@@ -5,8 +5,10 @@ HTTP 500 and one `[+]name ok` / `[-]name failed: reason` line per check (also sh
 a passing endpoint with `?verbose`). A passing check may carry a detail worth knowing
 (`[+]name ok: detail`), e.g. objects skipped because they cannot be read.
 
-The server shares the event loop with the scheduler, and collecting the metrics walks
-the pending pods, so /metrics is rendered at most once per `metrics_ttl` seconds: every
+Collecting the metrics walks the scheduler's state, so in a cluster the exposition is
+rendered where the scheduler runs (`render_on`: the core's thread, see
+`shoal.drivers.kube.core`; the event loop serving probes only waits for it), and at most
+once per `metrics_ttl` seconds: every
 scrape in that window (however many scrapers) gets the same bytes, and concurrent
 scrapes of a stale exposition wait for one render instead of each rendering. The
 server listens on loopback unless told otherwise (metrics and queue sizes are not for
@@ -51,6 +53,7 @@ class HealthServer:
         metrics_ttl: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         routes: Callable[[web.Application], None] | None = None,
+        render_on: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None,
     ) -> None:
         self.registry = registry
         self.healthz = healthz
@@ -61,6 +64,7 @@ class HealthServer:
         self.metrics_ttl = metrics_ttl
         self.renders = 0
         self.routes = routes  # more routes on the same app (the dashboard's)
+        self.render_on = render_on  # runs the render where the scheduler runs (None: here)
         self._clock = clock
         self._exposition = b""
         self._rendered_at: float | None = None
@@ -107,7 +111,10 @@ class HealthServer:
         try:
             # Let the loop run what is ready (binds, renewals) before the render.
             await asyncio.sleep(0)
-            body = generate_latest(self.registry)
+            if self.render_on is not None:
+                body = await self.render_on(lambda: generate_latest(self.registry))
+            else:
+                body = generate_latest(self.registry)
             self._exposition, self._rendered_at = body, self._clock()
             self.renders += 1
             future.set_result(body)

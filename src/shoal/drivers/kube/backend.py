@@ -9,10 +9,14 @@
         ├──── queues/status <── QueueStatusWriter (QueueStatus effects)
         └──── Lease <── LeaderElector (only the leader runs the scheduling loop)
 
-Everything runs on one asyncio event loop, so the core is only ever touched from one
-thread and needs no locks: informer handlers feed it between scheduling cycles, the
-scheduling loop yields to the loop every few milliseconds, and binding cycles are
-awaited concurrently (bounded by the binder's concurrency and the client's QPS).
+Two event loops (`shoal.drivers.kube.core`): the one `run` is awaited on does only I/O
+(informers, API writes, the lease, the HTTP servers); the core (scheduler, driver loop,
+binding cycles) runs on a thread of its own with its own loop. Informer updates reach
+the core through its inbox, in order; what the core decides reaches the cluster through
+`ThreadedEffects`, carried out on the I/O loop; readers of the core's state (metrics,
+dashboard, webhooks) ask the core loop for it (`on_core`). A slow extender or a long
+scheduling pass therefore never delays /healthz, watches, binds already decided, status
+writes or the lease. Only the core thread touches the core, so it needs no locks.
 
 Restart safety. Nothing the scheduler must not lose lives only in its memory:
 
@@ -38,7 +42,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from shoal.api.errors import ManifestError
 from shoal.api.manifests import decode
@@ -51,6 +55,7 @@ from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.extenders import http_extenders
 from shoal.drivers.kube.binder import SCHEDULED_BY, KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
+from shoal.drivers.kube.core import CoreThread, IoPort, ThreadedEffects
 from shoal.drivers.kube.effects import KubeEffects
 from shoal.drivers.kube.informer import Informer, InformerSettings
 from shoal.drivers.kube.leader import LeaderElector, LeaderSettings, LeadershipLost
@@ -102,6 +107,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("shoal.kube")
+
+T = TypeVar("T")
 
 
 class WallClock:
@@ -172,7 +179,7 @@ def _pod_groups(kind: ResourceKind) -> Watched:
                 b._group_seen.pop((other.name, key), None)
                 raw = b.informers[other.name].store.get(key)
                 if raw is not None:
-                    b.on_upsert(other, None, raw)
+                    b._upsert(other, None, raw)
             return
         s.delete_pod_group(namespace, name)
 
@@ -382,10 +389,15 @@ class KubeBackend:
             volumes=VolumeWriter(self.client, self._lookup, timeout=opts.request_timeout),
         )
         self.clock = WallClock()
+        # The core's own thread (not for a passive backend: it makes no decisions, and
+        # its readers, `shoal extender` and `shoalctl`, read the core on the I/O loop).
+        self.core = CoreThread("shoal-core")
+        self.io = IoPort()
+        port = _BindOnly(self.effects) if opts.passive else self.effects
         self.scheduler: Scheduler = new_scheduler(
             config,
             clock=self.clock,
-            effects=_BindOnly(self.effects) if opts.passive else self.effects,
+            effects=ThreadedEffects(port, self.io),
             seed=seed,
             registry=registry,
             extenders=http_extenders(config, offload=True),
@@ -415,6 +427,7 @@ class KubeBackend:
             )
         self.pods = self.informers[PODS.name]
 
+        self.binder.not_allowed = self._lease_lapsed
         self.elector: LeaderElector | None = None
         if opts.leader_elect:
             self.elector = LeaderElector(
@@ -498,6 +511,11 @@ class KubeBackend:
                 found.append((kind, raw))
         return found
 
+    async def on_core(self, fn: Callable[[], T]) -> T:
+        """`fn()` run where the core runs (its thread once started), awaited here: how
+        the I/O side reads the core's state (metrics, dashboard, webhooks)."""
+        return await self.core.call(fn)
+
     @property
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers.values())
@@ -541,14 +559,16 @@ class KubeBackend:
     def _invalid_check(self) -> Check:
         """Objects skipped because they cannot be read: named, never a failure (one bad
         user object must not take the scheduler out of service)."""
-        if not self._invalid:
+        invalid = list(self._invalid.items())  # one copy: the core thread writes it
+        if not invalid:
             return Check("invalidObjects", True)
+        invalid.sort(key=lambda item: item[0])
         named = [
             f"{kind.name} {key or '(name unknown)'}: {message}"
-            for (_, key), (kind, _, message) in sorted(self._invalid.items())[:_NAMED]
+            for (_, key), (kind, _, message) in invalid[:_NAMED]
         ]
-        more = len(self._invalid) - len(named)
-        detail = f"{len(self._invalid)} skipped (see events InvalidObject): " + "; ".join(named)
+        more = len(invalid) - len(named)
+        detail = f"{len(invalid)} skipped (see events InvalidObject): " + "; ".join(named)
         if more > 0:
             detail += f"; and {more} more"
         return Check("invalidObjects", True, detail=detail)
@@ -572,6 +592,9 @@ class KubeBackend:
         """Watch, win the lease, schedule. Returns after `stop()`; raises LeadershipLost
         when the lease is lost (the process should exit and be restarted as a standby)."""
         self.started = True
+        self.io.attach(asyncio.get_running_loop())
+        if not self.options.passive:
+            self.core.start()
         tasks = [
             asyncio.create_task(i.run(), name=f"informer-{n}") for n, i in self.informers.items()
         ]
@@ -588,8 +611,7 @@ class KubeBackend:
             await self._until(self._wait_synced(), stop)
             if self._stopping.is_set():
                 return
-            self.tenancy.ready = True
-            self.tenancy.apply()
+            self.core.post(self._tenancy_ready)
             log.info(
                 "caches synced: %d nodes, %d pods",
                 len(self.informers[NODES.name].store),
@@ -608,7 +630,9 @@ class KubeBackend:
                 )
             else:
                 self._leader_changed(True)
-            schedule = asyncio.create_task(self._schedule_loop(), name="scheduling-loop")
+            schedule = asyncio.create_task(
+                self.core.run(self._schedule_loop()), name="scheduling-loop"
+            )
             waiters: set[asyncio.Task[Any]] = {stop, schedule}
             if hold is not None:
                 waiters.add(hold)
@@ -630,24 +654,45 @@ class KubeBackend:
             # Scheduling and binding stop before the renewals do (the lease is renewed on
             # a thread of its own): nothing is bound once the lease may pass to a standby.
             clean = self._stopping.is_set()
-            if schedule is not None:
-                schedule.cancel()
-                await asyncio.gather(schedule, return_exceptions=True)
-            if clean:
-                await self._drain()
-            binds = list(self._bind_tasks)
-            for bind in binds:
-                bind.cancel()
-            await asyncio.gather(*binds, return_exceptions=True)
-            if hold is not None:
-                hold.cancel()
-                await asyncio.gather(hold, return_exceptions=True)
-            if clean and self.elector is not None:
-                await self.elector.release()
-            for task in [*self._bind_tasks, *tasks, stop]:
-                task.cancel()
-            await asyncio.gather(*self._bind_tasks, *tasks, stop, return_exceptions=True)
-            self._leader_changed(False)
+            try:
+                if schedule is not None:
+                    schedule.cancel()
+                    await asyncio.gather(schedule, return_exceptions=True)
+                if clean:
+                    await self.core.run(self._drain())
+                await self.core.run(self._cancel_binds())
+                if hold is not None:
+                    hold.cancel()
+                    await asyncio.gather(hold, return_exceptions=True)
+                if clean and self.elector is not None:
+                    await self.elector.release()
+                for task in [*tasks, stop]:
+                    task.cancel()
+                await asyncio.gather(*tasks, stop, return_exceptions=True)
+                self._leader_changed(False)
+                await self.core.stop()
+            finally:
+                # Cancelled again while unwinding (a test's crash, a second signal): the
+                # core must not go on deciding for a backend that is gone.
+                self.core.halt()
+
+    def _tenancy_ready(self) -> None:
+        """Tenancy objects are applied once every informer listed (on the core)."""
+        self.tenancy.ready = True
+        self.tenancy.apply()
+
+    async def _cancel_binds(self) -> None:
+        binds = list(self._bind_tasks)
+        for bind in binds:
+            bind.cancel()
+        await asyncio.gather(*binds, return_exceptions=True)
+
+    def _lease_lapsed(self) -> str:
+        """Why binds must not be sent now ("" when they may): with leader election, only
+        while our lease is valid (renewed within the renew deadline)."""
+        if self.elector is None or self.options.passive or self.elector.lease_valid():
+            return ""
+        return "this replica's lease is not valid (not the leader, or the renewal is overdue)"
 
     def _binding(self) -> bool:
         """Are binds in flight (the status writers then keep to their slower rate)?"""
@@ -688,9 +733,13 @@ class KubeBackend:
         self.events.enabled = leading
         self.metrics.leader.labels(self.options.leader.name).set(1 if leading else 0)
         if leading:
-            for kind, raw, message in list(self._invalid.values()):
-                self._report_invalid(kind, raw, message, log_it=False)
-            self.scheduler.announce_gated()
+            self.core.post(self._lead)
+
+    def _lead(self) -> None:
+        """Newly leading (on the core): what a standby kept to itself is said now."""
+        for kind, raw, message in list(self._invalid.values()):
+            self._report_invalid(kind, raw, message, log_it=False)
+        self.scheduler.announce_gated()
 
     # ---- the scheduling loop -----------------------------------------------------------
 
@@ -699,6 +748,7 @@ class KubeBackend:
         lease) at least every `yield_every_seconds` while busy; sleep until the core's
         next wakeup or a new event when idle."""
         opts = self.options
+        self._wake = asyncio.Event()  # of the loop this runs on (the core's)
         while True:
             self._loop_beat = time.monotonic()
             if self.elector is not None and not self.elector.lease_valid():
@@ -756,6 +806,9 @@ class KubeBackend:
             )
 
     def _eviction_failed(self, pod: PodInfo) -> None:
+        self.core.post(self._eviction_failed_on_core, pod)
+
+    def _eviction_failed_on_core(self, pod: PodInfo) -> None:
         self.scheduler.eviction_failed(pod.uid)
         self._wake.set()
 
@@ -789,6 +842,20 @@ class KubeBackend:
     # ---- informer handlers -------------------------------------------------------------
 
     def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
+        """An object added or changed (from an informer): handled on the core, in order."""
+        self.core.post(self._upsert, kind, old, new)
+
+    def on_delete(self, kind: ResourceKind, old: JSON) -> None:
+        """An object deleted (from an informer): handled on the core, in order."""
+        self.core.post(self._delete, kind, old)
+
+    def on_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
+        """An object the informer could not decode (e.g. nested deeper than the decoder
+        allows): reported as an invalid one, and named in /readyz until it is fixed or
+        deleted. The rest of its kind is unaffected."""
+        self.core.post(self._mark_undecodable, kind, stub, error)
+
+    def _upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
         if self._undecodable and (kind.name, object_key(new)) in self._undecodable:
             # It can be read again: what is wrong with it now (if anything) is reported
             # by the decoding below.
@@ -799,7 +866,7 @@ class KubeBackend:
             old_uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
             if old is not None and old_uid and old_uid != uid:
                 # Deleted and recreated under the same name while we were not watching.
-                self.on_delete(kind, old)
+                self._delete(kind, old)
             self._receive_pod(new)
         elif kind.name == NODES.name:
             node = self._decode(kind, new, Node)
@@ -820,7 +887,7 @@ class KubeBackend:
                         self._report_invalid(kind, new, str(err))
         self._wake.set()
 
-    def on_delete(self, kind: ResourceKind, old: JSON) -> None:
+    def _delete(self, kind: ResourceKind, old: JSON) -> None:
         meta = old.get("metadata") or {}
         self._invalid.pop((kind.name, object_key(old)), None)
         self._undecodable.discard((kind.name, object_key(old)))
@@ -842,10 +909,7 @@ class KubeBackend:
                 watched.remove(self, str(meta.get("namespace", "")), str(meta.get("name", "")))
         self._wake.set()
 
-    def on_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
-        """An object the informer could not decode (e.g. nested deeper than the decoder
-        allows): reported as an invalid one, and named in /readyz until it is fixed or
-        deleted. The rest of its kind is unaffected."""
+    def _mark_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
         self._undecodable.add((kind.name, object_key(stub)))
         self._report_invalid(kind, stub, error)
 
@@ -884,8 +948,14 @@ class KubeBackend:
         if not (raw.get("metadata") or {}).get("name"):
             return  # nothing to attach an event to
         controller = next(iter(self.scheduler.profiles), "shoal")
-        self.events.record(
-            object_ref(kind, raw), "Warning", "InvalidObject", "Reading", message, controller
+        self.io.post(
+            self.events.record,
+            object_ref(kind, raw),
+            "Warning",
+            "InvalidObject",
+            "Reading",
+            message,
+            controller,
         )
 
     def _receive_pod(self, raw: JSON) -> None:
@@ -982,8 +1052,14 @@ class KubeBackend:
             message,
             extra={"pod": object_key(raw), "node": node, "binder": binder, "profile": profile},
         )
-        self.events.record(
-            object_ref(PODS, raw), "Warning", "ForeignBinding", "Binding", message, profile
+        self.io.post(
+            self.events.record,
+            object_ref(PODS, raw),
+            "Warning",
+            "ForeignBinding",
+            "Binding",
+            message,
+            profile,
         )
 
     def _delete_pod(self, uid: str) -> None:

@@ -79,6 +79,11 @@ class KubeBinder:
         self.settle_delays = settle_delays  # first and largest pause between read-backs
         # uid -> why the core withdrew the bind ("" when it stands); wired by the backend.
         self.withdrawn: Callable[[str], str] = lambda uid: ""
+        # Why this replica may not bind now ("" when it may): with leader election, a
+        # lease past its renew deadline. Checked before every send, like `withdrawn`:
+        # the core runs on its own thread and may still be finishing a decision when
+        # the lease goes, and a standby may already be binding.
+        self.not_allowed: Callable[[], str] = lambda: ""
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
         self.settling = 0  # binds whose outcome is being read back
@@ -95,7 +100,7 @@ class KubeBinder:
         bound_to = (latest.get("spec") or {}).get("nodeName")
         if bound_to:
             raise _BoundAlready(pod, str(bound_to))
-        why = self.withdrawn(pod.uid)
+        why = self.withdrawn(pod.uid) or self.not_allowed()
         if why:
             raise BindError(why)
         if self.lookup_node is not None:

@@ -526,7 +526,9 @@ async def _serve(
         if dashboard:
             from shoal.web.dashboard import attach_dashboard
 
-            routes = attach_dashboard(backend.driver, backend.scheduler).install
+            routes = attach_dashboard(
+                backend.driver, backend.scheduler, build_on=backend.on_core
+            ).install
         server = HealthServer(
             backend.metrics.registry,
             backend.healthz,
@@ -535,6 +537,7 @@ async def _serve(
             port=address.port,
             ssl_context=ssl_context,
             routes=routes,
+            render_on=backend.on_core,
         )
         await server.start()
         scheme = "https" if address.tls else "http"

@@ -110,15 +110,25 @@ class SchedulerTenancySource:
 
     async def objects(self) -> TenancyObjects:
         sync = self.backend.tenancy
-        return TenancyObjects(
-            dict(sync.queues), dict(sync.elastic), dict(sync.bindings), dict(sync.pools)
-        )
+
+        def copy() -> TenancyObjects:
+            return TenancyObjects(
+                dict(sync.queues), dict(sync.elastic), dict(sync.bindings), dict(sync.pools)
+            )
+
+        # Copied where the core runs (its thread writes them).
+        objects: TenancyObjects = await self.backend.on_core(copy)
+        return objects
 
     async def namespace_labels(self, namespace: str) -> dict[str, str]:
-        labels: Mapping[str, str] = self.backend.scheduler.queues.namespace_labels.get(
-            namespace, {}
-        )
-        return dict(labels)
+        queues = self.backend.scheduler.queues
+
+        def copy() -> dict[str, str]:
+            labels: Mapping[str, str] = queues.namespace_labels.get(namespace, {})
+            return dict(labels)
+
+        labels: dict[str, str] = await self.backend.on_core(copy)
+        return labels
 
 
 class WebhookServer:

@@ -21,7 +21,7 @@ scheduling loop pays for one snapshot per `ttl` at most (see `shoal.web.dashboar
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +31,10 @@ from aiohttp import web
 from shoal.scheduler import Scheduler
 from shoal.web.dashboard.frame import DashboardSource, Frame
 from shoal.web.dashboard.history import DOMINANT, QueueHistory
+
+# Runs a read of the scheduler where the scheduler runs and awaits it (a cluster's core
+# thread, `KubeBackend.on_core`).
+RunOn = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 __all__ = ["STATIC", "Dashboard", "attach_dashboard"]
 
@@ -96,8 +100,12 @@ class Dashboard:
         ttl: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         refresh_seconds: float = 2.0,
+        build_on: RunOn | None = None,
     ) -> None:
         self.source = source
+        # Where frames are built: the scheduler's own thread in a cluster (the server's
+        # event loop waits for it without blocking); None: here.
+        self.build_on = build_on
         self.history = history
         self.ttl = ttl
         self.refresh_seconds = refresh_seconds
@@ -111,6 +119,18 @@ class Dashboard:
         now = self._clock()
         if self._frame is None or now - self._built_at >= self.ttl:
             self._frame = self.source.build()
+            self._built_at = now
+            self.builds += 1
+        return self._frame
+
+    async def current(self) -> Frame:
+        """`frame()`, built where the scheduler runs (`build_on`)."""
+        if self.build_on is None:
+            return self.frame()
+        now = self._clock()
+        if self._frame is None or now - self._built_at >= self.ttl:
+            frame: Frame = await self.build_on(self.source.build)
+            self._frame = frame
             self._built_at = now
             self.builds += 1
         return self._frame
@@ -149,26 +169,30 @@ class Dashboard:
         return _json({"endpoints": ENDPOINTS, "readOnly": True})
 
     async def _summary(self, request: web.Request) -> web.Response:
-        frame = self.frame()
+        frame = await self.current()
         return _json({**frame.summary, "refreshSeconds": self.refresh_seconds})
 
     async def _queues(self, request: web.Request) -> web.Response:
-        frame = self.frame()
+        frame = await self.current()
         return _json({"time": frame.time, **frame.queues})
 
     async def _history(self, request: web.Request) -> web.Response:
         if self.history is None:
             raise web.HTTPNotFound(text="no queue history is sampled by this server")
         resource = request.query.get("resource", DOMINANT)
+        history = self.history
         known = {DOMINANT, *self.source.scheduler.queues.tree.resources}
         if resource not in known:
             raise BadQuery(
                 f"query parameter resource={resource!r} must be one of {', '.join(sorted(known))}"
             )
-        return _json(self.history.series(resource))
+        if self.build_on is None:
+            return _json(history.series(resource))
+        # Sampled by the driver loop: read where it runs.
+        return _json(await self.build_on(lambda: history.series(resource)))
 
     async def _gangs(self, request: web.Request) -> web.Response:
-        frame = self.frame()
+        frame = await self.current()
         phase = request.query.get("phase", "")
         offset = _int(request, "offset", 0, 0, 10**9)
         limit = _int(request, "limit", 100, 1, MAX_PAGE)
@@ -184,11 +208,11 @@ class Dashboard:
         )
 
     async def _pending(self, request: web.Request) -> web.Response:
-        frame = self.frame()
+        frame = await self.current()
         return _json({"time": frame.time, **frame.pending})
 
     async def _nodes(self, request: web.Request) -> web.Response:
-        frame = self.frame()
+        frame = await self.current()
         sort = _choice(request, "sort", SORTS)
         gpu_only = _choice(request, "gpu", ("only", "all")) == "only"
         offset = _int(request, "offset", 0, 0, 10**9)
@@ -209,7 +233,7 @@ class Dashboard:
         )
 
     async def _heat(self, request: web.Request) -> web.Response:
-        frame = self.frame()
+        frame = await self.current()
         limit = _int(request, "limit", 5000, 1, MAX_HEAT)
         nodes = frame.nodes
         rows = nodes.order("name", True)
@@ -246,10 +270,11 @@ def attach_dashboard(
     capacity: int = 1440,
     ttl: float = 2.0,
     refresh_seconds: float = 5.0,
+    build_on: RunOn | None = None,
 ) -> Dashboard:
     """A dashboard over `scheduler`, its queue history sampled by `driver` every
     `interval` seconds of the driver's clock (at most `capacity` samples kept)."""
     history = QueueHistory(scheduler.queues, scheduler.cluster.table, interval, capacity)
     driver.samplers.append(history.maybe_sample)
     source = DashboardSource(scheduler, clock_kind)
-    return Dashboard(source, history, ttl=ttl, refresh_seconds=refresh_seconds)
+    return Dashboard(source, history, ttl=ttl, refresh_seconds=refresh_seconds, build_on=build_on)

@@ -12,12 +12,9 @@ call.
 
 from __future__ import annotations
 
-import asyncio
-
-import aiohttp
 from apihelpers import space, wait_for
 from kubehelpers import async_test
-from slowextender import SLOW_LABEL, slow_extender
+from slowextender import SLOW_LABEL, probe_during_slow_call, slow_extender
 
 from shoal.config import parse_config
 from shoal.web.server import HealthServer
@@ -50,19 +47,14 @@ async def test_a_slow_extender_never_stalls_probes_watches_or_decided_binds(
                     await wait_for(lambda: _true(ext.started.is_set()), what="the slow call")
                     binds_before = running.binds()
                     late = await s.add_node("late", cpu="16")
-                    probes: list[int] = []
-                    node_seen = False
-                    url = f"http://127.0.0.1:{server.port}/healthz"
-                    timeout = aiohttp.ClientTimeout(total=1.0)
-                    async with aiohttp.ClientSession(timeout=timeout) as http:
-                        while not ext.calls:
-                            try:
-                                async with http.get(url) as answer:
-                                    probes.append(answer.status)
-                            except TimeoutError:
-                                probes.append(0)
-                            node_seen = node_seen or late in kube.informers["nodes"].store
-                            await asyncio.sleep(0.2)
+                    seen: list[bool] = []
+
+                    def watch() -> None:
+                        if late in kube.informers["nodes"].store:
+                            seen.append(True)
+
+                    probes = await probe_during_slow_call(ext, server.port, watch)
+                    node_seen = bool(seen)
                     binds_during = running.binds() - binds_before
                     assert len(probes) >= 10 and all(code == 200 for code in probes), probes
                     assert node_seen, "the node watch waited for the extender"

@@ -4,13 +4,16 @@ each slow call started and ended (time.monotonic, the fake API server's clock to
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import aiohttp
 
 SLOW_LABEL = "shoal.test/slow"
 
@@ -58,6 +61,26 @@ class SlowExtender:
     def config(self) -> dict[str, Any]:
         """The `extenders:` entry of a KubeSchedulerConfiguration."""
         return {"urlPrefix": self.url, "filterVerb": "filter", "httpTimeout": "30s"}
+
+
+async def probe_during_slow_call(
+    ext: SlowExtender, port: int, watch: Callable[[], None] = lambda: None
+) -> list[int]:
+    """Probe /healthz on `port` every 0.2 s with kube's default probe timeout (1 s) until
+    the slow call has answered; the status of each probe (0: timed out). `watch` is
+    called after each probe (to note what the test looks for meanwhile)."""
+    probes: list[int] = []
+    url = f"http://127.0.0.1:{port}/healthz"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as http:
+        while not ext.calls:
+            try:
+                async with http.get(url) as answer:
+                    probes.append(answer.status)
+            except TimeoutError:
+                probes.append(0)
+            watch()
+            await asyncio.sleep(0.2)
+    return probes
 
 
 @contextmanager

@@ -14,7 +14,6 @@ import asyncio
 import time
 from pathlib import Path
 
-import aiohttp
 from kubehelpers import (
     SCHEDULER,
     async_test,
@@ -25,7 +24,7 @@ from kubehelpers import (
     node,
     pod,
 )
-from slowextender import SLOW_LABEL, slow_extender
+from slowextender import SLOW_LABEL, probe_during_slow_call, slow_extender
 
 from shoal.config import parse_config
 from shoal.drivers.kube.core import CoreThread
@@ -57,20 +56,14 @@ async def test_a_slow_extender_delays_decisions_only(tmp_path: Path) -> None:
                     api.create("v1", "pods", pod("slow", cpu="100m", labels={SLOW_LABEL: "1"}))
                     await eventually(ext.started.is_set, what="the slow filter call")
                     api.create("v1", "nodes", node("n3"))
-                    probes: list[int] = []
-                    node_seen = 0.0
-                    url = f"http://127.0.0.1:{server.port}/healthz"
-                    timeout = aiohttp.ClientTimeout(total=1.0)
-                    async with aiohttp.ClientSession(timeout=timeout) as http:
-                        while not ext.calls:
-                            try:
-                                async with http.get(url) as answer:
-                                    probes.append(answer.status)
-                            except TimeoutError:
-                                probes.append(0)
-                            if not node_seen and "n3" in kube.informers["nodes"].store:
-                                node_seen = time.monotonic()
-                            await asyncio.sleep(0.2)
+                    seen: list[float] = []
+
+                    def watch() -> None:
+                        if not seen and "n3" in kube.informers["nodes"].store:
+                            seen.append(time.monotonic())
+
+                    probes = await probe_during_slow_call(ext, server.port, watch)
+                    node_seen = seen[0] if seen else 0.0
                     _, started, ended = ext.calls[0]
                     binds_during = sum(started < b.at < ended for b in api.bindings)
                     assert len(probes) >= 5 and all(s == 200 for s in probes), probes

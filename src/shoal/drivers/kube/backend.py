@@ -89,6 +89,7 @@ from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.kube.volumes import VOLUME_KINDS, VolumeWriter
 from shoal.drivers.loop import Driver
 from shoal.framework.effects import Effect
+from shoal.framework.extender import Extender, ExtenderTransport
 from shoal.framework.registry import PluginSpec
 from shoal.framework.timing import instrument
 from shoal.preemption.budgets import DisruptionBudgets
@@ -389,6 +390,7 @@ class KubeBackend:
             volumes=VolumeWriter(self.client, self._lookup, timeout=opts.request_timeout),
         )
         self.clock = WallClock()
+        self._extender_transports: list[ExtenderTransport] = []
         # The core's own thread (not for a passive backend: it makes no decisions, and
         # its readers, `shoal extender` and `shoalctl`, read the core on the I/O loop).
         self.core = CoreThread("shoal-core")
@@ -400,7 +402,7 @@ class KubeBackend:
             effects=ThreadedEffects(port, self.io),
             seed=seed,
             registry=registry,
-            extenders=http_extenders(config, offload=True),
+            extenders=self._extender_connections(config),
         )
         self.binder.withdrawn = self.scheduler.bind_withdrawn
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
@@ -510,6 +512,12 @@ class KubeBackend:
             if raw is not None:
                 found.append((kind, raw))
         return found
+
+    def _extender_connections(self, config: KubeSchedulerConfiguration) -> list[Extender]:
+        extenders = http_extenders(config, offload=True)
+        # Their kept-alive connections are closed when `run` ends.
+        self._extender_transports = [e.transport for e in extenders]
+        return extenders
 
     async def on_core(self, fn: Callable[[], T]) -> T:
         """`fn()` run where the core runs (its thread once started), awaited here: how
@@ -671,6 +679,10 @@ class KubeBackend:
                 await asyncio.gather(*tasks, stop, return_exceptions=True)
                 self._leader_changed(False)
                 await self.core.stop()
+                for transport in self._extender_transports:
+                    close = getattr(transport, "close", None)
+                    if close is not None:
+                        close()
             finally:
                 # Cancelled again while unwinding (a test's crash, a second signal): the
                 # core must not go on deciding for a backend that is gone.

@@ -239,12 +239,33 @@ class ThreadedEffects:
     def __init__(self, inner: _Port, io: IoPort) -> None:
         self.inner = inner
         self.io = io
+        # Effects not carried out yet: handed over in batches, one wakeup of the I/O
+        # loop for all the effects of a pass rather than one per effect.
+        self._batch: list[Effect] = []
+        self._lock = threading.Lock()
 
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        self._flush_now()  # what was emitted before this bind goes first
         await self.io.run(self.inner.bind(pod, node, annotations))
 
     def emit(self, effect: Effect) -> None:
-        self.io.post(self.inner.emit, effect)
+        with self._lock:
+            self._batch.append(effect)
+            first = len(self._batch) == 1
+        if first:
+            self.io.post(self._carry_out)
+
+    def _flush_now(self) -> None:
+        with self._lock:
+            pending = bool(self._batch)
+        if pending:
+            self.io.post(self._carry_out)
+
+    def _carry_out(self) -> None:
+        with self._lock:
+            batch, self._batch = self._batch, []
+        for effect in batch:
+            self.inner.emit(effect)
 
 
 def _close(loop: asyncio.AbstractEventLoop) -> None:

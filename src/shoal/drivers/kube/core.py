@@ -198,29 +198,30 @@ class IoPort:
     def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
         self.loop = loop
 
-    def _here(self) -> bool:
-        if self.loop is None:
-            return True
+    @staticmethod
+    def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
         try:
-            return asyncio.get_running_loop() is self.loop
+            return asyncio.get_running_loop() is loop
         except RuntimeError:
             return False
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run `fn(*args)` on the I/O loop (inline when already there)."""
-        if self._here() or self.loop is None:
+        """Run `fn(*args)` on the I/O loop (inline when already there, or none)."""
+        loop = self.loop
+        if loop is None or self._running_on(loop):
             fn(*args)
             return
         try:
-            self.loop.call_soon_threadsafe(fn, *args)
+            loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the I/O loop is closed: the backend is gone
             log.debug("dropped %s: the I/O loop is closed", getattr(fn, "__name__", fn))
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the I/O loop and await it here (cancelling this cancels it)."""
-        if self._here() or self.loop is None:
+        loop = self.loop
+        if loop is None or self._running_on(loop):
             return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
 class _Port(Protocol):
@@ -245,7 +246,8 @@ class ThreadedEffects:
         self._lock = threading.Lock()
 
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        self._flush_now()  # what was emitted before this bind goes first
+        # What was emitted before goes first: its hand-over was posted to the I/O loop
+        # when the batch began, before this bind is.
         await self.io.run(self.inner.bind(pod, node, annotations))
 
     def emit(self, effect: Effect) -> None:
@@ -253,12 +255,6 @@ class ThreadedEffects:
             self._batch.append(effect)
             first = len(self._batch) == 1
         if first:
-            self.io.post(self._carry_out)
-
-    def _flush_now(self) -> None:
-        with self._lock:
-            pending = bool(self._batch)
-        if pending:
             self.io.post(self._carry_out)
 
     def _carry_out(self) -> None:

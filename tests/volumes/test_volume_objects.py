@@ -64,7 +64,7 @@ def test_the_index_follows_many_updates_across_log_compactions() -> None:
     h.add_nodes(*(make_node(f"n{i}").capacity(cpu="1").hostname_label() for i in range(3)))
     h.add_storage(make_storage_class("local").wait_for_first_consumer())
     catalog = VolumeCatalog.of(h.scheduler.handle)
-    index = VolumeIndex(catalog, h.scheduler.cluster)
+    index = VolumeIndex(catalog, h.scheduler.snapshot)
     claim = make_pvc("c").storage_class("local").request("5Gi").obj()
     epoch = catalog.volume_epoch
     # Far more updates than the log keeps: the index must end up exactly right.

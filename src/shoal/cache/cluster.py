@@ -16,7 +16,7 @@ Two kinds of observers keep derived state incremental:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -28,7 +28,7 @@ from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_table import NodeTable
 
-__all__ = ["AssignmentObserver", "ClusterState", "PlacementObserver", "PodRecord"]
+__all__ = ["AssignmentObserver", "ClusterState", "PlacedPods", "PlacementObserver", "PodRecord"]
 
 
 class PlacementObserver(Protocol):
@@ -89,6 +89,16 @@ class PodRecord:
     assumed: bool  # True until the backend confirms the bind
 
 
+class PlacedPods(Protocol):
+    """Read access to where pods are and who is being evicted: what victim searches and
+    gang accounting need. The cache and the plugins' `Snapshot` both provide it."""
+
+    @property
+    def placed(self) -> Mapping[str, PodRecord]: ...
+    @property
+    def evicting(self) -> Set[str]: ...
+
+
 @dataclass
 class ClusterState:
     table: NodeTable = field(default_factory=NodeTable)
@@ -110,12 +120,16 @@ class ClusterState:
     # without GPUs pays nothing per placement (see shoal.cache.gpu_devices).
     gpu_devices: GpuDevices | None = None
     _muted: int = 0  # see assignments_muted
+    # Bumped by every change of `nominations` (readers cache what they derive from it).
+    nominations_version: int = 0
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)
+        self.nominations_version += 1
 
     def clear_nomination(self, uid: str) -> None:
-        self.nominations.pop(uid, None)
+        if self.nominations.pop(uid, None) is not None:
+            self.nominations_version += 1
 
     # ---- nodes -------------------------------------------------------------------
 

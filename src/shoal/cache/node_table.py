@@ -12,8 +12,8 @@ always rows `0..n-1` and "all nodes" is the cheap slice `0:n`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,12 +30,26 @@ from shoal.api.resources import (
 )
 from shoal.cache.labels import LabelColumns
 
-__all__ = ["BASE_RESOURCES", "NodeTable"]
+__all__ = ["BASE_RESOURCES", "NodeColumns", "NodeTable"]
 
 T = TypeVar("T", bound=np.generic)
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 _INITIAL_CAPACITY = 64
+
+
+class NodeColumns(Protocol):
+    """Read access to the node columns that cluster totals are taken from (quota
+    capacity, dominant shares). The table and the plugins' `Snapshot` both provide it."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def nodes_version(self) -> int: ...
+    @property
+    def resource_index(self) -> Mapping[str, int]: ...
+    @property
+    def allocatable(self) -> NDArray[np.int64]: ...
 
 
 class NodeTable:

@@ -1,5 +1,10 @@
 """Snapshot: the read-only view of cluster state that plugins see during a cycle.
 
+It is the plugins' only window on the cache: node columns, the pods placed on nodes,
+who is being evicted, who is nominated where, namespace labels and GPU devices are all
+read through it (a lint test keeps `handle.cluster` out of `shoal.plugins`); what-ifs
+go through `handle.transaction()`. Mappings and sets come back typed read-only.
+
 Arrays are numpy views with the writeable flag cleared, so a plugin that tries to change
 cluster state fails loudly instead of corrupting it. Views are rebuilt only when the node
 table reallocates; in between they see the table's current contents, which is exactly the
@@ -8,17 +13,19 @@ state a serial scheduling cycle should read (pods assumed by earlier cycles incl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.objects import Node, Taint
 from shoal.api.podinfo import HostPort, PodInfo
-from shoal.cache.cluster import ClusterState
+from shoal.cache.cluster import ClusterState, PodRecord
+from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.labels import LabelColumns
+from shoal.cache.namespaces import NamespaceLabels
 
-__all__ = ["Snapshot"]
+__all__ = ["PodRecord", "Snapshot"]
 
 
 def _frozen(array: NDArray[np.generic]) -> NDArray[np.generic]:
@@ -41,6 +48,15 @@ class Snapshot:
     def __init__(self, cluster: ClusterState) -> None:
         self._cluster = cluster
         self._layout = -1
+        self._nominated_key: tuple[int, int, int] = (-1, -1, -1)
+        self._nominated: tuple[
+            NDArray[np.intp], NDArray[np.int64], NDArray[np.object_], NDArray[np.int64]
+        ] = (
+            np.zeros(0, np.intp),
+            np.zeros(0, np.int64),
+            np.zeros(0, object),
+            np.zeros((0, 0), np.int64),
+        )
         self.refresh()
 
     def refresh(self) -> None:
@@ -65,6 +81,35 @@ class Snapshot:
         return self._cluster.table.generation
 
     @property
+    def nodes_version(self) -> int:
+        """Changes whenever a node is added, removed or changes (not when pods move)."""
+        return self._cluster.table.nodes_version
+
+    @property
+    def placed(self) -> Mapping[str, PodRecord]:
+        """uid -> where the pod is (assumed or bound), known node or not."""
+        return self._cluster.placed
+
+    @property
+    def evicting(self) -> Set[str]:
+        """Pods whose eviction was sent: still counted, never chosen as victims again."""
+        return self._cluster.evicting
+
+    @property
+    def nominations(self) -> Mapping[str, tuple[str, PodInfo]]:
+        """uid -> (node, pod) of preemptors waiting for the room they freed."""
+        return self._cluster.nominations
+
+    @property
+    def namespaces(self) -> NamespaceLabels:
+        return self._cluster.namespaces
+
+    @property
+    def gpu_devices(self) -> GpuDevices | None:
+        """GPU devices per node row (None until a node with GPUs is seen)."""
+        return self._cluster.gpu_devices
+
+    @property
     def resources(self) -> list[str]:
         return self._cluster.table.resources
 
@@ -80,8 +125,20 @@ class Snapshot:
     def taint_sets(self) -> list[tuple[Taint, ...]]:
         return self._cluster.table.taint_sets
 
+    @property
+    def row_of(self) -> Mapping[str, int]:
+        """Node name -> row."""
+        return self._cluster.table.row_of
+
+    def rows(self, names: Iterable[str]) -> NDArray[np.intp]:
+        """The rows of the named nodes that exist, in the order given."""
+        return self._cluster.table.rows(names)
+
     def row(self, name: str) -> int | None:
         return self._cluster.table.row_of.get(name)
+
+    def node_named(self, name: str) -> Node | None:
+        return self._cluster.node(name)
 
     def node(self, row: int) -> Node:
         return self._cluster.table.nodes[row]
@@ -100,6 +157,38 @@ class Snapshot:
         """The row of the node the pod is nominated to (after preempting), if any."""
         found = self._cluster.nominations.get(pod.uid)
         return None if found is None else self._cluster.table.row_of.get(found[0])
+
+    def nominated_room(self, pod: PodInfo) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+        """(rows, request vectors over all columns) of the nominated pods `pod` must
+        leave room for, as `nominated_against`, vectorised: the nominations' rows,
+        priorities and vectors are gathered once per change of the nominations or the
+        nodes, not per filter call (preemption waves leave hundreds waiting at once)."""
+        cluster, table = self._cluster, self._cluster.table
+        key = (cluster.nominations_version, table.nodes_version, len(table.resources))
+        if key != self._nominated_key:
+            entries = list(cluster.nominations.items())
+            count = len(entries)
+            for _, (_, other) in entries:
+                table.pod_vector(other)  # a resource no node has adds a column first
+            self.refresh()
+            rows = np.fromiter(
+                (table.row_of.get(node, -1) for _, (node, _) in entries), np.intp, count
+            )
+            priorities = np.fromiter((p.priority for _, (_, p) in entries), np.int64, count)
+            uids = np.array([uid for uid, _ in entries], dtype=object)
+            vectors = (
+                np.stack([table.pod_vector(p) for _, (_, p) in entries])
+                if count
+                else np.zeros((0, len(table.resources)), dtype=np.int64)
+            )
+            known = rows >= 0
+            self._nominated = (rows[known], priorities[known], uids[known], vectors[known])
+            self._nominated_key = (key[0], key[1], len(table.resources))
+        rows, priorities, uids, vectors = self._nominated
+        if rows.size == 0:
+            return rows, vectors
+        mine = (priorities >= pod.priority) & (uids != pod.uid)
+        return rows[mine], vectors[mine]
 
     def nominated_against(self, pod: PodInfo) -> list[tuple[int, PodInfo]]:
         """(row, pod) of nominated pods that `pod` must leave room for: other pods with

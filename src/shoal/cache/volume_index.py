@@ -22,8 +22,8 @@ from numpy.typing import NDArray
 from shoal.api.objects import NodeSelector
 from shoal.api.selectors import label_selector_matches
 from shoal.api.volumes import PersistentVolume, PersistentVolumeClaim, claim_class
-from shoal.cache.cluster import ClusterState
 from shoal.cache.labels import MISSING
+from shoal.cache.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from shoal.cache.volumes import VolumeCatalog
@@ -54,9 +54,9 @@ def _single_host(required: NodeSelector) -> str | None:
 
 
 class VolumeIndex:
-    def __init__(self, catalog: VolumeCatalog, cluster: ClusterState) -> None:
+    def __init__(self, catalog: VolumeCatalog, nodes: Snapshot) -> None:
         self.catalog = catalog
-        self.cluster = cluster
+        self.nodes = nodes
         self._epoch = -1
         self._log_pos = 0
         self._reset()
@@ -322,12 +322,12 @@ class VolumeIndex:
     # ---- node-dependent tables ---------------------------------------------------------
 
     def _nodes_ready(self, n: int) -> None:
-        key = (self.cluster.table.nodes_version, n)
+        key = (self.nodes.nodes_version, n)
         if key == self._nodes_key:
             return
         self._nodes_key = key
         self._masks.clear()
-        labels = self.cluster.table.labels
+        labels = self.nodes.labels
         column = labels.column(HOSTNAME, slice(0, n))
         vocab = labels.vocab.get(HOSTNAME, {})
         present = np.flatnonzero(column != MISSING)
@@ -347,8 +347,8 @@ class VolumeIndex:
     def _mask(self, index: int, n: int) -> NDArray[np.bool_]:
         found = self._masks.get(index)
         if found is None:
-            table = self.cluster.table
+            nodes = self.nodes
             terms = tuple(self._selectors[index].node_selector_terms)
-            found = table.labels.terms_mask(terms, table.names_array[:n], slice(0, n))
+            found = nodes.labels.terms_mask(terms, nodes.names[:n], slice(0, n))
             self._masks[index] = found
         return found

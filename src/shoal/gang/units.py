@@ -8,7 +8,7 @@ leave a partial gang running.
 from __future__ import annotations
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import ClusterState
+from shoal.cache.cluster import PlacedPods
 from shoal.gang.manager import GangManager
 
 __all__ = ["GangUnits"]
@@ -23,7 +23,7 @@ class GangUnits:
     as running: two evictions must not each take "the one spare member".
     """
 
-    def __init__(self, gangs: GangManager, cluster: ClusterState) -> None:
+    def __init__(self, gangs: GangManager, cluster: PlacedPods) -> None:
         self.gangs = gangs
         self.cluster = cluster
 

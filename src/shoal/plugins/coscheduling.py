@@ -96,11 +96,11 @@ class Coscheduling:
         rows change."""
         held = self.gangs.reservation
         assert held is not None
-        table = self.handle.cluster.table
-        key = (held.serial, table.nodes_version)
+        snap = self.handle.snapshot
+        key = (held.serial, snap.nodes_version)
         if key != self._mask_key:
-            mask = np.zeros(table.n, dtype=bool)
-            mask[table.rows(held.nodes)] = True
+            mask = np.zeros(snap.n, dtype=bool)
+            mask[snap.rows(held.nodes)] = True
             self._mask, self._mask_key = mask, key
         return self._mask
 

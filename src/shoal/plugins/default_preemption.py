@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import PodRecord
+from shoal.cache.snapshot import PodRecord
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Victim
@@ -46,7 +46,7 @@ class DefaultPreemption:
             return None, Status(
                 Code.UNSCHEDULABLE, "preemption: not eligible due to preemptionPolicy=Never."
             )
-        cluster = self.handle.cluster
+        snap = self.handle.snapshot
         takeable, where = self._pool(pod)
         if not any(record is not None and takeable(record) for record in where):
             # Nothing of lower priority runs where it could be taken: nothing to explain
@@ -54,8 +54,8 @@ class DefaultPreemption:
             return None, Status(Code.UNSCHEDULABLE)
         search = VictimSearch(
             self.handle,
-            units=GangUnits(self.gangs, cluster),
-            pdb_violations=self.pdbs.checker(cluster),
+            units=GangUnits(self.gangs, snap),
+            pdb_violations=self.pdbs.checker(snap),
         )
         choice = search.best(
             pod,
@@ -63,7 +63,7 @@ class DefaultPreemption:
             takeable,
             max_candidates=max(
                 self.args.min_candidate_nodes_absolute,
-                cluster.table.n * self.args.min_candidate_nodes_percentage // 100,
+                snap.n * self.args.min_candidate_nodes_percentage // 100,
             ),
         )
         if choice is None and search.extender_error:
@@ -71,7 +71,7 @@ class DefaultPreemption:
         if choice is None:
             return None, Status(
                 Code.UNSCHEDULABLE,
-                f"preemption: 0/{cluster.table.n} nodes are available: removing "
+                f"preemption: 0/{snap.n} nodes are available: removing "
                 "lower-priority pods would not make room",
             )
         victims = [
@@ -91,7 +91,7 @@ class DefaultPreemption:
         queue when there are queues), as a test the search applies to the pods of the
         nodes it visits, and where such pods are (to see whether there is any at all)."""
         leaf, error = self.queues.queue_of(pod)
-        placed = self.handle.cluster.placed
+        placed = self.handle.snapshot.placed
         if len(self.queues.tree.leaves) > 1 and not error:
             mine = set(self.queues.placed_in({leaf}))
             return (

@@ -24,7 +24,7 @@ node scores the sum over its domains; NormalizeScore maps min..max to 0..100.
 
 Namespaces of a term: the union of `namespaces` and the namespaces whose labels match
 `namespaceSelector` (`{}`: every namespace); with neither set, the owner pod's namespace.
-Namespace labels come from `ClusterState.namespaces`. As in kube, the incoming pod's
+Namespace labels come from `Snapshot.namespaces`. As in kube, the incoming pod's
 selectors are resolved to the namespaces they match now, and placed pods' terms are
 judged against the incoming pod's namespace labels, so relabelling a namespace takes
 effect from the next cycle. `matchLabelKeys` and `mismatchLabelKeys` are merged into the
@@ -152,7 +152,7 @@ class InterPodAffinity:
         n = snap.n
         every = slice(0, n)
         s = _FilterState()
-        namespaces = self.handle.cluster.namespaces
+        namespaces = self.handle.snapshot.namespaces
         ns_labels = namespaces.labels(pod.namespace)
 
         # Placed pods' required anti-affinity terms that match the incoming pod.
@@ -248,7 +248,7 @@ class InterPodAffinity:
         n = snap.n
         every = slice(0, n)
         topology_score: dict[str, NDArray[np.int64]] = {}
-        namespaces = self.handle.cluster.namespaces
+        namespaces = self.handle.snapshot.namespaces
         ns_labels = namespaces.labels(pod.namespace)
 
         def add(key: str, per_row: NDArray[np.int64]) -> None:

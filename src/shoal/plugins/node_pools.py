@@ -81,8 +81,7 @@ class NodePools:
         return mask
 
     def _masks(self, leaf: int) -> tuple[NDArray[np.bool_], NDArray[np.bool_], str, str]:
-        table = self.handle.cluster.table
-        key = (table.nodes_version, self.queues.version)
+        key = (self.handle.snapshot.nodes_version, self.queues.version)
         if key != self._cache_key:
             self._cache.clear()
             self._cache_key = key

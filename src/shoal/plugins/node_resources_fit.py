@@ -5,7 +5,7 @@ per-resource weights. Extended resources such as nvidia.com/gpu count like cpu.
 
 Whole GPUs: GPU-share pods (`alibabacloud.com/gpu-milli`) occupy part of a device without
 charging the `nvidia.com/gpu` column, so on nodes the cache's device table knows
-(`ClusterState.gpu_devices`), a pod asking for whole GPUs needs that many *fully free*
+(`Snapshot.gpu_devices`), a pod asking for whole GPUs needs that many *fully free*
 devices, in every profile, with or without GpuShare; the reason stays kube's
 "Insufficient nvidia.com/gpu". Pods without a GPU request never touch the device table.
 """
@@ -135,7 +135,7 @@ class NodeResourcesFit:
     ) -> int:
         """Where the `nvidia.com/gpu` column is in `cols` when the pod asks for whole
         GPUs and the cache tracks devices; -1 otherwise (the column alone decides)."""
-        if self.handle.cluster.gpu_devices is None:
+        if self.handle.snapshot.gpu_devices is None:
             return -1
         gpu_col = self.handle.snapshot.resource_index.get(GPU)
         if gpu_col is None or not vector[gpu_col]:
@@ -162,10 +162,10 @@ class NodeResourcesFit:
         free = snap.free
         # One contiguous column per requested resource (the table is column-major).
         fits = [free[idx, col] >= amount for col, amount in zip(cols, need, strict=True)]
-        devices = self.handle.cluster.gpu_devices
+        devices = self.handle.snapshot.gpu_devices
         if gpu >= 0 and devices is not None:
             fits[gpu] = self._whole_gpus_free(devices, idx, free[idx, cols[gpu]]) >= need[gpu]
-        if self.handle.cluster.nominations:
+        if self.handle.snapshot.nominations:
             self._leave_room_for_nominated(pod, nodes, cols, need, fits, gpu)
         passed = np.logical_and.reduce(fits) if len(fits) > 1 else fits[0]
         if passed.all():
@@ -193,14 +193,13 @@ class NodeResourcesFit:
         """Nominated pods (preemptors waiting for the room they freed) count as placed on
         their node for pods of lower or equal priority (kube's addNominatedPods)."""
         snap = self.handle.snapshot
-        devices = self.handle.cluster.gpu_devices
-        against = snap.nominated_against(pod)
-        if not against:
+        devices = self.handle.snapshot.gpu_devices
+        rows, vectors = snap.nominated_room(pod)
+        if not rows.size:
             return
         # Vectorised: sum the nominated pods' requests per row, then locate those rows
         # among the candidates (many preemptors may be waiting at once).
-        rows = np.fromiter((row for row, _ in against), dtype=np.intp, count=len(against))
-        vectors = np.stack([snap.pod_vector(other)[cols] for _, other in against])
+        vectors = vectors[:, cols]
         uniq, inverse = np.unique(rows, return_inverse=True)
         reserved = np.zeros((uniq.size, len(cols)), dtype=np.int64)
         np.add.at(reserved, inverse, vectors)

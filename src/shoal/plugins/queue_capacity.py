@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import PodRecord
+from shoal.cache.snapshot import PodRecord
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Victim
@@ -69,7 +69,7 @@ class QueueCapacity:
         self.gangs = GangManager.of(handle)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        reason = self.queues.admit(pod, table=self.handle.cluster.table)
+        reason = self.queues.admit(pod, table=self.handle.snapshot)
         if reason:
             return None, Status(Code.UNSCHEDULABLE, reason)
         return None, Status(Code.SKIP)
@@ -114,9 +114,9 @@ class QueueCapacity:
         over = self._over(leaf, asked, keep, usage_after)
         if not over:
             return None, Status(Code.UNSCHEDULABLE)
-        cluster = self.handle.cluster
+        snap = self.handle.snapshot
         mine = set(tree.path_lists[leaf])
-        units = GangUnits(self.gangs, cluster)
+        units = GangUnits(self.gangs, snap)
 
         def budget(chosen: list[list[PodInfo]]) -> bool:
             """Kueue's rule, per unit that must go together (a gang at its minMember):
@@ -169,7 +169,7 @@ class QueueCapacity:
         guaranteed = tree.guaranteed
         if self.args.reclaim_to != "FairShare":
             return guaranteed, guaranteed
-        capacity = queues.capacity(self.handle.cluster.table)
+        capacity = queues.capacity(self.handle.snapshot)
         demand = queues.usage + queues.pending_sum
         fair = hdrf_fair_share(tree, demand, capacity)
         target = np.maximum(guaranteed, np.floor(fair).astype(np.int64))
@@ -181,7 +181,7 @@ class QueueCapacity:
         """What the queue's other nominated pods (room being reclaimed) will use."""
         queues, tree = self.queues, self.queues.tree
         total = np.zeros(len(tree.resources), dtype=np.int64)
-        for uid, (_, other) in self.handle.cluster.nominations.items():
+        for uid, (_, other) in self.handle.snapshot.nominations.items():
             if uid != pod.uid and queues.queue_of(other)[0] == leaf:
                 total += tree.vector(other.requests)
         return total
@@ -190,9 +190,9 @@ class QueueCapacity:
         """Each queue's usage without its pods that are already being evicted."""
         queues, tree = self.queues, self.queues.tree
         usage: NDArray[np.int64] = queues.usage.copy()
-        cluster = self.handle.cluster
-        for uid in cluster.evicting:
-            record = cluster.placed.get(uid)
+        snap = self.handle.snapshot
+        for uid in snap.evicting:
+            record = snap.placed.get(uid)
             vl = queues.placed_leaf(uid)
             if record is None or vl < 0:
                 continue
@@ -229,9 +229,9 @@ class QueueCapacity:
     def _pool(self, leaves: list[int], pod: PodInfo) -> Iterable[PodRecord]:
         """Pods of those leaves no more important than the preemptor (the budget decides
         which sets may go)."""
-        cluster = self.handle.cluster
+        snap = self.handle.snapshot
         for uid in self.queues.placed_in(set(leaves)):
-            record = cluster.placed.get(uid)
+            record = snap.placed.get(uid)
             if record is not None and record.pod.priority <= pod.priority:
                 yield record
 

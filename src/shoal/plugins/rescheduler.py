@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import PodRecord
+from shoal.cache.snapshot import PodRecord
 from shoal.config.types import KubeSchedulerConfiguration, Plugin, PluginConfig
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -57,7 +57,7 @@ class Rescheduler:
     def __init__(self, handle: Handle, args: ReschedulerArgs) -> None:
         self.handle = handle
         self.args = args
-        self.holds = MigrationHolds.of(handle.services, handle.cluster)
+        self.holds = MigrationHolds.of(handle)
         self.gangs = GangManager.of(handle)
         self.queues = QueueManager.of(handle)
         self.pdbs = DisruptionBudgets.of(handle)
@@ -133,8 +133,8 @@ class Rescheduler:
         if left <= 0:
             return None
         found = plan_defragmentation(
-            self.handle.cluster,
             self.handle.snapshot,
+            self.handle.transaction,
             lambda typical: self.plan(typical, None, now, left),
         )
         if found is None:
@@ -181,7 +181,7 @@ class Rescheduler:
             movable=movable,
             units=self._units,
             cost=lambda p: self._cost(p, now),
-            pdb_violations=self.pdbs.checker(self.handle.cluster),
+            pdb_violations=self.pdbs.checker(self.handle.snapshot),
             max_moves=max_moves,
             max_targets=self.args.max_candidate_nodes,
             max_scanned=self.args.max_scanned_nodes,
@@ -265,11 +265,11 @@ class Rescheduler:
         group = self.gangs.group_of_uid(p.uid)
         if group is None:
             return [p]
-        cluster = self.handle.cluster
+        snap = self.handle.snapshot
         return [
             record.pod
             for uid in sorted(group.members)
-            if uid not in cluster.evicting and (record := cluster.placed.get(uid)) is not None
+            if uid not in snap.evicting and (record := snap.placed.get(uid)) is not None
         ]
 
     def _cost(self, p: PodInfo, now: float) -> float:

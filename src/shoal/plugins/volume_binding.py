@@ -159,7 +159,7 @@ class VolumeBinding:
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
         self.catalog = VolumeCatalog.of(handle)
-        self.index = VolumeIndex(self.catalog, handle.cluster)
+        self.index = VolumeIndex(self.catalog, handle.snapshot)
         # Per class: (object, nodes version, rows) -> mask over all rows.
         self._class_masks: dict[str, tuple[object, int, int, NDArray[np.bool_]]] = {}
 
@@ -304,7 +304,7 @@ class VolumeBinding:
         storage_class = self.catalog.classes.get(claim_class(claim))
         if storage_class is None or storage_class.provisioner in ("", NO_PROVISIONER):
             return np.zeros(n, dtype=bool)
-        version = self.handle.cluster.table.nodes_version
+        version = self.handle.snapshot.nodes_version
         name = storage_class.metadata.name
         cached = self._class_masks.get(name)
         if (

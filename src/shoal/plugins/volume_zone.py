@@ -96,7 +96,7 @@ class VolumeZone:
         volumes are in the same zones share one mask."""
         snap = self.handle.snapshot
         n = snap.n
-        version = self.handle.cluster.table.nodes_version
+        version = self.handle.snapshot.nodes_version
         if self._cache_key != (version, n):
             self._cache.clear()
             self._cache_key = (version, n)

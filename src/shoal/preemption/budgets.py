@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
 from shoal.api.selectors import label_selector_matches
-from shoal.cache.cluster import ClusterState
+from shoal.cache.cluster import PlacedPods
 from shoal.framework.handle import Handle
 
 __all__ = ["DisruptionBudgets"]
@@ -35,11 +35,11 @@ class DisruptionBudgets:
     def remove(self, namespace: str, name: str) -> None:
         self.budgets.pop(f"{namespace}/{name}", None)
 
-    def violations(self, victims: Iterable[PodInfo], cluster: ClusterState) -> int:
+    def violations(self, victims: Iterable[PodInfo], cluster: PlacedPods) -> int:
         """Victims beyond what the budgets allow (kube counts these per candidate)."""
         return self.checker(cluster)(victims)
 
-    def checker(self, cluster: ClusterState) -> Callable[[Iterable[PodInfo]], int]:
+    def checker(self, cluster: PlacedPods) -> Callable[[Iterable[PodInfo]], int]:
         """`violations` with the budgets' healthy counts taken once, for a victim search
         that asks about many sets against the same cluster."""
         budgets = [p for p in self.budgets.values() if p.spec.selector is not None]

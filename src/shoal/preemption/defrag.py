@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from shoal.api.gpu import GpuRequest
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import ClusterState
+from shoal.cache.cluster import PlacedPods
 from shoal.cache.gpu_devices import request_of
 from shoal.cache.gpu_frag import FragmentationModel, FragScorer, TargetShape, TargetWorkload
 from shoal.cache.snapshot import Snapshot
@@ -52,7 +52,7 @@ def _shape(pod: PodInfo, request: GpuRequest) -> TargetShape:
     return TargetShape(pod.requests.get("cpu", 0), request.milli, request.count)
 
 
-def typical_workload(cluster: ClusterState) -> tuple[TargetWorkload, dict[TargetShape, PodInfo]]:
+def typical_workload(cluster: PlacedPods) -> tuple[TargetWorkload, dict[TargetShape, PodInfo]]:
     """The GPU shapes of the pods placed now, counted, and one running pod per shape."""
     counts: Counter[TargetShape] = Counter()
     example: dict[TargetShape, PodInfo] = {}
@@ -68,23 +68,23 @@ def typical_workload(cluster: ClusterState) -> tuple[TargetWorkload, dict[Target
 
 
 def plan_defragmentation(
-    cluster: ClusterState,
     snapshot: Snapshot,
+    transaction: Callable[[], Transaction],
     plan: Callable[[PodInfo], MigrationPlan | None],
 ) -> DefragPlan | None:
     """The first plan (largest typical shape first) that makes room for a shape no node
     has room for and lowers the fragmentation of the nodes it touches; `plan` is the
     Rescheduler's planner with its rules and budgets."""
-    devices = cluster.gpu_devices
-    table = cluster.table
-    if devices is None or table.n == 0:
+    devices = snapshot.gpu_devices
+    n = snapshot.n
+    if devices is None or n == 0:
         return None
-    workload, example = typical_workload(cluster)
+    workload, example = typical_workload(snapshot)
     if not workload.shapes:
         return None
     model = FragmentationModel(workload, devices.models)
     scorer = FragScorer(devices, snapshot, model)
-    everywhere = np.arange(table.n, dtype=np.intp)
+    everywhere = np.arange(n, dtype=np.intp)
     for shape in sorted(workload.shapes, key=lambda s: (-s.gpu_count * s.gpu_milli, s)):
         if shape not in example:
             continue
@@ -97,13 +97,13 @@ def plan_defragmentation(
             continue
         rows = np.array(
             sorted(
-                {table.row_of[m.source] for m in found.moves}
-                | {table.row_of[m.target] for m in found.moves}
+                {snapshot.row_of[m.source] for m in found.moves}
+                | {snapshot.row_of[m.target] for m in found.moves}
             ),
             dtype=np.intp,
         )
         before = _frag(scorer, rows)
-        with Transaction(cluster) as tx:
+        with transaction() as tx:
             for move in found.moves:
                 tx.evict(move.pod)
             for move in found.moves:

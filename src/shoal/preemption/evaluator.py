@@ -316,14 +316,15 @@ class VictimSearch:
     def _free_for(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.int64]:
         """Free resources of `rows` (all columns) less the room nominated to other pods of
         equal or higher priority (kube adds nominated pods before judging a node)."""
-        cluster = self.handle.cluster
-        table = cluster.table
-        free: NDArray[np.int64] = table.free[rows].copy()
-        position = {int(r): i for i, r in enumerate(rows.tolist())}
-        for uid, (node, other) in cluster.nominations.items():
-            i = position.get(table.row_of.get(node, -1), -1)
-            if i >= 0 and uid != pod.uid and other.priority >= pod.priority:
-                free[i] -= table.pod_vector(other)
+        snap = self.handle.snapshot
+        nominated_rows, vectors = snap.nominated_room(pod)
+        free: NDArray[np.int64] = snap.free[rows].copy()
+        if nominated_rows.size:
+            position = np.full(snap.n, -1, dtype=np.intp)
+            position[rows] = np.arange(rows.size, dtype=np.intp)
+            at = position[nominated_rows]
+            hit = at >= 0
+            np.subtract.at(free, at[hit], vectors[hit])
         return free
 
     def _resources_fit_back(

@@ -29,6 +29,7 @@ import msgspec
 
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
+from shoal.framework.handle import Handle
 
 __all__ = [
     "ANNOTATION_MIGRATION_PLAN",
@@ -102,10 +103,10 @@ class MigrationHolds:
         cluster.observers.append(self)
 
     @classmethod
-    def of(cls, services: dict[str, object], cluster: ClusterState) -> MigrationHolds:
-        found = services.get(SERVICE_KEY)
+    def of(cls, handle: Handle) -> MigrationHolds:
+        found = handle.services.get(SERVICE_KEY)
         if found is None:
-            found = services[SERVICE_KEY] = cls(cluster)
+            found = handle.services[SERVICE_KEY] = cls(handle.cluster)
         assert isinstance(found, MigrationHolds)
         return found
 

@@ -86,7 +86,7 @@ class PlacementAlgorithm:
             return None, status, None
         absent = 0  # nodes a PreFilterResult left out
         if pre_result is not None and pre_result.node_names is not None:
-            rows = np.sort(snap._cluster.table.rows(pre_result.node_names))
+            rows = np.sort(snap.rows(pre_result.node_names))
             absent = n - rows.size
             if restrict is not None:
                 rows = rows[restrict[rows]]
@@ -135,7 +135,7 @@ class PlacementAlgorithm:
             fwk.check_scores(state, pod, feasible)  # raises, naming the plugin
         if self._prioritizing(pod):
             added = prioritize_with_extenders(
-                self.extenders, pod, self._names(feasible.rows), self.snapshot._cluster.node
+                self.extenders, pod, self._names(feasible.rows), self.snapshot.node_named
             )
             if added:
                 names = snap.names[feasible.rows]
@@ -163,11 +163,11 @@ class PlacementAlgorithm:
             return feasible.rows, {}
         rows = feasible.rows
         result = filter_with_extenders(
-            self.extenders, pod, self._names(rows), self.snapshot._cluster.node
+            self.extenders, pod, self._names(rows), self.snapshot.node_named
         )
         if result.error:
             return Status(Code.ERROR, result.error, plugin=EXTENDER_NAME)
-        row_of = self.snapshot._cluster.table.row_of
+        row_of = self.snapshot.row_of
         keep = np.fromiter(
             (row_of[name] for name in result.passed if name in row_of), dtype=np.intp
         )

@@ -39,7 +39,7 @@ from shoal.api.queue import (
 )
 from shoal.api.selectors import label_selector_matches
 from shoal.cache.cluster import ClusterState
-from shoal.cache.node_table import NodeTable
+from shoal.cache.node_table import NodeColumns
 from shoal.framework.effects import BindingStatus, QueueStatus
 from shoal.framework.handle import Handle
 from shoal.tenancy.fairshare import choose_leaf, fair_shares_of, hdrf_fair_share
@@ -380,7 +380,7 @@ class QueueManager:
             self.share_list[q] = share
             self.saturated_list[q] = saturated
 
-    def capacity(self, table: NodeTable) -> NDArray[np.float64]:
+    def capacity(self, table: NodeColumns) -> NDArray[np.float64]:
         """Cluster allocatable over the tree's resources (for dominant shares)."""
         key = (table.nodes_version, id(self.tree))
         if key != self._capacity_key:
@@ -394,7 +394,7 @@ class QueueManager:
             self._refresh_shares(list(range(1, len(self.tree.names))))
         return self._capacity
 
-    def choose_partition(self, table: NodeTable) -> int:
+    def choose_partition(self, table: NodeColumns) -> int:
         """The leaf queue whose pod is tried next (HDRF), 0 for pods without a queue."""
         if self.active_unqueued > 0:
             return 0
@@ -440,7 +440,7 @@ class QueueManager:
         self,
         pod: PodInfo,
         extra: NDArray[np.int64] | None = None,
-        table: NodeTable | None = None,
+        table: NodeColumns | None = None,
     ) -> str:
         """Why placing the pod would break a queue limit ("" if it would not).
 
@@ -499,7 +499,7 @@ class QueueManager:
             return ""  # within its guarantee: no borrowing
         return self._borrow_check(leaf, vec, table)
 
-    def _borrow_check(self, leaf: int, vec: NDArray[np.int64], table: NodeTable | None) -> str:
+    def _borrow_check(self, leaf: int, vec: NDArray[np.int64], table: NodeColumns | None) -> str:
         tree = self.tree
         mask = (vec > 0) & tree.quota_mask
         borrowing = (self.usage[leaf] + vec > tree.guaranteed[leaf]) & mask
@@ -590,7 +590,7 @@ class QueueManager:
             else:
                 record.usage -= rec.vector
 
-    def observed(self, table: NodeTable) -> list[QueueObservation]:
+    def observed(self, table: NodeColumns) -> list[QueueObservation]:
         """Per queue (the tree's order, the virtual root left out): name, allocated,
         guaranteed and HDRF fair share (resource -> amount), pending and running pods
         in its subtree. What a Queue object's status shows."""
@@ -622,7 +622,7 @@ class QueueManager:
             )
         return out
 
-    def queue_statuses(self, table: NodeTable) -> list[QueueStatus]:
+    def queue_statuses(self, table: NodeColumns) -> list[QueueStatus]:
         """What each Queue object's status shows: `observed`, plus what each queue
         borrows (allocated above its guarantee) and its pending and running jobs (a job
         is a pod group, or a pod on its own). Counts every pending and placed pod: meant

@@ -220,16 +220,16 @@ def version() -> None:
 
 
 # `shoal run` (the Kubernetes backend) lives in its own module.
-from shoal.drivers.kube.cli import register as _register_kube  # noqa: E402
+from shoal.commands.run import register as _register_kube  # noqa: E402
 
 _register_kube(app)
 
 # `shoal get ...` and `shoal explain` (operator commands over a kubeconfig).
-from shoal.drivers.kube.ctl import register as _register_ctl  # noqa: E402
+from shoal.commands.ctl import register as _register_ctl  # noqa: E402
 
 _register_ctl(app)
 
-from shoal.drivers.kube.webhook_cli import register as _register_webhook  # noqa: E402
+from shoal.commands.webhook import register as _register_webhook  # noqa: E402
 
 _register_webhook(app)
 

@@ -15,7 +15,7 @@ from apihelpers import space, wait_for
 from kubehelpers import async_test
 
 from shoal.api.resources import parse_resource_list
-from shoal.drivers.kube.ctl import EXIT_BLOCKED, EXIT_NOT_FOUND
+from shoal.commands.ctl import EXIT_BLOCKED, EXIT_NOT_FOUND
 from shoal.drivers.kube.resources import QUEUES
 
 SHOAL = [sys.executable, "-c", "from shoal.cli import app; app()"]

@@ -22,7 +22,7 @@ from kubehelpers import async_test
 from shoal.drivers.kube.client import ApiError
 from shoal.drivers.kube.resources import PODS, QUEUE_BINDINGS, QUEUES
 from shoal.drivers.kube.tls import ReloadingContext, generate_webhook_certs
-from shoal.drivers.kube.webhook import ApiTenancySource, WebhookServer
+from shoal.servers.webhook import ApiTenancySource, WebhookServer
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 TEST_LABEL = "shoal.test/webhook"

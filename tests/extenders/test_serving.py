@@ -16,7 +16,7 @@ from shoal.api.extender import ExtenderArgs, NodeList
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI
 from shoal.api.manifests import decode
 from shoal.api.queue import Queue
-from shoal.drivers.kube.extender_server import ExtenderService, scale_scores
+from shoal.servers.extender import ExtenderService, scale_scores
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
 GPU = "nvidia.com/gpu"

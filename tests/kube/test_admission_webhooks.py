@@ -16,8 +16,7 @@ import yaml
 from kubehelpers import async_test, eventually
 from kubehelpers import backend as running
 
-from shoal.drivers.kube.admission import in_force, mutate_pod, tenancy_objects, validate
-from shoal.drivers.kube.cli import _start_webhooks
+from shoal.commands.run import _start_webhooks
 from shoal.drivers.kube.client import ClientSettings, connect
 from shoal.drivers.kube.crds import render
 from shoal.drivers.kube.resources import (
@@ -28,7 +27,8 @@ from shoal.drivers.kube.resources import (
     ResourceKind,
 )
 from shoal.drivers.kube.tls import ReloadingContext, generate_webhook_certs
-from shoal.drivers.kube.webhook import ApiTenancySource, WebhookServer
+from shoal.servers.admission import in_force, mutate_pod, tenancy_objects, validate
+from shoal.servers.webhook import ApiTenancySource, WebhookServer
 from shoal.testing.fake_apiserver import FakeApiServer
 
 SHOAL = "shoal.dev/v1alpha1"

@@ -23,7 +23,7 @@ import yaml
 from kubehelpers import async_test, bound_pods, eventually, node, pod
 from typer.testing import CliRunner
 
-from shoal.drivers.kube.cli import Serving, normalize_flags, serving
+from shoal.commands.run import Serving, normalize_flags, serving
 from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 SHOAL = [sys.executable, "-c", "from shoal.cli import app; app()"]

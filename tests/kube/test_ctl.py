@@ -14,8 +14,8 @@ from kubehelpers import async_test, node, pod
 from typer.testing import CliRunner
 
 from shoal.cli import app
+from shoal.commands.ctl import EXIT_BLOCKED, EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_USAGE
 from shoal.drivers.kube.crds import render
-from shoal.drivers.kube.ctl import EXIT_BLOCKED, EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_USAGE
 from shoal.testing.fake_apiserver import FakeApiServer
 
 SHOAL = "shoal.dev/v1alpha1"

@@ -128,7 +128,10 @@ async def test_a_podgroup_nested_1500_levels_is_skipped_and_reported_and_its_kin
             await eventually(lambda: len(bound_pods(api)) == 2, what="the later gang bound")
             assert "default/train" in kube.scheduler.gangs.status()
             await eventually(lambda: "default/deeper" in informer.undecodable, what="deeper")
-            assert "default/deeper" in _readyz_detail(kube, "invalidObjects")
+            await eventually(
+                lambda: "default/deeper" in _readyz_detail(kube, "invalidObjects"),
+                what="deeper named on /readyz",
+            )
             assert metric._value.get() == 2
             assert not _failed_checks(kube)
             # The watch went on past it: no relist, no error, nothing marked down.
@@ -142,7 +145,10 @@ async def test_a_podgroup_nested_1500_levels_is_skipped_and_reported_and_its_kin
             api.delete("scheduling.x-k8s.io", "podgroups", "default", "deeper")
             await eventually(lambda: not informer.undecodable, what="nothing undecodable")
             await eventually(lambda: "default/deep" in informer.store, what="deep decoded")
-            assert _readyz_detail(kube, "invalidObjects") == ""
+            # /readyz learns it from the core, after the informer posted the update there.
+            await eventually(
+                lambda: _readyz_detail(kube, "invalidObjects") == "", what="no longer named"
+            )
 
 
 @async_test()

@@ -588,9 +588,9 @@ async def _start_webhooks(backend: Any, port: int | None, cert_dir: Path, genera
     they cannot be served, which is logged)."""
     if port is None:
         return None
+    from shoal.commands.webhook import webhook_tls
     from shoal.drivers.kube.tls import TlsError
-    from shoal.drivers.kube.webhook import SchedulerTenancySource, WebhookServer
-    from shoal.drivers.kube.webhook_cli import webhook_tls
+    from shoal.servers.webhook import SchedulerTenancySource, WebhookServer
 
     try:
         tls = webhook_tls(cert_dir, generate, None)
@@ -767,8 +767,8 @@ async def _serve_extender(
 
     from shoal.drivers.kube.backend import KubeBackend, KubeOptions
     from shoal.drivers.kube.client import connect
-    from shoal.drivers.kube.extender_server import ExtenderService
     from shoal.drivers.kube.tls import TlsError, server_context
+    from shoal.servers.extender import ExtenderService
 
     options = KubeOptions.from_config(
         scheduler_config, identity=identity, qps=qps, burst=burst, leader_elect=False

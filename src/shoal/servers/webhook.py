@@ -28,14 +28,6 @@ from aiohttp import web
 
 from shoal.api.queue import DEFAULT_QUEUE
 from shoal.config.types import DEFAULT_PROFILE_NAME
-from shoal.drivers.kube.admission import (
-    Verdict,
-    in_force,
-    mutate_pod,
-    review_response,
-    tenancy_objects,
-    validate,
-)
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import (
     ELASTIC_QUOTAS,
@@ -47,6 +39,14 @@ from shoal.drivers.kube.resources import (
     ResourceKind,
 )
 from shoal.drivers.kube.tls import ReloadingContext
+from shoal.servers.admission import (
+    Verdict,
+    in_force,
+    mutate_pod,
+    review_response,
+    tenancy_objects,
+    validate,
+)
 from shoal.tenancy.validation import TenancyObjects
 
 __all__ = [

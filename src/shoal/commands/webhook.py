@@ -1,4 +1,4 @@
-"""`shoal webhook`: serve Shoal's admission webhooks (`shoal.drivers.kube.webhook`).
+"""`shoal webhook`: serve Shoal's admission webhooks (`shoal.servers.webhook`).
 
 Registered on the main `shoal` app by `register(app)`; the aiohttp and client imports
 happen when the command runs. Certificates: `tls.crt`/`tls.key` in `--cert-dir` (the
@@ -143,7 +143,7 @@ async def _serve(
     reload_seconds: float,
 ) -> int:
     from shoal.drivers.kube.client import ClientSettings, connect
-    from shoal.drivers.kube.webhook import ApiTenancySource, WebhookServer
+    from shoal.servers.webhook import ApiTenancySource, WebhookServer
 
     try:
         connection = await connect(kubeconfig, context=context)

@@ -99,10 +99,11 @@ def main() -> None:
     started = time.perf_counter()
     h = build(args.nodes, args.pending)
     sched = h.scheduler
+    pending = len(list(sched.scheduling_queue.pending()))
     print(
         f"setup {time.perf_counter() - started:.1f}s: {sched.cluster.table.n} nodes, "
-        f"{len(sched.cluster.placed)} placed pods, {len(list(sched.queue.pending()))} pending "
-        f"{sched.queue.counts()}, {len(sched.gangs.groups)} gangs"
+        f"{len(sched.cluster.placed)} placed pods, {pending} pending "
+        f"{sched.scheduling_queue.counts()}, {len(sched.gangs.groups)} gangs"
     )
     source = DashboardSource(sched)
     t0 = time.perf_counter()

@@ -155,7 +155,7 @@ async def measure(
 
         beat = asyncio.create_task(heartbeat())
         try:
-            while sum(kube.scheduler.queue.counts().values()) < pending:
+            while sum(kube.scheduler.scheduling_queue.counts().values()) < pending:
                 if task.done():
                     task.result()
                 await asyncio.sleep(0.05)

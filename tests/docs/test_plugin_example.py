@@ -137,7 +137,7 @@ def test_unknown_model_is_explained_and_unresolvable(sched: Scheduler) -> None:
 def test_a_node_event_requeues_the_rejected_pod(sched: Scheduler) -> None:
     sched.add_pod(pod("b200", gpus=1, models="NVIDIA-B200"))
     assert drain(sched) == {}
-    assert sched.queue.counts()["unschedulable"] == 1
+    assert sched.scheduling_queue.counts()["unschedulable"] == 1
     sched.add_node(gpu_node("b200-0", "NVIDIA-B200"))  # a Node/Add event: registered
     clock = sched.clock
     assert isinstance(clock, ManualClock)

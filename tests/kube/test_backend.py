@@ -94,7 +94,7 @@ async def test_bind_conflict_forgets_the_pod_and_never_binds_twice(tmp_path: Pat
             await eventually(lambda: api.binding_conflicts == 1, what="our bind refused")
             await eventually(lambda: "race" not in str(kube._inflight))
             # The pod counts as bound (by the other scheduler), not pending, not assumed.
-            await eventually(lambda: kube.scheduler.queue.get(_uid(api, "race")) is None)
+            await eventually(lambda: kube.scheduler.scheduling_queue.get(_uid(api, "race")) is None)
             record = kube.scheduler.cluster.placed[_uid(api, "race")]
             assert record.node == "n1" and not record.assumed
             assert [b.user_agent for b in api.binds_of(_uid(api, "race"))] == ["other-scheduler"]
@@ -157,7 +157,7 @@ async def test_api_errors_and_timeouts_on_bind_are_retried_without_double_binds(
             # Only the 429s failed: a 500, a timeout or a dropped connection leaves the
             # outcome unknown, and the binder read the pod back (and sent again) instead.
             assert kube.metrics.binds.labels("error")._value.get() == 2
-            assert kube.scheduler.queue.counts()["active"] == 0
+            assert kube.scheduler.scheduling_queue.counts()["active"] == 0
 
 
 @async_test(timeout=60)
@@ -487,13 +487,15 @@ async def test_queue_objects_are_applied_and_unknown_queues_reported(
             assert any(
                 "typo" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
             )
-            assert kube.scheduler.queues.bindings.keys() == {"team-a"}
+            assert kube.scheduler.tenant_queues.bindings.keys() == {"team-a"}
             # Fixing it applies everything; raising the max admits the third pod.
             typo = api.get("shoal.dev", "queuebindings", "", "typo")
             assert typo is not None
             typo["spec"]["queue"] = "research"
             api.update("shoal.dev", "queuebindings", typo)
-            await eventually(lambda: kube.scheduler.queues.bindings.keys() == {"team-a", "typo"})
+            await eventually(
+                lambda: kube.scheduler.tenant_queues.bindings.keys() == {"team-a", "typo"}
+            )
             research = api.get("shoal.dev", "queues", "", "research")
             assert research is not None
             research["spec"]["max"] = {"cpu": "4"}

@@ -225,7 +225,7 @@ async def test_a_deleted_volcano_pod_group_no_longer_puts_its_members_in_its_que
             )
         async with running(api, tmp_path) as (kube, _):
             await eventually(lambda: len(bound_pods(api)) == 2, what="the job runs in small")
-            assert kube.scheduler.queues.group_queues == {"default/job": "small"}
+            assert kube.scheduler.tenant_queues.group_queues == {"default/job": "small"}
             api.delete("scheduling.volcano.sh", "podgroups", "default", "job")
             await eventually(
                 lambda: "default/job" not in kube.informers[VOLCANO_PODGROUPS.name].store
@@ -234,7 +234,7 @@ async def test_a_deleted_volcano_pod_group_no_longer_puts_its_members_in_its_que
             # now fits under its max.
             api.create("v1", "pods", pod("later", cpu="1", labels={"shoal.dev/queue": "small"}))
             await eventually(lambda: "default/later" in bound_pods(api), what="later admitted")
-            assert kube.scheduler.queues.group_queues == {}
+            assert kube.scheduler.tenant_queues.group_queues == {}
 
 
 @async_test()

@@ -50,10 +50,10 @@ async def test_queue_status_shows_usage_guarantee_and_pods(tmp_path: Path) -> No
             assert "cpu" in status["fairShare"]
             # Our own status writes come back through the watch without re-applying the
             # queue tree (which would re-file every pod).
-            version = kube.scheduler.queues.version
+            version = kube.scheduler.tenant_queues.version
             writes = sum(1 for r in api.requests if r.resource == "queues" and r.subresource)
             assert writes >= 1
-            assert kube.scheduler.queues.version == version
+            assert kube.scheduler.tenant_queues.version == version
 
 
 @async_test(timeout=90)

@@ -259,7 +259,9 @@ async def test_a_scheduler_alone_reports_no_foreign_binds(tmp_path: Path) -> Non
             assert not _failed_checks(kube)
             # A pod of ours bound by hand (another binder) is noticed.
             api.create("v1", "pods", pod("manual", cpu="100m", node_selector={"none": "x"}))
-            await eventually(lambda: kube.scheduler.queue.get(_uid(api, "manual")) is not None)
+            await eventually(
+                lambda: kube.scheduler.scheduling_queue.get(_uid(api, "manual")) is not None
+            )
             api.bind("default", "manual", "n0", user_agent="kubectl")
             await eventually(lambda: kube.foreign_binds == 1, what="the manual bind noticed")
             assert "an unknown binder" in _failed_checks(kube)["exclusiveScheduler"]

@@ -26,7 +26,7 @@ def test_gated_pod_waits_for_its_gates_to_be_removed() -> None:
         "default/gated": "pod is gated by SchedulingGates: waiting for scheduling gates: "
         "[example.com/quota]"
     }
-    assert h.scheduler.queue.counts()["gated"] == 1
+    assert h.scheduler.scheduling_queue.counts()["gated"] == 1
     assert not h.cycles  # never attempted
 
     # Unrelated cluster events do not wake a gated pod.
@@ -41,4 +41,9 @@ def test_gated_pod_waits_for_its_gates_to_be_removed() -> None:
     h.update_pod(make_pod("gated").req(cpu="1"))
     placements, messages = h.run()
     assert placements["default/gated"] in ("n", "n2") and messages == {}
-    assert h.scheduler.queue.counts() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
+    assert h.scheduler.scheduling_queue.counts() == {
+        "active": 0,
+        "backoff": 0,
+        "unschedulable": 0,
+        "gated": 0,
+    }

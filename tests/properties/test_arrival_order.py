@@ -111,7 +111,7 @@ class Replica:
             if maximum is not None and any(q.metadata.name == queue for q in self.queues):
                 assert in_queue[queue] <= maximum, f"queue {queue} over max: {in_queue}"
         # Usage is what is bound, exactly, for every queue that exists.
-        manager = self.h.scheduler.queues
+        manager = self.h.scheduler.tenant_queues
         cpu = manager.tree.resource_index.get("cpu")
         for q in self.queues:
             name = q.metadata.name

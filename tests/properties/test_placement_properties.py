@@ -217,4 +217,9 @@ def test_deleting_every_pod_returns_requested_to_zero(
     assert not table.nonzero_requested[: table.n].any()
     assert all(not pods_here for pods_here in table.pods)
     assert h.scheduler.cluster.placed == {}
-    assert h.scheduler.queue.counts() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
+    assert h.scheduler.scheduling_queue.counts() == {
+        "active": 0,
+        "backoff": 0,
+        "unschedulable": 0,
+        "gated": 0,
+    }

@@ -11,7 +11,7 @@ from shoal.testing import SchedulerHarness, make_node, make_pod
 
 
 def _counts(h: SchedulerHarness) -> dict[str, int]:
-    return h.scheduler.queue.counts()
+    return h.scheduler.scheduling_queue.counts()
 
 
 def test_node_add_moves_an_insufficient_pod_back() -> None:
@@ -20,7 +20,7 @@ def test_node_add_moves_an_insufficient_pod_back() -> None:
     h.add_pods(make_pod("big").req(cpu="2"))
     assert h.run().messages == {"default/big": "0/1 nodes are available: 1 Insufficient cpu."}
     assert _counts(h)["unschedulable"] == 1
-    entry = h.scheduler.queue.get("default/big")
+    entry = h.scheduler.scheduling_queue.get("default/big")
     assert entry is not None and entry.rejected_by == frozenset({"NodeResourcesFit"})
 
     # Unrelated for NodeResourcesFit: a pod getting bound somewhere (AssignedPod/Add).

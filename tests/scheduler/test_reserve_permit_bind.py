@@ -101,7 +101,7 @@ def test_reserve_failure_unreserves_in_reverse_order_and_forgets() -> None:
     assert w.log == ["reserve R1", "reserve R2", "unreserve R3", "unreserve R2", "unreserve R1"]
     assert "default/p" not in w.h.scheduler.cluster.placed
     assert w.cpu_requested() == 0
-    entry = w.h.scheduler.queue.get("default/p")
+    entry = w.h.scheduler.scheduling_queue.get("default/p")
     assert entry is not None and entry.rejected_by == frozenset({"R2"})
     # Once Reserve succeeds the pod is placed (after its backoff).
     w.fail.clear()
@@ -138,7 +138,7 @@ def test_permit_wait_then_reject() -> None:
     assert w.log == ["reserve R", "unreserve R"]
     assert w.cpu_requested() == 0
     assert len(w.handle.waiting_pods) == 0
-    assert w.h.scheduler.queue.get("default/p") is not None  # back in the queue
+    assert w.h.scheduler.scheduling_queue.get("default/p") is not None  # back in the queue
 
 
 def test_permit_timeout_rejects() -> None:
@@ -213,12 +213,12 @@ def test_bind_failure_forgets_the_pod_and_retries_with_backoff() -> None:
 )
 def test_backoff_duration(attempts: int, expected: float) -> None:
     h = SchedulerHarness()
-    assert h.scheduler.queue.backoff_duration(attempts) == expected
+    assert h.scheduler.scheduling_queue.backoff_duration(attempts) == expected
 
 
 def test_backoff_settings_come_from_the_config() -> None:
     h = SchedulerHarness({"podInitialBackoffSeconds": 2, "podMaxBackoffSeconds": 5})
-    queue = h.scheduler.queue
+    queue = h.scheduler.scheduling_queue
     assert [queue.backoff_duration(a) for a in (1, 2, 3, 4)] == [2.0, 4.0, 5.0, 5.0]
 
 

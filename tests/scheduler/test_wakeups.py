@@ -20,7 +20,7 @@ def test_a_bound_pod_wakes_pods_waiting_for_affinity() -> None:
     assert h.node_of("db") == "n1"
     # The bind event moves web out of the unschedulable set (which it would otherwise
     # leave only after 5 minutes); it retries once its 1 s backoff is over.
-    assert h.scheduler.queue.counts()["unschedulable"] == 0
+    assert h.scheduler.scheduling_queue.counts()["unschedulable"] == 0
     h.advance(2)
     assert h.node_of("web") == "n1"
 
@@ -30,11 +30,11 @@ def test_pods_rejected_for_resources_ignore_unrelated_events() -> None:
     h.add_nodes(make_node("n1").capacity(cpu="1", memory="8Gi"))
     h.add_pods(make_pod("big").req(cpu="2"))
     h.run()
-    attempts = h.scheduler.queue.get("default/big").attempts  # type: ignore[union-attr]
+    attempts = h.scheduler.scheduling_queue.get("default/big").attempts  # type: ignore[union-attr]
     h.add_pods(make_pod("small").req(cpu="100m"))  # binds: an "assigned pod added" event
     h.run()
-    assert h.scheduler.queue.get("default/big").attempts == attempts  # type: ignore[union-attr]
-    assert h.scheduler.queue.counts()["unschedulable"] == 1
+    assert h.scheduler.scheduling_queue.get("default/big").attempts == attempts  # type: ignore[union-attr]
+    assert h.scheduler.scheduling_queue.counts()["unschedulable"] == 1
 
 
 def test_pod_deleted_while_binding_is_unreserved() -> None:

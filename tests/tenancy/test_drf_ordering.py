@@ -46,7 +46,7 @@ def test_drf_share_follows_placements_and_removals() -> None:
     h.add_pods(*(member(f"a-{i}", "a", 2) for i in range(2)))
     h.add_pods(member("b-0", "b", 1))
     h.run()
-    queues = h.scheduler.queues
+    queues = h.scheduler.tenant_queues
     assert queues.job_share("default/a") == 2 / 8  # cpu is the dominant resource
     assert queues.job_share("default/b") == 1 / 8
     h.delete_pod("a-0")

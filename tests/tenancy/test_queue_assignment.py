@@ -57,11 +57,11 @@ def test_running_pods_move_to_their_podgroup_queue_when_it_arrives_late() -> Non
     h.add_nodes(make_node("n0").capacity(cpu="16", memory="64Gi"))
     assert h.scheduler.apply_queues([queue("research", max={"cpu": 2})]) == []
     h.add_pods(*(volcano_pod(f"w-{i}", "train").node("n0") for i in range(2)))
-    research = h.scheduler.queues.tree.index["research"]
-    assert h.scheduler.queues.usage[research].sum() == 0  # charged to the default queue
+    research = h.scheduler.tenant_queues.tree.index["research"]
+    assert h.scheduler.tenant_queues.usage[research].sum() == 0  # charged to the default queue
     h.scheduler.add_pod_group(volcano_group("ml", "train", "research", min_member=2))
-    cpu = h.scheduler.queues.tree.resource_index["cpu"]
-    assert h.scheduler.queues.usage[research, cpu] == 2000
+    cpu = h.scheduler.tenant_queues.tree.resource_index["cpu"]
+    assert h.scheduler.tenant_queues.usage[research, cpu] == 2000
     h.add_pods(volcano_pod("w-2", "train"))
     h.run()
     assert "ml/w-2" not in placed(h)
@@ -76,7 +76,7 @@ def test_pending_pods_follow_a_podgroup_queue_change() -> None:
     h.add_pods(*(volcano_pod(f"w-{i}", "train") for i in range(3)))
     h.run()
     assert len(placed(h)) == 1
-    queues = h.scheduler.queues
+    queues = h.scheduler.tenant_queues
     assert queues.pending[queues.tree.index["a"]] == 2
     h.scheduler.add_pod_group(volcano_group("ml", "train", "b"))
     assert queues.pending[queues.tree.index["a"]] == 0
@@ -106,7 +106,7 @@ def test_queue_precedence() -> None:
         (make_pod("f", "eq-ns"), "eq-ns"),
         (make_pod("g", "other"), "default"),
     ]
-    queues = h.scheduler.queues
+    queues = h.scheduler.tenant_queues
     for builder, expected in cases:
         leaf, error = queues.queue_of(builder.info())
         assert error == ""

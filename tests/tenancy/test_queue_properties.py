@@ -36,7 +36,7 @@ def _queue(name: str, parent: str, g: int, m: int | None) -> Queue:
 
 
 def _check_max(h: SchedulerHarness) -> None:
-    q = h.scheduler.queues
+    q = h.scheduler.tenant_queues
     assert np.all(q.usage[1:] <= q.tree.maximum[1:]), "a queue is above its maximum"
     table = h.scheduler.cluster.table
     assert np.all(table.requested[: table.n] <= table.allocatable[: table.n])
@@ -103,7 +103,7 @@ def test_queues_max_guarantee_and_no_reclaim_loops(tree, nodes, seed) -> None:
             _step(h)
     # Every leaf with demand holds at least min(guarantee, demand), unless what it is
     # owed is held by higher-priority pods (reclaim never takes those).
-    q = h.scheduler.queues
+    q = h.scheduler.tenant_queues
     tree_ = q.tree
     k = tree_.resource_index[GPU]
     evicted = Counter(key.split("/")[1].rsplit("-", 1)[0] for key in h.evicted)

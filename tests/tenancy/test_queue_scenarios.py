@@ -139,8 +139,8 @@ def test_invalid_trees_are_rejected_whole(queues: list[Queue], fragment: str) ->
     problems = h.scheduler.apply_queues(queues)
     assert any(fragment in p for p in problems), problems
     # Nothing of the bad change was applied; the earlier tree is intact.
-    assert "keep" in h.scheduler.queues.tree.index
-    assert all(q.metadata.name not in h.scheduler.queues.tree.index for q in queues)
+    assert "keep" in h.scheduler.tenant_queues.tree.index
+    assert all(q.metadata.name not in h.scheduler.tenant_queues.tree.index for q in queues)
 
 
 def test_bindings_route_namespaces_and_unknown_queue_is_explained() -> None:

@@ -14,7 +14,7 @@ def test_max_holds_while_a_node_is_missing_from_the_cache() -> None:
     assert h.scheduler.apply_queues([queue("q", max={"cpu": 1})]) == []
     pod = lambda name: make_pod(name).labels({"shoal.dev/queue": "q"}).req(cpu="1")  # noqa: E731
     h.add_pods(pod("p1").node("n1"))
-    queues = h.scheduler.queues
+    queues = h.scheduler.tenant_queues
     q, cpu = queues.tree.index["q"], queues.tree.resource_index["cpu"]
     assert queues.usage[q, cpu] == 1000
     n1 = h.scheduler.cluster.node("n1")

@@ -14,7 +14,7 @@ def test_running_pod_added_before_its_queue_is_charged_when_the_queue_arrives() 
     h.add_nodes(make_node("n1").capacity(cpu="8", memory="16Gi"))
     h.add_pods(make_pod("running").labels({"shoal.dev/queue": "team"}).req(cpu="500m").node("n1"))
     assert h.scheduler.apply_queues([queue("team", max={"cpu": 1})]) == []
-    queues = h.scheduler.queues
+    queues = h.scheduler.tenant_queues
     q, cpu = queues.tree.index["team"], queues.tree.resource_index["cpu"]
     assert queues.usage[q, cpu] == 500
     h.add_pods(make_pod("big").labels({"shoal.dev/queue": "team"}).req(cpu="1"))
@@ -28,7 +28,7 @@ def test_queue_deleted_and_recreated_charges_its_running_pods_again() -> None:
     h.add_nodes(make_node("n1").capacity(cpu="8", memory="16Gi"))
     assert h.scheduler.apply_queues([queue("team", max={"cpu": 1})]) == []
     h.add_pods(make_pod("running").labels({"shoal.dev/queue": "team"}).req(cpu="500m").node("n1"))
-    queues = h.scheduler.queues
+    queues = h.scheduler.tenant_queues
     assert h.scheduler.apply_queues(deleted_queues=["team"]) == []
     assert "team" not in queues.tree.index
     assert h.scheduler.apply_queues([queue("team", max={"cpu": 1})]) == []

@@ -45,7 +45,7 @@ def test_valid_queue_applies_next_to_invalid_ones() -> None:
     assert "Queue kid: spec.parent 'greedy' was rejected" in text
     assert "QueueBinding to-greedy: spec.queue 'greedy' was rejected" in text
     assert len(problems) == 5, problems
-    tree = h.scheduler.queues.tree
+    tree = h.scheduler.tenant_queues.tree
     assert {"keep", "team-b"} <= set(tree.index)
     assert not {"x", "y", "greedy", "kid"} & set(tree.index)
     h.add_pods(*(gpu_pod(f"b-{i}", "team-b") for i in range(3)))
@@ -62,7 +62,7 @@ def test_bad_edit_keeps_the_version_in_force() -> None:
         [queue("a", guaranteed={GPU: 3}, max={GPU: 2}), queue("b", max={GPU: 3})]
     )
     assert len(problems) == 1 and problems[0].startswith("Queue a: spec.guaranteed"), problems
-    tree = h.scheduler.queues.tree
+    tree = h.scheduler.tenant_queues.tree
     k = tree.resource_index[GPU]
     assert tree.maximum[tree.index["a"], k] == 1  # the earlier a stays in force
     assert tree.maximum[tree.index["b"], k] == 3  # b's valid edit applies
@@ -73,9 +73,9 @@ def test_deleting_a_parent_waits_for_its_children() -> None:
     assert h.scheduler.apply_queues([queue("org"), queue("t1", parent="org")]) == []
     problems = h.scheduler.apply_queues(deleted_queues=["org"])
     assert len(problems) == 1 and problems[0].startswith("Queue t1: spec.parent 'org'"), problems
-    assert "org" in h.scheduler.queues.tree.index
+    assert "org" in h.scheduler.tenant_queues.tree.index
     assert h.scheduler.apply_queues(deleted_queues=["org", "t1"]) == []
-    assert not {"org", "t1"} & set(h.scheduler.queues.tree.index)
+    assert not {"org", "t1"} & set(h.scheduler.tenant_queues.tree.index)
 
 
 def test_new_child_may_not_turn_a_bound_leaf_into_a_parent() -> None:
@@ -83,7 +83,7 @@ def test_new_child_may_not_turn_a_bound_leaf_into_a_parent() -> None:
     assert h.scheduler.apply_queues([queue("team")], bindings=[binding("b", "team", "lab")]) == []
     problems = h.scheduler.apply_queues([queue("sub", parent="team")])
     assert len(problems) == 1 and problems[0].startswith("Queue sub: spec.parent 'team'"), problems
-    assert h.scheduler.queues.tree.is_leaf("team")
+    assert h.scheduler.tenant_queues.tree.is_leaf("team")
 
 
 def test_node_pool_naming_an_unknown_queue_is_rejected_alone() -> None:
@@ -99,7 +99,7 @@ def test_node_pool_naming_an_unknown_queue_is_rejected_alone() -> None:
         "NodePool ghost: spec.exclusiveTo queue 'nobody' does not exist; create the Queue "
         "or fix the name"
     ]
-    assert set(h.scheduler.queues.pools) == {"mine"}
+    assert set(h.scheduler.tenant_queues.pools) == {"mine"}
 
 
 def test_problems_name_elastic_quotas_and_their_fields() -> None:
@@ -120,8 +120,8 @@ def test_problems_name_elastic_quotas_and_their_fields() -> None:
         "Queue ml: ElasticQuota ml/quota makes namespace ml a queue of that name, and a queue "
         "is defined once; rename the Queue or remove the ElasticQuota",
     ]
-    assert {"ok", "web"} <= set(h.scheduler.queues.tree.index)
-    assert not {"ml", "data"} & set(h.scheduler.queues.tree.index)
+    assert {"ok", "web"} <= set(h.scheduler.tenant_queues.tree.index)
+    assert not {"ml", "data"} & set(h.scheduler.tenant_queues.tree.index)
 
 
 # ---- the Kubernetes backend's sync ----------------------------------------------------
@@ -160,7 +160,7 @@ def test_kube_sync_reports_exactly_the_invalid_objects_and_applies_the_rest() ->
         ("Queue", "cyc-b"),
         ("QueueBinding", "lost"),
     ]
-    assert "team" in h.scheduler.queues.tree.index
+    assert "team" in h.scheduler.tenant_queues.tree.index
     h.add_pods(gpu_pod("p0", "team"), gpu_pod("p1", "team"))
     h.run()
     assert h.node_of("team/p0")
@@ -171,7 +171,7 @@ def test_kube_sync_reports_exactly_the_invalid_objects_and_applies_the_rest() ->
     sync.upsert(QUEUES, fixed, _raw(fixed))
     assert reported == []
     assert sorted(cleared) == [("Queue", "cyc-a"), ("Queue", "cyc-b"), ("QueueBinding", "lost")]
-    assert {"cyc-a", "cyc-b"} <= set(h.scheduler.queues.tree.index)
+    assert {"cyc-a", "cyc-b"} <= set(h.scheduler.tenant_queues.tree.index)
 
 
 # ---- property: every object is applied as given, or named in a problem -----------------
@@ -200,7 +200,7 @@ batch_st = st.tuples(
 @given(batches=st.lists(batch_st, min_size=1, max_size=4))
 def test_each_object_applies_or_is_named_in_a_problem(batches) -> None:  # type: ignore[no-untyped-def]
     h = harness()
-    manager = h.scheduler.queues
+    manager = h.scheduler.tenant_queues
     for queues, deleted, binds in batches:
         bindings = [binding(name, q) for name, q in binds]
         problems = h.scheduler.apply_queues(queues, bindings=bindings, deleted_queues=deleted)

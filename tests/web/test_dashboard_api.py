@@ -57,7 +57,7 @@ def scenario() -> tuple[SchedulerHarness, QueueHistory]:
         ]
     )
     assert problems == []
-    history = QueueHistory(h.scheduler.queues, h.scheduler.cluster.table, interval=10)
+    history = QueueHistory(h.scheduler.tenant_queues, h.scheduler.cluster.table, interval=10)
     h.driver.samplers.append(history.maybe_sample)
     small = {GROUP: "small", MIN: "2", QUEUE: "a"}
     big = {GROUP: "big", MIN: "3", QUEUE: "b"}
@@ -157,7 +157,9 @@ def test_queue_history_is_sampled_by_the_driver_loop(
 def test_history_is_a_bounded_ring_buffer_on_the_driver_clock() -> None:
     h = SchedulerHarness()
     h.add_nodes(make_node("n0").capacity(cpu="4", memory="8Gi"))
-    history = QueueHistory(h.scheduler.queues, h.scheduler.cluster.table, interval=5, capacity=3)
+    history = QueueHistory(
+        h.scheduler.tenant_queues, h.scheduler.cluster.table, interval=5, capacity=3
+    )
     h.driver.samplers.append(history.maybe_sample)
     for _ in range(10):
         h.add_pods(make_pod().req(cpu="100m"))
@@ -167,7 +169,7 @@ def test_history_is_a_bounded_ring_buffer_on_the_driver_clock() -> None:
     times = [s.time for s in history.samples]
     assert times == sorted(times) and all(b - a >= 5 for a, b in itertools.pairwise(times))
     with pytest.raises(ValueError, match="interval"):
-        QueueHistory(h.scheduler.queues, h.scheduler.cluster.table, interval=0)
+        QueueHistory(h.scheduler.tenant_queues, h.scheduler.cluster.table, interval=0)
 
 
 def test_gangs_with_phase_and_member_counts(run: tuple[SchedulerHarness, Dashboard]) -> None:

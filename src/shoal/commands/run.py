@@ -600,7 +600,7 @@ async def _start_webhooks(backend: Any, port: int | None, cert_dir: Path, genera
             host="0.0.0.0",
             port=port,
             scheduler_name=next(iter(backend.scheduler.profiles)),
-            default_queue=backend.scheduler.queues.default_queue,
+            default_queue=backend.scheduler.tenant_queues.default_queue,
         )
         await server.start()
     except (TlsError, OSError) as err:

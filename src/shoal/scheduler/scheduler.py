@@ -120,21 +120,21 @@ class Scheduler:
             for plugin in fwk.plugins.all():
                 if isinstance(plugin, Coscheduling):
                     self._gang_configs[name] = plugin.config
-        self.queues = QueueManager.of(handle)
-        self.queues.job_of = self._job_of
+        self.tenant_queues = QueueManager.of(handle)
+        self.tenant_queues.job_of = self._job_of
         self._base_sort_key = first.queue_sort.sort_key
-        self.queue = SchedulingQueue(
+        self.scheduling_queue = SchedulingQueue(
             sort_key=self._sort_key,
             config=queue_config or QueueConfig(),
             plugin_events=plugin_events,
             pre_enqueue=self._pre_enqueue,
-            partition_of=self.queues.partition_of,
+            partition_of=self.tenant_queues.partition_of,
             choose_partition=self._choose_partition,
-            on_active_delta=self.queues.on_active_delta,
-            on_pending=self.queues.on_pending,
+            on_active_delta=self.tenant_queues.on_active_delta,
+            on_pending=self.tenant_queues.on_pending,
             on_gated=self._gated,
         )
-        self.queues.on_install.append(self.queue.repartition)
+        self.tenant_queues.on_install.append(self.scheduling_queue.repartition)
         self.priority_classes: dict[str, PriorityClass] = {}
         self._ready: deque[BindingTask] = deque()
         self._waiting: dict[str, BindingTask] = {}
@@ -194,7 +194,7 @@ class Scheduler:
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
         elif self.is_ours(info):
             claim_hold(self.handle, info, now)  # a pod re-created by a migration plan
-            self.queue.add(info, now)
+            self.scheduling_queue.add(info, now)
         return info
 
     def _join_group(self, info: PodInfo, now: float) -> None:
@@ -209,13 +209,13 @@ class Scheduler:
             return
         group = self.gangs.member_added(info, ref, now, config)
         if not self.gangs.gate(group):
-            self.queue.regate([uid for uid in group.members if uid != info.uid])
+            self.scheduling_queue.regate([uid for uid in group.members if uid != info.uid])
 
     def add_pod_group(self, obj: PodGroup | VolcanoPodGroup) -> None:
         """A PodGroup object (scheduler-plugins or Volcano) was created or updated."""
         group = self.gangs.add_pod_group(obj, self.clock.now())
         self._set_group_queue(group.key, obj.spec.queue if isinstance(obj, VolcanoPodGroup) else "")
-        self.queue.regate(list(group.members))
+        self.scheduling_queue.regate(list(group.members))
 
     def delete_pod_group(self, namespace: str, name: str, source: str = "") -> None:
         """A PodGroup object was deleted: its members wait for it again (if their keys
@@ -226,7 +226,7 @@ class Scheduler:
         group = self.gangs.groups.get(key)
         members = list(group.members) if group is not None else []
         self.gangs.delete_pod_group(namespace or "default", name)
-        self.queue.regate(members)
+        self.scheduling_queue.regate(members)
 
     def clear_group_queue(self, key: str) -> None:
         """The group's `spec.queue` went with its Volcano object: its members (running
@@ -238,11 +238,11 @@ class Scheduler:
         waiting in the scheduling queue go to their new queue's partition."""
         group = self.gangs.groups.get(key)
         members = list(group.members.values()) if group is not None else []
-        if self.queues.set_group_queue(key, queue, members):
+        if self.tenant_queues.set_group_queue(key, queue, members):
             now = self.clock.now()
             for member in members:
-                if self.queue.get(member.uid) is not None:
-                    self.queue.update(member, now)
+                if self.scheduling_queue.get(member.uid) is not None:
+                    self.scheduling_queue.update(member, now)
 
     def finish_pod(self, uid: str, succeeded: bool = True) -> None:
         """A bound pod ran to completion (Succeeded or Failed): free it, count it."""
@@ -255,7 +255,7 @@ class Scheduler:
             # Dependent gangs may now start.
             for other in self.gangs.groups.values():
                 if other.depends_on and not self.gangs.gate(other):
-                    self.queue.regate(list(other.members))
+                    self.scheduling_queue.regate(list(other.members))
 
     def update_pod(self, pod: Pod) -> PodInfo:
         old = self._pods.get(
@@ -274,7 +274,7 @@ class Scheduler:
             info.initial_attempt_time = old.initial_attempt_time
         if old is not None and not old.node_name and info.node_name:
             # Our bind landed (or someone else bound it).
-            self.queue.delete(info.uid)
+            self.scheduling_queue.delete(info.uid)
         self._pods[info.uid] = info
         group = self.gangs.group_of_uid(info.uid)
         if group is not None:
@@ -289,7 +289,7 @@ class Scheduler:
             # yet is stale (kube's IsAssumedPod check), never a reason to schedule again.
             pass
         elif self.is_ours(info):
-            self.queue.update(info, self.clock.now())
+            self.scheduling_queue.update(info, self.clock.now())
         return info
 
     def _assumed(self, uid: str) -> bool:
@@ -306,7 +306,7 @@ class Scheduler:
         self.gangs.member_removed(uid)
         if group is not None:
             self._withdraw_gang_binds(group, uid)
-        self.queue.delete(uid)
+        self.scheduling_queue.delete(uid)
         for tasks in (self._waiting, self._binding):
             task = tasks.get(uid)
             if task is not None:
@@ -366,7 +366,7 @@ class Scheduler:
             self._event(ClusterEvent(EventResource.POD_GROUP, ActionType.UPDATE))
 
     def _event(self, event: ClusterEvent) -> None:
-        self.queue.on_event(event, self.clock.now())
+        self.scheduling_queue.on_event(event, self.clock.now())
 
     def notify(self, event: ClusterEvent) -> None:
         """A change the backend fed elsewhere than through this class (e.g. a storage
@@ -379,10 +379,10 @@ class Scheduler:
         return group.key if group is not None else pod.uid
 
     def _sort_key(self, pod: PodInfo) -> tuple[object, ...]:
-        return self.queues.order_key(pod, self._base_sort_key(pod))
+        return self.tenant_queues.order_key(pod, self._base_sort_key(pod))
 
     def _choose_partition(self) -> int:
-        return self.queues.choose_partition(self.cluster.table)
+        return self.tenant_queues.choose_partition(self.cluster.table)
 
     # ---- tenant queues -------------------------------------------------------------
 
@@ -400,7 +400,7 @@ class Scheduler:
         """Validate and apply queue objects, each on its own: the invalid ones are
         rejected, the rest applies. Returns the problems (each names its object, the
         field and the fix); see `QueueManager.apply`."""
-        problems = self.queues.apply(
+        problems = self.tenant_queues.apply(
             queues,
             elastic_quotas,
             deleted_queues,
@@ -414,7 +414,7 @@ class Scheduler:
 
     def set_namespace_labels(self, namespace: str, labels: dict[str, str]) -> None:
         self.cluster.namespaces.set(namespace, labels)
-        if self.queues.set_namespace_labels(namespace, labels):
+        if self.tenant_queues.set_namespace_labels(namespace, labels):
             self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
 
     def _gated(self, entry: QueuedPod, status: Status) -> None:
@@ -430,7 +430,7 @@ class Scheduler:
     def announce_gated(self) -> None:
         """Say again why every gated pod waits (a new leader writes what a standby
         could not)."""
-        for entry in self.queue.gated():
+        for entry in self.scheduling_queue.gated():
             status = Status(
                 Code.UNSCHEDULABLE_AND_UNRESOLVABLE, entry.message, plugin=entry.gated_by
             )
@@ -444,7 +444,7 @@ class Scheduler:
     # ---- driving -------------------------------------------------------------------
 
     def has_work(self) -> bool:
-        return len(self.queue) > 0
+        return len(self.scheduling_queue) > 0
 
     def tick(self) -> None:
         """Let time pass: expire backoffs and Permit waits."""
@@ -455,7 +455,7 @@ class Scheduler:
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
         for moves in defragment(self.handle, now):  # the Rescheduler's periodic pass
             self._commit_preemption(moves.holds, moves.victims)
-        self.queue.flush(now)
+        self.scheduling_queue.flush(now)
         for waiting in self.handle.waiting_pods:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
                 waiting.reject("", "rejected due to timeout after waiting at permit")
@@ -466,11 +466,11 @@ class Scheduler:
     def _publish_queues(self, now: float) -> None:
         """A QueueStatus effect for every tenant queue whose status changed, at most once
         per `QUEUE_STATUS_SECONDS` (the fair share is computed only then)."""
-        if now < self._queues_due or len(self.queues.tree.names) <= 1:
+        if now < self._queues_due or len(self.tenant_queues.tree.names) <= 1:
             return
         self._queues_due = now + QUEUE_STATUS_SECONDS
-        queues = self.queues.queue_statuses(self.cluster.table)
-        bindings = self.queues.binding_statuses()
+        queues = self.tenant_queues.queue_statuses(self.cluster.table)
+        bindings = self.tenant_queues.binding_statuses()
         # Objects gone are forgotten: one created again under that name gets its status.
         for gone in self._published_queues.keys() - {q.name for q in queues}:
             del self._published_queues[gone]
@@ -527,7 +527,7 @@ class Scheduler:
         due = next_hold_expiry(self.handle)
         if due is not None:
             times.append(due)
-        queue_time = self.queue.next_wakeup()
+        queue_time = self.scheduling_queue.next_wakeup()
         if queue_time is not None:
             times.append(queue_time)
         return min(times) if times else None
@@ -543,7 +543,7 @@ class Scheduler:
         """Run one scheduling cycle for the next pod in the active queue (for a gang
         member: for its whole gang). An unexpected error fails this pod's attempt (it
         backs off and is retried) and never the scheduler."""
-        entry = self.queue.pop()
+        entry = self.scheduling_queue.pop()
         if entry is None:
             return None
         return self._attempt(entry)
@@ -552,7 +552,7 @@ class Scheduler:
         """Run a scheduling cycle for this pending pod now, ahead of the queue's order
         (None if it is not queued, or is gated: see `explain`). For `shoal explain`, on a
         scheduler of its own whose binding cycles never run."""
-        taken = self.queue.take([uid])
+        taken = self.scheduling_queue.take([uid])
         return self._attempt(taken[0]) if taken else None
 
     def _attempt(self, entry: QueuedPod) -> CycleResult:
@@ -560,7 +560,7 @@ class Scheduler:
             return self._cycle(entry)
         except Exception as err:
             status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
-            if self.queue.get(entry.pod.uid) is not None:
+            if self.scheduling_queue.get(entry.pod.uid) is not None:
                 self._requeue(entry, self.clock.now(), frozenset(), status, status.message)
             return CycleResult(entry.pod, None, status, status.message)
 
@@ -645,7 +645,7 @@ class Scheduler:
         if diagnosis is not None and diagnosis.post_filter_plugins:
             # What a PostFilter tried and could not do yet (reclaim finding no queue above
             # its level) may become possible on the events it registered for.
-            events = self.queue.plugin_events
+            events = self.scheduling_queue.plugin_events
             keys = {post_filter_key(p) for p in diagnosis.post_filter_plugins}
             rejectors |= {k for k in keys if k in events}
         self._requeue(entry, now, rejectors, status, message, retry_soon, nominated)
@@ -674,7 +674,7 @@ class Scheduler:
         retry_soon: bool = False,
         nominated: str = "",
     ) -> None:
-        self.queue.requeue_unschedulable(
+        self.scheduling_queue.requeue_unschedulable(
             entry, now, rejectors, status, message, retry_soon=retry_soon
         )
         self.effects.emit(Unschedulable(entry.pod, status, message, nominated))
@@ -710,7 +710,7 @@ class Scheduler:
     ) -> CycleResult:
         """Take every pending member out of the queue and decide them together."""
         others = [uid for uid in group.members if uid != entry.pod.uid and uid not in group.bound]
-        entries = [entry, *self.queue.take(others)]
+        entries = [entry, *self.scheduling_queue.take(others)]
         gate = self.gangs.gate(group)
         if gate:
             status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, gate)
@@ -801,7 +801,7 @@ class Scheduler:
             self._undo(fwk, state, pod, node, entry, status)
             return False
         task = BindingTask(pod, node, state, fwk, entry)
-        self.queue.done(pod.uid)
+        self.scheduling_queue.done(pod.uid)
         if status.code == Code.WAIT:
             self._waiting[pod.uid] = task
             self.handle.waiting_pods.by_uid[pod.uid] = WaitingPod(
@@ -828,12 +828,12 @@ class Scheduler:
         # The freed resources may let other pods fit.
         self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
         if pod.uid in self._pods:
-            self.queue.readd(entry)
+            self.scheduling_queue.readd(entry)
         self._bind_failed(entry, node, status)
 
     def _bind_failed(self, entry: QueuedPod, node: str, status: Status) -> None:
         if entry.pod.uid in self._pods:
-            self.queue.requeue_unschedulable(
+            self.scheduling_queue.requeue_unschedulable(
                 entry, self.clock.now(), frozenset({status.plugin}), status, status.message
             )
         self.effects.emit(BindFailed(entry.pod, node, status))
@@ -909,7 +909,7 @@ class Scheduler:
 
     def explain(self, uid: str) -> str:
         """Why a pod is still pending, or "" if it is not."""
-        entry = self.queue.get(uid)
+        entry = self.scheduling_queue.get(uid)
         if entry is None:
             return ""
         if entry.gated_by:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
 from shoal.api.queue import DEFAULT_QUEUE
 from shoal.config.types import DEFAULT_PROFILE_NAME
+from shoal.drivers.kube.backend import KubeBackend
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import (
     ELASTIC_QUOTAS,
@@ -105,8 +106,8 @@ class SchedulerTenancySource:
     """The running scheduler's copies (`KubeBackend.tenancy`, kept by its informers) and
     the namespace labels it knows."""
 
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend  # KubeBackend (not imported: the backend imports us)
+    def __init__(self, backend: KubeBackend) -> None:
+        self.backend = backend
 
     async def objects(self) -> TenancyObjects:
         sync = self.backend.tenancy
@@ -121,7 +122,7 @@ class SchedulerTenancySource:
         return objects
 
     async def namespace_labels(self, namespace: str) -> dict[str, str]:
-        queues = self.backend.scheduler.queues
+        queues = self.backend.scheduler.tenant_queues
 
         def copy() -> dict[str, str]:
             labels: Mapping[str, str] = queues.namespace_labels.get(namespace, {})

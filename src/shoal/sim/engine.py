@@ -136,7 +136,7 @@ class Simulation:
         )
         self.utilisation = UtilisationTracker(self.cluster.table)
         self.queue_monitor = QueueMonitor(
-            self.scheduler.queues, self.cluster.table, self.options.queue_sample_seconds
+            self.scheduler.tenant_queues, self.cluster.table, self.options.queue_sample_seconds
         )
         self.warnings: list[str] = []
         self.cycles = 0
@@ -269,7 +269,7 @@ class Simulation:
         end (not merely parked as unschedulable, which only a cluster change can help)."""
         scheduler = self.scheduler
         return (
-            scheduler.queue.counts()["backoff"] > 0
+            scheduler.scheduling_queue.counts()["backoff"] > 0
             or len(scheduler.handle.waiting_pods) > 0
             or scheduler.gangs.blocking is not None
             or next_hold_expiry(scheduler.handle) is not None  # room held for moved pods

@@ -250,7 +250,7 @@ class SchedulerHarness:
             if key in rec.bound:
                 continue
             text = self.scheduler.explain(uid)
-            entry = self.scheduler.queue.get(uid)
+            entry = self.scheduler.scheduling_queue.get(uid)
             if entry is not None and entry.gated_by:
                 messages[key] = text
             elif key in rec.messages:

@@ -291,7 +291,7 @@ class _SchedulerCollector(Collector):
             labels=["queue"],
         )
         if scheduler is not None:
-            for queue, count in scheduler.queue.counts().items():
+            for queue, count in scheduler.scheduling_queue.counts().items():
                 pending.add_metric([queue], count)
             phases: Tally[str] = Tally()
             members = running = 0
@@ -305,8 +305,8 @@ class _SchedulerCollector(Collector):
             gang_pods.add_metric(["running"], running)
             # The queue each pod is in by the scheduler's own precedence (labels,
             # Volcano annotations and PodGroups, bindings), as admission sees it.
-            named = scheduler.queues.named_queue
-            queues: Tally[str] = Tally(named(e.pod) for e in scheduler.queue.pending())
+            named = scheduler.tenant_queues.named_queue
+            queues: Tally[str] = Tally(named(e.pod) for e in scheduler.scheduling_queue.pending())
             for queue, count in sorted(queues.items()):
                 per_queue.add_metric([queue], count)
         yield pending
@@ -340,8 +340,8 @@ class _SchedulerCollector(Collector):
             "Queues without per-queue resource series (over the cap on label cardinality).",
         )
         left_out = 0
-        if scheduler is not None and len(scheduler.queues.tree.names) > 1:
-            manager = scheduler.queues
+        if scheduler is not None and len(scheduler.tenant_queues.tree.names) > 1:
+            manager = scheduler.tenant_queues
             tree = manager.tree
             observed = manager.observed(scheduler.cluster.table)
             depth = {name: len(tree.path_lists[tree.index[name]]) for name, *_ in observed}

@@ -115,7 +115,7 @@ class ClusterView:
                     "running": running,
                     "succeeded": len(g.succeeded),
                     "failed": len(g.failed),
-                    "queue": sched.queues.named_queue(first) if first is not None else "",
+                    "queue": sched.tenant_queues.named_queue(first) if first is not None else "",
                     "source": g.source,
                     "hasObject": g.has_object,
                     "reason": g.reason,
@@ -133,7 +133,7 @@ class ClusterView:
         resources = list(table.resources)
         in_some = np.zeros(n, dtype=bool)
         out = []
-        for name, pool in sorted(self.scheduler.queues.pools.items()):
+        for name, pool in sorted(self.scheduler.tenant_queues.pools.items()):
             selector = pool.spec.node_selector
             mask = np.fromiter(
                 (
@@ -213,7 +213,7 @@ class ClusterView:
                 f"this configuration's profiles ({profiles})"
             )
             return Explanation(True, True, answer)
-        entry = sched.queue.get(uid)
+        entry = sched.scheduling_queue.get(uid)
         if info is None or entry is None:
             answer["summary"] = (
                 "pending but not in the scheduler's queue: the pod could not be read (see "
@@ -237,7 +237,7 @@ class ClusterView:
         placement: dict[str, Any] = {"fits": node is not None, "node": node or ""}
         if node is None:
             diagnosis = result.diagnosis
-            after = sched.queue.get(uid)
+            after = sched.scheduling_queue.get(uid)
             if result.node is not None and after is not None:
                 # Its gang was placed without it (members beyond minMember).
                 placement["message"] = after.message
@@ -260,7 +260,7 @@ class ClusterView:
         return Explanation(True, node is None, answer)
 
     def _queue_part(self, info: Any) -> dict[str, Any]:
-        manager = self.scheduler.queues
+        manager = self.scheduler.tenant_queues
         name = manager.named_queue(info)
         _, error = manager.queue_of(info)
         part: dict[str, Any] = {"name": name, "problem": error}

@@ -128,7 +128,7 @@ class TenancySync:
         )
         self.problems = problems
         # Deletions that wait for a dependent stay pending.
-        in_force = s.queues.objects
+        in_force = s.tenant_queues.objects
         self.deleted_queues = {
             n for n in self.deleted_queues if n in in_force.queues or n in in_force.elastic
         }

@@ -181,7 +181,7 @@ class Dashboard:
             raise web.HTTPNotFound(text="no queue history is sampled by this server")
         resource = request.query.get("resource", DOMINANT)
         history = self.history
-        known = {DOMINANT, *self.source.scheduler.queues.tree.resources}
+        known = {DOMINANT, *self.source.scheduler.tenant_queues.tree.resources}
         if resource not in known:
             raise BadQuery(
                 f"query parameter resource={resource!r} must be one of {', '.join(sorted(known))}"
@@ -274,7 +274,7 @@ def attach_dashboard(
 ) -> Dashboard:
     """A dashboard over `scheduler`, its queue history sampled by `driver` every
     `interval` seconds of the driver's clock (at most `capacity` samples kept)."""
-    history = QueueHistory(scheduler.queues, scheduler.cluster.table, interval, capacity)
+    history = QueueHistory(scheduler.tenant_queues, scheduler.cluster.table, interval, capacity)
     driver.samplers.append(history.maybe_sample)
     source = DashboardSource(scheduler, clock_kind)
     return Dashboard(source, history, ttl=ttl, refresh_seconds=refresh_seconds, build_on=build_on)

@@ -166,7 +166,7 @@ class DashboardSource:
         started = time.perf_counter()
         sched = self.scheduler
         now = sched.clock.now()
-        entries = list(sched.queue.pending())
+        entries = list(sched.scheduling_queue.pending())
         queues = self._queues()
         gangs = self._gangs(now)
         pending = self._pending(entries, now)
@@ -178,7 +178,7 @@ class DashboardSource:
             "gpuNodes": int((nodes.gpus > 0).sum()),
             "placedPods": len(sched.cluster.placed),
             "pendingPods": len(entries),
-            "queue": sched.queue.counts(),
+            "queue": sched.scheduling_queue.counts(),
             "queues": len(queues["queues"]),
             "gangs": len(gangs),
             "gangPhases": dict(Counter(g["phase"] for g in gangs)),
@@ -192,7 +192,7 @@ class DashboardSource:
     # ---- queues --------------------------------------------------------------------
 
     def _queues(self) -> dict[str, Any]:
-        manager = self.scheduler.queues
+        manager = self.scheduler.tenant_queues
         tree, table = manager.tree, self.scheduler.cluster.table
         observed = {o[0]: o for o in manager.observed(table)}
         names, _, shares = queue_shares(manager, table)
@@ -247,7 +247,7 @@ class DashboardSource:
 
     def _gangs(self, now: float) -> list[dict[str, Any]]:
         sched = self.scheduler
-        manager = sched.queues
+        manager = sched.tenant_queues
         out: list[dict[str, Any]] = []
         for key, g in sched.gangs.groups.items():
             done = len(g.bound) + len(g.succeeded) + len(g.failed)
@@ -281,7 +281,7 @@ class DashboardSource:
         groups: dict[tuple[str, tuple[str, ...]], list[QueuedPod]] = {}
         for entry in entries:
             groups.setdefault(reason_of(entry), []).append(entry)
-        manager = self.scheduler.queues
+        manager = self.scheduler.tenant_queues
         out: list[dict[str, Any]] = []
         for (kind, plugins), members in groups.items():
             # The longest waiting first: they are the ones an operator asks about.

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from shoal.cache.gpu_devices import GpuDevices
-from shoal.cache.gpu_frag import FragmentationModel, NodeStates
 from shoal.experiments.openb.protocol import target_workload
 from shoal.experiments.openb.runner import (
     build_scheduler,
@@ -22,6 +21,7 @@ from shoal.experiments.openb.runner import (
     stranded,
 )
 from shoal.experiments.openb.trace import TraceError, find_trace_dir, load_trace, node_manifest
+from shoal.gpu.fragmentation import FragmentationModel, NodeStates
 
 POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from shoal.cache.gpu_devices import GpuDevices
-from shoal.cache.gpu_frag import TargetShape
 from shoal.framework.handle import Handle
+from shoal.gpu.fragmentation import TargetShape
 from shoal.plugins.gpu_frag_guard import GpuFragGuard, GpuFragGuardArgs, demand_workload
 from shoal.testing.plugin_env import make_handle, run_score
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from shoal.cache.gpu_frag import (
+from shoal.gpu.fragmentation import (
     FragmentationModel,
     NodeStates,
     TargetShape,

@@ -1,4 +1,4 @@
-"""Share prices (`shoal.cache.share_prices`): LP duals of the shares seen and the loss
+"""Share prices (`shoal.gpu.share_prices`): LP duals of the shares seen and the loss
 of placing a share on a device, computed by hand; and FragGuard using them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.cache.share_prices import SharePrices
+from shoal.gpu.share_prices import SharePrices
 from shoal.plugins.gpu_frag_guard import GpuFragGuard, GpuFragGuardArgs
 from shoal.testing.plugin_env import make_handle, run_score
 

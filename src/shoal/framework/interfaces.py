@@ -134,7 +134,7 @@ class PostFilterResult:
         self.nominated_node = nominated_node
         self.victims = victims or []
         # Room held for evicted pods that are to come back elsewhere (a migration plan's
-        # stand-ins, `shoal.preemption.migration_holds`): nominated in the same commit.
+        # stand-ins, `shoal.rescheduler.holds`): nominated in the same commit.
         self.holds = holds or []
 
 

@@ -15,10 +15,10 @@ from pydantic.alias_generators import to_camel
 from shoal.api.gpu import GpuRequest
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices, request_of
-from shoal.cache.gpu_frag import FragmentationModel, FragScorer, TargetShape, TargetWorkload
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
+from shoal.gpu.fragmentation import FragmentationModel, FragScorer, TargetShape, TargetWorkload
 
 __all__ = [
     "FragmentationPolicy",

@@ -1,7 +1,7 @@
 """GpuFragmentation (Score): Fragmentation Gradient Descent (FGD, Weng et al., ATC'23).
 
 Scores a node by how little the pod grows the node's GPU fragmentation F_n(M) with respect
-to the target workload M (see `shoal.cache.gpu_frag`):
+to the target workload M (see `shoal.gpu.fragmentation`):
 
     score = floor(100 * sigmoid((F_before - F_after) / 1000))     (F in milli-GPU)
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from shoal.cache.gpu_frag import sigmoid_scores
 from shoal.framework.handle import Handle
+from shoal.gpu.fragmentation import sigmoid_scores
 from shoal.plugins.fragmentation_base import (
     FragmentationPolicy,
     GpuFragmentationArgs,

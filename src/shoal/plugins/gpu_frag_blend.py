@@ -29,13 +29,13 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field, field_validator
 
-from shoal.cache.gpu_frag import (
+from shoal.framework.handle import Handle
+from shoal.gpu.fragmentation import (
     FragmentationModel,
     FragScorer,
     TargetWorkload,
     sigmoid_scores,
 )
-from shoal.framework.handle import Handle
 from shoal.plugins.fragmentation_base import FragmentationPolicy, GpuFragmentationArgs
 
 __all__ = [

@@ -10,7 +10,7 @@ a target fitted on one trace is wrong on another; and a task asking for 8 GPUs c
 as much as one asking for a tenth of one.
 
 FragGuard keeps FragBlend's measure (FGD's term + the fill term that sees cpu and
-memory, `shoal.cache.gpu_frag`) and changes the target workload:
+memory, `shoal.gpu.fragmentation`) and changes the target workload:
 
 * it is learned online from the pods this plugin scores, with exponentially decayed
   counts (`halfLife` pods; 0: no decay), refitted every `refitEvery` pods (and at
@@ -37,7 +37,7 @@ memory, `shoal.cache.gpu_frag`) and changes the target workload:
 room a share leaves, not how many other shares compete for such room, so a 0.32 share
 goes beside a 0.47 (leaving 0.21 that only rare small shares fit) as readily as beside
 another 0.32. The shares' sizes seen are priced by the dual of their bin-packing LP
-(`shoal.cache.share_prices`) and a share's gain on a device loses `sharePrices` x the
+(`shoal.gpu.share_prices`) and a share's gain on a device loses `sharePrices` x the
 devices' worth its placement spoils (0 when it completes an optimal pattern), in
 milli-GPU.
 
@@ -64,16 +64,16 @@ from pydantic import Field
 from shoal.api.gpu import GPU_MILLI
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import request_of
-from shoal.cache.gpu_frag import (
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.handle import Handle
+from shoal.framework.types import MAX_NODE_SCORE, Candidates
+from shoal.gpu.fragmentation import (
     FragScorer,
     TargetShape,
     TargetWorkload,
     sigmoid_scores,
 )
-from shoal.cache.share_prices import SharePrices
-from shoal.framework.cycle_state import CycleState
-from shoal.framework.handle import Handle
-from shoal.framework.types import MAX_NODE_SCORE, Candidates
+from shoal.gpu.share_prices import SharePrices
 from shoal.plugins.fragmentation_base import (
     FragmentationPolicy,
     pod_shape,

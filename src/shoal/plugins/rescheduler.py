@@ -2,10 +2,10 @@
 
 Runs after DefaultPreemption (when enabled): if there is nothing of lower priority to
 take, it looks for a few running pods to move elsewhere so the waiting pod fits
-(`shoal.preemption.migration`). The plan's moved pods are evicted (reason names the plan,
+(`shoal.rescheduler.planner`). The plan's moved pods are evicted (reason names the plan,
 where the pod goes and what it makes room for), the waiting pod is nominated to its
 target, and each moved pod's new node is held for its replacement
-(`shoal.preemption.migration_holds`); the scheduler commits all of it in one
+(`shoal.rescheduler.holds`); the scheduler commits all of it in one
 transaction. Like DefaultPreemption the plugin only decides.
 
 What may move (`_movable`): pods of equal or lower priority than the waiting pod, with a
@@ -33,15 +33,15 @@ from shoal.framework.status import Code, Status
 from shoal.gang.manager import GangManager
 from shoal.plugins.args import ReschedulerArgs
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.preemption.defrag import plan_defragmentation
-from shoal.preemption.migration import MigrationPlan, MigrationPlanner
-from shoal.preemption.migration_holds import (
+from shoal.rescheduler.defrag import plan_defragmentation
+from shoal.rescheduler.holds import (
     ANNOTATION_MOVABLE,
     ANNOTATION_RESTART_COST,
     RESCHEDULED,
     MigrationHolds,
     owner_key,
 )
+from shoal.rescheduler.planner import MigrationPlan, MigrationPlanner
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "Rescheduler", "with_rescheduler"]
@@ -118,7 +118,7 @@ class Rescheduler:
 
     def defragment(self, now: float) -> PostFilterResult | None:
         """Every `defragIntervalSeconds`: a plan making room for typical GPU work that no
-        node has room for, if one lowers fragmentation (`shoal.preemption.defrag`);
+        node has room for, if one lowers fragmentation (`shoal.rescheduler.defrag`);
         at most `defragMovesPerPass` moves, within the hourly budgets. The scheduler
         commits its evictions and holds as it does a PostFilter's."""
         args = self.args

@@ -48,15 +48,15 @@ from shoal.framework.types import ActionType, ClusterEvent, EventResource
 from shoal.gang.manager import GangConfig, GangManager, Group
 from shoal.gang.reservation import reservation_due, update_reservation
 from shoal.plugins.coscheduling import Coscheduling
-from shoal.preemption.migration_holds import is_hold
-from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
-from shoal.scheduler.gang_cycle import GangCycle
-from shoal.scheduler.migrations import (
+from shoal.rescheduler.commit import (
     claim_hold,
     defragment,
     expire_holds,
     next_hold_expiry,
 )
+from shoal.rescheduler.holds import is_hold
+from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
+from shoal.scheduler.gang_cycle import GangCycle
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 

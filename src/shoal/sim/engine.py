@@ -28,9 +28,9 @@ from shoal.drivers.extenders import http_extenders
 from shoal.drivers.loop import Driver, SyncBindings
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.preemption.migration import BIND_ANNOTATIONS
+from shoal.rescheduler.commit import next_hold_expiry
+from shoal.rescheduler.planner import BIND_ANNOTATIONS
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
-from shoal.scheduler.migrations import next_hold_expiry
 from shoal.scheduler.volumes import upsert_storage
 from shoal.sim.events import (
     BindingsDue,

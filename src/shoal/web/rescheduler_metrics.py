@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from shoal.preemption.migration_holds import MigrationHolds
+from shoal.rescheduler.holds import MigrationHolds
 
 if TYPE_CHECKING:
     from shoal.scheduler import Scheduler

@@ -38,7 +38,7 @@ from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import PODS
 from shoal.drivers.kube.status import EventRecorder, pod_ref
 from shoal.framework.effects import BindError
-from shoal.preemption.migration_holds import RESCHEDULED
+from shoal.rescheduler.holds import RESCHEDULED
 from shoal.web.metrics import SchedulerMetrics
 
 __all__ = ["KubeBinder", "KubeEvictor"]

@@ -25,8 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.gpu import parse_models
-from shoal.cache.gpu_frag import TargetShape, TargetWorkload
 from shoal.experiments.openb.trace import PodRow, Trace
+from shoal.gpu.fragmentation import TargetShape, TargetWorkload
 
 __all__ = [
     "DEFAULT_RATIO",

@@ -29,7 +29,6 @@ import numpy as np
 from shoal.api.gpu import GPU_MILLI
 from shoal.cache.cluster import ClusterState
 from shoal.cache.gpu_devices import GpuDevices
-from shoal.cache.gpu_frag import TargetWorkload
 from shoal.cache.snapshot import Snapshot
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.loop import Driver
@@ -49,6 +48,7 @@ from shoal.experiments.openb.trace import (
 )
 from shoal.framework.handle import Handle
 from shoal.framework.types import Candidates
+from shoal.gpu.fragmentation import TargetWorkload
 from shoal.scheduler import Scheduler, default_registry
 from shoal.scheduler.algorithm import PlacementAlgorithm
 from shoal.scheduler.profiles import build_profiles

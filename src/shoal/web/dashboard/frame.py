@@ -13,7 +13,7 @@ last Unschedulable effect, kept on its queue entry): pods are grouped by kind (g
 PreEnqueue plugin, rejected by plugins, failed with an error, not tried yet) and by the
 plugins that rejected them, with a few example pods and messages per group.
 
-GPU fragmentation of a node is F_n(M) of `shoal.cache.gpu_frag` (the FGD measure): the
+GPU fragmentation of a node is F_n(M) of `shoal.gpu.fragmentation` (the FGD measure): the
 free milli-GPU on the node that the target workload M could not use. M is the mix of GPU
 shapes the scheduler currently holds, pending and placed, weighted by count (the shapes
 covering 95 % of them); with no GPU pod at all, one whole GPU. So a node's fragment is
@@ -36,8 +36,8 @@ from shoal.api.gpu import GPU_MILLI
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU, MEMORY
 from shoal.cache.gpu_devices import GpuDevices, request_of
-from shoal.cache.gpu_frag import FragmentationModel, NodeStates, TargetShape, TargetWorkload
 from shoal.framework.status import Code
+from shoal.gpu.fragmentation import FragmentationModel, NodeStates, TargetShape, TargetWorkload
 from shoal.plugins.fragmentation_base import pod_shape
 from shoal.scheduler import Scheduler
 from shoal.scheduling_queue.queue import QueuedPod

@@ -33,7 +33,7 @@ The search, for one waiting pod:
    pod must still fit on the target. The first plan that places everything wins; the
    transaction is always discarded: the planner decides nothing. The scheduler commits
    the plan's evictions and nominations (waiting pod and holds, see
-   `shoal.preemption.migration_holds`) as one transaction.
+   `shoal.rescheduler.holds`) as one transaction.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scheduler's side of migration holds (`shoal.preemption.migration_holds`).
+"""The scheduler's side of migration holds (`shoal.rescheduler.holds`).
 
 The Rescheduler plugin proposes holds; the scheduler nominates their stand-ins when it
 commits a plan (`Scheduler._commit_preemption`), and here: lets a re-created pod take
@@ -14,7 +14,7 @@ from shoal.cache.transaction import Transaction
 from shoal.framework.effects import Nominate
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import PostFilterResult
-from shoal.preemption.migration_holds import MigrationHolds
+from shoal.rescheduler.holds import MigrationHolds
 
 __all__ = ["claim_hold", "defragment", "expire_holds", "next_hold_expiry"]
 

@@ -5,10 +5,10 @@ nodes, so that a typical multi-GPU or whole-GPU task finds no node although the 
 has the GPUs. A defragmentation pass (the Rescheduler's, every `defragIntervalSeconds`)
 looks at the *typical workload*, the GPU shapes of the pods running now weighted by how
 many run, and, largest shape first, asks whether any node could take one more pod of
-that shape. If none can, it asks the migration planner (`shoal.preemption.migration`)
+that shape. If none can, it asks the migration planner (`shoal.rescheduler.planner`)
 for moves that make room for one (a copy of a running pod of that shape stands for it),
 and keeps the plan only if it lowers the fragmentation of the nodes it touches, measured
-as the placement policies measure it (`shoal.cache.gpu_frag`, the FGD definition against
+as the placement policies measure it (`shoal.gpu.fragmentation`, the FGD definition against
 the same typical workload). The first such plan is the pass's result; nothing is held
 for the typical pod (it does not exist yet), only for the moved pods.
 """
@@ -26,10 +26,10 @@ from shoal.api.gpu import GpuRequest
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import PlacedPods
 from shoal.cache.gpu_devices import request_of
-from shoal.cache.gpu_frag import FragmentationModel, FragScorer, TargetShape, TargetWorkload
 from shoal.cache.snapshot import Snapshot
 from shoal.cache.transaction import Transaction
-from shoal.preemption.migration import MigrationPlan, unbound
+from shoal.gpu.fragmentation import FragmentationModel, FragScorer, TargetShape, TargetWorkload
+from shoal.rescheduler.planner import MigrationPlan, unbound
 
 __all__ = ["DefragPlan", "plan_defragmentation", "typical_workload"]
 

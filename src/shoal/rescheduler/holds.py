@@ -1,6 +1,6 @@
 """Migration holds: the room a rescheduling plan keeps for the pods it moves.
 
-A plan (`shoal.preemption.migration`) evicts running pods and says where each one goes.
+A plan (`shoal.rescheduler.planner`) evicts running pods and says where each one goes.
 The evicted pod is gone for good; its controller creates a *new* pod (new name, new
 uid). Until that pod arrives, the room on its planned node is held by a stand-in: a copy
 of the moved pod with the uid `shoal-hold/<plan>/<uid>`, nominated to the planned node

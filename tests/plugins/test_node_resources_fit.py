@@ -12,9 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shoal.plugins.args import NodeResourcesFitArgs
-from shoal.plugins.node_resources_fit import NodeResourcesFit, broken_linear
+from shoal.plugins.node_resources_fit import (
+    NodeResourcesFit,
+    broken_linear,
+    least_allocated,
+    most_allocated,
+)
 from shoal.testing import PodBuilder, make_handle, make_node, make_pod, run_filter, run_score
 
 EXT_A = "example.com/aaa"
@@ -787,3 +794,23 @@ def test_rtcr_needs_a_shape() -> None:
         NodeResourcesFitArgs.model_validate(
             {"scoringStrategy": {"type": "RequestedToCapacityRatio"}}
         )
+
+
+# ---- the vectorised scorers against kube's per-node arithmetic ------------------------
+
+_amounts = st.lists(
+    st.tuples(st.integers(0, 10**12), st.integers(0, 10**12)), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_amounts)
+def test_least_and_most_allocated_match_kubes_formulas(pairs: list[tuple[int, int]]) -> None:
+    alloc = np.array([a for a, _ in pairs], dtype=np.int64)
+    req = np.array([r for _, r in pairs], dtype=np.int64)
+    # kube's leastRequestedScore / mostRequestedScore, one node at a time (Go integer
+    # division of non-negative numbers).
+    least = [0 if a == 0 or r > a else (a - r) * 100 // a for a, r in pairs]
+    most = [0 if a == 0 else min(r, a) * 100 // a for a, r in pairs]
+    assert least_allocated(alloc, req).tolist() == least
+    assert most_allocated(alloc, req).tolist() == most

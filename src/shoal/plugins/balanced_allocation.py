@@ -47,17 +47,25 @@ class BalancedAllocation:
         )
         fractions = []
         counted = []
+        everywhere = True  # every candidate has every resource (the usual case)
         for _, alloc, req in columns:
             has = alloc > 0
-            fractions.append(np.where(has, np.minimum(req / np.where(has, alloc, 1), 1.0), 0.0))
+            fraction = req / np.maximum(alloc, 1)
+            np.minimum(fraction, 1.0, out=fraction)
+            if not has.all():
+                everywhere = False
+                fraction[~has] = 0.0
+            fractions.append(fraction)
             counted.append(has)
         if not fractions:
             return np.full(nodes.size, MAX_NODE_SCORE, dtype=np.int64)
         if len(fractions) == 2:
             # kube's special case for two resources: |f1 - f2| / 2 (the population std),
             # when both count on the node; with one or none the deviation is 0.
-            both = counted[0] & counted[1]
-            std = np.where(both, np.abs(fractions[0] - fractions[1]) / 2, 0.0)
+            std = np.abs(fractions[0] - fractions[1])
+            std /= 2
+            if not everywhere:
+                std[~(counted[0] & counted[1])] = 0.0
         else:
             f = np.array(fractions)
             c = np.array(counted)

@@ -49,16 +49,19 @@ Scorer = Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]], NDA
 
 
 def least_allocated(alloc: NDArray[np.int64], req: NDArray[np.int64]) -> NDArray[np.int64]:
-    free = alloc - req
-    safe = np.where(alloc == 0, 1, alloc)
-    score = (free * MAX_NODE_SCORE) // safe
-    return np.where((alloc == 0) | (req > alloc), 0, score)
+    """kube's leastRequestedScore: (alloc - req) * 100 / alloc, 0 when alloc is 0 or the
+    request exceeds it. Both are non-negative, so those cases are exactly the ones whose
+    numerator is <= 0 (with alloc 0 divided by 1): one clamp instead of two masks."""
+    score: NDArray[np.int64] = ((alloc - req) * MAX_NODE_SCORE) // np.maximum(alloc, 1)
+    np.maximum(score, 0, out=score)
+    return score
 
 
 def most_allocated(alloc: NDArray[np.int64], req: NDArray[np.int64]) -> NDArray[np.int64]:
-    safe = np.where(alloc == 0, 1, alloc)
-    score = (np.minimum(req, alloc) * MAX_NODE_SCORE) // safe
-    return np.where(alloc == 0, 0, score)
+    """kube's mostRequestedScore: min(req, alloc) * 100 / alloc, 0 when alloc is 0 (then
+    the numerator is min(req, 0) = 0 as well)."""
+    score: NDArray[np.int64] = (np.minimum(req, alloc) * MAX_NODE_SCORE) // np.maximum(alloc, 1)
+    return score
 
 
 def broken_linear(shape: list[tuple[int, int]]) -> Callable[[NDArray[np.int64]], NDArray[np.int64]]:
@@ -161,7 +164,7 @@ class NodeResourcesFit:
         idx = nodes.index
         free = snap.free
         # One contiguous column per requested resource (the table is column-major).
-        fits = [free[idx, col] >= amount for col, amount in zip(cols, need, strict=True)]
+        fits = [free[:, col][idx] >= amount for col, amount in zip(cols, need, strict=True)]
         devices = self.handle.snapshot.gpu_devices
         if gpu >= 0 and devices is not None:
             fits[gpu] = self._whole_gpus_free(devices, idx, free[idx, cols[gpu]]) >= need[gpu]
@@ -244,14 +247,22 @@ class NodeResourcesFit:
                     (alloc == 0) | (req > alloc), MAX_UTILIZATION, (req * MAX_UTILIZATION) // safe
                 )
                 per_resource = self._shape(util)
-            # A resource with zero allocatable on a node does not count on that node.
-            weight = np.where(alloc > 0, self.weights[j], 0)
             if self.strategy == "RequestedToCapacityRatio":
                 # kube's RTCR scorer leaves resources that score 0 out of the average.
-                weight = np.where(per_resource > 0, weight, 0)
-            total += per_resource * weight
-            weight_sum += weight
-        safe_sum = np.where(weight_sum == 0, 1, weight_sum)
+                weight = np.where((alloc > 0) & (per_resource > 0), self.weights[j], 0)
+                total += per_resource * weight
+                weight_sum += weight
+            elif alloc.all():
+                # The usual case: every candidate has some of it (cpu, memory).
+                total += per_resource * self.weights[j]
+                weight_sum += self.weights[j]
+            else:
+                # A resource with zero allocatable on a node does not count on that node
+                # (its score there is 0 already).
+                weight = (alloc > 0) * self.weights[j]
+                total += per_resource * weight
+                weight_sum += weight
+        safe_sum = np.maximum(weight_sum, 1)
         if self.strategy == "RequestedToCapacityRatio":
             # Go's math.Round: halves round away from zero (np.round would round to even).
             out = np.floor(total / safe_sum + 0.5).astype(np.int64)

@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -280,9 +281,24 @@ def control_plane_cpu(state: Path) -> float:
 async def running(command: list[str], log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        # SHOAL_BENCH_PYSPY=FILE: sample Shoal's threads with py-spy (`pip install py-spy`,
+        # attached, without pausing it) into FILE as folded stacks: where its CPU goes.
+        profile = os.environ.get("SHOAL_BENCH_PYSPY")
+        sampler = None
+        if profile and Path(command[0]).name == "shoal":
+            pyspy = str(Path(sys.executable).parent / "py-spy")
+            sampler = subprocess.Popen(
+                [pyspy, "record", "--pid", str(process.pid), "--nonblocking", "--threads"]
+                + ["--format", "raw", "--rate", "100", "--output", profile],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         try:
             yield process
         finally:
+            if sampler is not None:
+                sampler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+                sampler.wait(timeout=30)
             process.terminate()
             try:
                 process.wait(timeout=20)

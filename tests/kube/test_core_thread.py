@@ -11,8 +11,10 @@ during it (the fake API server shares the test's loop, so nothing moved at all).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 from kubehelpers import (
     SCHEDULER,
@@ -26,6 +28,7 @@ from kubehelpers import (
 )
 from slowextender import SLOW_LABEL, probe_during_slow_call, slow_extender
 
+from shoal.api.podinfo import PodInfo
 from shoal.config import parse_config
 from shoal.drivers.kube.core import CoreThread
 from shoal.testing.fake_apiserver import FakeApiServer, Fault
@@ -117,3 +120,80 @@ async def test_posts_run_in_order_on_the_core_thread_and_inline_when_stopped() -
     await core.stop()
     core.post(note, 201)
     assert seen[-1][1] != "test-core"
+
+
+@async_test(timeout=20)
+async def test_threaded_effects_keep_order_deliver_outcomes_and_cancel_binds() -> None:
+    """Effects and binds reach the I/O loop in the order the core produced them (a bind
+    after the effect it depends on); each bind's outcome (success, error) comes back to
+    the coroutine that awaits it on the core; cancelling that coroutine cancels the bind
+    on the I/O loop. Binds cross in batches, which must change none of that."""
+    import threading
+
+    from shoal.drivers.kube.core import IoPort, ThreadedEffects
+    from shoal.framework.effects import BindError, Nominate
+    from shoal.testing import make_pod
+
+    io_thread = threading.current_thread().name
+    log: list[tuple[str, str]] = []  # (what, thread) on the I/O side
+    release = asyncio.Event()  # the bind of "slow" waits for it
+
+    class Port:
+        async def bind(self, pod: Any, node: str, annotations: Any) -> None:
+            log.append((f"bind {pod.name}", threading.current_thread().name))
+            if pod.name == "bad":
+                raise BindError("conflict")
+            if pod.name == "slow":
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    log.append(("cancelled slow", threading.current_thread().name))
+                    raise
+
+        def emit(self, effect: Any) -> None:
+            log.append((f"emit {effect.pod.name}", threading.current_thread().name))
+
+    io = IoPort()
+    io.attach(asyncio.get_running_loop())
+    effects = ThreadedEffects(Port(), io)  # type: ignore[arg-type]
+    core = CoreThread("test-core")
+    core.start()
+    try:
+        pods = {name: PodInfo(make_pod(name).obj()) for name in ("a", "b", "bad", "slow")}
+
+        async def on_core() -> list[str]:
+            outcomes = []
+            for name in ("a", "b"):
+                effects.emit(Nominate(pods[name], "n1"))
+                await effects.bind(pods[name], "n1", {})
+                outcomes.append(f"{name} ok")
+            try:
+                await effects.bind(pods["bad"], "n1", {})
+            except BindError as err:
+                outcomes.append(f"bad: {err}")
+            slow = asyncio.ensure_future(effects.bind(pods["slow"], "n1", {}))
+            for _ in range(200):
+                if ("bind slow", io_thread) in log:
+                    break
+                await asyncio.sleep(0.01)
+            slow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await slow
+            outcomes.append("slow cancelled")
+            return outcomes
+
+        outcomes = await core.run(on_core())
+        await eventually(lambda: ("cancelled slow", io_thread) in log, what="slow cancelled")
+    finally:
+        await core.stop()
+    assert outcomes == ["a ok", "b ok", "bad: conflict", "slow cancelled"]
+    assert [what for what, _ in log] == [
+        "emit a",
+        "bind a",
+        "emit b",
+        "bind b",
+        "bind bad",
+        "bind slow",
+        "cancelled slow",
+    ]
+    assert {thread for _, thread in log} == {io_thread}

@@ -35,12 +35,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from shoal.api.podinfo import PodInfo
@@ -234,108 +232,36 @@ class _Port(Protocol):
     def emit(self, effect: Effect) -> None: ...
 
 
-@dataclass(eq=False)
-class _BindCall:
-    """A bind the core handed over: carried out on the I/O loop, its outcome delivered
-    to `done` on the core loop."""
-
-    pod: PodInfo
-    node: str
-    annotations: Mapping[str, str]
-    done: asyncio.Future[None]  # of the core loop
-    task: asyncio.Task[None] | None = None  # of the I/O loop, once started
-    cancelled: bool = False  # the binding cycle gave up waiting (set on the I/O loop)
-
-
 class ThreadedEffects:
     """The effects port as the core sees it: every effect is carried out on the I/O
     loop, in the order the core produced them (a bind after the `BindVolumes` it waits
-    for); a bind's outcome comes back to the binding cycle on the core loop.
-
-    Both directions go in batches: the effects and binds of a pass reach the I/O loop
-    with one wakeup, and the outcomes of the binds that finished meanwhile reach the
-    core with one. (A wakeup of another thread's loop is a write to its self-pipe and a
-    GIL hand-over; one per bind each way was a tenth of the scheduler's CPU at 200
-    binds/s.)"""
+    for); a bind's outcome comes back to the binding cycle on the core loop."""
 
     def __init__(self, inner: _Port, io: IoPort) -> None:
         self.inner = inner
         self.io = io
-        # Effects and binds not handed over yet, in the order the core produced them.
-        self._batch: list[Effect | _BindCall] = []
+        # Effects not carried out yet: handed over in batches, one wakeup of the I/O
+        # loop for all the effects of a pass rather than one per effect.
+        self._batch: list[Effect] = []
         self._lock = threading.Lock()
-        # Binds that finished on the I/O loop, not delivered to the core yet.
-        self._finished: list[_BindCall] = []
-        self._finished_lock = threading.Lock()
 
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        loop = self.io.loop
-        if loop is None or IoPort._running_on(loop):
-            await self.inner.bind(pod, node, annotations)
-            return
-        call = _BindCall(pod, node, annotations, asyncio.get_running_loop().create_future())
-        self._hand_over(call)
-        try:
-            await call.done
-        except asyncio.CancelledError:
-            # The binding cycle was cancelled (shutdown, a withdrawn gang): so is the
-            # bind, if it has not been sent yet or is still in flight.
-            if not call.done.done() or call.done.cancelled():
-                self.io.post(self._cancel, call)
-            raise
+        # What was emitted before goes first: its hand-over was posted to the I/O loop
+        # when the batch began, before this bind is.
+        await self.io.run(self.inner.bind(pod, node, annotations))
 
     def emit(self, effect: Effect) -> None:
-        self._hand_over(effect)
-
-    def _hand_over(self, item: Effect | _BindCall) -> None:
         with self._lock:
-            self._batch.append(item)
+            self._batch.append(effect)
             first = len(self._batch) == 1
         if first:
             self.io.post(self._carry_out)
 
-    # ---- on the I/O loop ---------------------------------------------------------------
-
     def _carry_out(self) -> None:
         with self._lock:
             batch, self._batch = self._batch, []
-        for item in batch:
-            if not isinstance(item, _BindCall):
-                self.inner.emit(item)
-            elif not item.cancelled:
-                task = asyncio.ensure_future(self.inner.bind(item.pod, item.node, item.annotations))
-                item.task = task
-                task.add_done_callback(functools.partial(self._finish, item))
-
-    @staticmethod
-    def _cancel(call: _BindCall) -> None:
-        call.cancelled = True
-        if call.task is not None:
-            call.task.cancel()
-
-    def _finish(self, call: _BindCall, _: asyncio.Task[None]) -> None:
-        with self._finished_lock:
-            self._finished.append(call)
-            first = len(self._finished) == 1
-        if first:
-            with contextlib.suppress(RuntimeError):  # the core loop is closed: nobody waits
-                call.done.get_loop().call_soon_threadsafe(self._deliver)
-
-    # ---- on the core loop --------------------------------------------------------------
-
-    def _deliver(self) -> None:
-        with self._finished_lock:
-            finished, self._finished = self._finished, []
-        for call in finished:
-            task, done = call.task, call.done
-            if task is None or done.done():
-                continue  # the binding cycle stopped waiting
-            if task.cancelled():
-                done.cancel()
-            elif (error := task.exception()) is not None:
-                done.set_exception(error)
-            else:
-                done.set_result(None)
+        for effect in batch:
+            self.inner.emit(effect)
 
 
 def _close(loop: asyncio.AbstractEventLoop) -> None:

@@ -44,38 +44,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from shoal.api.errors import ManifestError
-from shoal.api.manifests import decode
-from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
-from shoal.api.queue import PodDisruptionBudget
 from shoal.config.durations import parse_duration
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.extenders import http_extenders
-from shoal.drivers.kube.binder import SCHEDULED_BY, KubeBinder, KubeEvictor
+from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
 from shoal.drivers.kube.core import CoreThread, IoPort, ThreadedEffects
 from shoal.drivers.kube.effects import KubeEffects
 from shoal.drivers.kube.informer import Informer, InformerSettings
+from shoal.drivers.kube.intake import WATCHED, Intake, Watched
 from shoal.drivers.kube.leader import LeaderElector, LeaderSettings, LeadershipLost
 from shoal.drivers.kube.resources import (
     ELASTIC_QUOTAS,
     ELASTIC_QUOTAS_SIGS,
-    NAMESPACES,
-    NODE_POOLS,
     NODES,
-    PDBS,
-    PODGROUPS,
-    PODGROUPS_SIGS,
     PODS,
-    PRIORITY_CLASSES,
     QUEUE_BINDINGS,
     QUEUES,
-    VOLCANO_PODGROUPS,
     ResourceKind,
-    object_key,
-    object_ref,
 )
 from shoal.drivers.kube.status import (
     BindingStatusWriter,
@@ -86,13 +73,12 @@ from shoal.drivers.kube.status import (
     WriterPacing,
 )
 from shoal.drivers.kube.tenancy import TenancySync
-from shoal.drivers.kube.volumes import VOLUME_KINDS, VolumeWriter
+from shoal.drivers.kube.volumes import VolumeWriter
 from shoal.drivers.loop import Driver
 from shoal.framework.effects import Effect
 from shoal.framework.extender import Extender, ExtenderTransport
 from shoal.framework.registry import PluginSpec
 from shoal.framework.timing import instrument
-from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
 from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
 from shoal.web.rescheduler_metrics import register_rescheduler_collector
@@ -117,119 +103,6 @@ class WallClock:
 
     def now(self) -> float:
         return time.monotonic()
-
-
-# ---- what is watched, and what each kind does to the scheduler ------------------------
-
-Upsert = Callable[["KubeBackend", Any, JSON], None]  # backend, decoded object, raw object
-Remove = Callable[["KubeBackend", str, str], None]  # backend, namespace, name
-
-
-@dataclass(frozen=True)
-class Watched:
-    """A kind the backend watches: its resource, and how objects reach the core.
-
-    Pods and nodes are handled by the backend itself (`upsert` None); every other kind
-    is decoded with `kind.model` (an undecodable object is reported, not applied) and
-    handed to `upsert` / `remove`. Watching a new kind is one `Watched(...)` entry in
-    `WATCHED`.
-    """
-
-    kind: ResourceKind
-    upsert: Upsert | None = None
-    remove: Remove | None = None
-
-
-def _priority_class(b: KubeBackend, pc: PriorityClass, raw: JSON) -> None:
-    b.scheduler.add_priority_class(pc)
-
-
-def _priority_class_gone(b: KubeBackend, namespace: str, name: str) -> None:
-    b.scheduler.priority_classes.pop(name, None)
-
-
-def _pod_groups(kind: ResourceKind) -> Watched:
-    """PodGroups of one API (scheduler-plugins' two groups, Volcano). The backend records
-    which APIs hold an object for each group: its status is written back there."""
-
-    def upsert(b: KubeBackend, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
-        key = object_key(raw)
-        meta = raw.get("metadata") or {}
-        # Our own status writes come back through the watch: not a change for the core.
-        relevant = (raw.get("spec"), meta.get("labels"), meta.get("annotations"))
-        if b._group_seen.get((kind.name, key)) == relevant:
-            return
-        b.scheduler.add_pod_group(group)
-        b._group_seen[(kind.name, key)] = relevant
-        b._group_kinds.setdefault(key, {})[kind.name] = kind
-
-    def remove(b: KubeBackend, namespace: str, name: str) -> None:
-        namespace = namespace or "default"
-        key = f"{namespace}/{name}"
-        b._group_seen.pop((kind.name, key), None)
-        kinds = b._group_kinds.get(key, {})
-        kinds.pop(kind.name, None)
-        if not kinds:
-            b._group_kinds.pop(key, None)
-        s = b.scheduler
-        if kind.name == VOLCANO_PODGROUPS.name:
-            s.clear_group_queue(key)
-        if kinds:
-            # Another API still has an object of that name: it defines the group now.
-            for other in list(kinds.values()):
-                b._group_seen.pop((other.name, key), None)
-                raw = b.informers[other.name].store.get(key)
-                if raw is not None:
-                    b._upsert(other, None, raw)
-            return
-        s.delete_pod_group(namespace, name)
-
-    return Watched(kind, upsert, remove)
-
-
-def _pdb(b: KubeBackend, pdb: PodDisruptionBudget, raw: JSON) -> None:
-    DisruptionBudgets.of(b.scheduler.handle).add(pdb)
-
-
-def _pdb_gone(b: KubeBackend, namespace: str, name: str) -> None:
-    DisruptionBudgets.of(b.scheduler.handle).remove(namespace or "default", name)
-
-
-def _namespace(b: KubeBackend, namespace: JSON, raw: JSON) -> None:
-    meta = raw.get("metadata") or {}
-    b.scheduler.set_namespace_labels(str(meta.get("name", "")), dict(meta.get("labels") or {}))
-
-
-def _namespace_gone(b: KubeBackend, namespace: str, name: str) -> None:
-    b.scheduler.set_namespace_labels(name, {})
-
-
-def _tenancy(kind: ResourceKind) -> Watched:
-    def upsert(b: KubeBackend, obj: Any, raw: JSON) -> None:
-        b.tenancy.upsert(kind, obj, raw)
-
-    def remove(b: KubeBackend, namespace: str, name: str) -> None:
-        b.tenancy.remove(kind, namespace, name)
-
-    return Watched(kind, upsert, remove)
-
-
-WATCHED: list[Watched] = [
-    Watched(NODES),
-    Watched(PODS),
-    Watched(PRIORITY_CLASSES, _priority_class, _priority_class_gone),
-    Watched(PDBS, _pdb, _pdb_gone),
-    Watched(NAMESPACES, _namespace, _namespace_gone),
-    _pod_groups(PODGROUPS),
-    _pod_groups(PODGROUPS_SIGS),
-    _pod_groups(VOLCANO_PODGROUPS),
-    _tenancy(QUEUES),
-    _tenancy(QUEUE_BINDINGS),
-    _tenancy(NODE_POOLS),
-    _tenancy(ELASTIC_QUOTAS),
-    _tenancy(ELASTIC_QUOTAS_SIGS),
-    *(Watched(kind, upsert, remove) for kind, upsert, remove in VOLUME_KINDS),
-]
 
 
 # ---- options ---------------------------------------------------------------------------
@@ -358,9 +231,6 @@ class KubeBackend:
             lookup_node=self._node_object,
         )
         self.evictor = KubeEvictor(self.client, self.events, self.metrics)
-        # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
-        self._group_kinds: dict[str, dict[str, ResourceKind]] = {}
-        self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
 
         def pacing(qps: float) -> WriterPacing:
             return WriterPacing(qps=qps, idle_qps=opts.status_idle_qps, busy=self._binding)
@@ -413,20 +283,35 @@ class KubeBackend:
         self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
         register_rescheduler_collector(self.metrics.registry, lambda: self.scheduler)
-        self.tenancy = TenancySync(self.scheduler, self._report_invalid, self._clear_invalid)
-
-        self.watched: dict[str, Watched] = {}
-        self.informers: dict[str, Informer] = {}
-        for watched in opts.watched or tuple(WATCHED):
-            self.watched[watched.kind.name] = watched
-            self.informers[watched.kind.name] = Informer(
+        self._wake = asyncio.Event()
+        # Informer updates into the core (decoding, hold-back while binding, reports).
+        self.intake = Intake(
+            self.scheduler,
+            core=self.core,
+            io=self.io,
+            events=self.events,
+            metrics=self.metrics,
+            identity=opts.identity,
+            passive=opts.passive,
+            watched={w.kind.name: w for w in opts.watched or tuple(WATCHED)},
+            wake=lambda: self._wake.set(),
+        )
+        self.tenancy = TenancySync(
+            self.scheduler, self.intake.report_invalid, self.intake.clear_invalid
+        )
+        self.intake.tenancy = self.tenancy
+        self.informers: dict[str, Informer] = {
+            name: Informer(
                 self.client,
                 watched.kind,
-                self,
+                self.intake,
                 opts.informer,
                 observer=self.metrics,
-                rng=random.Random(f"{seed}/{watched.kind.name}"),
+                rng=random.Random(f"{seed}/{name}"),
             )
+            for name, watched in self.intake.watched.items()
+        }
+        self.intake.informers = self.informers
         self.pods = self.informers[PODS.name]
 
         self.binder.not_allowed = self._lease_lapsed
@@ -444,20 +329,10 @@ class KubeBackend:
                 ),
                 on_change=self._leader_changed,
             )
+            self.intake.elector = self.elector
         self.leading = False
         self.events.enabled = False
-        # Pod uids handed to the scheduler, with what of them scheduling depends on.
-        self._known: dict[str, tuple[object, ...]] = {}
-        self._inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
-        self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
         self._bind_tasks: set[asyncio.Task[None]] = set()
-        self._issued: set[str] = set()  # pod uids this process sent a Binding for
-        self.foreign_binds = 0
-        # (when, pod, node, binder) of the last pod of ours someone else bound.
-        self.last_foreign_bind: tuple[float, str, str, str] | None = None
-        self._invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
-        self._undecodable: set[tuple[str, str]] = set()  # of the _invalid keys
-        self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._background: list[asyncio.Task[Any]] = []
         self._loop_beat = time.monotonic()
@@ -507,7 +382,7 @@ class KubeBackend:
     def group_objects(self, key: str) -> list[tuple[ResourceKind, JSON]]:
         """The PodGroup objects behind the group `namespace/name`, latest copies."""
         found = []
-        for kind in self._group_kinds.get(key, {}).values():
+        for kind in self.intake.group_kinds.get(key, {}).values():
             raw = self.informers[kind.name].store.get(key)
             if raw is not None:
                 found.append((kind, raw))
@@ -567,7 +442,7 @@ class KubeBackend:
     def _invalid_check(self) -> Check:
         """Objects skipped because they cannot be read: named, never a failure (one bad
         user object must not take the scheduler out of service)."""
-        invalid = list(self._invalid.items())  # one copy: the core thread writes it
+        invalid = list(self.intake.invalid.items())  # one copy: the core thread writes it
         if not invalid:
             return Check("invalidObjects", True)
         invalid.sort(key=lambda item: item[0])
@@ -580,6 +455,15 @@ class KubeBackend:
         if more > 0:
             detail += f"; and {more} more"
         return Check("invalidObjects", True, detail=detail)
+
+    @property
+    def foreign_binds(self) -> int:
+        """Pending pods of our profiles that someone else bound (see `Intake`)."""
+        return self.intake.foreign_binds
+
+    @property
+    def last_foreign_bind(self) -> tuple[float, str, str, str] | None:
+        return self.intake.last_foreign_bind
 
     def _exclusive_check(self) -> Check:
         last = self.last_foreign_bind
@@ -749,8 +633,8 @@ class KubeBackend:
 
     def _lead(self) -> None:
         """Newly leading (on the core): what a standby kept to itself is said now."""
-        for kind, raw, message in list(self._invalid.values()):
-            self._report_invalid(kind, raw, message, log_it=False)
+        for kind, raw, message in list(self.intake.invalid.values()):
+            self.intake.report_invalid(kind, raw, message, log_it=False)
         self.scheduler.announce_gated()
 
     # ---- the scheduling loop -----------------------------------------------------------
@@ -826,8 +710,7 @@ class KubeBackend:
 
     def _launch(self, tasks: list[BindingTask]) -> None:
         for task in tasks:
-            self._inflight[task.pod.uid] = task
-            self._issued.add(task.pod.uid)
+            self.intake.binding_started(task)
             job = asyncio.create_task(self._bind(task))
             self._bind_tasks.add(job)
             job.add_done_callback(self._bind_tasks.discard)
@@ -845,264 +728,8 @@ class KubeBackend:
                     extra={"pod": task.pod.key, "node": task.node},
                 )
         finally:
-            self._inflight.pop(uid, None)
-            latest = self._deferred.pop(uid, None)
-            if latest is not None:
-                self._receive_pod(latest)
+            self.intake.binding_ended(uid)
             self._wake.set()
-
-    # ---- informer handlers -------------------------------------------------------------
-
-    def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
-        """An object added or changed (from an informer): handled on the core, in order."""
-        self.core.post(self._upsert, kind, old, new)
-
-    def on_delete(self, kind: ResourceKind, old: JSON) -> None:
-        """An object deleted (from an informer): handled on the core, in order."""
-        self.core.post(self._delete, kind, old)
-
-    def on_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
-        """An object the informer could not decode (e.g. nested deeper than the decoder
-        allows): reported as an invalid one, and named in /readyz until it is fixed or
-        deleted. The rest of its kind is unaffected."""
-        self.core.post(self._mark_undecodable, kind, stub, error)
-
-    def _upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
-        if self._undecodable and (kind.name, object_key(new)) in self._undecodable:
-            # It can be read again: what is wrong with it now (if anything) is reported
-            # by the decoding below.
-            self._undecodable.discard((kind.name, object_key(new)))
-            self._invalid.pop((kind.name, object_key(new)), None)
-        if kind.name == PODS.name:
-            uid = str((new.get("metadata") or {}).get("uid", ""))
-            old_uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
-            if old is not None and old_uid and old_uid != uid:
-                # Deleted and recreated under the same name while we were not watching.
-                self._delete(kind, old)
-            self._receive_pod(new)
-        elif kind.name == NODES.name:
-            node = self._decode(kind, new, Node)
-            if node is not None:
-                name = node.metadata.name
-                if name in self.scheduler.cluster.table.row_of:
-                    self.scheduler.update_node(node)
-                else:
-                    self.scheduler.add_node(node)
-        else:
-            watched = self.watched.get(kind.name)
-            if watched is not None and watched.upsert is not None:
-                obj = new if kind.model is None else self._decode(kind, new, kind.model)
-                if obj is not None:
-                    try:
-                        watched.upsert(self, obj, new)
-                    except ValueError as err:
-                        self._report_invalid(kind, new, str(err))
-        self._wake.set()
-
-    def _delete(self, kind: ResourceKind, old: JSON) -> None:
-        meta = old.get("metadata") or {}
-        self._invalid.pop((kind.name, object_key(old)), None)
-        self._undecodable.discard((kind.name, object_key(old)))
-        if kind.name == PODS.name:
-            uid = str(meta.get("uid", ""))
-            self._issued.discard(uid)
-            if uid in self._inflight:
-                self.scheduler.delete_pod(uid)  # cancels the binding cycle
-                self._known.pop(uid, None)
-                self._deferred.pop(uid, None)
-            else:
-                self._deferred.pop(uid, None)
-                self._delete_pod(uid)
-        elif kind.name == NODES.name:
-            self.scheduler.delete_node(str(meta.get("name", "")))
-        else:
-            watched = self.watched.get(kind.name)
-            if watched is not None and watched.remove is not None:
-                watched.remove(self, str(meta.get("namespace", "")), str(meta.get("name", "")))
-        self._wake.set()
-
-    def _mark_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
-        self._undecodable.add((kind.name, object_key(stub)))
-        self._report_invalid(kind, stub, error)
-
-    def _decode(self, kind: ResourceKind, raw: JSON, model: type[Any]) -> Any:
-        try:
-            obj = decode(raw, model)
-        except ManifestError as err:
-            self._report_invalid(kind, raw, str(err))
-            return None
-        self._invalid.pop((kind.name, object_key(raw)), None)
-        return obj
-
-    def _clear_invalid(self, kind: ResourceKind, raw: JSON) -> None:
-        self._invalid.pop((kind.name, object_key(raw)), None)
-
-    def _report_invalid(
-        self, kind: ResourceKind, raw: JSON, message: str, log_it: bool = True
-    ) -> None:
-        """A bad object: an event on it (leader only), a log line, a metric. Once per
-        resourceVersion; the scheduler carries on with everything else."""
-        key = (kind.name, object_key(raw))
-        rv = str((raw.get("metadata") or {}).get("resourceVersion", ""))
-        seen = self._invalid.get(key)
-        if log_it and seen is not None and seen[2] == message and _rv(seen[1]) == rv:
-            return
-        self._invalid[key] = (kind, raw, message)
-        if log_it:
-            self.metrics.invalid_objects.labels(kind.name).inc()
-            log.warning(
-                "ignoring invalid %s %s: %s",
-                kind.kind,
-                object_key(raw) or "(name unknown)",
-                message,
-                extra={"resource": kind.name, "object": object_key(raw), "error": message},
-            )
-        if not (raw.get("metadata") or {}).get("name"):
-            return  # nothing to attach an event to
-        controller = next(iter(self.scheduler.profiles), "shoal")
-        self.io.post(
-            self.events.record,
-            object_ref(kind, raw),
-            "Warning",
-            "InvalidObject",
-            "Reading",
-            message,
-            controller,
-        )
-
-    def _receive_pod(self, raw: JSON) -> None:
-        """A pod from the watch, held while its binding cycle runs. (A copy that arrives
-        after our bind without the node, e.g. the annotated pod before the Binding, is
-        ignored by the core: a pod is never unbound, kube's IsAssumedPod case.)"""
-        uid = str((raw.get("metadata") or {}).get("uid", ""))
-        if uid in self._inflight:
-            self._deferred[uid] = raw
-            return
-        self._apply_pod(raw)
-
-    def _apply_pod(self, raw: JSON) -> None:
-        uid = str((raw.get("metadata") or {}).get("uid", ""))
-        relevant = _scheduling_relevant(raw)
-        if self._known.get(uid) == relevant:
-            # Only status or bookkeeping changed (e.g. our own PodScheduled=False
-            # patch): not a reason to retry the pod, as kube-scheduler's isPodUpdated.
-            return
-        pod: Pod | None = self._decode(PODS, raw, Pod)
-        if pod is None:
-            return
-        s = self.scheduler
-        known = uid in self._known
-        phase = pod.status.phase
-        if phase in ("Succeeded", "Failed"):
-            if not known and phase == "Succeeded" and pod.spec.node_name and _in_gang(pod):
-                # A finished gang member still counts for its group (dependencies),
-                # also after a restart.
-                s.add_pod(pod)
-                known = True
-            if known:
-                s.finish_pod(uid, succeeded=phase == "Succeeded")
-                self._known.pop(uid, None)
-            return
-        if pod.metadata.deletion_timestamp and not pod.spec.node_name:
-            self._delete_pod(uid)  # being deleted: not worth scheduling
-            return
-        if not pod.spec.node_name and pod.spec.scheduler_name not in s.profiles:
-            return  # another scheduler's pending pod
-        if pod.spec.node_name:
-            # Ours: we sent a Binding for it and the API server copied our identity from
-            # it (a conflicting bind by another replica carries its own, or none).
-            binder = pod.metadata.annotations.get(SCHEDULED_BY, "")
-            ours = uid in self._issued and binder == self.options.identity
-            self._issued.discard(uid)
-            before = self._known[uid][0] if known else None
-            was_pending = known and not (isinstance(before, dict) and before.get("nodeName"))
-            if (
-                was_pending
-                and not ours
-                and pod.spec.scheduler_name in s.profiles
-                and not self.options.passive
-            ):
-                self._foreign_bind(pod, raw)
-        if known:
-            s.update_pod(pod)
-        else:
-            s.add_pod(pod)
-        self._known[uid] = relevant
-
-    def _foreign_bind(self, pod: Pod, raw: JSON) -> None:
-        """A pending pod of our profiles was bound, and not by us: another scheduler
-        runs for the same schedulerName (no leader election, or another Lease), and
-        both place pods on capacity each thinks is free."""
-        binder = pod.metadata.annotations.get(SCHEDULED_BY, "")
-        who = (
-            f"Shoal instance {binder!r}"
-            if binder and binder != self.options.identity
-            else "an unknown binder"
-            if not binder
-            else f"another Shoal instance with our identity {binder!r}"
-        )
-        node = pod.spec.node_name
-        self.foreign_binds += 1
-        self.last_foreign_bind = (time.monotonic(), object_key(raw), node, who)
-        profile = pod.spec.scheduler_name
-        self.metrics.foreign_binds.labels(profile).inc()
-        lease = ""
-        if self.elector is not None:
-            lease = (
-                f"; our Lease {self.elector.settings.namespace}/{self.elector.settings.name} "
-                f"is held by {self.elector.leader!r}"
-            )
-        else:
-            lease = "; leader election is off here"
-        message = (
-            f"pod {object_key(raw)} (schedulerName {profile!r}) was bound to {node} by {who}, "
-            f"not by this scheduler ({self.options.identity!r}){lease}. Two schedulers for one "
-            "schedulerName overcommit nodes: run every replica with leader election on the "
-            "same Lease (leaderElection.resourceName), or give them different schedulerNames"
-        )
-        log.warning(
-            message,
-            extra={"pod": object_key(raw), "node": node, "binder": binder, "profile": profile},
-        )
-        self.io.post(
-            self.events.record,
-            object_ref(PODS, raw),
-            "Warning",
-            "ForeignBinding",
-            "Binding",
-            message,
-            profile,
-        )
-
-    def _delete_pod(self, uid: str) -> None:
-        self._issued.discard(uid)
-        if uid in self._known:
-            self._known.pop(uid, None)
-            self.scheduler.delete_pod(uid)
-
-
-def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
-    """What of a pod the scheduler reads: spec, labels, annotations, deletion, phase
-    (status conditions, nominations and resourceVersions are not)."""
-    meta = raw.get("metadata") or {}
-    return (
-        raw.get("spec"),
-        meta.get("labels"),
-        meta.get("annotations"),
-        meta.get("deletionTimestamp"),
-        (raw.get("status") or {}).get("phase"),
-    )
-
-
-def _in_gang(pod: Pod) -> bool:
-    try:
-        return group_of(pod) is not None
-    except ValueError:
-        return False
-
-
-def _rv(obj: JSON) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
 _NAMED = 5  # invalid objects named in /readyz

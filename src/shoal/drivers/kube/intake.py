@@ -1,0 +1,490 @@
+"""Intake: what the informers observe, applied to the scheduler core.
+
+The informers call `on_upsert` / `on_delete` / `on_undecodable` on the I/O loop; each is
+posted to the core's inbox and handled there, in the order observed (`CoreThread`).
+Handling means: decode the object (one that cannot be read is reported, once per
+resourceVersion, and named in /readyz, and never stops the rest of its kind), hand it to
+the scheduler, hold a pod's updates back while its binding cycle runs (applied when the
+cycle ends), skip updates that change nothing the scheduler reads, and notice a pending
+pod of ours that someone else bound (two schedulers for one schedulerName).
+
+What each watched kind does to the scheduler is one `Watched` entry in `WATCHED`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shoal.api.errors import ManifestError
+from shoal.api.manifests import decode
+from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
+from shoal.api.queue import PodDisruptionBudget
+from shoal.drivers.kube.binder import SCHEDULED_BY
+from shoal.drivers.kube.client import JSON
+from shoal.drivers.kube.core import CoreThread, IoPort
+from shoal.drivers.kube.leader import LeaderElector
+from shoal.drivers.kube.resources import (
+    ELASTIC_QUOTAS,
+    ELASTIC_QUOTAS_SIGS,
+    NAMESPACES,
+    NODE_POOLS,
+    NODES,
+    PDBS,
+    PODGROUPS,
+    PODGROUPS_SIGS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUE_BINDINGS,
+    QUEUES,
+    VOLCANO_PODGROUPS,
+    ResourceKind,
+    object_key,
+    object_ref,
+)
+from shoal.drivers.kube.status import EventRecorder
+from shoal.drivers.kube.volumes import VOLUME_KINDS
+from shoal.preemption.budgets import DisruptionBudgets
+from shoal.scheduler import BindingTask, Scheduler
+from shoal.web.metrics import SchedulerMetrics
+
+if TYPE_CHECKING:
+    from shoal.drivers.kube.informer import Informer
+    from shoal.drivers.kube.tenancy import TenancySync
+
+__all__ = ["WATCHED", "Intake", "Watched"]
+
+log = logging.getLogger("shoal.kube")
+
+
+# ---- what is watched, and what each kind does to the scheduler ------------------------
+
+Upsert = Callable[["Intake", Any, JSON], None]  # intake, decoded object, raw object
+Remove = Callable[["Intake", str, str], None]  # intake, namespace, name
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A kind the backend watches: its resource, and how objects reach the core.
+
+    Pods and nodes are handled by the intake itself (`upsert` None); every other kind
+    is decoded with `kind.model` (an undecodable object is reported, not applied) and
+    handed to `upsert` / `remove`. Watching a new kind is one `Watched(...)` entry in
+    `WATCHED`.
+    """
+
+    kind: ResourceKind
+    upsert: Upsert | None = None
+    remove: Remove | None = None
+
+
+def _priority_class(b: Intake, pc: PriorityClass, raw: JSON) -> None:
+    b.scheduler.add_priority_class(pc)
+
+
+def _priority_class_gone(b: Intake, namespace: str, name: str) -> None:
+    b.scheduler.priority_classes.pop(name, None)
+
+
+def _pod_groups(kind: ResourceKind) -> Watched:
+    """PodGroups of one API (scheduler-plugins' two groups, Volcano). The intake records
+    which APIs hold an object for each group: its status is written back there."""
+
+    def upsert(b: Intake, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
+        key = object_key(raw)
+        meta = raw.get("metadata") or {}
+        # Our own status writes come back through the watch: not a change for the core.
+        relevant = (raw.get("spec"), meta.get("labels"), meta.get("annotations"))
+        if b._group_seen.get((kind.name, key)) == relevant:
+            return
+        b.scheduler.add_pod_group(group)
+        b._group_seen[(kind.name, key)] = relevant
+        b.group_kinds.setdefault(key, {})[kind.name] = kind
+
+    def remove(b: Intake, namespace: str, name: str) -> None:
+        namespace = namespace or "default"
+        key = f"{namespace}/{name}"
+        b._group_seen.pop((kind.name, key), None)
+        kinds = b.group_kinds.get(key, {})
+        kinds.pop(kind.name, None)
+        if not kinds:
+            b.group_kinds.pop(key, None)
+        s = b.scheduler
+        if kind.name == VOLCANO_PODGROUPS.name:
+            s.clear_group_queue(key)
+        if kinds:
+            # Another API still has an object of that name: it defines the group now.
+            for other in list(kinds.values()):
+                b._group_seen.pop((other.name, key), None)
+                raw = b.informers[other.name].store.get(key)
+                if raw is not None:
+                    b._upsert(other, None, raw)
+            return
+        s.delete_pod_group(namespace, name)
+
+    return Watched(kind, upsert, remove)
+
+
+def _pdb(b: Intake, pdb: PodDisruptionBudget, raw: JSON) -> None:
+    DisruptionBudgets.of(b.scheduler.handle).add(pdb)
+
+
+def _pdb_gone(b: Intake, namespace: str, name: str) -> None:
+    DisruptionBudgets.of(b.scheduler.handle).remove(namespace or "default", name)
+
+
+def _namespace(b: Intake, namespace: JSON, raw: JSON) -> None:
+    meta = raw.get("metadata") or {}
+    b.scheduler.set_namespace_labels(str(meta.get("name", "")), dict(meta.get("labels") or {}))
+
+
+def _namespace_gone(b: Intake, namespace: str, name: str) -> None:
+    b.scheduler.set_namespace_labels(name, {})
+
+
+def _tenancy(kind: ResourceKind) -> Watched:
+    def upsert(b: Intake, obj: Any, raw: JSON) -> None:
+        assert b.tenancy is not None
+        b.tenancy.upsert(kind, obj, raw)
+
+    def remove(b: Intake, namespace: str, name: str) -> None:
+        assert b.tenancy is not None
+        b.tenancy.remove(kind, namespace, name)
+
+    return Watched(kind, upsert, remove)
+
+
+WATCHED: list[Watched] = [
+    Watched(NODES),
+    Watched(PODS),
+    Watched(PRIORITY_CLASSES, _priority_class, _priority_class_gone),
+    Watched(PDBS, _pdb, _pdb_gone),
+    Watched(NAMESPACES, _namespace, _namespace_gone),
+    _pod_groups(PODGROUPS),
+    _pod_groups(PODGROUPS_SIGS),
+    _pod_groups(VOLCANO_PODGROUPS),
+    _tenancy(QUEUES),
+    _tenancy(QUEUE_BINDINGS),
+    _tenancy(NODE_POOLS),
+    _tenancy(ELASTIC_QUOTAS),
+    _tenancy(ELASTIC_QUOTAS_SIGS),
+    *(Watched(kind, upsert, remove) for kind, upsert, remove in VOLUME_KINDS),
+]
+
+
+# ---- the intake ------------------------------------------------------------------------
+
+
+class Intake:
+    """Informer updates into the scheduler core (see the module docstring). Everything
+    here but the three `on_*` entry points runs on the core thread."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        core: CoreThread,
+        io: IoPort,
+        events: EventRecorder,
+        metrics: SchedulerMetrics,
+        identity: str,
+        passive: bool,
+        watched: Mapping[str, Watched],
+        wake: Callable[[], None],
+    ) -> None:
+        self.scheduler = scheduler
+        self.core = core
+        self.io = io
+        self.events = events
+        self.metrics = metrics
+        self.identity = identity
+        self.passive = passive
+        self.watched = dict(watched)
+        self.wake = wake  # the scheduling loop has something new to look at
+        # Set by the backend once built (they need the intake first).
+        self.informers: Mapping[str, Informer] = {}
+        self.tenancy: TenancySync | None = None
+        self.elector: LeaderElector | None = None
+        # Pod uids handed to the scheduler, with what of them scheduling depends on.
+        self._known: dict[str, tuple[object, ...]] = {}
+        self.inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
+        self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
+        self._issued: set[str] = set()  # pod uids this process sent a Binding for
+        self.foreign_binds = 0
+        # (when, pod, node, binder) of the last pod of ours someone else bound.
+        self.last_foreign_bind: tuple[float, str, str, str] | None = None
+        # Objects skipped because they cannot be read: (kind, key) -> (kind, raw, why).
+        self.invalid: dict[tuple[str, str], tuple[ResourceKind, JSON, str]] = {}
+        self._undecodable: set[tuple[str, str]] = set()  # of the `invalid` keys
+        # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
+        self.group_kinds: dict[str, dict[str, ResourceKind]] = {}
+        self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
+
+    # ---- binding cycles (on the core) ------------------------------------------------
+
+    def binding_started(self, task: BindingTask) -> None:
+        """A pod's binding cycle begins: its updates are held until it ends."""
+        self.inflight[task.pod.uid] = task
+        self._issued.add(task.pod.uid)
+
+    def binding_ended(self, uid: str) -> None:
+        """The cycle ended: the latest update held back is applied now."""
+        self.inflight.pop(uid, None)
+        latest = self._deferred.pop(uid, None)
+        if latest is not None:
+            self._receive_pod(latest)
+
+    def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
+        """An object added or changed (from an informer): handled on the core, in order."""
+        self.core.post(self._upsert, kind, old, new)
+
+    def on_delete(self, kind: ResourceKind, old: JSON) -> None:
+        """An object deleted (from an informer): handled on the core, in order."""
+        self.core.post(self._delete, kind, old)
+
+    def on_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
+        """An object the informer could not decode (e.g. nested deeper than the decoder
+        allows): reported as an invalid one, and named in /readyz until it is fixed or
+        deleted. The rest of its kind is unaffected."""
+        self.core.post(self._mark_undecodable, kind, stub, error)
+
+    def _upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
+        if self._undecodable and (kind.name, object_key(new)) in self._undecodable:
+            # It can be read again: what is wrong with it now (if anything) is reported
+            # by the decoding below.
+            self._undecodable.discard((kind.name, object_key(new)))
+            self.invalid.pop((kind.name, object_key(new)), None)
+        if kind.name == PODS.name:
+            uid = str((new.get("metadata") or {}).get("uid", ""))
+            old_uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
+            if old is not None and old_uid and old_uid != uid:
+                # Deleted and recreated under the same name while we were not watching.
+                self._delete(kind, old)
+            self._receive_pod(new)
+        elif kind.name == NODES.name:
+            node = self._decode(kind, new, Node)
+            if node is not None:
+                name = node.metadata.name
+                if name in self.scheduler.cluster.table.row_of:
+                    self.scheduler.update_node(node)
+                else:
+                    self.scheduler.add_node(node)
+        else:
+            watched = self.watched.get(kind.name)
+            if watched is not None and watched.upsert is not None:
+                obj = new if kind.model is None else self._decode(kind, new, kind.model)
+                if obj is not None:
+                    try:
+                        watched.upsert(self, obj, new)
+                    except ValueError as err:
+                        self.report_invalid(kind, new, str(err))
+        self.wake()
+
+    def _delete(self, kind: ResourceKind, old: JSON) -> None:
+        meta = old.get("metadata") or {}
+        self.invalid.pop((kind.name, object_key(old)), None)
+        self._undecodable.discard((kind.name, object_key(old)))
+        if kind.name == PODS.name:
+            uid = str(meta.get("uid", ""))
+            self._issued.discard(uid)
+            if uid in self.inflight:
+                self.scheduler.delete_pod(uid)  # cancels the binding cycle
+                self._known.pop(uid, None)
+                self._deferred.pop(uid, None)
+            else:
+                self._deferred.pop(uid, None)
+                self._delete_pod(uid)
+        elif kind.name == NODES.name:
+            self.scheduler.delete_node(str(meta.get("name", "")))
+        else:
+            watched = self.watched.get(kind.name)
+            if watched is not None and watched.remove is not None:
+                watched.remove(self, str(meta.get("namespace", "")), str(meta.get("name", "")))
+        self.wake()
+
+    def _mark_undecodable(self, kind: ResourceKind, stub: JSON, error: str) -> None:
+        self._undecodable.add((kind.name, object_key(stub)))
+        self.report_invalid(kind, stub, error)
+
+    def _decode(self, kind: ResourceKind, raw: JSON, model: type[Any]) -> Any:
+        try:
+            obj = decode(raw, model)
+        except ManifestError as err:
+            self.report_invalid(kind, raw, str(err))
+            return None
+        self.invalid.pop((kind.name, object_key(raw)), None)
+        return obj
+
+    def clear_invalid(self, kind: ResourceKind, raw: JSON) -> None:
+        self.invalid.pop((kind.name, object_key(raw)), None)
+
+    def report_invalid(
+        self, kind: ResourceKind, raw: JSON, message: str, log_it: bool = True
+    ) -> None:
+        """A bad object: an event on it (leader only), a log line, a metric. Once per
+        resourceVersion; the scheduler carries on with everything else."""
+        key = (kind.name, object_key(raw))
+        rv = str((raw.get("metadata") or {}).get("resourceVersion", ""))
+        seen = self.invalid.get(key)
+        if log_it and seen is not None and seen[2] == message and _rv(seen[1]) == rv:
+            return
+        self.invalid[key] = (kind, raw, message)
+        if log_it:
+            self.metrics.invalid_objects.labels(kind.name).inc()
+            log.warning(
+                "ignoring invalid %s %s: %s",
+                kind.kind,
+                object_key(raw) or "(name unknown)",
+                message,
+                extra={"resource": kind.name, "object": object_key(raw), "error": message},
+            )
+        if not (raw.get("metadata") or {}).get("name"):
+            return  # nothing to attach an event to
+        controller = next(iter(self.scheduler.profiles), "shoal")
+        self.io.post(
+            self.events.record,
+            object_ref(kind, raw),
+            "Warning",
+            "InvalidObject",
+            "Reading",
+            message,
+            controller,
+        )
+
+    def _receive_pod(self, raw: JSON) -> None:
+        """A pod from the watch, held while its binding cycle runs. (A copy that arrives
+        after our bind without the node, e.g. the annotated pod before the Binding, is
+        ignored by the core: a pod is never unbound, kube's IsAssumedPod case.)"""
+        uid = str((raw.get("metadata") or {}).get("uid", ""))
+        if uid in self.inflight:
+            self._deferred[uid] = raw
+            return
+        self._apply_pod(raw)
+
+    def _apply_pod(self, raw: JSON) -> None:
+        uid = str((raw.get("metadata") or {}).get("uid", ""))
+        relevant = _scheduling_relevant(raw)
+        if self._known.get(uid) == relevant:
+            # Only status or bookkeeping changed (e.g. our own PodScheduled=False
+            # patch): not a reason to retry the pod, as kube-scheduler's isPodUpdated.
+            return
+        pod: Pod | None = self._decode(PODS, raw, Pod)
+        if pod is None:
+            return
+        s = self.scheduler
+        known = uid in self._known
+        phase = pod.status.phase
+        if phase in ("Succeeded", "Failed"):
+            if not known and phase == "Succeeded" and pod.spec.node_name and _in_gang(pod):
+                # A finished gang member still counts for its group (dependencies),
+                # also after a restart.
+                s.add_pod(pod)
+                known = True
+            if known:
+                s.finish_pod(uid, succeeded=phase == "Succeeded")
+                self._known.pop(uid, None)
+            return
+        if pod.metadata.deletion_timestamp and not pod.spec.node_name:
+            self._delete_pod(uid)  # being deleted: not worth scheduling
+            return
+        if not pod.spec.node_name and pod.spec.scheduler_name not in s.profiles:
+            return  # another scheduler's pending pod
+        if pod.spec.node_name:
+            # Ours: we sent a Binding for it and the API server copied our identity from
+            # it (a conflicting bind by another replica carries its own, or none).
+            binder = pod.metadata.annotations.get(SCHEDULED_BY, "")
+            ours = uid in self._issued and binder == self.identity
+            self._issued.discard(uid)
+            before = self._known[uid][0] if known else None
+            was_pending = known and not (isinstance(before, dict) and before.get("nodeName"))
+            if (
+                was_pending
+                and not ours
+                and pod.spec.scheduler_name in s.profiles
+                and not self.passive
+            ):
+                self._foreign_bind(pod, raw)
+        if known:
+            s.update_pod(pod)
+        else:
+            s.add_pod(pod)
+        self._known[uid] = relevant
+
+    def _foreign_bind(self, pod: Pod, raw: JSON) -> None:
+        """A pending pod of our profiles was bound, and not by us: another scheduler
+        runs for the same schedulerName (no leader election, or another Lease), and
+        both place pods on capacity each thinks is free."""
+        binder = pod.metadata.annotations.get(SCHEDULED_BY, "")
+        who = (
+            f"Shoal instance {binder!r}"
+            if binder and binder != self.identity
+            else "an unknown binder"
+            if not binder
+            else f"another Shoal instance with our identity {binder!r}"
+        )
+        node = pod.spec.node_name
+        self.foreign_binds += 1
+        self.last_foreign_bind = (time.monotonic(), object_key(raw), node, who)
+        profile = pod.spec.scheduler_name
+        self.metrics.foreign_binds.labels(profile).inc()
+        lease = ""
+        if self.elector is not None:
+            lease = (
+                f"; our Lease {self.elector.settings.namespace}/{self.elector.settings.name} "
+                f"is held by {self.elector.leader!r}"
+            )
+        else:
+            lease = "; leader election is off here"
+        message = (
+            f"pod {object_key(raw)} (schedulerName {profile!r}) was bound to {node} by {who}, "
+            f"not by this scheduler ({self.identity!r}){lease}. Two schedulers for one "
+            "schedulerName overcommit nodes: run every replica with leader election on the "
+            "same Lease (leaderElection.resourceName), or give them different schedulerNames"
+        )
+        log.warning(
+            message,
+            extra={"pod": object_key(raw), "node": node, "binder": binder, "profile": profile},
+        )
+        self.io.post(
+            self.events.record,
+            object_ref(PODS, raw),
+            "Warning",
+            "ForeignBinding",
+            "Binding",
+            message,
+            profile,
+        )
+
+    def _delete_pod(self, uid: str) -> None:
+        self._issued.discard(uid)
+        if uid in self._known:
+            self._known.pop(uid, None)
+            self.scheduler.delete_pod(uid)
+
+
+def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
+    """What of a pod the scheduler reads: spec, labels, annotations, deletion, phase
+    (status conditions, nominations and resourceVersions are not)."""
+    meta = raw.get("metadata") or {}
+    return (
+        raw.get("spec"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("deletionTimestamp"),
+        (raw.get("status") or {}).get("phase"),
+    )
+
+
+def _in_gang(pod: Pod) -> bool:
+    try:
+        return group_of(pod) is not None
+    except ValueError:
+        return False
+
+
+def _rv(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))

@@ -287,9 +287,9 @@ async def running(command: list[str], log: Path) -> AsyncIterator[subprocess.Pop
         sampler = None
         if profile and Path(command[0]).name == "shoal":
             pyspy = str(Path(sys.executable).parent / "py-spy")
+            record = ["record", "--pid", str(process.pid), "--nonblocking", "--threads"]
             sampler = subprocess.Popen(
-                [pyspy, "record", "--pid", str(process.pid), "--nonblocking", "--threads"]
-                + ["--format", "raw", "--rate", "100", "--output", profile],
+                [pyspy, *record, "--format", "raw", "--rate", "100", "--output", profile],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

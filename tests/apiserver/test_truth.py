@@ -65,12 +65,12 @@ async def test_a_full_queue_stays_full_across_a_crash_and_a_new_replica(
 
 
 class _LaggingPodWatch:
-    """Between the pod informer and the backend: pod events are held back while `hold`
-    is on and then delivered in order, as after a reset connection (the watch catches up
-    late)."""
+    """Between the pod informer and the backend's intake: pod events are held back while
+    `hold` is on and then delivered in order, as after a reset connection (the watch
+    catches up late)."""
 
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
+    def __init__(self, intake: Any) -> None:
+        self.backend = intake
         self.held: list[tuple[str, tuple[Any, ...]]] = []
         self.holding = False
 
@@ -131,7 +131,7 @@ async def test_binds_whose_answers_are_lost_never_overcommit(
             await s.add_node(f"n{i}", cpu="4")
         async with s.shoal(s.options("lossy")) as shoal:
             kube = shoal.kube
-            watch = _LaggingPodWatch(kube)
+            watch = _LaggingPodWatch(kube.intake)
             kube.pods.handler = watch
             losing = _LosingAnswers(kube.binder.client, lose=3, watch=watch)
             kube.binder.client = losing  # type: ignore[assignment]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from shoal.api.objects import Pod
 from shoal.api.podgroup import (
@@ -34,7 +35,14 @@ from shoal.api.podinfo import PodInfo
 from shoal.api.resources import ResourceList, parse_resource_list
 from shoal.framework.handle import Handle
 
-__all__ = ["DEFAULT_SCHEDULE_TIMEOUT", "GangConfig", "GangManager", "Group", "Reservation"]
+__all__ = [
+    "DEFAULT_SCHEDULE_TIMEOUT",
+    "GangConfig",
+    "GangManager",
+    "GangPlugin",
+    "Group",
+    "Reservation",
+]
 
 DEFAULT_SCHEDULE_TIMEOUT = 60.0  # scheduler-plugins' default scheduleTimeoutSeconds
 SERVICE_KEY = "shoal.gangs"
@@ -51,6 +59,16 @@ class GangConfig:
 
 
 DEFAULT_CONFIG = GangConfig()
+
+
+@runtime_checkable
+class GangPlugin(Protocol):
+    """A plugin that makes its profile's pods join pod groups (Coscheduling): the
+    scheduler asks the profile's plugins for this, not for a plugin class, so another
+    gang plugin can take Coscheduling's place."""
+
+    @property
+    def gang_config(self) -> GangConfig: ...
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,9 @@ class Coscheduling:
         self.handle = handle
         self.args = args
         self.gangs = GangManager.of(handle)
-        # The settings the scheduler gives the groups of this profile's pods.
-        self.config = GangConfig(
+        # The settings the scheduler gives the groups of this profile's pods (the
+        # scheduler finds them through `GangPlugin.gang_config`).
+        self.gang_config = GangConfig(
             schedule_timeout=args.schedule_timeout_seconds,
             head_of_line_reservation=args.head_of_line_reservation,
             reservation_after=args.reservation_after_seconds,

@@ -45,9 +45,8 @@ from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework, post_filter_key
 from shoal.framework.status import Code, Status
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
-from shoal.gang.manager import GangConfig, GangManager, Group
+from shoal.gang.manager import GangConfig, GangManager, GangPlugin, Group
 from shoal.gang.reservation import reservation_due, update_reservation
-from shoal.plugins.coscheduling import Coscheduling
 from shoal.rescheduler.commit import (
     claim_hold,
     defragment,
@@ -118,8 +117,8 @@ class Scheduler:
         for name, fwk in self.profiles.items():
             plugin_events.update(fwk.events_to_register())
             for plugin in fwk.plugins.all():
-                if isinstance(plugin, Coscheduling):
-                    self._gang_configs[name] = plugin.config
+                if isinstance(plugin, GangPlugin):
+                    self._gang_configs[name] = plugin.gang_config
         self.tenant_queues = QueueManager.of(handle)
         self.tenant_queues.job_of = self._job_of
         self._base_sort_key = first.queue_sort.sort_key

@@ -127,10 +127,7 @@ class Scheduler:
             config=queue_config or QueueConfig(),
             plugin_events=plugin_events,
             pre_enqueue=self._pre_enqueue,
-            partition_of=self.tenant_queues.partition_of,
-            choose_partition=self._choose_partition,
-            on_active_delta=self.tenant_queues.on_active_delta,
-            on_pending=self.tenant_queues.on_pending,
+            partitions=self.tenant_queues,
             on_gated=self._gated,
         )
         self.tenant_queues.on_install.append(self.scheduling_queue.repartition)
@@ -379,9 +376,6 @@ class Scheduler:
 
     def _sort_key(self, pod: PodInfo) -> tuple[object, ...]:
         return self.tenant_queues.order_key(pod, self._base_sort_key(pod))
-
-    def _choose_partition(self) -> int:
-        return self.tenant_queues.choose_partition(self.cluster.table)
 
     # ---- tenant queues -------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from shoal.api.podinfo import PodInfo
 from shoal.framework.status import Status
@@ -48,6 +49,26 @@ class QueuedPod:
     popped_cycle: int = -1
 
 
+class Partitions(Protocol):
+    """Fair sharing between tenant queues, as the scheduling queue sees it (implemented
+    by `shoal.tenancy.QueueManager`): active pods are kept in one heap per partition (a
+    leaf queue, 0 for pods in none), and the partitions say which heap pops next."""
+
+    def partition_of(self, pod: PodInfo) -> int: ...
+
+    def choose_partition(self) -> int:
+        """The partition whose pod is tried next (-1 or an empty one: any)."""
+        ...
+
+    def on_active_delta(self, partition: int, delta: int) -> None:
+        """A pod became active (+1) in the partition, or stopped being active (-1)."""
+        ...
+
+    def on_pending(self, pod: PodInfo, delta: int) -> None:
+        """A pod entered the queue (+1) or left it (-1)."""
+        ...
+
+
 @dataclass
 class SchedulingQueue:
     sort_key: SortKey
@@ -56,12 +77,8 @@ class SchedulingQueue:
     # rejecting plugins registered nothing are moved by any event.
     plugin_events: dict[str, list[ClusterEvent]] = field(default_factory=dict)
     pre_enqueue: Callable[[PodInfo], Status] | None = None
-    # Fair sharing between tenant queues: active pods are kept in one heap per
-    # partition (a leaf queue); `choose_partition` says which heap pops next.
-    partition_of: Callable[[PodInfo], int] | None = None
-    choose_partition: Callable[[], int] | None = None
-    on_active_delta: Callable[[int, int], None] | None = None  # (partition, +1/-1)
-    on_pending: Callable[[PodInfo, int], None] | None = None  # pod entered (+1) / left (-1)
+    # Fair sharing between tenant queues (see `Partitions`); None: one heap for all.
+    partitions: Partitions | None = None
     # A pod was gated by PreEnqueue (first time, or for a new reason): it should say why.
     on_gated: Callable[[QueuedPod, Status], None] | None = None
 
@@ -82,8 +99,8 @@ class SchedulingQueue:
 
     def add(self, pod: PodInfo, now: float) -> None:
         entry = QueuedPod(pod, added_at=now)
-        if self.on_pending is not None and pod.uid not in self._entries:
-            self.on_pending(pod, 1)
+        if self.partitions is not None and pod.uid not in self._entries:
+            self.partitions.on_pending(pod, 1)
         if pod.initial_attempt_time is None:
             pod.timestamp = pod.timestamp or now
         self._entries[pod.uid] = entry
@@ -110,8 +127,8 @@ class SchedulingQueue:
 
     def delete(self, uid: str) -> None:
         entry = self._entries.pop(uid, None)
-        if entry is not None and self.on_pending is not None:
-            self.on_pending(entry.pod, -1)
+        if entry is not None and self.partitions is not None:
+            self.partitions.on_pending(entry.pod, -1)
         self._deactivate(uid)
         self._in_backoff.discard(uid)
         self._unschedulable.remove(uid)
@@ -134,13 +151,13 @@ class SchedulingQueue:
 
     def _push_active(self, entry: QueuedPod) -> None:
         uid = entry.pod.uid
-        partition = self.partition_of(entry.pod) if self.partition_of is not None else 0
+        partition = self.partitions.partition_of(entry.pod) if self.partitions is not None else 0
         if self._in_active.get(uid, partition) != partition:
             self._deactivate(uid)
         if uid not in self._in_active:
             self._in_active[uid] = partition
-            if self.on_active_delta is not None:
-                self.on_active_delta(partition, 1)
+            if self.partitions is not None:
+                self.partitions.on_active_delta(partition, 1)
         heap = self._active.setdefault(partition, [])
         heapq.heappush(heap, (self.sort_key(entry.pod), next(self._seq), uid))
 
@@ -152,14 +169,14 @@ class SchedulingQueue:
         self._in_active = {}
         for entry in active:
             self._push_active(entry)
-        if self.on_pending is not None:
+        if self.partitions is not None:
             for entry in self._entries.values():
-                self.on_pending(entry.pod, 1)
+                self.partitions.on_pending(entry.pod, 1)
 
     def _deactivate(self, uid: str) -> None:
         partition = self._in_active.pop(uid, None)
-        if partition is not None and self.on_active_delta is not None:
-            self.on_active_delta(partition, -1)
+        if partition is not None and self.partitions is not None:
+            self.partitions.on_active_delta(partition, -1)
 
     # ---- popping -------------------------------------------------------------------
 
@@ -167,8 +184,8 @@ class SchedulingQueue:
         """The next pod to schedule, or None when the active queue is empty."""
         while self._in_active:
             partition = 0
-            if self.choose_partition is not None:
-                partition = self.choose_partition()
+            if self.partitions is not None:
+                partition = self.partitions.choose_partition()
             heap = self._active.get(partition) if partition >= 0 else None
             if not heap:  # no preference, or nothing there: any partition with pods
                 heap = next(h for h in self._active.values() if h)
@@ -221,16 +238,16 @@ class SchedulingQueue:
         """The pod was scheduled (assumed) or has left; stop tracking it."""
         self._in_flight.discard(uid)
         entry = self._entries.pop(uid, None)
-        if entry is not None and self.on_pending is not None:
-            self.on_pending(entry.pod, -1)
+        if entry is not None and self.partitions is not None:
+            self.partitions.on_pending(entry.pod, -1)
 
     def readd(self, entry: QueuedPod) -> None:
         """Track a pod again after its binding failed (it was `done`)."""
         if entry.pod.uid not in self._entries:
             self._entries[entry.pod.uid] = entry
             self._in_flight.add(entry.pod.uid)
-            if self.on_pending is not None:
-                self.on_pending(entry.pod, 1)
+            if self.partitions is not None:
+                self.partitions.on_pending(entry.pod, 1)
 
     def requeue_unschedulable(
         self,

@@ -394,14 +394,16 @@ class QueueManager:
             self._refresh_shares(list(range(1, len(self.tree.names))))
         return self._capacity
 
-    def choose_partition(self, table: NodeColumns) -> int:
-        """The leaf queue whose pod is tried next (HDRF), 0 for pods without a queue."""
+    def choose_partition(self) -> int:
+        """The leaf queue whose pod is tried next (HDRF), 0 for pods without a queue
+        (the scheduling queue's `Partitions`)."""
         if self.active_unqueued > 0:
             return 0
         tree = self.tree
         if len(tree.leaves) == 1:
             return next(iter(tree.leaves))
-        self.capacity(table)  # refreshes shares when nodes changed
+        if self.cluster is not None:
+            self.capacity(self.cluster.table)  # refreshes shares when nodes changed
         return choose_leaf(tree, self.active_list, self.share_list, self.saturated_list)
 
     def order_key(self, pod: PodInfo, base: tuple[object, ...]) -> tuple[object, ...]:

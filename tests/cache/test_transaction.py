@@ -60,6 +60,34 @@ def test_discard_undoes_assume_evict_and_nominate() -> None:
     assert fingerprint(cluster) == before
 
 
+def test_undo_hooks_run_newest_first_with_the_operations_and_never_on_commit() -> None:
+    """`on_undo` (a pod's Unreserve) runs when a rollback or discard passes it, in
+    reverse order with the operations around it; a commit runs none."""
+    cluster = cluster_with()
+    log: list[str] = []
+    a, b = pod("a"), pod("b")
+
+    with Transaction(cluster) as tx:
+        tx.assume(a, "n0")
+        tx.on_undo(lambda: log.append(f"unreserve a, placed={a.uid in cluster.placed}"))
+        mark = tx.mark()
+        tx.assume(b, "n1")
+        tx.on_undo(lambda: log.append(f"unreserve b, placed={b.uid in cluster.placed}"))
+        tx.rollback(mark)
+        assert log == ["unreserve b, placed=True"]
+        assert b.uid not in cluster.placed and a.uid in cluster.placed
+        tx.discard()
+    assert log == ["unreserve b, placed=True", "unreserve a, placed=True"]
+    assert not cluster.placed
+
+    log.clear()
+    with Transaction(cluster) as tx:
+        tx.assume(a, "n0")
+        tx.on_undo(lambda: log.append("unreserve a"))
+        tx.commit()
+    assert log == [] and cluster.placed[a.uid].assumed
+
+
 def test_commit_keeps_placements() -> None:
     cluster = cluster_with()
     new = pod("new")

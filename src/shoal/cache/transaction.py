@@ -8,7 +8,10 @@ preemption or reclaim) is worked out inside a transaction:
 * `evict(pod, reason)` takes a running pod off its node *tentatively*, so that the
   filters re-run against the cache see the room it would leave; `restore(pod)` puts an
   evicted pod back (preemption's reprieve);
-* `nominate(pod, node)` / `clear_nomination(pod)` change who holds nominated room.
+* `nominate(pod, node)` / `clear_nomination(pod)` change who holds nominated room;
+* `on_undo(fn)` registers what must also be undone if the operations before it are
+  (a pod's Reserve: its Unreserve runs when the transaction takes the pod back), so
+  no caller hand-rolls an undo loop next to `discard()`.
 
 Each operation is applied to the cache at once, so every observer (node table, GPU
 devices, pod-topology index, tenant-queue usage) sees the tentative state through its
@@ -29,6 +32,7 @@ Nothing here performs I/O: the scheduler turns a `Decision` into effects.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.api.podinfo import PodInfo
@@ -86,7 +90,12 @@ class _Nominate:
     previous: tuple[str, PodInfo] | None
 
 
-_Op = _Assume | _Unassume | _Evict | _Restore | _Nominate
+@dataclass(frozen=True, slots=True)
+class _Undo:
+    undo: Callable[[], None]
+
+
+_Op = _Assume | _Unassume | _Evict | _Restore | _Nominate | _Undo
 
 
 class Transaction:
@@ -157,6 +166,12 @@ class Transaction:
         if pod.uid in self.cluster.nominations:
             self.nominate(pod, "")
 
+    def on_undo(self, undo: Callable[[], None]) -> None:
+        """Run `undo` when a rollback or discard passes this point (newest first, as
+        every operation); nothing on commit."""
+        self._check()
+        self._ops.append(_Undo(undo))
+
     # ---- what has been done so far -------------------------------------------------
 
     def evicted(self) -> list[PodInfo]:
@@ -198,6 +213,8 @@ class Transaction:
             elif isinstance(op, _Restore):
                 cluster.remove_pod(op.record.pod.uid)
                 self._off[op.record.pod.uid] = op.record
+            elif isinstance(op, _Undo):
+                op.undo()
             elif op.previous is not None:
                 cluster.nominate(op.previous[1], op.previous[0])
             else:
@@ -224,7 +241,7 @@ class Transaction:
                 evicted[op.record.pod.uid] = EvictedPod(op.record.pod, op.record.node, op.reason)
             elif isinstance(op, _Restore):
                 evicted.pop(op.record.pod.uid, None)
-            else:
+            elif isinstance(op, _Nominate):
                 nominated[op.pod.uid] = (op.pod, op.node)
         if evicted and placed:
             names = ", ".join(p.key for p, _ in placed.values())

@@ -28,6 +28,7 @@ effects). It never touches the scheduling queue or the effects port.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -224,19 +225,19 @@ class GangCycle:
             if node is None:
                 failed.append((e, status, diagnosis))
                 continue
+            mark = tx.mark()
             tx.assume(pod, node)
+            # kube runs Unreserve after a failed Reserve too; so does taking the gang back.
+            tx.on_undo(functools.partial(fwk.run_unreserve, state, pod, node))
             status = fwk.run_reserve(state, pod, node)
             if not status.ok:
-                fwk.run_unreserve(state, pod, node)
-                tx.unassume(pod)
+                tx.rollback(mark)
                 failed.append((e, status, None))
                 continue
             placed.append(Placement(e, node, state))
 
         if len(placed) < need:
-            for p in reversed(placed):
-                fwk.run_unreserve(p.state, p.entry.pod, p.node)
-            tx.discard()
+            tx.discard()  # Unreserve and forget every member placed, newest first
             first = next((d for _, _, d in failed if d is not None), None)
             unplaced = [e.pod for e, _, _ in failed][: need - len(placed)]
             message = (
@@ -254,8 +255,6 @@ class GangCycle:
         if victims:
             # Job-level preemption: the plan placed the gang only with the victims gone.
             plan = [(p.entry.pod, p.node) for p in placed]
-            for p in reversed(placed):
-                fwk.run_unreserve(p.state, p.entry.pod, p.node)
             tx.discard()
             return GangOutcome(
                 failed=[(p.entry, Status(), None) for p in placed] + failed,
@@ -266,8 +265,6 @@ class GangCycle:
         if group.min_executors and placed:
             missing = self._missing_executors(tx, group, fwk, placed)
             if missing:
-                for p in reversed(placed):
-                    fwk.run_unreserve(p.state, p.entry.pod, p.node)
                 tx.discard()
                 message = f"gang {group.key}: {missing}"
                 status = Status(Code.UNSCHEDULABLE, message)

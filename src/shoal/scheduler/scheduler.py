@@ -15,6 +15,7 @@ out through the one effects port, `handle.effects`.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -582,10 +583,10 @@ class Scheduler:
         with Transaction(self.cluster) as tx:
             tx.clear_nomination(pod)
             tx.assume(pod, node)
+            tx.on_undo(functools.partial(fwk.run_unreserve, state, pod, node))
             status = fwk.run_reserve(state, pod, node)
             if not status.ok:
-                fwk.run_unreserve(state, pod, node)
-                tx.discard()
+                tx.discard()  # Unreserve, then the assumption taken back
                 self._bind_failed(entry, node, status)
                 return CycleResult(pod, None, status, status.message)
             decision = tx.commit()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 import aiohttp
 from prometheus_client import CollectorRegistry
@@ -94,5 +95,52 @@ def test_a_failed_render_is_not_cached() -> None:
             raise AssertionError("the render error was swallowed")
         Broken.fail = False
         assert b"collections" in await server.exposition()
+
+    asyncio.run(main())
+
+
+def test_a_busy_core_gets_the_last_exposition_marked_stale_not_a_hung_scrape() -> None:
+    """The core renders the metrics; while it is busy (a slow extender call) for longer
+    than `busy_wait`, a scrape gets the last exposition with a comment line giving its
+    age, and the render that waited serves the next scrape once the core is free."""
+
+    async def main() -> None:
+        clock = [0.0]
+        registry = CollectorRegistry()
+        counting = _Counting()
+        registry.register(counting)
+        core_free = asyncio.Event()
+        core_free.set()
+
+        async def on_core(render: Callable[[], bytes]) -> bytes:
+            await core_free.wait()
+            return render()
+
+        server = HealthServer(
+            registry,
+            lambda: [Check("ping", True)],
+            lambda: [Check("ping", True)],
+            port=0,
+            metrics_ttl=1.0,
+            clock=lambda: clock[0],
+            render_on=on_core,
+            busy_wait=0.2,
+        )
+        assert b"collections 1.0" in await server.exposition()
+        core_free.clear()  # the core is in a long call
+        clock[0] += 5.0
+        started = time.monotonic()
+        body = (await server.exposition()).decode()
+        assert time.monotonic() - started < 1.0
+        assert "collections 1.0" in body
+        assert "# shoal: these metrics were rendered 5.0s ago" in body
+        assert server.stale_served == 1
+        core_free.set()
+        for _ in range(100):  # the waiting render completes on the freed core
+            if server.renders == 2:
+                break
+            await asyncio.sleep(0.01)
+        body = (await server.exposition()).decode()
+        assert "collections 2.0" in body and "# shoal" not in body
 
     asyncio.run(main())

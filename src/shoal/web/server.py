@@ -10,7 +10,9 @@ rendered where the scheduler runs (`render_on`: the core's thread, see
 `shoal.drivers.kube.core`; the event loop serving probes only waits for it), and at most
 once per `metrics_ttl` seconds: every
 scrape in that window (however many scrapers) gets the same bytes, and concurrent
-scrapes of a stale exposition wait for one render instead of each rendering. The
+scrapes of a stale exposition wait for one render instead of each rendering. When the
+core is busy for more than `busy_wait` seconds (a slow extender call), a scrape gets
+the last exposition with a comment line saying how old it is rather than waiting. The
 server listens on loopback unless told otherwise (metrics and queue sizes are not for
 everyone on the pod network).
 """
@@ -54,6 +56,7 @@ class HealthServer:
         clock: Callable[[], float] = time.monotonic,
         routes: Callable[[web.Application], None] | None = None,
         render_on: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None,
+        busy_wait: float = 2.0,
     ) -> None:
         self.registry = registry
         self.healthz = healthz
@@ -65,10 +68,12 @@ class HealthServer:
         self.renders = 0
         self.routes = routes  # more routes on the same app (the dashboard's)
         self.render_on = render_on  # runs the render where the scheduler runs (None: here)
+        self.busy_wait = busy_wait
+        self.stale_served = 0  # scrapes answered with the last exposition (core busy)
         self._clock = clock
         self._exposition = b""
         self._rendered_at: float | None = None
-        self._rendering: asyncio.Future[bytes] | None = None
+        self._rendering: asyncio.Future[bytes] | None = None  # the render under way
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -100,33 +105,46 @@ class HealthServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def exposition(self) -> bytes:
-        """The rendered metrics, at most `metrics_ttl` seconds old."""
+        """The rendered metrics, at most `metrics_ttl` seconds old; or, while the core
+        is busy for longer than `busy_wait` seconds (a slow extender call, a long
+        preemption what-if), the last exposition with a comment saying how old it is, so
+        a scrape does not hang or time out meanwhile. The render goes on and serves the
+        next scrape."""
         now = self._clock()
         if self._rendered_at is not None and now - self._rendered_at < self.metrics_ttl:
             return self._exposition
-        if self._rendering is not None:
-            return await asyncio.shield(self._rendering)
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._rendering = future
-        try:
-            # Let the loop run what is ready (binds, renewals) before the render.
-            await asyncio.sleep(0)
-            if self.render_on is not None:
-                body = await self.render_on(lambda: generate_latest(self.registry))
-            else:
-                body = generate_latest(self.registry)
-            self._exposition, self._rendered_at = body, self._clock()
-            self.renders += 1
-            future.set_result(body)
-        except Exception as err:
-            future.set_exception(err)
-            future.exception()  # marked retrieved: only the waiters (if any) raise it
-            raise
-        finally:
-            self._rendering = None
-            if not future.done():
-                future.cancel()  # we were cancelled: so are the waiters
+        rendering = self._rendering
+        if rendering is None:
+            rendering = self._rendering = asyncio.ensure_future(self._render())
+            rendering.add_done_callback(self._rendered)
+        if self.render_on is None or self._rendered_at is None:
+            return await asyncio.shield(rendering)
+        done, _ = await asyncio.wait({rendering}, timeout=self.busy_wait)
+        if rendering in done:
+            return rendering.result()
+        age = self._clock() - self._rendered_at
+        note = (
+            f"# shoal: these metrics were rendered {age:.1f}s ago; the scheduler core is "
+            "busy (e.g. a slow extender call) and will render fresh ones when it is free\n"
+        )
+        self.stale_served += 1
+        return self._exposition + note.encode()
+
+    async def _render(self) -> bytes:
+        # Let the loop run what is ready (binds, renewals) before the render.
+        await asyncio.sleep(0)
+        if self.render_on is not None:
+            body = await self.render_on(lambda: generate_latest(self.registry))
+        else:
+            body = generate_latest(self.registry)
+        self._exposition, self._rendered_at = body, self._clock()
+        self.renders += 1
         return body
+
+    def _rendered(self, task: asyncio.Future[bytes]) -> None:
+        self._rendering = None
+        if not task.cancelled():
+            task.exception()  # marked retrieved: the scrapes waiting for it raise it
 
     @staticmethod
     def _probe(checks: Checks) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

@@ -229,3 +229,73 @@ def test_kube_scheduler_defaults_and_usual_values_pass() -> None:
             {"leaderElection": election, "clientConnection": {"qps": 50.5, "burst": 100}},
             registry=default_registry(),
         )
+
+
+# ---- what `kube-scheduler --write-config-to` writes (v1.36) ------------------------------
+
+
+def test_plugin_args_with_kubes_type_meta_are_accepted_and_checked() -> None:
+    """kube-scheduler writes `apiVersion` and `kind` into every plugin's args; Shoal takes
+    them as kube does, and refuses args of another plugin's kind or another API."""
+    config = parse_config(
+        {
+            "profiles": [
+                {
+                    "schedulerName": "shoal",
+                    "pluginConfig": [
+                        {
+                            "name": "NodeResourcesFit",
+                            "args": {
+                                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                                "kind": "NodeResourcesFitArgs",
+                                "scoringStrategy": {"type": "MostAllocated"},
+                            },
+                        }
+                    ],
+                }
+            ]
+        },
+        registry=default_registry(),
+    )
+    assert config.profiles[0].plugin_config[0].args == {
+        "scoringStrategy": {"type": "MostAllocated"}
+    }
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            {
+                "profiles": [
+                    {
+                        "pluginConfig": [
+                            {
+                                "name": "NodeResourcesFit",
+                                "args": {"apiVersion": "v2", "kind": "DefaultPreemptionArgs"},
+                            }
+                        ]
+                    }
+                ]
+            },
+            registry=default_registry(),
+        )
+    text = str(err.value)
+    assert "profiles[0].pluginConfig[0].args.kind" in text
+    assert "'DefaultPreemptionArgs' are not the args of plugin NodeResourcesFit" in text
+    assert "profiles[0].pluginConfig[0].args.apiVersion" in text
+
+
+def test_kubes_workload_placement_points_are_accepted_and_warned_about_when_used() -> None:
+    empty = parse_config(
+        {"profiles": [{"plugins": {"placementGenerate": {}, "placementScore": {}}}]},
+        registry=default_registry(),
+    )
+    assert not [w for w in empty.warnings if "placement" in w.path]
+    used = parse_config(
+        {
+            "profiles": [
+                {"plugins": {"placementScore": {"enabled": [{"name": "TopologyPlacement"}]}}}
+            ]
+        },
+        registry=default_registry(),
+    )
+    [warning] = [w for w in used.warnings if "placement" in w.path]
+    assert warning.path == "profiles[0].plugins.placementScore"
+    assert "TopologyPlacement will not run" in warning.message

@@ -24,12 +24,14 @@ import yaml
 from shoal.config.durations import parse_duration
 from shoal.config.problems import Problem
 from shoal.config.types import (
+    ARGS_API_VERSION,
     DEFAULT_EXTENDER_TIMEOUT,
     DEFAULT_PROFILE_NAME,
     DEFAULT_SCHEDULER_NAME,
     EXTENSION_POINTS,
     Extender,
     KubeSchedulerConfiguration,
+    PluginConfig,
     PluginSet,
     Profile,
 )
@@ -265,12 +267,24 @@ def semantic_problems(
                         "scores",
                     )
                 )
+        for point in ("placement_generate", "placement_score"):
+            plugin_set: PluginSet = getattr(profile.plugins, point)
+            named = [p.name for p in (*plugin_set.enabled, *plugin_set.disabled)]
+            if named:
+                warnings.append(
+                    Problem(
+                        f"{base}.plugins.{_camel(point)}",
+                        f"kube-scheduler's workload placement point; Shoal has none (its "
+                        f"gang cycle places pod groups): {', '.join(named)} will not run",
+                    )
+                )
         configured: set[str] = set()
         for j, pc in enumerate(profile.plugin_config):
             where = f"{base}.pluginConfig[{j}]"
             if pc.name in configured:
                 problems.append(Problem(f"{where}.name", f"args for {pc.name!r} given twice"))
             configured.add(pc.name)
+            problems += _args_type_meta_problems(pc, where)
             spec = registry.get(pc.name)
             why = unavailable.get(pc.name)
             if spec is None and why is not None:
@@ -599,6 +613,28 @@ def _unknown(key: str, known: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(known)}"
     return f"unknown field {key!r}{hint}"
+
+
+def _args_type_meta_problems(pc: PluginConfig, where: str) -> list[Problem]:
+    """kube-scheduler writes `apiVersion` and `kind` into each plugin's args and refuses
+    args of another plugin's kind; so does Shoal."""
+    out: list[Problem] = []
+    if pc.args_api_version is not None and pc.args_api_version != ARGS_API_VERSION:
+        out.append(
+            Problem(
+                f"{where}.args.apiVersion",
+                f"{pc.args_api_version!r}: plugin args are {ARGS_API_VERSION!r}",
+            )
+        )
+    expected = f"{pc.name}Args"
+    if pc.args_kind is not None and pc.args_kind != expected:
+        out.append(
+            Problem(
+                f"{where}.args.kind",
+                f"{pc.args_kind!r} are not the args of plugin {pc.name} (kind {expected!r})",
+            )
+        )
+    return out
 
 
 def _plugin_names(profile: Profile) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic.alias_generators import to_camel
 
 from shoal.config.problems import Problem
@@ -86,11 +86,40 @@ class Plugins(_Model):
     bind: PluginSet = Field(default_factory=PluginSet)
     post_bind: PluginSet = Field(default_factory=PluginSet)
     multi_point: PluginSet = Field(default_factory=PluginSet)
+    # kube-scheduler v1.36's workload placement points (for its alpha Workload/gang API).
+    # Shoal has no such points (its gang cycle places gangs): accepted, warned about when
+    # they name plugins.
+    placement_generate: PluginSet = Field(default_factory=PluginSet)
+    placement_score: PluginSet = Field(default_factory=PluginSet)
+
+
+# The type meta kube-scheduler writes into every plugin's args (`--write-config-to`).
+ARGS_API_VERSION = "kubescheduler.config.k8s.io/v1"
 
 
 class PluginConfig(_Model):
     name: str = Field(min_length=1)
     args: dict[str, Any] = Field(default_factory=dict)
+    # `apiVersion` / `kind` of the args, as kube-scheduler writes them (e.g.
+    # `kind: NodeResourcesFitArgs`); taken out of `args` and checked against the plugin.
+    args_api_version: str | None = Field(default=None, exclude=True)
+    args_kind: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_type_meta(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        args = data.get("args")
+        if not isinstance(args, dict) or not ({"apiVersion", "kind"} & args.keys()):
+            return data
+        rest = {k: v for k, v in args.items() if k not in ("apiVersion", "kind")}
+        return {
+            **data,
+            "args": rest,
+            "args_api_version": args.get("apiVersion"),
+            "args_kind": args.get("kind"),
+        }
 
 
 class Profile(_Model):

@@ -145,6 +145,7 @@ KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
     "CinderLimits": "NodeVolumeLimits replaced it",
     "ImageLocality": "Shoal does not track container images on nodes",
     "DynamicResources": "Shoal does not implement dynamic resource allocation",
+    "NodeDeclaredFeatures": "Shoal does not match pods against the features nodes declare",
 }
 
 

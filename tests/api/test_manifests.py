@@ -226,6 +226,23 @@ def test_load_objects_keeps_good_documents_and_reports_bad_ones(tmp_path: Path) 
     assert messages[4].startswith(f"file {c}: cannot be read: ")
 
 
+def test_bad_files_and_a_non_string_kind_are_errors_and_the_good_files_still_load(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"kind: Node\nmetadata: {name: \xff}\n")
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("kind: 5\n---\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 10\n")
+    objects, errors = load_objects([deep, binary, odd])
+    messages = [str(e) for e in errors]
+    assert any(f"file {deep}: cannot be read: nested too deeply" in m for m in messages)
+    assert any(f"file {binary}: cannot be read: not UTF-8 text" in m for m in messages)
+    assert any(f"{odd}#0" in m for m in messages)  # kind 5: named, not a crash
+    assert [type(o).__name__ for o in objects] == ["PriorityClass"]
+
+
 def test_load_objects_missing_file(tmp_path: Path) -> None:
     objects, errors = load_objects([tmp_path / "nope.yaml"])
     assert objects == []

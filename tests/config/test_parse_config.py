@@ -3,6 +3,7 @@ field path."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,22 @@ def test_unreadable_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("profiles: [unclosed\n")
     with pytest.raises(ConfigError, match="cannot be read"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+        (b"profiles:\n- schedulerName: \xff\xfe\n", "not UTF-8 text (byte 27"),
+    ],
+)
+def test_a_file_too_deep_or_not_utf8_is_a_clear_error(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(path)
 
 

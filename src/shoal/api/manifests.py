@@ -95,6 +95,21 @@ def decode(raw: Mapping[str, Any], cls: type[T], source: str = "") -> T:
     return obj
 
 
+# What reading a manifest or configuration file may raise besides OSError and YAML's own
+# errors: text that is not UTF-8, bad JSON (both ValueError), and nesting deeper than the
+# parsers' recursion allows (RecursionError).
+READ_ERRORS = (OSError, yaml.YAMLError, ValueError, RecursionError)
+
+
+def why_unreadable(err: BaseException) -> str:
+    """A file's read error, said for a user (`cannot be read: ...`)."""
+    if isinstance(err, RecursionError):
+        return "cannot be read: nested too deeply (lists or mappings thousands of levels deep)"
+    if isinstance(err, UnicodeDecodeError):
+        return f"cannot be read: not UTF-8 text (byte {err.start}: {err.reason})"
+    return f"cannot be read: {err}"
+
+
 def iter_documents(path: Path) -> Iterator[Any]:
     """Documents in a YAML (multi-document) or JSON file; `kind: List` is flattened."""
     text = path.read_text()
@@ -108,7 +123,8 @@ def iter_documents(path: Path) -> Iterator[Any]:
     for doc in docs:
         if doc is None:
             continue
-        if isinstance(doc, Mapping) and doc.get("kind", "").endswith("List"):
+        kind = doc.get("kind") if isinstance(doc, Mapping) else None
+        if isinstance(kind, str) and kind.endswith("List"):
             yield from doc.get("items") or []
         elif isinstance(doc, list):
             yield from doc
@@ -128,13 +144,25 @@ def load_objects(
     for path in _expand(paths):
         try:
             documents = list(iter_documents(path))
-        except (OSError, yaml.YAMLError, json.JSONDecodeError) as err:
-            errors.append(ManifestError("file", str(path), "", f"cannot be read: {err}"))
+        except READ_ERRORS as err:
+            errors.append(ManifestError("file", str(path), "", why_unreadable(err)))
             continue
         for index, doc in enumerate(documents):
             where = f"{path}#{index}"
             if not isinstance(doc, Mapping):
                 errors.append(ManifestError("document", "", "", "expected a mapping", where))
+                continue
+            kind = doc.get("kind")
+            if not isinstance(kind, str) or not kind:
+                errors.append(
+                    ManifestError(
+                        "document",
+                        str((doc.get("metadata") or {}).get("name", "")) or "<unnamed>",
+                        "kind",
+                        f"expected the object's kind as a string (e.g. Pod), got {kind!r}",
+                        where,
+                    )
+                )
                 continue
             cls = kind_class(doc)
             if cls is None:

@@ -21,6 +21,7 @@ from typing import Any
 import pydantic
 import yaml
 
+from shoal.api.manifests import READ_ERRORS, why_unreadable
 from shoal.config.durations import parse_duration
 from shoal.config.problems import Problem
 from shoal.config.types import (
@@ -97,8 +98,8 @@ def load_config(
     take effect is in the result's `warnings`."""
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(str(path), [Problem("", f"cannot be read: {err}")]) from None
+    except READ_ERRORS as err:
+        raise ConfigError(str(path), [Problem("", why_unreadable(err))]) from None
     return parse_config(raw, source=str(path), registry=registry)
 
 

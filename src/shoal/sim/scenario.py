@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shoal.api.errors import ManifestError
-from shoal.api.manifests import decode, iter_documents, kind_class
+from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
@@ -156,8 +153,8 @@ def _documents(
     for path in _expand(paths, errors):
         try:
             documents = list(iter_documents(path))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, json.JSONDecodeError) as err:
-            errors.append(ManifestError("file", str(path), "", f"cannot be read: {err}"))
+        except READ_ERRORS as err:
+            errors.append(ManifestError("file", str(path), "", why_unreadable(err)))
             continue
         for index, doc in enumerate(documents):
             where = f"{path}#{index}"

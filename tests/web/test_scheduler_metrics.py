@@ -128,6 +128,30 @@ def test_queue_gauges_follow_the_tenancy_manager_and_are_capped() -> None:
     assert omitted[1] == 3.0  # 6 queues (default included), 3 exported
 
 
+def test_pending_pods_per_queue_have_a_bounded_label_set() -> None:
+    """Pods name whatever queue they like: 300 made-up names make one `<unknown>` series,
+    not 300; existing queues past the cap are folded into `<other>`."""
+    h = SchedulerHarness()
+    queues = [_queue(f"team-{i}") for i in range(4)]
+    assert h.scheduler.apply_queues(queues) == []
+    h.add_pods(
+        *(make_pod(f"lost-{i}").labels({"shoal.dev/queue": f"made-up-{i}"}) for i in range(300))
+    )
+    h.add_pods(
+        *(
+            make_pod(f"t{i}-{j}").labels({"shoal.dev/queue": f"team-{i}"})
+            for i in range(4)
+            for j in range(i + 1)
+        )
+    )
+    h.run()  # no nodes: everything stays pending
+    registry = CollectorRegistry()
+    register_scheduler_collector(registry, lambda: h.scheduler, max_queues=2)
+    pending = {labels["queue"]: v for labels, v in _samples(registry)["shoal_queue_pending_pods"]}
+    # The two queues with most pending pods keep their own series.
+    assert pending == {"<unknown>": 300.0, "team-3": 4.0, "team-2": 3.0, "<other>": 3.0}
+
+
 def test_buffered_histogram_exposes_what_a_prometheus_histogram_would() -> None:
     buckets = (0.001, 0.01, 0.1)
     observations = [0.0005, 0.001, 0.002, 0.05, 0.1, 0.3, 7.0] * 700

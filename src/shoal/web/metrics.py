@@ -78,6 +78,9 @@ _PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
 PLUGIN_SAMPLE_PERCENT = 10  # kube-scheduler's pluginMetricsSamplePercent
 FOLD_CYCLES = 1024  # cycles between checks of the latency buffers' size
 MAX_QUEUE_SERIES = 200  # queues with per-queue resource series (see the module docstring)
+# Label values for pending pods in queues that do not exist, and beyond the cap.
+UNKNOWN_QUEUE = "<unknown>"
+OTHER_QUEUES = "<other>"
 
 
 class SchedulerMetrics:
@@ -287,7 +290,8 @@ class _SchedulerCollector(Collector):
         )
         per_queue = GaugeMetricFamily(
             "shoal_queue_pending_pods",
-            "Pending pods per tenancy queue (pods naming no queue are under '').",
+            "Pending pods per tenancy queue (pods naming no queue are under '', pods "
+            f"naming a queue that does not exist under {UNKNOWN_QUEUE!r}).",
             labels=["queue"],
         )
         if scheduler is not None:
@@ -307,13 +311,28 @@ class _SchedulerCollector(Collector):
             # Volcano annotations and PodGroups, bindings), as admission sees it.
             named = scheduler.tenant_queues.named_queue
             queues: Tally[str] = Tally(named(e.pod) for e in scheduler.scheduling_queue.pending())
-            for queue, count in sorted(queues.items()):
+            for queue, count in sorted(self._bounded(queues, scheduler).items()):
                 per_queue.add_metric([queue], count)
         yield pending
         yield groups
         yield gang_pods
         yield per_queue
         yield from self._queue_resources(scheduler)
+
+    def _bounded(self, queues: Tally[str], scheduler: Scheduler) -> Tally[str]:
+        """Label values a user cannot multiply: a queue name no Queue object has (pods
+        name whatever they like) counts under UNKNOWN_QUEUE; past `max_queues` existing
+        queues, the ones with fewest pending pods count under OTHER_QUEUES."""
+        tree = scheduler.tenant_queues.tree
+        out: Tally[str] = Tally()
+        for queue, count in queues.items():
+            out[queue if queue == "" or queue in tree.index else UNKNOWN_QUEUE] += count
+        named = [q for q in out if q not in ("", UNKNOWN_QUEUE)]
+        if len(named) > self._max_queues:
+            named.sort(key=lambda q: (-out[q], q))
+            for queue in named[self._max_queues :]:
+                out[OTHER_QUEUES] += out.pop(queue)
+        return out
 
     def _queue_resources(self, scheduler: Scheduler | None) -> Iterable[Metric]:
         labels = ["queue", "resource"]

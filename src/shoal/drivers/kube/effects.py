@@ -176,7 +176,8 @@ class KubeEffects:
 
     def _bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
         message = f"Binding rejected: {status.message}" if status.message else "Binding rejected"
-        log.info(
+        # A warning, as the FailedScheduling event is: the pod goes back to the queue.
+        log.warning(
             "binding pod %s to %s failed: %s",
             pod.key,
             node,

@@ -179,3 +179,35 @@ def test_unsupported_kinds_and_versions_are_reported(scenario):
     assert "Deployment web: field kind: not simulated" in messages[0]
     assert "Workload future: field apiVersion" in messages[1]
     assert "expected a mapping" in messages[2]
+
+
+def test_duplicates_two_global_defaults_and_unknown_priority_classes_are_refused(scenario):
+    """What the API server would refuse to create is refused here too, naming both
+    documents, instead of the last one silently winning."""
+    queue = "apiVersion: shoal.dev/v1alpha1\nkind: Queue\nmetadata: {name: team}\nspec: {}\n"
+    high = "kind: PriorityClass\napiVersion: scheduling.k8s.io/v1\nmetadata: {name: high}\n"
+    sc = scenario(
+        docs(
+            node_yaml("n1"),
+            queue,
+            queue,
+            high + "value: 100\nglobalDefault: true\n",
+            "kind: PriorityClass\napiVersion: scheduling.k8s.io/v1\nmetadata: {name: low}\n"
+            "value: 1\nglobalDefault: true\n",
+        ),
+        docs(
+            pod_yaml("fine"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: vip}\n"
+            "spec: {priorityClassName: platinum, containers: [{name: c}]}\n",
+        ),
+    )
+    messages = [str(e) for e in sc.errors]
+    assert len(messages) == 3, messages
+    assert "Queue team: field metadata.name: duplicate of" in messages[0]
+    assert "#1; rename one (skipped)" in messages[0]
+    assert "PriorityClass low: field globalDefault: a second global default" in messages[1]
+    assert (
+        "Pod default/vip: field spec.priorityClassName: no PriorityClass 'platinum'" in messages[2]
+    )
+    assert [q.metadata.name for q in sc.queues] == ["team"]
+    assert [p.name for p in sc.pods] == ["fine"]

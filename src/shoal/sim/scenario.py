@@ -78,16 +78,33 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
     scenario = Scenario()
     node_names: set[str] = set()
     pod_keys: set[str] = set()
+    # (kind, namespace/name) -> where the first object of that name was: a second one is
+    # refused naming both (the API server would refuse to create it).
+    first_seen: dict[tuple[str, str], str] = {}
+    default_class = ""  # where the globalDefault PriorityClass is, if any
+
+    def unique(obj: Any, where: str) -> None:
+        meta = obj.metadata
+        kind = type(obj).__name__
+        key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+        first = first_seen.setdefault((kind, key), where)
+        if first != where:
+            raise ManifestError(
+                kind, key, "metadata.name", f"duplicate of {first}; rename one (skipped)", where
+            )
+
     for where, doc in _documents(paths, scenario.errors):
         kind = doc.get("kind")
         cls = kind_class(doc)
         try:
             if cls in _CAPACITY_KINDS:
                 obj = decode(doc, cls, where)
+                unique(obj, where)
                 getattr(scenario, _CAPACITY_KINDS[cls]).append(obj)
             elif cls is PodGroup or cls is VolcanoPodGroup:
                 group = decode(doc, cls, where)
                 assert isinstance(group, PodGroup | VolcanoPodGroup)
+                unique(group, where)
                 scenario.pod_groups.append(group)
             elif cls is Node:
                 node = decode(doc, Node, where)
@@ -103,7 +120,20 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
             elif cls in _STORAGE_KINDS:
                 scenario.storage.append(decode(doc, cls, where))  # type: ignore[arg-type]
             elif cls is PriorityClass:
-                scenario.priority_classes.append(decode(doc, PriorityClass, where))
+                pc = decode(doc, PriorityClass, where)
+                unique(pc, where)
+                if pc.global_default:
+                    if default_class:
+                        raise ManifestError(
+                            "PriorityClass",
+                            pc.metadata.name,
+                            "globalDefault",
+                            f"a second global default (the first is {default_class}); the "
+                            "API server allows one (skipped)",
+                            where,
+                        )
+                    default_class = where
+                scenario.priority_classes.append(pc)
             elif cls is Pod:
                 _add_pods(scenario, pod_keys, [pod_source(doc, where)], where)
             elif kind == "Workload":
@@ -125,7 +155,35 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                 )
         except ManifestError as err:
             scenario.errors.append(err)
+    _refuse_unknown_priority_classes(scenario)
     return scenario
+
+
+def _refuse_unknown_priority_classes(scenario: Scenario) -> None:
+    """A pod naming a PriorityClass the scenario does not declare is refused, as the API
+    server's Priority admission plugin refuses to create it (it would otherwise run at
+    priority 0 without a word)."""
+    declared = {pc.metadata.name for pc in scenario.priority_classes}
+    kept: list[PodSource] = []
+    for source in scenario.pods:
+        if source.pod is not None:
+            name = source.pod.spec.priority_class_name
+        else:
+            spec = (source.template or {}).get("spec")
+            name = str(spec.get("priorityClassName") or "") if isinstance(spec, Mapping) else ""
+        if name and name not in declared:
+            scenario.errors.append(
+                ManifestError(
+                    "Pod",
+                    source.key,
+                    "spec.priorityClassName",
+                    f"no PriorityClass {name!r} in the scenario (the API server refuses such a "
+                    "pod); declare it in the cluster files (skipped)",
+                )
+            )
+            continue
+        kept.append(source)
+    scenario.pods = kept
 
 
 def _add_pods(scenario: Scenario, keys: set[str], pods: Iterable[PodSource], where: str) -> None:

@@ -247,3 +247,19 @@ def test_load_objects_missing_file(tmp_path: Path) -> None:
     objects, errors = load_objects([tmp_path / "nope.yaml"])
     assert objects == []
     assert len(errors) == 1 and "cannot be read" in str(errors[0])
+
+
+def test_priorities_beyond_what_the_api_server_accepts_are_refused() -> None:
+    """Pod priority is an int32; PriorityClass values above 1e9 belong to the built-in
+    system- classes. Both used to be taken as they came (1e30 included)."""
+    from shoal.api.manifests import decode
+    from shoal.api.objects import Pod, PriorityClass
+
+    with pytest.raises(ManifestError, match=r"Pod p: field spec.priority: Expected `int` <="):
+        decode({"metadata": {"name": "p"}, "spec": {"priority": 10**30}}, Pod)
+    with pytest.raises(ManifestError, match="only the built-in system- classes may use"):
+        decode({"metadata": {"name": "gold"}, "value": 2 * 10**9}, PriorityClass)
+    system = decode(
+        {"metadata": {"name": "system-node-critical"}, "value": 2000001000}, PriorityClass
+    )
+    assert system.value == 2000001000

@@ -7,7 +7,7 @@ manifest fails with the JSON path of the bad field (see `shoal.api.manifests`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -318,6 +318,12 @@ class Volume(_Base):
     storageos: _Source = None
 
 
+# Pod priority is an int32 in the API; PriorityClass values above 1e9 are reserved for
+# the built-in system- classes (kube's HighestUserDefinablePriority).
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+HIGHEST_USER_PRIORITY = 1_000_000_000
+
+
 class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
@@ -327,7 +333,7 @@ class PodSpec(_Base):
     affinity: Affinity | None = None
     tolerations: list[Toleration] = []
     scheduler_name: str = "default-scheduler"
-    priority: int | None = None
+    priority: Int32 | None = None
     priority_class_name: str = ""
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
     topology_spread_constraints: list[TopologySpreadConstraint] = []
@@ -394,9 +400,16 @@ class PriorityClass(_Base):
     api_version: str = "scheduling.k8s.io/v1"
     kind: str = "PriorityClass"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    value: int = 0
+    value: Int32 = 0
     global_default: bool = False
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+    def __post_init__(self) -> None:
+        if self.value > HIGHEST_USER_PRIORITY and not self.metadata.name.startswith("system-"):
+            raise ValueError(
+                f"value: {self.value} is above {HIGHEST_USER_PRIORITY}, which only the "
+                "built-in system- classes may use (the API server refuses it)"
+            )
 
 
 def _check_requirement(operator: str, values: list[str]) -> None:

@@ -263,3 +263,13 @@ def test_priorities_beyond_what_the_api_server_accepts_are_refused() -> None:
         {"metadata": {"name": "system-node-critical"}, "value": 2000001000}, PriorityClass
     )
     assert system.value == 2000001000
+
+
+def test_a_request_above_its_limit_is_refused_naming_the_container() -> None:
+    from shoal.api.manifests import decode
+    from shoal.api.objects import Pod
+
+    resources = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
+    spec = {"containers": [{"name": "c", "resources": resources}]}
+    with pytest.raises(ManifestError, match=r"spec.containers\[0\].resources: requests.cpu"):
+        decode({"metadata": {"name": "p"}, "spec": spec}, Pod)

@@ -215,11 +215,20 @@ class ResourceRequirements(_Base):
     limits: dict[str, Quantity] = {}
 
     def __post_init__(self) -> None:
+        parsed = []
         for field, raw in (("requests", self.requests), ("limits", self.limits)):
             try:
-                parse_resource_list(raw)
+                parsed.append(parse_resource_list(raw))
             except ValueError as err:
                 raise ValueError(f"{field}.{err}") from None
+        requests, limits = parsed
+        for name, limit in limits.items():
+            if requests.get(name, 0) > limit:
+                # The API server's validation: a request above its limit is refused.
+                raise ValueError(
+                    f"requests.{name}: {self.requests[name]!r} is more than the limit "
+                    f"{self.limits[name]!r} (the API server refuses it)"
+                )
 
 
 class ContainerPort(_Base):

@@ -211,3 +211,29 @@ def test_duplicates_two_global_defaults_and_unknown_priority_classes_are_refused
     )
     assert [q.metadata.name for q in sc.queues] == ["team"]
     assert [p.name for p in sc.pods] == ["fine"]
+
+
+def test_names_the_api_server_would_refuse_are_refused_at_the_edge(scenario):
+    """Unicode, zero-width and right-to-left characters in names, and a schedulerName
+    that is not a DNS name, are refused naming the field (they were accepted silently)."""
+    sc = scenario(
+        docs(node_yaml("n1"), 'apiVersion: v1\nkind: Node\nmetadata: {name: "n\\u200b2"}\n'),
+        docs(
+            pod_yaml("fine"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: caf\u00e9}\n"
+            "spec: {containers: [{name: c}]}\n",
+            'apiVersion: v1\nkind: Pod\nmetadata: {name: "rtl-\\u202e"}\n'
+            "spec: {containers: [{name: c}]}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: ok-name}\n"
+            "spec: {schedulerName: sch\u00e9duler, containers: [{name: c}]}\n",
+        ),
+    )
+    messages = [str(e) for e in sc.errors]
+    assert len(messages) == 4, messages
+    assert "Node n\u200b2: field metadata.name" in messages[0]
+    assert "Pod default/caf\u00e9: field metadata.name" in messages[1]
+    assert "Pod default/rtl-\u202e: field metadata.name" in messages[2]
+    assert "Pod default/ok-name: field spec.schedulerName" in messages[3]
+    assert all("the API server refuses it" in m for m in messages)
+    assert [p.name for p in sc.pods] == ["fine"]
+    assert [n.metadata.name for n in sc.nodes] == ["n1"]

@@ -7,6 +7,7 @@ manifest fails with the JSON path of the bad field (see `shoal.api.manifests`).
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -62,6 +63,26 @@ class OwnerReference(_Base):
     controller: bool = False
 
 
+# RFC 1123 subdomain: what the API server allows as the name of most objects (and as a
+# pod's schedulerName); namespaces are RFC 1123 labels (no dots, at most 63).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def dns_name_problem(value: str, label: bool = False) -> str:
+    """Why the API server would refuse `value` as a name ("" when it would not)."""
+    limit, pattern = (63, _DNS_LABEL) if label else (253, _DNS_SUBDOMAIN)
+    if len(value) > limit:
+        return f"{value!r} is longer than {limit} characters"
+    if not pattern.fullmatch(value):
+        what = "label" if label else "subdomain"
+        return (
+            f"{value!r} is not a valid name (RFC 1123 {what}: lowercase letters, digits and "
+            f"'-'{'' if label else ', dots between parts'}; the API server refuses it)"
+        )
+    return ""
+
+
 class ObjectMeta(_Base):
     name: str = ""
     namespace: str = ""
@@ -72,6 +93,19 @@ class ObjectMeta(_Base):
     resource_version: str = ""
     owner_references: list[OwnerReference] = []
     deletion_timestamp: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.namespace and (why := dns_name_problem(self.namespace, label=True)):
+            raise ValueError(f"namespace: {why}")
+
+    def name_problem(self) -> str:
+        """For kinds the API server names by RFC 1123 (pods, nodes, PriorityClasses; not
+        custom resources, whose names it takes more freely): why it would refuse this
+        name ("" when it would not, or when there is none yet: whoever needs the name
+        reports its absence). No unicode, zero-width or right-to-left characters.
+        Checked where files come in (the simulator's inputs); objects from an API
+        server were checked by it."""
+        return dns_name_problem(self.name) if self.name else ""
 
 
 # ---- selectors ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any
 
 from shoal.api.errors import ManifestError
 from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
-from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
 from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
@@ -111,6 +111,7 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                 name = node.metadata.name
                 if not name:
                     raise ManifestError("Node", "", "metadata.name", "a node needs a name", where)
+                _check_name("Node", node.metadata, where)
                 if name in node_names:
                     raise ManifestError(
                         "Node", name, "metadata.name", "duplicate node name; rename one", where
@@ -121,6 +122,7 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                 scenario.storage.append(decode(doc, cls, where))  # type: ignore[arg-type]
             elif cls is PriorityClass:
                 pc = decode(doc, PriorityClass, where)
+                _check_name("PriorityClass", pc.metadata, where)
                 unique(pc, where)
                 if pc.global_default:
                     if default_class:
@@ -186,8 +188,35 @@ def _refuse_unknown_priority_classes(scenario: Scenario) -> None:
     scenario.pods = kept
 
 
+def _check_name(kind: str, meta: ObjectMeta, where: str) -> None:
+    """Names the API server would refuse (unicode, zero-width, right-to-left, capitals)
+    are refused here too, where files come in."""
+    if why := meta.name_problem():
+        raise ManifestError(kind, meta.name, "metadata.name", why, where)
+
+
+def _pod_name_problem(pod: PodSource) -> tuple[str, str]:
+    """(field, why) when the API server would refuse the pod's name or schedulerName."""
+    if why := dns_name_problem(pod.name):
+        return "metadata.name", why
+    if pod.pod is not None:
+        scheduler = pod.pod.spec.scheduler_name
+    else:
+        spec = (pod.template or {}).get("spec")
+        scheduler = str(spec.get("schedulerName") or "") if isinstance(spec, Mapping) else ""
+    if scheduler and (why := dns_name_problem(scheduler)):
+        return "spec.schedulerName", why
+    return "", ""
+
+
 def _add_pods(scenario: Scenario, keys: set[str], pods: Iterable[PodSource], where: str) -> None:
     for pod in pods:
+        field_name, why = _pod_name_problem(pod)
+        if why:
+            scenario.errors.append(
+                ManifestError("Pod", pod.key, field_name, f"{why} (skipped)", where)
+            )
+            continue
         for field_name, value in (("metadata.name", pod.key), ("metadata.uid", pod.uid)):
             if value in keys:
                 scenario.errors.append(

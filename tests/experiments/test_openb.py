@@ -81,6 +81,17 @@ def test_bad_trace_line_names_file_line_and_field(tmp_path: Path) -> None:
     assert "openb_node_list_gpu_node.csv:2" in text and "'gpu'" in text
 
 
+def test_a_trace_without_pods_or_nodes_is_an_error_not_nan(tmp_path: Path) -> None:
+    """A header-only file used to give NaN for every policy (0 / 0)."""
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODE_HEADER + "n0,32000,131072,2,V100\n")
+    (tmp_path / "openb_pod_list_x.csv").write_text(POD_HEADER)
+    with pytest.raises(TraceError, match=r"openb_pod_list_x\.csv: no pods"):
+        load_trace(tmp_path, "x")
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODE_HEADER)
+    with pytest.raises(TraceError, match=r"openb_node_list_gpu_node\.csv: no nodes"):
+        load_trace(tmp_path, "x")
+
+
 def test_seed_ranges() -> None:
     assert parse_seeds("42-45") == [42, 43, 44, 45]
     assert parse_seeds("1,3") == [1, 3]

@@ -233,7 +233,13 @@ def load_trace(trace_dir: Path, name: str, node_file: str = DEFAULT_NODE_FILE) -
     if not pod_path.is_file():
         known = ", ".join(list_traces(trace_dir)) or "none"
         raise TraceError(f"{pod_path}: file not found (traces in {trace_dir}: {known})")
-    return Trace(name, load_nodes(trace_dir / node_file), load_pods(pod_path))
+    nodes, pods = load_nodes(trace_dir / node_file), load_pods(pod_path)
+    # An empty file would give 0/0 = NaN for every result: say so instead.
+    if not nodes:
+        raise TraceError(f"{trace_dir / node_file}: no nodes (only the header): nothing to fill")
+    if not pods:
+        raise TraceError(f"{pod_path}: no pods (only the header): nothing to place")
+    return Trace(name, nodes, pods)
 
 
 def find_trace_dir(explicit: str | Path | None = None) -> Path | None:

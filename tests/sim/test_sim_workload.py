@@ -237,3 +237,15 @@ def test_names_the_api_server_would_refuse_are_refused_at_the_edge(scenario):
     assert all("the API server refuses it" in m for m in messages)
     assert [p.name for p in sc.pods] == ["fine"]
     assert [n.metadata.name for n in sc.nodes] == ["n1"]
+
+
+def test_a_workload_count_beyond_a_million_is_an_error_not_a_memory_blowup(scenario):
+    big = (
+        "apiVersion: sim.shoal.dev/v1alpha1\nkind: Workload\nmetadata: {name: big}\n"
+        "spec:\n  pods:\n  - name: p\n    count: 100000000\n"
+        "    template: {spec: {containers: [{name: c}]}}\n"
+    )
+    sc = scenario(docs(node_yaml("n1")), docs(big, pod_yaml("fine")))
+    [message] = [str(e) for e in sc.errors]
+    assert "Workload big: field spec.pods[0].count: Expected `int` <= 1000000" in message
+    assert [p.name for p in sc.pods] == ["fine"]

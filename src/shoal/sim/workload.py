@@ -113,11 +113,16 @@ class Uniform(msgspec.Struct, tag_field="distribution", tag="uniform", forbid_un
 Duration = NonNegative | Exponential | Uniform
 
 
+MAX_GROUP_COUNT = 1_000_000
+
+
 class PodGroup(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
     """`count` copies of `template`, named `<name>-0`, `<name>-1`, ..."""
 
     template: dict[str, Any]
-    count: Annotated[int, msgspec.Meta(ge=0)] = 1
+    # Bounded so a typo (1e8) is an error naming the field, not minutes of memory
+    # growth: a million pods per entry is far beyond what a simulation run is for.
+    count: Annotated[int, msgspec.Meta(ge=0, le=MAX_GROUP_COUNT)] = 1
     name: str = ""
     arrival: NonNegative = 0.0  # when the first pod (or the Poisson process) starts
     interval: NonNegative | None = None  # fixed gap between arrivals

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import aiohttp
 from prometheus_client import CollectorRegistry
@@ -28,7 +29,7 @@ class _Counting(Collector):
         yield gauge
 
 
-def _server(clock: list[float]) -> tuple[HealthServer, _Counting]:
+def _server(clock: list[float], **options: Any) -> tuple[HealthServer, _Counting]:
     registry = CollectorRegistry()
     counting = _Counting()
     registry.register(counting)
@@ -39,6 +40,7 @@ def _server(clock: list[float]) -> tuple[HealthServer, _Counting]:
         port=0,
         metrics_ttl=1.0,
         clock=lambda: clock[0],
+        **options,
     )
     return server, counting
 
@@ -106,9 +108,6 @@ def test_a_busy_core_gets_the_last_exposition_marked_stale_not_a_hung_scrape() -
 
     async def main() -> None:
         clock = [0.0]
-        registry = CollectorRegistry()
-        counting = _Counting()
-        registry.register(counting)
         core_free = asyncio.Event()
         core_free.set()
 
@@ -116,16 +115,7 @@ def test_a_busy_core_gets_the_last_exposition_marked_stale_not_a_hung_scrape() -
             await core_free.wait()
             return render()
 
-        server = HealthServer(
-            registry,
-            lambda: [Check("ping", True)],
-            lambda: [Check("ping", True)],
-            port=0,
-            metrics_ttl=1.0,
-            clock=lambda: clock[0],
-            render_on=on_core,
-            busy_wait=0.2,
-        )
+        server, _ = _server(clock, render_on=on_core, busy_wait=0.2)
         assert b"collections 1.0" in await server.exposition()
         core_free.clear()  # the core is in a long call
         clock[0] += 5.0

@@ -168,11 +168,7 @@ def _refuse_unknown_priority_classes(scenario: Scenario) -> None:
     declared = {pc.metadata.name for pc in scenario.priority_classes}
     kept: list[PodSource] = []
     for source in scenario.pods:
-        if source.pod is not None:
-            name = source.pod.spec.priority_class_name
-        else:
-            spec = (source.template or {}).get("spec")
-            name = str(spec.get("priorityClassName") or "") if isinstance(spec, Mapping) else ""
+        name = _spec_field(source, "priorityClassName", "priority_class_name")
         if name and name not in declared:
             scenario.errors.append(
                 ManifestError(
@@ -188,6 +184,15 @@ def _refuse_unknown_priority_classes(scenario: Scenario) -> None:
     scenario.pods = kept
 
 
+def _spec_field(source: PodSource, key: str, attribute: str) -> str:
+    """A string field of the pod's spec, from the decoded pod (`attribute`) or else from
+    the template's spec (`key`); "" when absent."""
+    if source.pod is not None:
+        return str(getattr(source.pod.spec, attribute) or "")
+    spec = (source.template or {}).get("spec")
+    return str(spec.get(key) or "") if isinstance(spec, Mapping) else ""
+
+
 def _check_name(kind: str, meta: ObjectMeta, where: str) -> None:
     """Names the API server would refuse (unicode, zero-width, right-to-left, capitals)
     are refused here too, where files come in."""
@@ -199,11 +204,7 @@ def _pod_name_problem(pod: PodSource) -> tuple[str, str]:
     """(field, why) when the API server would refuse the pod's name or schedulerName."""
     if why := dns_name_problem(pod.name):
         return "metadata.name", why
-    if pod.pod is not None:
-        scheduler = pod.pod.spec.scheduler_name
-    else:
-        spec = (pod.template or {}).get("spec")
-        scheduler = str(spec.get("schedulerName") or "") if isinstance(spec, Mapping) else ""
+    scheduler = _spec_field(pod, "schedulerName", "scheduler_name")
     if scheduler and (why := dns_name_problem(scheduler)):
         return "spec.schedulerName", why
     return "", ""

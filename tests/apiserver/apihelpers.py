@@ -78,7 +78,9 @@ class Space:
 
     # ---- objects ------------------------------------------------------------------------
 
-    async def add_node(self, name: str, cpu: str = "4", memory: str = "8Gi") -> str:
+    async def add_node(
+        self, name: str, cpu: str = "4", memory: str = "8Gi", *, gpus: int = 0
+    ) -> str:
         """A Node whose status says what a kubelet would: capacity, allocatable, Ready."""
         name = f"{self.name}-{name}"
         body = {
@@ -92,6 +94,8 @@ class Space:
         await self.client.request("POST", NODES.path(), body=body)
         self.nodes.append(name)
         capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
+        if gpus:
+            capacity["nvidia.com/gpu"] = str(gpus)
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}
         await self.client.request(
             "PATCH",

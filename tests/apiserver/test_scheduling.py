@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from apihelpers import space, wait_for
 from kubehelpers import async_test
 
-from shoal.drivers.kube.resources import PDBS
+from shoal.drivers.kube.resources import PDBS, PODS
 
 
 def _condition(pod: dict[str, object], kind: str = "PodScheduled") -> dict[str, str]:
@@ -50,6 +50,36 @@ async def test_pods_are_bound_through_the_binding_subresource(
                 assert p["status"]["phase"] == "Pending"  # no kubelet
             assert all(milli <= 2000 for milli in used.values()), used
             assert shoal.binds() == 10 and shoal.failed_binds() == 0
+
+
+@async_test(timeout=60)
+async def test_gpu_device_indices_travel_in_the_binding(
+    control_plane: dict[str, str],
+) -> None:
+    """The API server copies a Binding's annotations onto the pod in the write that sets
+    its node: the device index arrives with the node, and Shoal never patches pods."""
+    async with space(control_plane["KUBECONFIG"], "gpuidx") as s:
+        await s.add_node("g", cpu="4", gpus=2)
+        for name in ("t1", "t2"):
+            body = s.pod(name, "100m")
+            body["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+            await s.client.request("POST", PODS.path(s.name), body=body)
+        async with s.watching_pods() as seen, s.shoal(s.options("gpuidx")):
+
+            async def both_bound() -> bool:
+                return len(await s.bound()) == 2
+
+            await wait_for(both_bound, what="2 GPU pods bound")
+            indices = {
+                name: p["metadata"].get("annotations", {}).get("shoal.dev/gpu-index")
+                for name, p in (await s.pods()).items()
+            }
+            assert sorted(indices.values()) == ["0", "1"], indices
+            # No version of a pod showed its node without its devices.
+            for version in seen:
+                if version["spec"].get("nodeName"):
+                    annotations = version["metadata"].get("annotations") or {}
+                    assert "shoal.dev/gpu-index" in annotations, version["metadata"]
 
 
 @async_test(timeout=60)

@@ -151,7 +151,8 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                 annotations={key: name} if key else None,
             )
             api.create("v1", "pods", member)
-        # A GPU node and a whole-GPU pod: its device index goes out as an annotation.
+        # A GPU node and a whole-GPU pod: its device index goes out as an annotation of
+        # the Binding (no pods/patch permission needed).
         gpu_node = node("gpu", cpu="1")
         for part in ("capacity", "allocatable"):
             gpu_node["status"][part]["nvidia.com/gpu"] = "2"
@@ -252,11 +253,15 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                     what=f"{plural} status written",
                 )
             await eventually(
-                lambda: any(
-                    r.resource == "pods" and r.verb == "patch" and not r.subresource
-                    for r in api.requests
+                lambda: (
+                    "shoal.dev/gpu-index"
+                    in (
+                        (api.get("", "pods", "default", "trainer") or {})
+                        .get("metadata", {})
+                        .get("annotations", {})
+                    )
                 ),
-                what="the GPU index annotation written",
+                what="the GPU index annotation written (carried by the Binding)",
             )
             for resource in ("persistentvolumes", "persistentvolumeclaims"):
                 await eventually(

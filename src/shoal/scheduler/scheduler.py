@@ -264,8 +264,8 @@ class Scheduler:
                 self.finish_pod(info.uid, succeeded=info.pod.status.phase == "Succeeded")
             return info
         if old is not None and old.node_name and not info.node_name:
-            # A pod is never unbound: this copy predates our bind (e.g. the annotations
-            # patch seen before the Binding), kube's IsAssumedPod case. Keep ours.
+            # A pod is never unbound: this copy predates our bind (e.g. a status write
+            # seen after the Binding), kube's IsAssumedPod case. Keep ours.
             return old
         if old is not None and old.initial_attempt_time is not None:
             info.initial_attempt_time = old.initial_attempt_time

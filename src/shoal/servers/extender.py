@@ -17,8 +17,8 @@ POSTs to this server (wire types in `shoal.api.extender`):
   and its worst 0 (kube-scheduler multiplies by the extender's weight and by 10).
 * `bind`: the node kube-scheduler chose is checked once more (PreFilter, Filter) and
   scored, so the GPU policy plans the devices; the pod is assumed in Shoal's cache
-  (Reserve), then bound with `shoal.dev/gpu-index` written on it (merge patch, then the
-  Binding), exactly as `shoal run` binds. A bind that fails is undone and reported in
+  (Reserve), then bound with `shoal.dev/gpu-index` carried in the Binding (the API server
+  copies it onto the pod), exactly as `shoal run` binds. A bind that fails is undone and reported in
   `Error`; kube-scheduler then retries the pod.
 
 What cannot be done per pod is not pretended: a gang is not placed all-or-nothing

@@ -9,9 +9,9 @@ whether the core withdrew the bind (a gang member vanished while the gang was bi
 The Binding carries the pod's UID as a precondition, and the API server refuses to bind
 a pod that already has a node (409 Conflict), so a pod can never be bound twice, by us
 or anyone else, whatever our cache says. Annotations the core asked for (e.g.
-`shoal.dev/gpu-index`) are written with a merge patch carrying the pod's UID as a
-precondition just before the Binding, so a device plugin never sees the pod on its node
-without them.
+`shoal.dev/gpu-index`) travel in the Binding itself: the API server copies a Binding's
+annotations onto the pod in the same write that sets its node, so a device plugin never
+sees the pod on its node without them, and Shoal needs no permission to patch pods.
 
 An ambiguous outcome (no answer: reset, timeout; a 5xx; or 409 "already assigned") is
 not guessed: the binder reads the pod back from the API server until it knows. Bound to
@@ -121,26 +121,12 @@ class KubeBinder:
                 self._precheck(pod, node)  # the wait for a slot may have been long
                 self.in_flight += 1
                 try:
-                    if annotations:
-                        await self.client.request(
-                            "PATCH",
-                            PODS.path(pod.namespace, pod.name),
-                            body={
-                                "metadata": {
-                                    "uid": pod.uid,
-                                    "annotations": dict(annotations),
-                                }
-                            },
-                            content_type="application/merge-patch+json",
-                            timeout=self.timeout,
-                            before_send=lambda: self._precheck(pod, node),
-                        )
                     try:
-                        await self._post_binding(pod, node)
+                        await self._post_binding(pod, node, annotations)
                     except ApiError as err:
                         if not (err.ambiguous or err.conflict):
                             raise
-                        await self._settle(pod, node, err)
+                        await self._settle(pod, node, annotations, err)
                 finally:
                     self.in_flight -= 1
             result = "bound"
@@ -156,7 +142,9 @@ class KubeBinder:
             self.metrics.binds.labels(result).inc()
             self.metrics.bind_duration.labels(result).observe(time.monotonic() - started)
 
-    async def _post_binding(self, pod: PodInfo, node: str) -> None:
+    async def _post_binding(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None
+    ) -> None:
         await self.client.request(
             "POST",
             PODS.path(pod.namespace, pod.name, "binding"),
@@ -167,9 +155,11 @@ class KubeBinder:
                     "name": pod.name,
                     "namespace": pod.namespace,
                     "uid": pod.uid,
-                    # The API server copies a Binding's annotations onto the pod: who
-                    # bound it, at no extra request.
-                    "annotations": {SCHEDULED_BY: self.identity},
+                    # The API server copies a Binding's annotations onto the pod, in
+                    # the same write as the node: who bound it, and what the core
+                    # asked for (GPU device indices), with no pods/patch permission
+                    # and no moment where the pod is on its node without them.
+                    "annotations": {**(annotations or {}), SCHEDULED_BY: self.identity},
                 },
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             },
@@ -177,7 +167,13 @@ class KubeBinder:
             before_send=lambda: self._precheck(pod, node),
         )
 
-    async def _settle(self, pod: PodInfo, node: str, first: ApiError) -> None:
+    async def _settle(
+        self,
+        pod: PodInfo,
+        node: str,
+        annotations: Mapping[str, str] | None,
+        first: ApiError,
+    ) -> None:
         """The Binding's outcome is unknown (`first`): read the pod back until the
         cluster says; send the Binding again if it did not land. Returns when the pod is
         bound to `node`; raises BindError when it is not and will not be."""
@@ -222,7 +218,7 @@ class KubeBinder:
                     # 409 on an unbound pod: the UID precondition failed (replaced).
                     raise BindError(f"pod {pod.key} to {node}: {first.message}")
                 try:  # not bound: the Binding did not land; send it again
-                    await self._post_binding(pod, node)
+                    await self._post_binding(pod, node, annotations)
                     return
                 except _BoundAlready as err:
                     if err.node == node:

@@ -1,7 +1,7 @@
 """The effects port for a cluster: what the core decided, as API calls.
 
-* `bind`: the pod's annotations (e.g. GPU device indices) with a merge patch, then the
-  `pods/binding` subresource (`KubeBinder`);
+* `bind`: the `pods/binding` subresource, carrying the pod's annotations (e.g. GPU
+  device indices) for the API server to copy onto the pod (`KubeBinder`);
 * `Evict`: the Eviction API, so PodDisruptionBudgets are enforced by the API server
   (`KubeEvictor`); an eviction that does not happen is reported back to the core;
 * `Unschedulable`: the PodScheduled=False condition with kube's explanation and the

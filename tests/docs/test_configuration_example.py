@@ -18,7 +18,7 @@ from shoal.api.objects import (
     ResourceRequirements,
 )
 from shoal.config import KubeSchedulerConfiguration, parse_config
-from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.scheduler import Scheduler, default_registry, new_scheduler
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-profiles.yaml"
@@ -63,8 +63,8 @@ def pod(name: str, scheduler_name: str) -> Pod:
 def placements(sched: Scheduler) -> dict[str, str]:
     while sched.has_work():
         sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
+        sched.start_bindings()
+        sched.handle.effects.drain(sched)  # type: ignore[attr-defined]
     return dict(sched.handle.effects.bound)  # type: ignore[attr-defined]
 
 

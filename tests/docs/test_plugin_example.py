@@ -25,7 +25,7 @@ from shoal.api.objects import (
     ResourceRequirements,
 )
 from shoal.config import ConfigError, load_config, parse_config
-from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework import Code, CycleState, Registry
 from shoal.framework import registry as registry_module
 from shoal.scheduler import Scheduler, default_registry, new_scheduler
@@ -96,8 +96,8 @@ def sched() -> Scheduler:
 def drain(sched: Scheduler) -> dict[str, str]:
     while sched.has_work():
         sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
+        sched.start_bindings()
+        sched.handle.effects.drain(sched)  # type: ignore[attr-defined]
     return dict(sched.handle.effects.bound)  # type: ignore[attr-defined]
 
 

@@ -215,6 +215,21 @@ def test_bind_error_fails_the_binding_and_the_pod_is_retried(ext: FakeExtender) 
     assert ext.url in messages["default/a"]
 
 
+def test_an_ignorable_binder_that_fails_hands_the_bind_to_the_default_binder(
+    ext: FakeExtender,
+) -> None:
+    """kube's extendersBinding: an ignorable extender's bind error is skipped and the
+    pod is bound by the next binder (here the Bind plugins), in the same cycle."""
+    ext.rules(bind_error="device plugin is restarting")
+    h = harness({"urlPrefix": ext.url, "bindVerb": "bind", "ignorable": True})
+    h.add_nodes(make_node("n1").capacity(cpu="4", memory="8Gi"))
+    h.add_pods(make_pod("a").uid("uid-a").req(cpu="1"))
+    placements, _ = h.run()
+    assert placements == {"default/a": "n1"}
+    assert [c["verb"] for c in ext.log()].count("bind") == 1
+    assert h.effects.bound == {"uid-a": "n1"}  # DefaultBinder, after the extender
+
+
 def test_only_pods_requesting_a_managed_resource_are_sent(ext: FakeExtender) -> None:
     ext.rules(reject={"n1": "fake: no foo", "n2": "fake: no foo"})
     h = harness(

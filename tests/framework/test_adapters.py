@@ -20,7 +20,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework import (
     MAX_NODE_SCORE,
     ActionType,
@@ -84,8 +84,8 @@ def handle_with(*nodes: Node) -> Handle:
 def drain(sched: Scheduler) -> None:
     while sched.has_work():
         sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
+        sched.start_bindings()
+        sched.handle.effects.drain(sched)  # type: ignore[attr-defined]
 
 
 POD = PodInfo(pod("p"))

@@ -92,7 +92,7 @@ async def test_bind_conflict_forgets_the_pod_and_never_binds_twice(tmp_path: Pat
             await eventually(lambda: bool(kube.binder.in_flight), what="bind in flight")
             api.bind("default", "race", "n1", user_agent="other-scheduler")
             await eventually(lambda: api.binding_conflicts == 1, what="our bind refused")
-            await eventually(lambda: "race" not in str(kube.intake.inflight))
+            await eventually(lambda: "race" not in str(kube.scheduler.binding))
             # The pod counts as bound (by the other scheduler), not pending, not assumed.
             await eventually(lambda: kube.scheduler.scheduling_queue.get(_uid(api, "race")) is None)
             record = kube.scheduler.cluster.placed[_uid(api, "race")]
@@ -150,7 +150,7 @@ async def test_api_errors_and_timeouts_on_bind_are_retried_without_double_binds(
             await eventually(lambda: len(bound_pods(api)) == 12, timeout=20, what="all bound")
             for p in api.pods():
                 assert len(api.binds_of(p["metadata"]["uid"])) == 1, p["metadata"]["name"]
-            await eventually(lambda: not kube.intake.inflight)
+            await eventually(lambda: not kube.scheduler.binding)
             # The slow binds landed after the client gave up: seen bound, not retried into
             # a second binding.
             assert all(not r.assumed for r in kube.scheduler.cluster.placed.values())

@@ -11,7 +11,6 @@ during it (the fake API server shares the test's loop, so nothing moved at all).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -124,21 +123,23 @@ async def test_posts_run_in_order_on_the_core_thread_and_inline_when_stopped() -
 
 @async_test(timeout=20)
 async def test_threaded_effects_keep_order_deliver_outcomes_and_cancel_binds() -> None:
-    """Effects and binds reach the I/O loop in the order the core produced them (a bind
-    after the effect it depends on); each bind's outcome (success, error) comes back to
-    the coroutine that awaits it on the core; cancelling that coroutine cancels the bind
-    on the I/O loop. Binds cross in batches, which must change none of that."""
+    """Effects reach the I/O loop in the order the core produced them (a `Bind` after
+    the effect it depends on); KubeEffects carries each `Bind` out as a task there and
+    its outcome (success, error) comes back into the core's inbox as an event; a bind
+    cancelled at shutdown gives no outcome. Effects cross in batches, which must change
+    none of that."""
     import threading
 
     from shoal.drivers.kube.core import IoPort, ThreadedEffects
-    from shoal.framework.effects import BindError, Nominate
+    from shoal.drivers.kube.effects import KubeEffects
+    from shoal.framework.effects import Bind, BindError, Nominate
     from shoal.testing import make_pod
 
     io_thread = threading.current_thread().name
     log: list[tuple[str, str]] = []  # (what, thread) on the I/O side
     release = asyncio.Event()  # the bind of "slow" waits for it
 
-    class Port:
+    class Binder:
         async def bind(self, pod: Any, node: str, annotations: Any) -> None:
             log.append((f"bind {pod.name}", threading.current_thread().name))
             if pod.name == "bad":
@@ -150,50 +151,48 @@ async def test_threaded_effects_keep_order_deliver_outcomes_and_cancel_binds() -
                     log.append(("cancelled slow", threading.current_thread().name))
                     raise
 
+    kube = KubeEffects(Binder(), None, None, None, None)  # type: ignore[arg-type]
+
+    class Port:
         def emit(self, effect: Any) -> None:
-            log.append((f"emit {effect.pod.name}", threading.current_thread().name))
+            what = f"{type(effect).__name__} {effect.pod.name}"
+            log.append((what, threading.current_thread().name))
+            kube.emit(effect)
 
     io = IoPort()
     io.attach(asyncio.get_running_loop())
     effects = ThreadedEffects(Port(), io)  # type: ignore[arg-type]
     core = CoreThread("test-core")
+    outcomes: list[tuple[str, str]] = []  # (outcome, thread) on the core
+    kube.on_bind_outcome = lambda outcome: core.post(
+        lambda: outcomes.append((f"{outcome.uid}: {outcome.error or 'ok'}", core.name))
+    )
     core.start()
     try:
         pods = {name: PodInfo(make_pod(name).obj()) for name in ("a", "b", "bad", "slow")}
 
-        async def on_core() -> list[str]:
-            outcomes = []
+        def on_core() -> None:
             for name in ("a", "b"):
                 effects.emit(Nominate(pods[name], "n1"))
-                await effects.bind(pods[name], "n1", {})
-                outcomes.append(f"{name} ok")
-            try:
-                await effects.bind(pods["bad"], "n1", {})
-            except BindError as err:
-                outcomes.append(f"bad: {err}")
-            slow = asyncio.ensure_future(effects.bind(pods["slow"], "n1", {}))
-            for _ in range(200):
-                if ("bind slow", io_thread) in log:
-                    break
-                await asyncio.sleep(0.01)
-            slow.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await slow
-            outcomes.append("slow cancelled")
-            return outcomes
+                effects.emit(Bind(pods[name], "n1"))
+            effects.emit(Bind(pods["bad"], "n1"))
+            effects.emit(Bind(pods["slow"], "n1"))
 
-        outcomes = await core.run(on_core())
+        await core.call(on_core)
+        await eventually(lambda: len(outcomes) == 3, what="three outcomes on the core")
+        await eventually(lambda: ("bind slow", io_thread) in log, what="slow in flight")
+        for task in list(kube.binds):  # shutdown: in-flight binds are cancelled
+            task.cancel()
         await eventually(lambda: ("cancelled slow", io_thread) in log, what="slow cancelled")
+        await asyncio.sleep(0.05)
     finally:
         await core.stop()
-    assert outcomes == ["a ok", "b ok", "bad: conflict", "slow cancelled"]
-    assert [what for what, _ in log] == [
-        "emit a",
-        "bind a",
-        "emit b",
-        "bind b",
-        "bind bad",
-        "bind slow",
-        "cancelled slow",
+    uid = {name: pod.uid for name, pod in pods.items()}
+    assert outcomes == [
+        (f"{uid['a']}: ok", "test-core"),
+        (f"{uid['b']}: ok", "test-core"),
+        (f"{uid['bad']}: conflict", "test-core"),
     ]
+    emitted = [what for what, _ in log if not what.startswith(("bind ", "cancelled"))]
+    assert emitted == ["Nominate a", "Bind a", "Nominate b", "Bind b", "Bind bad", "Bind slow"]
     assert {thread for _, thread in log} == {io_thread}

@@ -35,7 +35,7 @@ from shoal.cache.pod_topology import (
 )
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code
@@ -765,8 +765,8 @@ def test_self_anti_affinity_places_one_pod_per_node() -> None:
     results = []
     while sched.has_work():
         result = sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
+        sched.start_bindings()
+        sched.handle.effects.drain(sched)  # type: ignore[attr-defined]
         if result is not None:
             results.append(result)
     placed = sorted(effects.bound.values())
@@ -787,8 +787,8 @@ def test_affinity_follows_the_first_pod() -> None:
         sched.add_pod(pod({"app": "batch"}, aff=together, name=f"batch-{i}"))
     while sched.has_work():
         sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
+        sched.start_bindings()
+        sched.handle.effects.drain(sched)  # type: ignore[attr-defined]
     zones = {f"n{i}": f"z{i % 3}" for i in range(6)}
     assert len(effects.bound) == 6
     assert len({zones[n] for n in effects.bound.values()}) == 1

@@ -32,7 +32,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.snapshot import Snapshot
 from shoal.config import KubeSchedulerConfiguration
-from shoal.drivers.memory import ManualClock, MemoryEffects, run_sync
+from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code
@@ -744,8 +744,8 @@ def schedule_all(sched, effects: MemoryEffects) -> list:  # type: ignore[no-unty
     results = []
     while sched.has_work():
         result = sched.schedule_one()
-        for task in sched.take_bindings():
-            run_sync(sched.run_binding_cycle(task))
+        sched.start_bindings()
+        sched.handle.effects.drain(sched)  # type: ignore[attr-defined]
         if result is not None:
             results.append(result)
     return results

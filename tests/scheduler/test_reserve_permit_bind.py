@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from shoal.api.objects import Pod
 from shoal.api.podinfo import PodInfo
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -223,23 +224,94 @@ def test_backoff_settings_come_from_the_config() -> None:
 
 
 def test_a_stale_update_of_an_assumed_pod_does_not_schedule_it_again() -> None:
-    """A watch may deliver the pod without its node after our bind was sent (the
-    annotations patch lands first): kube's IsAssumedPod check keeps it out of the queue."""
-    from shoal.drivers.memory import run_sync
-
+    """A watch may deliver the pod without its node while its bind is in flight (a
+    status write lands first): kube's IsAssumedPod check keeps it out of the queue, and
+    the bind's outcome, arriving after it, ends the binding cycle."""
     h = SchedulerHarness()
     h.add_nodes(make_node("n1").capacity(cpu="2", memory="4Gi"))
     h.add_pods(make_pod("p").req(cpu="1"))
     sched = h.scheduler
     result = sched.schedule_one()
     assert result is not None and result.node == "n1"
-    (task,) = sched.take_bindings()
-    assert run_sync(sched.run_binding_cycle(task)).ok
-    # The pod is assumed (confirmed by our binding cycle) but its watch update has not
-    # arrived; an update without spec.nodeName comes first.
+    assert sched.start_bindings() == 1
+    (uid,) = sched.binding  # the Bind went out; its outcome has not come back
     stale = make_pod("p").req(cpu="1").obj()
     stale.metadata.annotations = {"shoal.dev/gpu-index": "0"}
     sched.update_pod(stale)
     assert not sched.has_work()
     assert sched.schedule_one() is None
+    assert uid in sched.binding
+    h.effects.drain(sched)  # the outcome, then the bound pod (the watch)
+    assert not sched.binding
+    assert sched.cluster.placed[uid].assumed is False
     assert h.pods_on("n1") == ["default/p"]
+
+
+def _bound_copy(name: str, node: str, cpu: str = "1") -> Pod:
+    obj = make_pod(name).req(cpu=cpu).obj()
+    obj.spec.node_name = node
+    return obj
+
+
+def test_the_watch_showing_the_pod_bound_ends_its_binding_cycle_before_the_answer() -> None:
+    """Bind outcomes are events, and the cluster is one source of them: the watch may
+    show the pod on its node before the binder's answer comes back. That ends the
+    binding cycle (confirmed, PostBind); the answer then finds nothing to settle."""
+    h = SchedulerHarness()
+    h.add_nodes(make_node("n1").capacity(cpu="2", memory="4Gi"))
+    h.add_pods(make_pod("p").req(cpu="1"))
+    sched = h.scheduler
+    sched.schedule_one()
+    sched.start_bindings()
+    (uid,) = sched.binding
+    sched.update_pod(_bound_copy("p", "n1"))
+    assert not sched.binding and sched.bound == 1
+    assert sched.cluster.placed[uid].assumed is False
+    h.effects.drain(sched)  # the binder's answer (success), then the same pod again
+    assert sched.bound == 1 and h.pods_on("n1") == ["default/p"]
+
+
+def test_a_pod_someone_else_bound_while_ours_was_in_flight_is_where_the_cluster_says() -> None:
+    """Bound elsewhere before our answer came back (another binder won the race): our
+    reservation is released, the pod counts where it is, nothing is double-counted,
+    and our failed answer changes nothing."""
+    h = SchedulerHarness()
+    h.add_nodes(
+        make_node("n1").capacity(cpu="2", memory="4Gi"),
+        make_node("n2").capacity(cpu="2", memory="4Gi"),
+    )
+    h.add_pods(make_pod("p").req(cpu="1"))
+    sched = h.scheduler
+    result = sched.schedule_one()
+    assert result is not None
+    ours = result.node
+    other = "n2" if ours == "n1" else "n1"
+    h.effects.fail.add("default/p")  # our Binding will be refused (already assigned)
+    sched.start_bindings()
+    sched.update_pod(_bound_copy("p", other))
+    assert not sched.binding
+    placed = sched.cluster.placed["default/p"]
+    assert (placed.node, placed.assumed) == (other, False)
+    h.effects.drain(sched)
+    assert not sched.has_work()
+    assert h.pods_on(other) == ["default/p"] and h.pods_on(ours) == []
+    row = sched.cluster.table.row_of[ours]
+    assert sched.cluster.table.requested[row].tolist() == [0] * len(sched.cluster.table.resources)
+
+
+def test_a_pod_deleted_while_its_bind_is_in_flight_frees_the_room_at_once() -> None:
+    h = SchedulerHarness()
+    h.add_nodes(make_node("n1").capacity(cpu="2", memory="4Gi"))
+    h.add_pods(make_pod("p").req(cpu="2"), make_pod("q").req(cpu="2"))
+    sched = h.scheduler
+    first = sched.schedule_one()
+    assert first is not None and first.node == "n1"
+    sched.start_bindings()
+    (uid,) = sched.binding
+    assert uid == "default/p"
+    sched.delete_pod(uid)
+    assert not sched.binding and uid not in sched.cluster.placed
+    h.effects.drain(sched)  # the late answer (and echo) of the deleted pod: ignored
+    assert uid not in sched.cluster.placed
+    h.run()
+    assert h.pods_on("n1") == ["default/q"]

@@ -67,11 +67,9 @@ def test_pod_deleted_while_binding_is_unreserved() -> None:
     h.add_pods(make_pod("p").req(cpu="1"))
     sched = h.scheduler
     sched.schedule_one()
-    (task,) = sched.take_bindings()
-    sched.delete_pod(task.pod.uid)  # deleted between Reserve and the bind
-    from shoal.drivers.memory import run_sync
-
-    status = run_sync(sched.run_binding_cycle(task))
-    assert not status.ok
+    (uid,) = sched.binding
+    sched.delete_pod(uid)  # deleted between Reserve and the bind
     assert calls == ["reserve default/p", "unreserve default/p"]
-    assert not sched.cluster.placed
+    assert not sched.cluster.placed and not sched.binding
+    assert sched.start_bindings() == 0  # nothing is bound for a deleted pod
+    assert not h.effects.bound

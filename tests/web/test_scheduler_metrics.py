@@ -68,7 +68,7 @@ def test_every_extension_point_is_timed_every_cycle_with_its_status() -> None:
     # PostFilter say so); only an error would be another status.
     assert counts[("Filter", "Success")] == placed + 1
     assert counts[("PostFilter", "Unschedulable")] == 1  # no preemption helps too-big
-    assert counts[("Bind", "Success")] == placed
+    assert counts[("Bind", "Wait")] == placed  # handed over; the outcome is an event
     assert counts[("Reserve", "Success")] == placed
     assert counts[("PreFilter", "Success")] >= placed + 1
     sums = _samples(registry)["scheduler_framework_extension_point_duration_seconds_sum"]

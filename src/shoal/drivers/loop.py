@@ -4,10 +4,14 @@ The simulator, the test harness, the openb experiments and the Kubernetes backen
 run the core through `Driver`; they differ only in
 
 * the clock (virtual, moved by the caller; or wall time),
-* the effects port (in-memory echoes, drained by the driver; or API calls whose results
-  come back through informers), and
-* how binding cycles run (`SyncBindings`: stepped to completion at once, deterministic;
-  or `AsyncBindings`-style runners in the Kubernetes backend: concurrent asyncio tasks).
+* the effects port: in memory, effects are applied at once and what they produce (a
+  bound pod, a bind's outcome, an evicted pod gone) is queued as events and drained by
+  the driver, deterministically; in a cluster they become API calls whose results come
+  back through the informers and the core's inbox.
+
+Binding cycles are not coroutines: `start_bindings` runs PreBind and emits each pod's
+`Bind` effect; the outcome comes back as an event (`Scheduler.bind_outcome`, or the
+watch showing the pod bound), in memory as in a cluster.
 
 One pass (`run`) does everything due now, in a fixed order: feed back what the effects
 produced, let time pass in the core (`tick`: backoffs, Permit deadlines, reservations),
@@ -27,16 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from shoal.drivers.memory import run_sync
-from shoal.scheduler.scheduler import BindingTask, CycleResult, Scheduler
+from shoal.scheduler.scheduler import CycleResult, Scheduler
 
-__all__ = ["BindingRunner", "Driver", "Inbox", "SyncBindings"]
-
-
-class BindingRunner(Protocol):
-    """Starts binding cycles (`Scheduler.run_binding_cycle`)."""
-
-    def launch(self, tasks: list[BindingTask]) -> None: ...
+__all__ = ["Driver", "Inbox"]
 
 
 class Inbox(Protocol):
@@ -48,31 +45,22 @@ class Inbox(Protocol):
     def drain(self, scheduler: Scheduler) -> bool: ...
 
 
-class SyncBindings:
-    """Runs each binding cycle to completion at once (in-memory effects never block)."""
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
-
-    def launch(self, tasks: list[BindingTask]) -> None:
-        for task in tasks:
-            run_sync(self.scheduler.run_binding_cycle(task))
-
-
 class Driver:
     """Runs the core (see the module docstring)."""
 
     def __init__(
         self,
         scheduler: Scheduler,
-        bindings: BindingRunner | None = None,
         inbox: Inbox | None = None,
         on_cycle: Callable[[CycleResult], None] | None = None,
+        hold_bindings: Callable[[], bool] | None = None,
     ) -> None:
         self.scheduler = scheduler
-        self.bindings: BindingRunner = bindings or SyncBindings(scheduler)
         self.inbox = inbox
         self.on_cycle = on_cycle
+        # True while binding cycles must not start yet (the simulator's charged cycle
+        # time: they start when the scheduling cycle that made them ready ends).
+        self.hold_bindings = hold_bindings
         self.cycles = 0
         # Observers outside the core (the dashboard's queue history) called after every
         # tick with the scheduler's clock, so they never read a clock of their own.
@@ -104,9 +92,13 @@ class Driver:
         return result
 
     def _bind(self) -> None:
-        tasks = self.scheduler.take_bindings()
-        if tasks:
-            self.bindings.launch(tasks)
+        if self.hold_bindings is None or not self.hold_bindings():
+            self.scheduler.start_bindings()
+        self.intake()
+
+    def start_bindings(self) -> None:
+        """Start the binding cycles that are ready, and feed back what they produced."""
+        self.scheduler.start_bindings()
         self.intake()
 
     def run(

@@ -6,8 +6,9 @@ an API server and its kubelets would do with each effect, and queues the resulti
 objects for the driver to feed back into the core (`drain`), the way a watch would:
 
 * a bind succeeds unless the pod is already bound, the node is gone, or a test asked
-  for it to fail; the pod comes back with `spec.nodeName` and the annotations written
-  with the binding (e.g. `shoal.dev/gpu-index`);
+  for it to fail (a binder extender's verb is called, over HTTP); its outcome comes back
+  as a `BindOutcome` event, then the pod with `spec.nodeName` and the annotations
+  written with the binding (e.g. `shoal.dev/gpu-index`), as a watch would bring it;
 * an eviction deletes the pod (the simulator's kubelet honours it at once); the pod comes
   back deleted, and `on_evicted` callbacks (the simulator re-creating pods as their
   controllers would) run after that;
@@ -21,7 +22,7 @@ objects for the driver to feed back into the core (`drain`), the way a watch wou
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,10 +31,10 @@ import msgspec
 from shoal.api.podinfo import PodInfo
 from shoal.cache.volumes import VolumeCatalog
 from shoal.framework.effects import (
-    BindError,
+    Bind,
     BindingStatus,
+    BindOutcome,
     BindVolumes,
-    Bound,
     Effect,
     Evict,
     GroupStatus,
@@ -113,22 +114,35 @@ class MemoryEffects:
         self.listeners: list[Callable[[Effect], None]] = []
         self.on_evicted: list[Callable[[PodInfo, str], None]] = []
         self.volume_bindings: list[BindVolumes] = []
-        self._echoes: deque[_BindEcho | _DeleteEcho | _VolumeEcho] = deque()
+        self._echoes: deque[_BindEcho | _DeleteEcho | _VolumeEcho | BindOutcome] = deque()
 
     # ---- the port ------------------------------------------------------------------
 
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+    def _bind(self, bind: Bind) -> None:
+        """Carry out a `Bind` as an API server (or the extender) would, and queue its
+        outcome, then the bound pod (the watch), for `drain`."""
+        pod, node = bind.pod, bind.node
+        error = ""
         if pod.uid in self.fail:
-            raise BindError(f"pod {pod.key}: injected bind failure")
-        if pod.uid in self.bound:
-            raise BindError(f"pod {pod.key} is already bound to {self.bound[pod.uid]}")
-        if self.node_exists is not None and not self.node_exists(node):
-            raise BindError(f"node {node} no longer exists")
-        self.bound[pod.uid] = node
-        if annotations:
-            self.annotations[pod.uid] = dict(annotations)
-        if self.echo_binds:
-            self._echoes.append(_BindEcho(pod, node, dict(annotations)))
+            error = f"pod {pod.key}: injected bind failure"
+        elif pod.uid in self.bound:
+            error = f"pod {pod.key} is already bound to {self.bound[pod.uid]}"
+        elif self.node_exists is not None and not self.node_exists(node):
+            error = f"node {node} no longer exists"
+        elif bind.binder is not None:
+            # An HTTP extender's bind verb: the extender writes the Binding (in a
+            # cluster the watch then brings the pod back with its nodeName).
+            try:
+                run_sync(bind.binder.bind(pod, node))
+            except Exception as err:
+                error = str(err)
+        else:
+            self.bound[pod.uid] = node
+            if bind.annotations:
+                self.annotations[pod.uid] = dict(bind.annotations)
+        self._echoes.append(BindOutcome(pod.uid, node, error))
+        if not error and self.echo_binds:
+            self._echoes.append(_BindEcho(pod, node, dict(bind.annotations)))
 
     def emit(self, effect: Effect) -> None:
         if isinstance(effect, Evict):
@@ -137,12 +151,8 @@ class MemoryEffects:
                 Eviction(pod.uid, pod.key, effect.node, effect.reason, self.clock.now())
             )
             self._echoes.append(_DeleteEcho(pod, effect.reason))
-        elif isinstance(effect, Bound) and effect.pod.uid not in self.bound:
-            # Bound by someone else: an HTTP extender's bind verb. In a cluster the
-            # extender writes the Binding and the watch brings the pod back with its
-            # nodeName; echo that here so the simulated pod is bound as well.
-            if self.echo_binds:
-                self._echoes.append(_BindEcho(effect.pod, effect.node, {}))
+        elif isinstance(effect, Bind):
+            self._bind(effect)
         elif isinstance(effect, Nominate):
             if effect.node:
                 self.nominated[effect.pod.uid] = effect.node
@@ -184,6 +194,8 @@ class MemoryEffects:
                     )
                 spec = msgspec.structs.replace(obj.spec, node_name=echo.node)
                 scheduler.update_pod(msgspec.structs.replace(obj, metadata=meta, spec=spec))
+            elif isinstance(echo, BindOutcome):
+                scheduler.bind_outcome(echo)
             elif isinstance(echo, _VolumeEcho):
                 _apply_volumes(scheduler, echo.bind)
             else:

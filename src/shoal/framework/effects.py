@@ -4,20 +4,24 @@ The core never mutates API objects and never performs I/O. Everything that must 
 the cluster (or the simulator's in-memory cluster) is an *effect* handed to the
 `Effects` port that the driver wired in:
 
-* `bind` (awaited by the binding cycle, since its outcome decides the pod's fate): bind
-  the pod to the node, writing `annotations` (e.g. the GPU device indices chosen at
-  Reserve) to the pod object before or with the binding;
-* everything else is fire-and-forget through `emit`: `Nominate` (the preemptor's
-  `status.nominatedNodeName`), `Evict` (preemption, reclaim; with the reason the owner
-  reads), `Unschedulable` (the PodScheduled=False condition and the FailedScheduling
-  event with kube's explanation), `Bound` and `BindFailed` (outcomes of a binding cycle,
-  for events and for recorders), `GroupStatus`, `QueueStatus` and `BindingStatus` (the
-  status of PodGroup, Queue and QueueBinding objects), `BindVolumes` (VolumeBinding's
-  PreBind: claims bound to volumes or marked with the node their volume is to be
-  provisioned for).
+* `Bind`: bind the pod to the node, writing `annotations` (e.g. the GPU device indices
+  chosen at Reserve) onto the pod with the binding, through the API (or an HTTP
+  extender's bind verb). Its outcome is not awaited: the port reports it back as a
+  `BindOutcome` event through the same inbox as every other observation, and the core
+  finishes the binding cycle then (or earlier, when the watch shows the pod bound).
+  An ambiguous answer is not an outcome: the port reads the cluster until it knows,
+  and the room stays held meanwhile;
+* `Nominate` (the preemptor's `status.nominatedNodeName`), `Evict` (preemption,
+  reclaim; with the reason the owner reads), `Unschedulable` (the PodScheduled=False
+  condition and the FailedScheduling event with kube's explanation), `Bound` and
+  `BindFailed` (outcomes of a binding cycle, for events and for recorders),
+  `GroupStatus`, `QueueStatus` and `BindingStatus` (the status of PodGroup, Queue and
+  QueueBinding objects), `BindVolumes` (VolumeBinding's PreBind: claims bound to
+  volumes or marked with the node their volume is to be provisioned for).
 
 A port implementation only *queues* work in `emit` (it is called from inside a
-scheduling cycle). The Kubernetes driver turns effects into API calls; the in-memory
+scheduling cycle), in the order emitted (a `Bind` goes after the `BindVolumes` of its
+PreBind). The Kubernetes driver turns effects into API calls; the in-memory
 driver applies them and echoes the resulting objects back into the core the way an API
 server's watch would (a bound pod comes back with `spec.nodeName` and its annotations,
 an evicted pod comes back deleted), so the simulator and a cluster see the same thing.
@@ -37,14 +41,17 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.status import Status
 
 __all__ = [
+    "Bind",
     "BindError",
     "BindFailed",
+    "BindOutcome",
     "BindVolumes",
     "BindingStatus",
     "Bound",
     "Effect",
     "Effects",
     "Evict",
+    "ExternalBinder",
     "GroupStatus",
     "Nominate",
     "NullEffects",
@@ -90,9 +97,42 @@ class Unschedulable:
     gated: bool = False
 
 
+class ExternalBinder(Protocol):
+    """Who binds instead of the API's `pods/binding` (an HTTP extender's bind verb)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def bind(self, pod: PodInfo, node: str) -> None:
+        """Bind, or raise (the error's text is the outcome's)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Bind `pod` to `node` with `annotations` written onto the pod by the binding
+    itself; through `binder` when one is named (an extender), else the API. The port
+    answers with a `BindOutcome` event (see the module docstring)."""
+
+    pod: PodInfo
+    node: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    binder: ExternalBinder | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BindOutcome:
+    """What became of a `Bind` (an event into the core, `Scheduler.bind_outcome`):
+    `error` "" when the pod is bound to `node`, else why it is not (and will not be)."""
+
+    uid: str
+    node: str
+    error: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Bound:
-    """The binding cycle succeeded (the bind itself went out through `Effects.bind`)."""
+    """The binding cycle succeeded: the cluster has the pod on the node."""
 
     pod: PodInfo
     node: str
@@ -156,7 +196,7 @@ class BindVolumes:
     PersistentVolume (the volume's claimRef, as kube-scheduler writes it), and mark each
     claim in `provision` with the node (`volume.kubernetes.io/selected-node`) for its
     provisioner. Keys are `namespace/name` of claims. A port carries these out before
-    the pod's own bind (`Effects.bind` fails with BindError if they failed)."""
+    the pod's own `Bind` (which fails if they did)."""
 
     pod: PodInfo
     node: str
@@ -165,7 +205,8 @@ class BindVolumes:
 
 
 Effect = (
-    Nominate
+    Bind
+    | Nominate
     | Evict
     | Unschedulable
     | Bound
@@ -181,21 +222,15 @@ class Effects(Protocol):
     """Where effects go: the Kubernetes API in a cluster, the in-memory cluster in the
     simulator and in tests."""
 
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        """Bind `pod` to `node` with `annotations` written on the pod; BindError if it
-        did not happen."""
-        ...
-
     def emit(self, effect: Effect) -> None:
-        """Queue an effect; never blocks, never raises for I/O."""
+        """Queue an effect; never blocks, never raises for I/O. A `Bind`'s outcome comes
+        back later, as a `BindOutcome` event."""
         ...
 
 
 class NullEffects:
-    """Binds nothing anywhere and drops every effect (for tools that only ask what-ifs)."""
-
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        return None
+    """Binds nothing anywhere and drops every effect (for tools that only ask what-ifs:
+    a pod whose Bind is dropped stays assumed, its outcome never comes)."""
 
     def emit(self, effect: Effect) -> None:
         return None

@@ -66,7 +66,7 @@ __all__ = [
     "ExtenderTransport",
     "FilterOutcome",
     "NodeVictims",
-    "bind_with_extenders",
+    "binder_extenders",
     "filter_with_extenders",
     "order_extenders",
     "preempt_with_extenders",
@@ -328,21 +328,11 @@ def prioritize_with_extenders(
     return added
 
 
-async def bind_with_extenders(
-    extenders: Sequence[Extender], pod: PodInfo, node: str
-) -> tuple[bool, str]:
-    """(bound by an extender, error). (False, "") when no extender is the binder."""
-    for extender in extenders:
-        if not extender.is_binder or not extender.is_interested(pod):
-            continue
-        try:
-            await extender.bind(pod, node)
-        except ExtenderError as err:
-            if extender.ignorable:
-                continue
-            return True, f"extender {extender.name} failed to bind pod {pod.key} to {node}: {err}"
-        return True, ""
-    return False, ""
+def binder_extenders(extenders: Sequence[Extender], pod: PodInfo) -> list[Extender]:
+    """kube's extendersBinding order: the extenders that bind `pod` instead of the Bind
+    plugins, first one first (an ignorable one that fails hands over to the next, and
+    after the last to the Bind plugins)."""
+    return [e for e in extenders if e.is_binder and e.is_interested(pod)]
 
 
 @dataclass

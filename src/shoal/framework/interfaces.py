@@ -193,19 +193,27 @@ class PermitPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PreBindPlugin(Plugin, Protocol):
-    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+    """Prepares the bind; what must reach the cluster first goes out as effects (e.g.
+    `BindVolumes`), carried out before the pod's `Bind`."""
+
+    def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
 
 
 @runtime_checkable
 class BindPlugin(Plugin, Protocol):
-    """Binds the pod, or returns SKIP to let the next Bind plugin do it."""
+    """Binds the pod, or returns SKIP to let the next Bind plugin do it. Binding is I/O,
+    so a Bind plugin does not wait for it: it emits a `Bind` effect and returns WAIT;
+    the outcome comes back as an event and ends the binding cycle. A plugin that binds
+    with no I/O at all may return SUCCESS (or an error) at once."""
 
-    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+    def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
 
 
 @runtime_checkable
 class PostBindPlugin(Plugin, Protocol):
-    async def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+    """Informational, after the bind is known to have landed."""
+
+    def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
 
 
 @runtime_checkable

@@ -271,20 +271,22 @@ class Framework:
 
     # ---- binding cycle -------------------------------------------------------------
 
-    async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+    def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         for plugin in (self.sampled_plugins if state.sampled else self.plugins).pre_bind:
-            status = await plugin.pre_bind(state, pod, node)
+            status = plugin.pre_bind(state, pod, node)
             if not status.ok:
                 return status.with_plugin(plugin.name)
         return Status()
 
-    async def run_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+    def run_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """SUCCESS (bound), WAIT (a `Bind` effect went out; the outcome comes as an
+        event) or why it failed."""
         for plugin in (self.sampled_plugins if state.sampled else self.plugins).bind:
-            status = await plugin.bind(state, pod, node)
+            status = plugin.bind(state, pod, node)
             if status.code != Code.SKIP:
                 return status.with_plugin(plugin.name)
         return Status(Code.ERROR, "no bind plugin bound the pod")
 
-    async def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+    def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
         for plugin in (self.sampled_plugins if state.sampled else self.plugins).post_bind:
-            await plugin.post_bind(state, pod, node)
+            plugin.post_bind(state, pod, node)

@@ -14,7 +14,9 @@ class Code(IntEnum):
     ERROR = 1  # internal error: the pod is retried with backoff
     UNSCHEDULABLE = 2  # may fit after preemption or a cluster change
     UNSCHEDULABLE_AND_UNRESOLVABLE = 3  # preemption would not help on this node
-    WAIT = 4  # Permit only: hold the pod until allowed, denied or timed out
+    # Permit: hold the pod until allowed, denied or timed out. Bind: a `Bind` effect went
+    # out, its outcome comes back as an event.
+    WAIT = 4
     SKIP = 5  # PreFilter/PreScore: the plugin has nothing to do for this pod
     PENDING = 6  # the pod waits for something outside the scheduler (e.g. gang members)
 

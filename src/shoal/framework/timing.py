@@ -21,7 +21,6 @@ not timed, as kube does not count its preemption dry runs at the extension point
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol
@@ -139,28 +138,16 @@ class _TimedPlugin:
         name = plugin.name
         now = timer.now
         observers, first = _observers(lambda status: timer.plugin(name, point, status))
-        if inspect.iscoroutinefunction(fn):
 
-            async def timed_async(*args: Any) -> Any:
-                start = now()
-                result = await fn(*args)
-                elapsed = now() - start
-                code = status_code(result)
-                (observers[code] or first(code))(elapsed)
-                return result
+        def timed(*args: Any) -> Any:
+            start = now()
+            result = fn(*args)
+            elapsed = now() - start
+            code = result.code if type(result) is Status else status_code(result)
+            (observers[code] or first(code))(elapsed)
+            return result
 
-            setattr(self, method, timed_async)
-        else:
-
-            def timed(*args: Any) -> Any:
-                start = now()
-                result = fn(*args)
-                elapsed = now() - start
-                code = result.code if type(result) is Status else status_code(result)
-                (observers[code] or first(code))(elapsed)
-                return result
-
-            setattr(self, method, timed)
+        setattr(self, method, timed)
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._plugin, attr)
@@ -197,20 +184,6 @@ def _timed_point(
         if where is None:
             return int(result.code)
         return 0 if where < 0 else int(result[where].code)
-
-    if inspect.iscoroutinefunction(fn):
-
-        async def timed_async(state: CycleState, *args: Any) -> Any:
-            if state.dry_run:
-                return await fn(state, *args)
-            start = now()
-            result = await fn(state, *args)
-            elapsed = now() - start
-            code = code_of(result)
-            (observers[code] or first(code))(elapsed)
-            return result
-
-        return timed_async
 
     if method == "run_pre_filter":  # the first extension point of a cycle: draw the sample
         sample = timer.sample

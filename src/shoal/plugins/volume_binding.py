@@ -379,7 +379,7 @@ class VolumeBinding:
             self.catalog.revert(bindings)
             state.delete(_STATE + "/bindings")
 
-    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+    def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
         if not bindings:
             return Status()

@@ -1,9 +1,10 @@
 """The scheduler core: sans-I/O, driven by the driver loop (`shoal.drivers.loop`).
 
 A driver feeds observed objects in (`add_pod`, `add_node`, ...), calls `schedule_one()`
-while `has_work()`, runs the binding cycles it gets from `take_bindings()` (coroutines:
-awaited concurrently in a cluster, stepped to completion in the simulator) and calls
-`tick()` as time passes. Nothing here reads a clock, sleeps, or talks to the network.
+while `has_work()`, starts the binding cycles that are ready (`start_bindings`: PreBind,
+then a `Bind` effect), feeds each bind's outcome back in as
+an event (`bind_outcome`, or the watch showing the pod bound) and calls `tick()` as
+time passes. Nothing here reads a clock, sleeps, awaits, or talks to the network.
 
 How a decision flows: a cycle (single pod, or a gang through `GangCycle`) works in a
 `Transaction` over the cache; committing it keeps the assumed pods (they go to binding)
@@ -30,8 +31,10 @@ from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.effects import (
+    Bind,
     BindFailed,
     BindingStatus,
+    BindOutcome,
     Bound,
     Evict,
     GroupStatus,
@@ -39,8 +42,9 @@ from shoal.framework.effects import (
     QueueStatus,
     Unschedulable,
     annotate,
+    annotations_of,
 )
-from shoal.framework.extender import EXTENDER_NAME, bind_with_extenders
+from shoal.framework.extender import EXTENDER_NAME, Extender, binder_extenders
 from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework, post_filter_key
@@ -83,10 +87,14 @@ class BindingTask:
     state: CycleState
     framework: Framework
     entry: QueuedPod
-    cancelled: bool = False
     # Why the bind must not be sent after all ("" when it stands): a member of its gang
     # vanished while the gang was binding, so the gang would run below minMember.
     withdrawn: str = ""
+    # Who is binding it now (a Bind plugin's name, or an extender's) and the binder
+    # extenders not tried yet (kube: an ignorable one that fails hands over).
+    binder: str = ""
+    via_extender: Extender | None = None
+    extenders_left: list[Extender] | None = None
 
 
 class Scheduler:
@@ -142,6 +150,7 @@ class Scheduler:
         self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
         self._published_bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
         self._queues_due = 0.0  # when queue statuses may be published next
+        self.bound = 0  # binding cycles that ended bound
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -272,6 +281,11 @@ class Scheduler:
         if old is not None and not old.node_name and info.node_name:
             # Our bind landed (or someone else bound it).
             self.scheduling_queue.delete(info.uid)
+        task = self._binding.get(info.uid) if info.node_name else None
+        if task is not None:
+            # The cluster says where the pod is before the bind's outcome came back: that
+            # is the outcome (the later answer, if any, finds nothing to settle).
+            self._binding_settled_by_watch(task, info.node_name)
         self._pods[info.uid] = info
         group = self.gangs.group_of_uid(info.uid)
         if group is not None:
@@ -304,14 +318,18 @@ class Scheduler:
         if group is not None:
             self._withdraw_gang_binds(group, uid)
         self.scheduling_queue.delete(uid)
-        for tasks in (self._waiting, self._binding):
-            task = tasks.get(uid)
-            if task is not None:
-                task.cancelled = True
         waiting = self.handle.waiting_pods.by_uid.pop(uid, None)
         if waiting is not None:
             task = self._waiting.pop(uid)
             task.framework.run_unreserve(task.state, task.pod, task.node)
+        binding = self._binding.pop(uid, None)
+        if binding is not None:
+            # Deleted while binding: release what Reserve claimed (the cache entry goes
+            # below); a bind still on its way finds the pod gone, and its outcome finds
+            # nothing to settle.
+            if binding in self._ready:
+                self._ready.remove(binding)
+            binding.framework.run_unreserve(binding.state, binding.pod, binding.node)
         removed = self.cluster.remove_pod(uid)
         if removed is not None:
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
@@ -329,7 +347,7 @@ class Scheduler:
         )
         for member in group.members:
             task = self._binding.get(member)
-            if task is not None and not task.cancelled:
+            if task is not None:
                 task.withdrawn = reason
 
     def bind_withdrawn(self, uid: str) -> str:
@@ -526,12 +544,19 @@ class Scheduler:
             times.append(queue_time)
         return min(times) if times else None
 
-    def take_bindings(self) -> list[BindingTask]:
-        """Binding cycles ready to run (the backend runs them, see `run_binding_cycle`)."""
+    def start_bindings(self) -> int:
+        """Start the binding cycles that are ready (`start_binding`); how many."""
         self._settle_waiting()
-        tasks = list(self._ready)
-        self._ready.clear()
-        return tasks
+        started = 0
+        while self._ready:
+            self.start_binding(self._ready.popleft())
+            started += 1
+        return started
+
+    @property
+    def binding(self) -> Mapping[str, BindingTask]:
+        """uid -> binding cycle started or ready, whose outcome is not known yet."""
+        return self._binding
 
     def schedule_one(self) -> CycleResult | None:
         """Run one scheduling cycle for the next pod in the active queue (for a gang
@@ -849,8 +874,10 @@ class Scheduler:
                 self._ready.append(task)
                 self._binding[waiting.pod.uid] = task
 
-    async def run_binding_cycle(self, task: BindingTask) -> Status:
-        """PreBind, Bind, PostBind for one assumed pod. Safe to run concurrently."""
+    def start_binding(self, task: BindingTask) -> None:
+        """The binding cycle of one assumed pod, up to its bind: PreBind, then a `Bind`
+        effect (through a binder extender, or the Bind plugins). The cycle ends when
+        the outcome comes back (`bind_outcome`, or the watch showing the pod bound)."""
         fwk, pod, node = task.framework, task.pod, task.node
         self._binding[pod.uid] = task
         devices = self.cluster.gpu_devices
@@ -861,43 +888,90 @@ class Scheduler:
             # reads them back.
             annotate(task.state, ANNOTATION_GPU_INDEX, format_gpu_index(held))
         try:
-            status = Status()
-            if not task.cancelled:
-                status = await fwk.run_pre_bind(task.state, pod, node)
-            if status.ok and not task.cancelled:
-                status = (
-                    Status(Code.UNSCHEDULABLE, task.withdrawn, plugin="Coscheduling")
-                    if task.withdrawn
-                    else await self._bind(task)
-                )
-        except Exception as err:  # a plugin or the binder failed: never lose the pod
+            status = fwk.run_pre_bind(task.state, pod, node)
+            if status.ok:
+                if task.withdrawn:
+                    status = Status(Code.UNSCHEDULABLE, task.withdrawn, plugin="Coscheduling")
+                else:
+                    task.extenders_left = binder_extenders(self.handle.extenders, pod)
+                    status = self._send_bind(task)
+        except Exception as err:  # a plugin failed: never lose the pod
             status = Status.error(f"binding failed: {err}")
-        finally:
-            self._binding.pop(pod.uid, None)
-        if task.cancelled:
-            # Deleted while binding: release what Reserve claimed, then the cache entry.
-            fwk.run_unreserve(task.state, pod, node)
-            self.cluster.forget(pod)
-            return Status(Code.ERROR, "pod was deleted while binding")
+        if status.code != Code.WAIT:
+            self._finish_binding(task, status)
+
+    def _send_bind(self, task: BindingTask) -> Status:
+        """kube's bind: the next interested binder extender, else the Bind plugins.
+        WAIT: a `Bind` effect went out."""
+        left = task.extenders_left
+        if left:
+            extender = left.pop(0)
+            task.binder, task.via_extender = extender.name, extender
+            self.effects.emit(
+                Bind(task.pod, task.node, annotations_of(task.state), binder=extender)
+            )
+            return Status(Code.WAIT)
+        task.via_extender = None
+        status = task.framework.run_bind(task.state, task.pod, task.node)
+        task.binder = status.plugin
+        return status
+
+    def bind_outcome(self, outcome: BindOutcome) -> None:
+        """What became of a `Bind` (an event from the port). Nothing to do when the
+        binding already ended (the pod was deleted, or the watch showed it bound)."""
+        task = self._binding.get(outcome.uid)
+        if task is None or task.node != outcome.node:
+            return
+        if not outcome.error:
+            self._finish_binding(task, Status())
+            return
+        extender = task.via_extender
+        if extender is None:
+            status = Status(Code.ERROR, f"binding rejected: {outcome.error}", plugin=task.binder)
+        else:
+            status = Status.error(
+                f"extender {extender.name} failed to bind pod {task.pod.key} to "
+                f"{task.node}: {outcome.error}",
+                plugin=EXTENDER_NAME,
+            )
+            if extender.ignorable:
+                # kube's extendersBinding: an ignorable extender's failure hands the
+                # bind to the next binder.
+                try:
+                    status = self._send_bind(task)
+                except Exception as err:
+                    status = Status.error(f"binding failed: {err}")
+                if status.code == Code.WAIT:
+                    return
+        self._finish_binding(task, status)
+
+    def _binding_settled_by_watch(self, task: BindingTask, node: str) -> None:
+        """The watch shows the pod bound (to `node`) while its bind was in flight."""
+        if node == task.node:
+            self._finish_binding(task, Status())
+            return
+        # Bound elsewhere (by someone else): our reservation is void; the update that
+        # told us places the pod where it is.
+        self._binding.pop(task.pod.uid, None)
+        task.framework.run_unreserve(task.state, task.pod, task.node)
+        self.cluster.forget(task.pod)
+
+    def _finish_binding(self, task: BindingTask, status: Status) -> None:
+        """The binding cycle's end: confirmed and PostBind, or undone and retried."""
+        fwk, pod, node = task.framework, task.pod, task.node
+        if self._binding.pop(pod.uid, None) is None:
+            return  # ended already
         if not status.ok:
             self._undo(fwk, task.state, pod, node, task.entry, status)
-            return status
+            return
         self.cluster.confirm(pod.uid)
         self.gangs.member_bound(pod.uid)
         pod.node_name = node  # the core's own view; the API object comes back by watch
         # A pod landing may satisfy others' (anti-)affinity or spread rules.
         self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
         self.effects.emit(Bound(pod, node))
-        await fwk.run_post_bind(task.state, pod, node)
-        return status
-
-    async def _bind(self, task: BindingTask) -> Status:
-        """kube's bind: an interested binder extender first, else the Bind plugins."""
-        if self.handle.extenders:
-            bound, error = await bind_with_extenders(self.handle.extenders, task.pod, task.node)
-            if bound:
-                return Status.error(error, plugin=EXTENDER_NAME) if error else Status()
-        return await task.framework.run_bind(task.state, task.pod, task.node)
+        self.bound += 1
+        fwk.run_post_bind(task.state, pod, node)  # last: the cycle's state is settled
 
     # ---- inspection ----------------------------------------------------------------
 

@@ -295,7 +295,7 @@ class ExtenderService:
         held = devices.devices_of(info.uid) if devices is not None else None
         annotations = {ANNOTATION_GPU_INDEX: format_gpu_index(held)} if held else {}
         try:
-            await self.scheduler.effects.bind(info, node, annotations)
+            await self.backend.effects.bind(info, node, annotations)
         except BindError as err:
             fwk.run_unreserve(state, info, node)
             cluster.forget(info)

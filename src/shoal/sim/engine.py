@@ -16,7 +16,7 @@ a cluster that no longer changes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -25,12 +25,12 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.extenders import http_extenders
-from shoal.drivers.loop import Driver, SyncBindings
+from shoal.drivers.loop import Driver
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.rescheduler.commit import next_hold_expiry
 from shoal.rescheduler.planner import BIND_ANNOTATIONS
-from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
+from shoal.scheduler import CycleResult, Scheduler, new_scheduler
 from shoal.scheduler.volumes import upsert_storage
 from shoal.sim.events import (
     BindingsDue,
@@ -89,22 +89,6 @@ class SimResult:
     groups: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
-class _DeferredBindings:
-    """With `cycle_seconds`, binding cycles start when the scheduling cycle that made
-    them ready ends in virtual time (a `BindingsDue` event); else at once."""
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.now = SyncBindings(sim.scheduler)
-
-    def launch(self, tasks: list[BindingTask]) -> None:
-        sim = self.sim
-        if sim.options.cycle_seconds > 0 and sim.clock.now() < sim._busy_until:
-            sim.events.push(sim._busy_until, BindingsDue(tuple(tasks)))
-        else:
-            self.now.launch(tasks)
-
-
 class Simulation:
     def __init__(
         self,
@@ -132,7 +116,7 @@ class Simulation:
         )
         self.events = EventQueue()
         self.driver = Driver(
-            self.scheduler, _DeferredBindings(self), self.effects, on_cycle=self._note
+            self.scheduler, self.effects, on_cycle=self._note, hold_bindings=self._busy
         )
         self.utilisation = UtilisationTracker(self.cluster.table)
         self.queue_monitor = QueueMonitor(
@@ -142,6 +126,7 @@ class Simulation:
         self.cycles = 0
         self.handled = 0
         self._busy_until = 0.0
+        self._bindings_due = False  # a BindingsDue event is queued
         self._idle_wakeups = 0
         self._steps = 0
         self._recreated = 0
@@ -299,7 +284,8 @@ class Simulation:
         elif isinstance(event, NodeRemove):
             self._remove_node(event.name)
         else:
-            self._run_bindings(event.tasks)
+            self._bindings_due = False
+            self.driver.start_bindings()
 
     def _arrive(self, event: PodArrival) -> None:
         source = event.source
@@ -378,10 +364,15 @@ class Simulation:
         source = PodSource(at, record.duration, pod.namespace, meta.name, pod=fresh)
         self.events.push(at, PodArrival(source))
 
-    def _run_bindings(self, tasks: Iterable[BindingTask]) -> None:
-        """Binding cycles whose scheduling cycle has ended (`BindingsDue`)."""
-        SyncBindings(self.scheduler).launch(list(tasks))
-        self.driver.intake()
+    def _busy(self) -> bool:
+        """With `cycle_seconds`: the scheduling cycle that made binding cycles ready has
+        not ended yet in virtual time (they start then, at a `BindingsDue` event)."""
+        if self.options.cycle_seconds > 0 and self.clock.now() < self._busy_until:
+            if not self._bindings_due:
+                self._bindings_due = True
+                self.events.push(self._busy_until, BindingsDue())
+            return True
+        return False
 
     # ---- results ---------------------------------------------------------------------
 

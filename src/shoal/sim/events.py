@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from shoal.api.objects import Node
-from shoal.scheduler import BindingTask
 from shoal.sim.workload import PodSource
 
 __all__ = [
@@ -60,9 +59,8 @@ class NodeRemove:
 
 @dataclass(frozen=True, slots=True)
 class BindingsDue:
-    """Binding cycles of a scheduling cycle charged `--cycle-seconds`, run when it ends."""
-
-    tasks: tuple[BindingTask, ...]
+    """The scheduling cycle charged `--cycle-seconds` has ended: the binding cycles it
+    made ready start now."""
 
 
 Event = PodArrival | PodFinish | NodeAdd | NodeRemove | BindingsDue

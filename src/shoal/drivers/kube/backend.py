@@ -3,18 +3,18 @@
     API server ──list+watch──> informers ──add/update/delete──> Scheduler (sans-I/O core)
         ^                                                           │ Driver.run()
         │                                                           v
-        ├──── pods (annotations), pods/binding <── binding cycles (asyncio tasks)
+        ├──── pods/binding <── Bind effects (KubeBinder); outcomes back into the core
         ├──── pods/eviction, pods/status, events <── KubeEffects (the effects port)
         ├──── podgroups/status <── PodGroupStatusWriter (GroupStatus effects)
         ├──── queues/status <── QueueStatusWriter (QueueStatus effects)
         └──── Lease <── LeaderElector (only the leader runs the scheduling loop)
 
 Two event loops (`shoal.drivers.kube.core`): the one `run` is awaited on does only I/O
-(informers, API writes, the lease, the HTTP servers); the core (scheduler, driver loop,
-binding cycles) runs on a thread of its own with its own loop. Informer updates reach
-the core through its inbox, in order; what the core decides reaches the cluster through
-`ThreadedEffects`, carried out on the I/O loop; readers of the core's state (metrics,
-dashboard, webhooks) ask the core loop for it (`on_core`). A slow extender or a long
+(informers, API writes, binds, the lease, the HTTP servers); the core (scheduler and
+driver loop) runs on a thread of its own with its own loop. Informer updates and bind
+outcomes reach the core through its inbox, in order; what the core decides reaches the
+cluster through `ThreadedEffects`, carried out on the I/O loop; readers of the core's
+state (metrics, dashboard, webhooks) ask the core loop for it (`on_core`). A slow extender or a long
 scheduling pass therefore never delays /healthz, watches, binds already decided, status
 writes or the lease. Only the core thread touches the core, so it needs no locks.
 
@@ -27,10 +27,12 @@ Restart safety. Nothing the scheduler must not lose lives only in its memory:
   before that, the pod is still pending in the API and the next leader schedules it; if
   it dies after, the pod is bound in the API and the next leader counts it.
 * A pod is never bound twice: the Binding carries the pod's UID and the API server
-  refuses a pod that already has a node (409). A bind that timed out but landed is seen
-  bound by the informer; a retry of it gets 409, and the pod is dropped from the queue.
-* While a pod's binding cycle is in flight, informer updates for it are held back and
-  applied when the cycle ends, so the core never requeues a pod it has assumed.
+  refuses a pod that already has a node (409). A bind whose answer is lost is read
+  back until the cluster says (`KubeBinder`); the room stays held meanwhile.
+* A bind's outcome is an event: whichever comes first, the binder's answer or the
+  watch showing the pod bound, ends the binding cycle (`Scheduler.bind_outcome`,
+  `Scheduler.update_pod`); an update that does not show the node yet leaves the pod
+  assumed (kube's IsAssumedPod), so the core never requeues a pod it is binding.
 """
 
 from __future__ import annotations
@@ -75,11 +77,11 @@ from shoal.drivers.kube.status import (
 from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.kube.volumes import VolumeWriter
 from shoal.drivers.loop import Driver
-from shoal.framework.effects import Effect
+from shoal.framework.effects import Bind, BindOutcome, Effect
 from shoal.framework.extender import Extender, ExtenderTransport
 from shoal.framework.registry import PluginSpec
 from shoal.framework.timing import instrument
-from shoal.scheduler import BindingTask, CycleResult, Scheduler, new_scheduler
+from shoal.scheduler import CycleResult, Scheduler, new_scheduler
 from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
 from shoal.web.rescheduler_metrics import register_rescheduler_collector
 from shoal.web.server import Check
@@ -162,16 +164,6 @@ class KubeOptions:
 # ---- the backend -----------------------------------------------------------------------
 
 
-class _AsyncBindings:
-    """Binding cycles as concurrent asyncio tasks (the driver's runner in a cluster)."""
-
-    def __init__(self, backend: KubeBackend) -> None:
-        self.backend = backend
-
-    def launch(self, tasks: list[BindingTask]) -> None:
-        self.backend._launch(tasks)
-
-
 class _BindOnly:
     """The effects port of a passive backend: binds go out, everything else (conditions,
     events, statuses the core would write about pods it does not schedule) is dropped."""
@@ -179,11 +171,9 @@ class _BindOnly:
     def __init__(self, effects: KubeEffects) -> None:
         self.effects = effects
 
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        await self.effects.bind(pod, node, annotations)
-
     def emit(self, effect: Effect) -> None:
-        return None
+        if isinstance(effect, Bind):
+            self.effects.emit(effect)
 
 
 class KubeBackend:
@@ -275,16 +265,17 @@ class KubeBackend:
             extenders=self._extender_connections(config),
         )
         self.binder.withdrawn = self.scheduler.bind_withdrawn
+        self.effects.on_bind_outcome = self._bind_outcome
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
         if not opts.passive:  # extension point and plugin latency (docs/operations.md)
             timer = self.metrics.framework_timer(rng=random.Random(f"{seed}/plugin-metrics"))
             for fwk in self.scheduler.profiles.values():
                 instrument(fwk, timer)
-        self.driver = Driver(self.scheduler, _AsyncBindings(self), on_cycle=self._cycle_done)
+        self.driver = Driver(self.scheduler, on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
         register_rescheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self._wake = asyncio.Event()
-        # Informer updates into the core (decoding, hold-back while binding, reports).
+        # Informer updates into the core (decoding, reports, foreign binds).
         self.intake = Intake(
             self.scheduler,
             core=self.core,
@@ -295,6 +286,7 @@ class KubeBackend:
             passive=opts.passive,
             watched={w.kind.name: w for w in opts.watched or tuple(WATCHED)},
             wake=lambda: self._wake.set(),
+            issued=self.binder.issued,
         )
         self.tenancy = TenancySync(
             self.scheduler, self.intake.report_invalid, self.intake.clear_invalid
@@ -332,7 +324,6 @@ class KubeBackend:
             self.intake.elector = self.elector
         self.leading = False
         self.events.enabled = False
-        self._bind_tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._background: list[asyncio.Task[Any]] = []
         self._loop_beat = time.monotonic()
@@ -550,9 +541,10 @@ class KubeBackend:
                 if schedule is not None:
                     schedule.cancel()
                     await asyncio.gather(schedule, return_exceptions=True)
+                await asyncio.sleep(0)  # effects the last pass handed over start now
                 if clean:
-                    await self.core.run(self._drain())
-                await self.core.run(self._cancel_binds())
+                    await self._drain()
+                await self._cancel_binds()
                 if hold is not None:
                     hold.cancel()
                     await asyncio.gather(hold, return_exceptions=True)
@@ -578,7 +570,7 @@ class KubeBackend:
         self.tenancy.apply()
 
     async def _cancel_binds(self) -> None:
-        binds = list(self._bind_tasks)
+        binds = list(self.effects.binds)
         for bind in binds:
             bind.cancel()
         await asyncio.gather(*binds, return_exceptions=True)
@@ -592,7 +584,7 @@ class KubeBackend:
 
     def _binding(self) -> bool:
         """Are binds in flight (the status writers then keep to their slower rate)?"""
-        return bool(self._bind_tasks)
+        return bool(self.effects.binds)
 
     def _new_leader_client(self) -> KubeClient:
         """A client like `leader_client`, for the lease thread's own event loop."""
@@ -616,10 +608,10 @@ class KubeBackend:
         await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
 
     async def _drain(self) -> None:
-        if not self._bind_tasks:
+        if not self.effects.binds:
             return
         _, pending = await asyncio.wait(
-            set(self._bind_tasks), timeout=self.options.shutdown_grace_seconds
+            set(self.effects.binds), timeout=self.options.shutdown_grace_seconds
         )
         if pending:
             log.warning("%d binds still in flight at shutdown", len(pending))
@@ -708,28 +700,23 @@ class KubeBackend:
         self.scheduler.eviction_failed(pod.uid)
         self._wake.set()
 
-    def _launch(self, tasks: list[BindingTask]) -> None:
-        for task in tasks:
-            self.intake.binding_started(task)
-            job = asyncio.create_task(self._bind(task))
-            self._bind_tasks.add(job)
-            job.add_done_callback(self._bind_tasks.discard)
+    def _bind_outcome(self, outcome: BindOutcome) -> None:
+        """A bind's outcome (on the I/O loop): an event for the core's inbox."""
+        self.core.post(self._bind_outcome_on_core, outcome)
 
-    async def _bind(self, task: BindingTask) -> None:
-        uid = task.pod.uid
-        try:
-            status = await self.scheduler.run_binding_cycle(task)
-            if status.ok:
-                self.bound += 1
-                log.info(
-                    "bound pod %s to %s",
-                    task.pod.key,
-                    task.node,
-                    extra={"pod": task.pod.key, "node": task.node},
-                )
-        finally:
-            self.intake.binding_ended(uid)
-            self._wake.set()
+    def _bind_outcome_on_core(self, outcome: BindOutcome) -> None:
+        task = self.scheduler.binding.get(outcome.uid)
+        before = self.scheduler.bound
+        self.scheduler.bind_outcome(outcome)
+        if task is not None and self.scheduler.bound > before:
+            self.bound += 1
+            log.info(
+                "bound pod %s to %s",
+                task.pod.key,
+                task.node,
+                extra={"pod": task.pod.key, "node": task.node},
+            )
+        self._wake.set()
 
 
 _NAMED = 5  # invalid objects named in /readyz

@@ -84,6 +84,9 @@ class KubeBinder:
         # the core runs on its own thread and may still be finishing a decision when
         # the lease goes, and a standby may already be binding.
         self.not_allowed: Callable[[], str] = lambda: ""
+        # Pod uids this process sent a Binding for, until the watch shows them bound
+        # (the intake tells our binds from another scheduler's by it).
+        self.issued: set[str] = set()
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
         self.settling = 0  # binds whose outcome is being read back
@@ -145,6 +148,7 @@ class KubeBinder:
     async def _post_binding(
         self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None
     ) -> None:
+        self.issued.add(pod.uid)
         await self.client.request(
             "POST",
             PODS.path(pod.namespace, pod.name, "binding"),

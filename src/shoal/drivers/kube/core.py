@@ -6,8 +6,9 @@ In a cluster the backend runs on two event loops:
   every other API write, the lease, /healthz, /readyz, /metrics, the dashboard and the
   admission webhooks;
 * the **core loop**, on the thread `CoreThread` starts, runs the scheduler: the driver
-  loop, binding cycles (Permit waits, extender binds), and every change to the core's
-  state (informer updates are posted to it, in order).
+  loop and every change to the core's state (informer updates and bind outcomes are
+  posted to it, in order). Nothing there awaits I/O: a bind is an effect, its outcome
+  an event.
 
 A slow HTTP extender, a long preemption what-if or a 5000-node scoring pass therefore
 delays decisions only: the I/O loop keeps answering probes, reading watches, sending
@@ -21,8 +22,8 @@ The ways across:
 * `CoreThread.call(fn)`: run `fn` on the core loop and await its result from the I/O
   loop (reads of the core's state: metrics exposition, dashboard frames, webhook
   lookups). The I/O loop is free while it waits.
-* `CoreThread.run(coro)`: run a coroutine on the core loop (the scheduling loop, the
-  binding cycles' drain at shutdown) and await it from the I/O loop.
+* `CoreThread.run(coro)`: run a coroutine on the core loop (the scheduling loop) and
+  await it from the I/O loop.
 * `IoPort.post(fn, *args)` / `IoPort.run(coro)`: the same in the other direction, for
   what the core hands to the cluster (effects, events).
 
@@ -38,10 +39,9 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from shoal.api.podinfo import PodInfo
 from shoal.framework.effects import Effect
 
 __all__ = ["CoreThread", "IoPort", "ThreadedEffects"]
@@ -227,15 +227,13 @@ class IoPort:
 class _Port(Protocol):
     """What `ThreadedEffects` wraps: the effects port (`KubeEffects`, or a bind-only one)."""
 
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None: ...
-
     def emit(self, effect: Effect) -> None: ...
 
 
 class ThreadedEffects:
     """The effects port as the core sees it: every effect is carried out on the I/O
-    loop, in the order the core produced them (a bind after the `BindVolumes` it waits
-    for); a bind's outcome comes back to the binding cycle on the core loop."""
+    loop, in the order the core produced them (a `Bind` after the `BindVolumes` it waits
+    for); a bind's outcome comes back into the core's inbox as an event."""
 
     def __init__(self, inner: _Port, io: IoPort) -> None:
         self.inner = inner
@@ -244,11 +242,6 @@ class ThreadedEffects:
         # loop for all the effects of a pass rather than one per effect.
         self._batch: list[Effect] = []
         self._lock = threading.Lock()
-
-    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
-        # What was emitted before goes first: its hand-over was posted to the I/O loop
-        # when the batch began, before this bind is.
-        await self.io.run(self.inner.bind(pod, node, annotations))
 
     def emit(self, effect: Effect) -> None:
         with self._lock:

@@ -1,7 +1,9 @@
 """The effects port for a cluster: what the core decided, as API calls.
 
-* `bind`: the `pods/binding` subresource, carrying the pod's annotations (e.g. GPU
-  device indices) for the API server to copy onto the pod (`KubeBinder`);
+* `Bind`: the `pods/binding` subresource, carrying the pod's annotations (e.g. GPU
+  device indices) for the API server to copy onto the pod (`KubeBinder`), or a binder
+  extender's bind verb; run as a task, its outcome handed to `on_bind_outcome` (the
+  backend posts it into the core's inbox);
 * `Evict`: the Eviction API, so PodDisruptionBudgets are enforced by the API server
   (`KubeEvictor`); an eviction that does not happen is reported back to the core;
 * `Unschedulable`: the PodScheduled=False condition with kube's explanation and the
@@ -25,6 +27,7 @@ Everything is queued: `emit` never blocks and never raises.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
@@ -40,8 +43,10 @@ from shoal.drivers.kube.status import (
 )
 from shoal.drivers.kube.volumes import VolumeWriter
 from shoal.framework.effects import (
+    Bind,
     BindFailed,
     BindingStatus,
+    BindOutcome,
     BindVolumes,
     Bound,
     Effect,
@@ -91,11 +96,36 @@ class KubeEffects:
         self.events = events
         self.metrics = metrics
         self.on_eviction_failed = on_eviction_failed
+        # Where a `Bind`'s outcome goes (called on this loop); wired by the backend.
+        self.on_bind_outcome: Callable[[BindOutcome], None] = lambda outcome: None
+        self.binds: set[asyncio.Task[None]] = set()  # `Bind` effects in flight
 
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
+        """Bind through the API now (VolumeBinding's writes first); BindError if it did
+        not happen. (`shoal extender` awaits this; the core emits `Bind`.)"""
         if self.volumes is not None:
             await self.volumes.wait(pod.uid)  # VolumeBinding's writes land first
         await self.binder.bind(pod, node, annotations)
+
+    def _start_bind(self, bind: Bind) -> None:
+        task = asyncio.get_running_loop().create_task(self._carry_bind(bind))
+        self.binds.add(task)
+        task.add_done_callback(self.binds.discard)
+
+    async def _carry_bind(self, bind: Bind) -> None:
+        pod, node = bind.pod, bind.node
+        error = ""
+        try:
+            if bind.binder is not None:
+                if self.volumes is not None:
+                    await self.volumes.wait(pod.uid)
+                await bind.binder.bind(pod, node)
+            else:
+                await self.bind(pod, node, bind.annotations)
+        except Exception as err:  # the outcome says why; never lost
+            error = str(err) or type(err).__name__
+        # Cancelled (shutdown): no outcome; the pod is assumed in a core that is going.
+        self.on_bind_outcome(BindOutcome(pod.uid, node, error))
 
     def emit(self, effect: Effect) -> None:
         try:
@@ -104,7 +134,9 @@ class KubeEffects:
             log.exception("carrying out %s failed", type(effect).__name__)
 
     def _emit(self, effect: Effect) -> None:
-        if isinstance(effect, Bound):
+        if isinstance(effect, Bind):
+            self._start_bind(effect)
+        elif isinstance(effect, Bound):
             self._bound(effect.pod, effect.node)
         elif isinstance(effect, Unschedulable) and effect.gated:
             self._gated(effect.pod, effect.message)

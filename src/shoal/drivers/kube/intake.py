@@ -4,9 +4,10 @@ The informers call `on_upsert` / `on_delete` / `on_undecodable` on the I/O loop;
 posted to the core's inbox and handled there, in the order observed (`CoreThread`).
 Handling means: decode the object (one that cannot be read is reported, once per
 resourceVersion, and named in /readyz, and never stops the rest of its kind), hand it to
-the scheduler, hold a pod's updates back while its binding cycle runs (applied when the
-cycle ends), skip updates that change nothing the scheduler reads, and notice a pending
-pod of ours that someone else bound (two schedulers for one schedulerName).
+the scheduler, skip updates that change nothing the scheduler reads, and notice a
+pending pod of ours that someone else bound (two schedulers for one schedulerName). A
+pod being bound gets its updates like any other: the core settles its binding cycle
+from the one that shows it bound.
 
 What each watched kind does to the scheduler is one `Watched` entry in `WATCHED`.
 """
@@ -49,7 +50,7 @@ from shoal.drivers.kube.resources import (
 from shoal.drivers.kube.status import EventRecorder
 from shoal.drivers.kube.volumes import VOLUME_KINDS
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.scheduler import BindingTask, Scheduler
+from shoal.scheduler import Scheduler
 from shoal.web.metrics import SchedulerMetrics
 
 if TYPE_CHECKING:
@@ -195,6 +196,7 @@ class Intake:
         passive: bool,
         watched: Mapping[str, Watched],
         wake: Callable[[], None],
+        issued: set[str] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.core = core
@@ -211,9 +213,8 @@ class Intake:
         self.elector: LeaderElector | None = None
         # Pod uids handed to the scheduler, with what of them scheduling depends on.
         self._known: dict[str, tuple[object, ...]] = {}
-        self.inflight: dict[str, BindingTask] = {}  # uid -> binding cycle running
-        self._deferred: dict[str, JSON] = {}  # uid -> latest object, held while binding
-        self._issued: set[str] = set()  # pod uids this process sent a Binding for
+        # Pod uids this process sent a Binding for (the binder adds, the watch removes).
+        self._issued: set[str] = issued if issued is not None else set()
         self.foreign_binds = 0
         # (when, pod, node, binder) of the last pod of ours someone else bound.
         self.last_foreign_bind: tuple[float, str, str, str] | None = None
@@ -223,20 +224,6 @@ class Intake:
         # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
         self.group_kinds: dict[str, dict[str, ResourceKind]] = {}
         self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
-
-    # ---- binding cycles (on the core) ------------------------------------------------
-
-    def binding_started(self, task: BindingTask) -> None:
-        """A pod's binding cycle begins: its updates are held until it ends."""
-        self.inflight[task.pod.uid] = task
-        self._issued.add(task.pod.uid)
-
-    def binding_ended(self, uid: str) -> None:
-        """The cycle ended: the latest update held back is applied now."""
-        self.inflight.pop(uid, None)
-        latest = self._deferred.pop(uid, None)
-        if latest is not None:
-            self._receive_pod(latest)
 
     def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
         """An object added or changed (from an informer): handled on the core, in order."""
@@ -264,7 +251,7 @@ class Intake:
             if old is not None and old_uid and old_uid != uid:
                 # Deleted and recreated under the same name while we were not watching.
                 self._delete(kind, old)
-            self._receive_pod(new)
+            self._apply_pod(new)
         elif kind.name == NODES.name:
             node = self._decode(kind, new, Node)
             if node is not None:
@@ -291,13 +278,7 @@ class Intake:
         if kind.name == PODS.name:
             uid = str(meta.get("uid", ""))
             self._issued.discard(uid)
-            if uid in self.inflight:
-                self.scheduler.delete_pod(uid)  # cancels the binding cycle
-                self._known.pop(uid, None)
-                self._deferred.pop(uid, None)
-            else:
-                self._deferred.pop(uid, None)
-                self._delete_pod(uid)
+            self._delete_pod(uid)  # ends its binding cycle, if one runs
         elif kind.name == NODES.name:
             self.scheduler.delete_node(str(meta.get("name", "")))
         else:
@@ -354,16 +335,6 @@ class Intake:
             message,
             controller,
         )
-
-    def _receive_pod(self, raw: JSON) -> None:
-        """A pod from the watch, held while its binding cycle runs. (A copy that arrives
-        after our bind without the node, e.g. the annotated pod before the Binding, is
-        ignored by the core: a pod is never unbound, kube's IsAssumedPod case.)"""
-        uid = str((raw.get("metadata") or {}).get("uid", ""))
-        if uid in self.inflight:
-            self._deferred[uid] = raw
-            return
-        self._apply_pod(raw)
 
     def _apply_pod(self, raw: JSON) -> None:
         uid = str((raw.get("metadata") or {}).get("uid", ""))

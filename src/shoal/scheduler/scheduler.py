@@ -17,11 +17,9 @@ out through the one effects port, `handle.effects`.
 from __future__ import annotations
 
 import functools
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from shoal.api.gpu import ANNOTATION_GPU_INDEX, format_gpu_index
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.podinfo import PodInfo
@@ -31,21 +29,16 @@ from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.effects import (
-    Bind,
     BindFailed,
     BindingStatus,
     BindOutcome,
-    Bound,
     Evict,
     GroupStatus,
     Nominate,
     QueueStatus,
     Unschedulable,
-    annotate,
-    annotations_of,
 )
-from shoal.framework.extender import EXTENDER_NAME, Extender, binder_extenders
-from shoal.framework.handle import Handle, WaitingPod
+from shoal.framework.handle import Handle
 from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework, post_filter_key
 from shoal.framework.status import Code, Status
@@ -60,6 +53,7 @@ from shoal.rescheduler.commit import (
 )
 from shoal.rescheduler.holds import is_hold
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
+from shoal.scheduler.binding import BindingCycles, BindingTask
 from shoal.scheduler.gang_cycle import GangCycle
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
@@ -78,23 +72,6 @@ class CycleResult:
     status: Status
     message: str = ""
     diagnosis: Diagnosis | None = None
-
-
-@dataclass(eq=False)
-class BindingTask:
-    pod: PodInfo
-    node: str
-    state: CycleState
-    framework: Framework
-    entry: QueuedPod
-    # Why the bind must not be sent after all ("" when it stands): a member of its gang
-    # vanished while the gang was binding, so the gang would run below minMember.
-    withdrawn: str = ""
-    # Who is binding it now (a Bind plugin's name, or an extender's) and the binder
-    # extenders not tried yet (kube: an ignorable one that fails hands over).
-    binder: str = ""
-    via_extender: Extender | None = None
-    extenders_left: list[Extender] | None = None
 
 
 class Scheduler:
@@ -141,16 +118,15 @@ class Scheduler:
         )
         self.tenant_queues.on_install.append(self.scheduling_queue.repartition)
         self.priority_classes: dict[str, PriorityClass] = {}
-        self._ready: deque[BindingTask] = deque()
-        self._waiting: dict[str, BindingTask] = {}
-        self._binding: dict[str, BindingTask] = {}
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
         self.gangs = GangManager.of(handle)
+        self.bindings = BindingCycles(
+            handle, self.gangs, self._event, self.scheduling_queue.done, self._undone
+        )
         self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
         self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
         self._published_bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
         self._queues_due = 0.0  # when queue statuses may be published next
-        self.bound = 0  # binding cycles that ended bound
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -281,11 +257,10 @@ class Scheduler:
         if old is not None and not old.node_name and info.node_name:
             # Our bind landed (or someone else bound it).
             self.scheduling_queue.delete(info.uid)
-        task = self._binding.get(info.uid) if info.node_name else None
-        if task is not None:
-            # The cluster says where the pod is before the bind's outcome came back: that
-            # is the outcome (the later answer, if any, finds nothing to settle).
-            self._binding_settled_by_watch(task, info.node_name)
+        if info.node_name:
+            # The cluster says where the pod is: if its bind's outcome has not come back,
+            # that is the outcome (the later answer, if any, finds nothing to settle).
+            self.bindings.settled_by_watch(info.uid, info.node_name)
         self._pods[info.uid] = info
         group = self.gangs.group_of_uid(info.uid)
         if group is not None:
@@ -304,7 +279,7 @@ class Scheduler:
         return info
 
     def _assumed(self, uid: str) -> bool:
-        if uid in self._binding or uid in self._waiting:
+        if self.bindings.holds(uid):
             return True
         record = self.cluster.placed.get(uid)
         return record is not None and record.assumed
@@ -316,44 +291,16 @@ class Scheduler:
         group = self.gangs.group_of_uid(uid)
         self.gangs.member_removed(uid)
         if group is not None:
-            self._withdraw_gang_binds(group, uid)
+            self.bindings.withdraw_gang(group, uid)
         self.scheduling_queue.delete(uid)
-        waiting = self.handle.waiting_pods.by_uid.pop(uid, None)
-        if waiting is not None:
-            task = self._waiting.pop(uid)
-            task.framework.run_unreserve(task.state, task.pod, task.node)
-        binding = self._binding.pop(uid, None)
-        if binding is not None:
-            # Deleted while binding: release what Reserve claimed (the cache entry goes
-            # below); a bind still on its way finds the pod gone, and its outcome finds
-            # nothing to settle.
-            if binding in self._ready:
-                self._ready.remove(binding)
-            binding.framework.run_unreserve(binding.state, binding.pod, binding.node)
+        self.bindings.cancel(uid)  # Unreserve; the cache entry goes below
         removed = self.cluster.remove_pod(uid)
         if removed is not None:
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
 
-    def _withdraw_gang_binds(self, group: Group, gone: str) -> None:
-        """A member of `group` vanished: if the rest no longer make minMember, the binds
-        of its members not sent yet are withdrawn (the binder checks `bind_withdrawn`
-        right before it posts), so the gang waits whole instead of running short."""
-        existing = len(group.members) + len(group.succeeded)
-        if existing >= group.min_member:
-            return
-        reason = (
-            f"gang {group.key}: a member (uid {gone}) was deleted while the gang was binding; "
-            f"{existing}/{group.min_member} members exist, the gang waits whole"
-        )
-        for member in group.members:
-            task = self._binding.get(member)
-            if task is not None:
-                task.withdrawn = reason
-
     def bind_withdrawn(self, uid: str) -> str:
         """Why the bind of this pod must not be sent after all ("" when it stands)."""
-        task = self._binding.get(uid)
-        return task.withdrawn if task is not None else ""
+        return self.bindings.withdrawn(uid)
 
     def eviction_failed(self, uid: str) -> None:
         """An eviction we sent did not happen (refused by a disruption budget, or an
@@ -471,7 +418,7 @@ class Scheduler:
         for waiting in self.handle.waiting_pods:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
                 waiting.reject("", "rejected due to timeout after waiting at permit")
-        self._settle_waiting()
+        self.bindings.settle_waiting()
         self._publish_groups()
         self._publish_queues(now)
 
@@ -545,18 +492,22 @@ class Scheduler:
         return min(times) if times else None
 
     def start_bindings(self) -> int:
-        """Start the binding cycles that are ready (`start_binding`); how many."""
-        self._settle_waiting()
-        started = 0
-        while self._ready:
-            self.start_binding(self._ready.popleft())
-            started += 1
-        return started
+        """Start the binding cycles that are ready (PreBind, then a `Bind` effect)."""
+        return self.bindings.start_ready()
+
+    def bind_outcome(self, outcome: BindOutcome) -> None:
+        """What became of a `Bind` (an event from the port)."""
+        self.bindings.outcome(outcome)
 
     @property
     def binding(self) -> Mapping[str, BindingTask]:
-        """uid -> binding cycle started or ready, whose outcome is not known yet."""
-        return self._binding
+        """uid -> binding cycle ready or started, whose outcome is not known yet."""
+        return self.bindings.binding
+
+    @property
+    def bound(self) -> int:
+        """Binding cycles that ended bound."""
+        return self.bindings.bound
 
     def schedule_one(self) -> CycleResult | None:
         """Run one scheduling cycle for the next pod in the active queue (for a gang
@@ -617,7 +568,7 @@ class Scheduler:
             decision = tx.commit()
         self._emit_nominations(decision.nominated)
         status, timeout, waiting_on = fwk.run_permit(state, pod, node)
-        if not self._admit(entry, node, state, fwk, status, timeout, waiting_on, now):
+        if not self.bindings.admit(entry, node, state, fwk, status, timeout, waiting_on, now):
             return CycleResult(pod, None, status, status.message)
         return CycleResult(pod, node, status)
 
@@ -773,7 +724,7 @@ class Scheduler:
         for placement in outcome.placed:
             e, node, state = placement.entry, placement.node, placement.state
             status, timeout, waiting_on = fwk.run_permit(state, e.pod, node)
-            self._admit(e, node, state, fwk, status, timeout, waiting_on, now)
+            self.bindings.admit(e, node, state, fwk, status, timeout, waiting_on, now)
             if status.code in (Code.SUCCESS, Code.WAIT):
                 group.bound.add(e.pod.uid)
         self.gangs.attempt_succeeded(group)
@@ -803,53 +754,6 @@ class Scheduler:
             self._requeue(e, now, rejectors, status, message, retry_soon)
         return CycleResult(entry.pod, None, status, message)
 
-    def _admit(
-        self,
-        entry: QueuedPod,
-        node: str,
-        state: CycleState,
-        fwk: Framework,
-        status: Status,
-        timeout: float,
-        waiting_on: set[str],
-        now: float,
-    ) -> bool:
-        """After Permit: hand the assumed pod to binding (or to waiting), or undo it."""
-        pod = entry.pod
-        if status.code not in (Code.SUCCESS, Code.WAIT):
-            self._undo(fwk, state, pod, node, entry, status)
-            return False
-        task = BindingTask(pod, node, state, fwk, entry)
-        self.scheduling_queue.done(pod.uid)
-        if status.code == Code.WAIT:
-            self._waiting[pod.uid] = task
-            self.handle.waiting_pods.by_uid[pod.uid] = WaitingPod(
-                pod, node, now + timeout, waiting_on
-            )
-        else:
-            self._ready.append(task)
-            self._binding[pod.uid] = task  # tracked until its binding cycle ends
-        return True
-
-    def _undo(
-        self,
-        fwk: Framework,
-        state: CycleState,
-        pod: PodInfo,
-        node: str,
-        entry: QueuedPod,
-        status: Status,
-    ) -> None:
-        """Permit, PreBind or Bind failed for an assumed pod: Unreserve, forget, retry."""
-        fwk.run_unreserve(state, pod, node)
-        self.cluster.forget(pod)
-        self.gangs.member_unbound(pod.uid)
-        # The freed resources may let other pods fit.
-        self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
-        if pod.uid in self._pods:
-            self.scheduling_queue.readd(entry)
-        self._bind_failed(entry, node, status)
-
     def _bind_failed(self, entry: QueuedPod, node: str, status: Status) -> None:
         if entry.pod.uid in self._pods:
             self.scheduling_queue.requeue_unschedulable(
@@ -857,121 +761,12 @@ class Scheduler:
             )
         self.effects.emit(BindFailed(entry.pod, node, status))
 
-    def _settle_waiting(self) -> None:
-        for waiting in self.handle.waiting_pods:
-            task = self._waiting.get(waiting.pod.uid)
-            if task is None:
-                continue
-            if waiting.rejection is not None:
-                del self.handle.waiting_pods.by_uid[waiting.pod.uid]
-                del self._waiting[waiting.pod.uid]
-                self._undo(
-                    task.framework, task.state, task.pod, task.node, task.entry, waiting.rejection
-                )
-            elif waiting.allowed:
-                del self.handle.waiting_pods.by_uid[waiting.pod.uid]
-                del self._waiting[waiting.pod.uid]
-                self._ready.append(task)
-                self._binding[waiting.pod.uid] = task
-
-    def start_binding(self, task: BindingTask) -> None:
-        """The binding cycle of one assumed pod, up to its bind: PreBind, then a `Bind`
-        effect (through a binder extender, or the Bind plugins). The cycle ends when
-        the outcome comes back (`bind_outcome`, or the watch showing the pod bound)."""
-        fwk, pod, node = task.framework, task.pod, task.node
-        self._binding[pod.uid] = task
-        devices = self.cluster.gpu_devices
-        held = devices.devices_of(pod.uid) if devices is not None else None
-        if held:
-            # The GPU devices the cache chose at assume go out with the binding, in every
-            # profile, so the node's device plugin exposes exactly those and a restart
-            # reads them back.
-            annotate(task.state, ANNOTATION_GPU_INDEX, format_gpu_index(held))
-        try:
-            status = fwk.run_pre_bind(task.state, pod, node)
-            if status.ok:
-                if task.withdrawn:
-                    status = Status(Code.UNSCHEDULABLE, task.withdrawn, plugin="Coscheduling")
-                else:
-                    task.extenders_left = binder_extenders(self.handle.extenders, pod)
-                    status = self._send_bind(task)
-        except Exception as err:  # a plugin failed: never lose the pod
-            status = Status.error(f"binding failed: {err}")
-        if status.code != Code.WAIT:
-            self._finish_binding(task, status)
-
-    def _send_bind(self, task: BindingTask) -> Status:
-        """kube's bind: the next interested binder extender, else the Bind plugins.
-        WAIT: a `Bind` effect went out."""
-        left = task.extenders_left
-        if left:
-            extender = left.pop(0)
-            task.binder, task.via_extender = extender.name, extender
-            self.effects.emit(
-                Bind(task.pod, task.node, annotations_of(task.state), binder=extender)
-            )
-            return Status(Code.WAIT)
-        task.via_extender = None
-        status = task.framework.run_bind(task.state, task.pod, task.node)
-        task.binder = status.plugin
-        return status
-
-    def bind_outcome(self, outcome: BindOutcome) -> None:
-        """What became of a `Bind` (an event from the port). Nothing to do when the
-        binding already ended (the pod was deleted, or the watch showed it bound)."""
-        task = self._binding.get(outcome.uid)
-        if task is None or task.node != outcome.node:
-            return
-        if not outcome.error:
-            self._finish_binding(task, Status())
-            return
-        extender = task.via_extender
-        if extender is None:
-            status = Status(Code.ERROR, f"binding rejected: {outcome.error}", plugin=task.binder)
-        else:
-            status = Status.error(
-                f"extender {extender.name} failed to bind pod {task.pod.key} to "
-                f"{task.node}: {outcome.error}",
-                plugin=EXTENDER_NAME,
-            )
-            if extender.ignorable:
-                # kube's extendersBinding: an ignorable extender's failure hands the
-                # bind to the next binder.
-                try:
-                    status = self._send_bind(task)
-                except Exception as err:
-                    status = Status.error(f"binding failed: {err}")
-                if status.code == Code.WAIT:
-                    return
-        self._finish_binding(task, status)
-
-    def _binding_settled_by_watch(self, task: BindingTask, node: str) -> None:
-        """The watch shows the pod bound (to `node`) while its bind was in flight."""
-        if node == task.node:
-            self._finish_binding(task, Status())
-            return
-        # Bound elsewhere (by someone else): our reservation is void; the update that
-        # told us places the pod where it is.
-        self._binding.pop(task.pod.uid, None)
-        task.framework.run_unreserve(task.state, task.pod, task.node)
-        self.cluster.forget(task.pod)
-
-    def _finish_binding(self, task: BindingTask, status: Status) -> None:
-        """The binding cycle's end: confirmed and PostBind, or undone and retried."""
-        fwk, pod, node = task.framework, task.pod, task.node
-        if self._binding.pop(pod.uid, None) is None:
-            return  # ended already
-        if not status.ok:
-            self._undo(fwk, task.state, pod, node, task.entry, status)
-            return
-        self.cluster.confirm(pod.uid)
-        self.gangs.member_bound(pod.uid)
-        pod.node_name = node  # the core's own view; the API object comes back by watch
-        # A pod landing may satisfy others' (anti-)affinity or spread rules.
-        self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
-        self.effects.emit(Bound(pod, node))
-        self.bound += 1
-        fwk.run_post_bind(task.state, pod, node)  # last: the cycle's state is settled
+    def _undone(self, entry: QueuedPod, node: str, status: Status) -> None:
+        """A binding cycle was undone (Permit, PreBind or Bind failed): the pod goes back
+        to the queue, if it still exists, and the failure is reported."""
+        if entry.pod.uid in self._pods:
+            self.scheduling_queue.readd(entry)
+        self._bind_failed(entry, node, status)
 
     # ---- inspection ----------------------------------------------------------------
 

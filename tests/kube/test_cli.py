@@ -340,7 +340,10 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
         args += ["--leader-elect-resource-namespace", "kube-system"]
         args += ["--kube-api-qps", "0", "--kube-api-burst", "5", "--v=4"]
         args += ["--bind-address", "127.0.0.1", "--secure-port", str(port)]
-        args += ["--authentication-kubeconfig", "/etc/kubernetes/scheduler.conf"]
+        # Delegated authentication (TokenReviews through this kubeconfig); probes are
+        # always allowed. Front-proxy authentication is accepted and ignored.
+        args += ["--authentication-kubeconfig", str(kubeconfig)]
+        args += ["--requestheader-client-ca-file", "/etc/kubernetes/front-proxy-ca.crt"]
         async with shoal_run(*args) as proc:
             await eventually(lambda: len(bound_pods(api)) == 3, timeout=30, what="all bound")
             async with aiohttp.ClientSession() as http:
@@ -357,9 +360,30 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
         and "ImageLocality is not in Shoal" in e["msg"]
         for e in warnings
     ), proc.raw[:10]
-    assert any(e.get("flag") == "--authentication-kubeconfig" for e in warnings)
+    assert any(e.get("flag") == "--requestheader-client-ca-file" for e in warnings)
+    assert not any(e.get("flag") == "--authentication-kubeconfig" for e in warnings)
     assert any(e.get("scheme") == "https" for e in proc.logs)
     assert any(e.get("level") == "debug" for e in proc.logs)  # --v=4
+
+
+def test_authentication_needs_the_https_port(tmp_path: Path) -> None:
+    """Tokens and client certificates must not cross the network in clear text: the
+    auth flags with the plain-HTTP port are a usage error naming what to do."""
+    from typer.testing import CliRunner
+
+    from shoal.cli import app
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    result = CliRunner().invoke(
+        app,
+        [
+            *("run", "--kubeconfig", str(kubeconfig), "--bind-address", "127.0.0.1:0"),
+            *("--authorization-kubeconfig", str(kubeconfig)),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "need the HTTPS port" in result.output and "--secure-port" in result.output
 
 
 def test_tls_certificate_given_or_made(tmp_path: Path) -> None:

@@ -63,7 +63,9 @@ async def test_shoal_run_serves_the_dashboard_and_its_read_only_api(tmp_path: Pa
         args += ["--leader-elect=false"]
         async with shoal_run(*args) as logs, aiohttp.ClientSession() as http:
             await eventually(lambda: address(logs) != "", timeout=30, what="serving")
-            assert any("(and the dashboard: /dashboard/, /api)" in e.get("msg", "") for e in logs)
+            assert any(
+                "(and the dashboard: /dashboard/, /dashboard/api)" in e.get("msg", "") for e in logs
+            )
             await eventually(lambda: len(bound_pods(api)) == 4, timeout=30, what="4 binds")
             base = f"http://{address(logs)}"
 
@@ -73,21 +75,21 @@ async def test_shoal_run_serves_the_dashboard_and_its_read_only_api(tmp_path: Pa
                     return await response.json()
 
             async def explained() -> bool:
-                pending = await get("/api/pending")
+                pending = await get("/dashboard/api/pending")
                 return any(g["plugins"] == ["NodeAffinity"] for g in pending["groups"])
 
             deadline = asyncio.get_running_loop().time() + 30
             while not await explained():
                 assert asyncio.get_running_loop().time() < deadline, "lost is never explained"
                 await asyncio.sleep(0.5)
-            summary = await get("/api/summary")
+            summary = await get("/dashboard/api/summary")
             assert summary["clock"] == "wall" and summary["nodes"] == 3
             assert summary["profiles"] == [SCHEDULER] and summary["placedPods"] == 4
-            pending = await get("/api/pending")
+            pending = await get("/dashboard/api/pending")
             (group,) = pending["groups"]
             assert group["examples"][0]["pod"] == "default/lost"
             assert "didn't match Pod's node affinity/selector" in group["topMessage"]
-            history = await get("/api/queues/history")
+            history = await get("/dashboard/api/queues/history")
             assert history["interval"] == 10.0 and len(history["times"]) >= 1
             assert "default" in history["queues"]
             async with http.get(base + "/dashboard/") as response:
@@ -95,12 +97,12 @@ async def test_shoal_run_serves_the_dashboard_and_its_read_only_api(tmp_path: Pa
             async with http.get(base + "/metrics") as response:
                 assert response.status == 200
             for method in ("POST", "PUT", "DELETE"):
-                async with http.request(method, base + "/api/pending") as response:
+                async with http.request(method, base + "/dashboard/api/pending") as response:
                     assert response.status == 405, method
 
         async with shoal_run(*args, "--no-dashboard") as logs, aiohttp.ClientSession() as http:
             await eventually(lambda: address(logs) != "", timeout=30, what="serving")
-            async with http.get(f"http://{address(logs)}/api/summary") as response:
+            async with http.get(f"http://{address(logs)}/dashboard/api/summary") as response:
                 assert response.status == 404
             async with http.get(f"http://{address(logs)}/healthz") as response:
                 assert response.status == 200

@@ -55,21 +55,21 @@ def test_serves_while_simulating_then_after_the_end_until_ctrl_c() -> None:
     process, base = start(*INPUTS, "--until", "600", "--serve-speed", "120")
     assert process.stdout is not None
     try:
-        first = get(base, "/api/summary")
+        first = get(base, "/dashboard/api/summary")
         assert first["clock"] == "virtual" and first["time"] < 600
         seen = [first["time"]]
         deadline = time.monotonic() + 60
         while seen[-1] < 600 and time.monotonic() < deadline:
             time.sleep(0.2)
-            seen.append(get(base, "/api/summary")["time"])
+            seen.append(get(base, "/dashboard/api/summary")["time"])
         assert seen[-1] == 600.0
         assert len(set(seen)) > 2  # it was seen moving
         # The last history sample is taken just after the clock reaches the end: the
         # summary can show 600 a moment before the history does.
-        history = get(base, "/api/queues/history")
+        history = get(base, "/dashboard/api/queues/history")
         while history["times"][-1] < 600 and time.monotonic() < deadline:
             time.sleep(0.1)
-            history = get(base, "/api/queues/history")
+            history = get(base, "/dashboard/api/queues/history")
         assert history["times"][-1] == 600.0 and history["interval"] == 60.0
         # Sampled on the virtual clock: at least one sample per simulated minute.
         assert len(history["times"]) >= 600 // 60
@@ -80,7 +80,7 @@ def test_serves_while_simulating_then_after_the_end_until_ctrl_c() -> None:
     assert process.returncode == 0
     assert "Simulation summary" in out and "reached --until" in out
     try:
-        get(base, "/api/summary")
+        get(base, "/dashboard/api/summary")
         raise AssertionError("still serving after Ctrl-C")
     except urllib.error.URLError:
         pass
@@ -88,7 +88,7 @@ def test_serves_while_simulating_then_after_the_end_until_ctrl_c() -> None:
 
 def test_ctrl_c_during_a_live_run_reports_what_was_simulated() -> None:
     process, base = start(*INPUTS, "--until", "3600", "--serve-speed", "10")
-    assert get(base, "/api/summary")["time"] < 3600
+    assert get(base, "/dashboard/api/summary")["time"] < 3600
     process.send_signal(signal.SIGINT)
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 0

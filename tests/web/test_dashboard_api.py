@@ -24,14 +24,14 @@ GROUP = "pod-group.scheduling.sigs.k8s.io/name"
 MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
 QUEUE = "shoal.dev/queue"
 API = [
-    "/api",
-    "/api/summary",
-    "/api/queues",
-    "/api/queues/history",
-    "/api/gangs",
-    "/api/pending",
-    "/api/nodes",
-    "/api/nodes/heat",
+    "/dashboard/api",
+    "/dashboard/api/summary",
+    "/dashboard/api/queues",
+    "/dashboard/api/queues/history",
+    "/dashboard/api/gangs",
+    "/dashboard/api/pending",
+    "/dashboard/api/nodes",
+    "/dashboard/api/nodes/heat",
 ]
 
 
@@ -110,7 +110,7 @@ def test_queue_tree_allocation_guarantee_fair_share(
     run: tuple[SchedulerHarness, Dashboard],
 ) -> None:
     _, dashboard = run
-    (body,) = get_all(dashboard, "/api/queues")
+    (body,) = get_all(dashboard, "/dashboard/api/queues")
     assert body["capacity"][GPU] == 8
     rows = {q["name"]: q for q in body["queues"]}
     # Parents before their children, children indented one level.
@@ -141,7 +141,9 @@ def test_queue_history_is_sampled_by_the_driver_loop(
     run: tuple[SchedulerHarness, Dashboard],
 ) -> None:
     _, dashboard = run
-    gpu, dominant = get_all(dashboard, f"/api/queues/history?resource={GPU}", "/api/queues/history")
+    gpu, dominant = get_all(
+        dashboard, f"/dashboard/api/queues/history?resource={GPU}", "/dashboard/api/queues/history"
+    )
     # The harness ran at t=0, then advanced to t=30: the driver sampled at both instants
     # (nothing in between moved the clock past a due sample).
     assert gpu["times"] == [0.0, 30.0]
@@ -174,7 +176,9 @@ def test_history_is_a_bounded_ring_buffer_on_the_driver_clock() -> None:
 
 def test_gangs_with_phase_and_member_counts(run: tuple[SchedulerHarness, Dashboard]) -> None:
     _, dashboard = run
-    everything, scheduling = get_all(dashboard, "/api/gangs", "/api/gangs?phase=Scheduling")
+    everything, scheduling = get_all(
+        dashboard, "/dashboard/api/gangs", "/dashboard/api/gangs?phase=Scheduling"
+    )
     assert everything["total"] == 2
     assert everything["phases"] == {"Scheduling": 1, "Running": 1}
     big, small = everything["items"]  # not running first
@@ -190,7 +194,7 @@ def test_pending_pods_grouped_by_their_last_explanation(
     run: tuple[SchedulerHarness, Dashboard],
 ) -> None:
     h, dashboard = run
-    (body,) = get_all(dashboard, "/api/pending")
+    (body,) = get_all(dashboard, "/dashboard/api/pending")
     assert body["total"] == 5
     groups = {g["reason"]: g for g in body["groups"]}
     assert list(groups) == [
@@ -229,11 +233,11 @@ def test_gpu_nodes_use_and_fragmentation() -> None:
     dashboard = Dashboard(DashboardSource(h.scheduler), ttl=0.0)
     by_frag, by_name, page2, heat, all_nodes = get_all(
         dashboard,
-        "/api/nodes",
-        "/api/nodes?sort=name",
-        "/api/nodes?sort=name&offset=1&limit=1",
-        "/api/nodes/heat",
-        "/api/nodes?gpu=all&sort=name",
+        "/dashboard/api/nodes",
+        "/dashboard/api/nodes?sort=name",
+        "/dashboard/api/nodes?sort=name&offset=1&limit=1",
+        "/dashboard/api/nodes/heat",
+        "/dashboard/api/nodes?gpu=all&sort=name",
     )
     summary = by_frag["summary"]
     assert summary["gpuNodes"] == 2 and summary["gpus"] == 4
@@ -263,7 +267,9 @@ def test_no_gpus_no_fragmentation() -> None:
     h.add_pods(make_pod("big").req(cpu="4"))
     h.run()
     summary, nodes = get_all(
-        Dashboard(DashboardSource(h.scheduler), ttl=0.0), "/api/summary", "/api/nodes"
+        Dashboard(DashboardSource(h.scheduler), ttl=0.0),
+        "/dashboard/api/summary",
+        "/dashboard/api/nodes",
     )
     assert summary["gpuNodes"] == 0 and summary["pendingPods"] == 1
     assert nodes["total"] == 0 and nodes["summary"]["fragMilli"] == 0.0
@@ -288,10 +294,19 @@ def test_bad_query_parameters_are_named(run: tuple[SchedulerHarness, Dashboard])
 
     async def test(client: TestClient[Any, Any]) -> None:
         for path, message in [
-            ("/api/nodes?limit=5000", "query parameter limit=5000 must be between 1 and 500"),
-            ("/api/nodes?offset=x", "query parameter offset='x' is not an integer"),
-            ("/api/nodes?sort=age", "query parameter sort='age' must be one of frag, used"),
-            ("/api/queues/history?resource=gpu", "query parameter resource='gpu' must be one"),
+            (
+                "/dashboard/api/nodes?limit=5000",
+                "query parameter limit=5000 must be between 1 and 500",
+            ),
+            ("/dashboard/api/nodes?offset=x", "query parameter offset='x' is not an integer"),
+            (
+                "/dashboard/api/nodes?sort=age",
+                "query parameter sort='age' must be one of frag, used",
+            ),
+            (
+                "/dashboard/api/queues/history?resource=gpu",
+                "query parameter resource='gpu' must be one",
+            ),
         ]:
             response = await client.get(path)
             assert response.status == 400
@@ -304,10 +319,17 @@ def test_one_snapshot_per_ttl_whatever_the_polling() -> None:
     h, history = scenario()
     now = [0.0]
     dashboard = Dashboard(DashboardSource(h.scheduler), history, ttl=1.0, clock=lambda: now[0])
-    get_all(dashboard, "/api/summary", "/api/queues", "/api/gangs", "/api/pending", "/api/nodes")
+    get_all(
+        dashboard,
+        "/dashboard/api/summary",
+        "/dashboard/api/queues",
+        "/dashboard/api/gangs",
+        "/dashboard/api/pending",
+        "/dashboard/api/nodes",
+    )
     assert dashboard.builds == 1
     now[0] = 1.0
-    (summary,) = get_all(dashboard, "/api/summary")
+    (summary,) = get_all(dashboard, "/dashboard/api/summary")
     assert dashboard.builds == 2
     assert summary["buildSeconds"] >= 0 and summary["clock"] == "virtual"
 
@@ -348,11 +370,11 @@ def test_shoal_run_serves_the_dashboard_beside_metrics() -> None:
             async with aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as session:
                 async with session.get("/metrics") as response:
                     assert response.status == 200
-                async with session.get("/api/gangs") as response:
+                async with session.get("/dashboard/api/gangs") as response:
                     assert (await response.json())["total"] == 2
-                async with session.get("/api/queues/history") as response:
+                async with session.get("/dashboard/api/queues/history") as response:
                     assert (await response.json())["times"][-1] == 40.0
-                async with session.post("/api/gangs") as response:
+                async with session.post("/dashboard/api/gangs") as response:
                     assert response.status == 405
         finally:
             await server.stop()
@@ -391,12 +413,16 @@ def test_node_pages_and_aggregates_agree(
         h.add_pods(pod)
     h.run()
     dashboard = Dashboard(DashboardSource(h.scheduler), ttl=60.0)
-    first, heat = get_all(dashboard, f"/api/nodes?sort={sort}&limit={limit}", "/api/nodes/heat")
+    first, heat = get_all(
+        dashboard, f"/dashboard/api/nodes?sort={sort}&limit={limit}", "/dashboard/api/nodes/heat"
+    )
     total = first["total"]
     pages = [first]
     while sum(len(p["items"]) for p in pages) < total:
         offset = sum(len(p["items"]) for p in pages)
-        (page,) = get_all(dashboard, f"/api/nodes?sort={sort}&limit={limit}&offset={offset}")
+        (page,) = get_all(
+            dashboard, f"/dashboard/api/nodes?sort={sort}&limit={limit}&offset={offset}"
+        )
         assert page["items"], "a page came back empty before the end"
         pages.append(page)
     items = [n for p in pages for n in p["items"]]

@@ -116,21 +116,23 @@ def test_page_renders_queues_gangs_pending_and_gpu_nodes(dashboard: str, tmp_pat
     assert "t = 900 s (simulated)" in dom
     queues = re.findall(r'data-queue="([^"]+)"', dom)
     assert queues == ["batch", "default", "org", "prod", "research"]  # parents first
-    assert queues == [q["name"] for q in api(dashboard, "/api/queues")["queues"]]
+    assert queues == [q["name"] for q in api(dashboard, "/dashboard/api/queues")["queues"]]
     gangs = dict(re.findall(r'data-gang="([^"]+)".*?class="phase phase-(\w+)"', dom))
-    assert gangs == {g["key"]: g["phase"] for g in api(dashboard, "/api/gangs")["items"]}
+    assert gangs == {g["key"]: g["phase"] for g in api(dashboard, "/dashboard/api/gangs")["items"]}
     # The gang that can never fit (40 GPUs asked, 32 exist) timed out.
     assert gangs["research/train-huge"] == "Failed"
     assert set(gangs) == {"research/train-a", "research/train-b", "research/train-huge"}
     reasons = re.findall(r'data-reason="([^"]+)"', dom)
-    assert reasons == [g["reason"] for g in api(dashboard, "/api/pending")["groups"]]
+    assert reasons == [g["reason"] for g in api(dashboard, "/dashboard/api/pending")["groups"]]
     assert "Gated by SchedulingGates" in reasons
     assert "Unschedulable: NodeAffinity, TaintToleration" in reasons
     assert 'data-pod="prod/held-0"' in dom and 'data-pod="batch/lost-0"' in dom
     assert "Insufficient nvidia.com/gpu" in dom
     nodes = re.findall(r'data-node="([^"]+)"', dom)
     assert sorted(nodes) == [f"gpu-{i}" for i in range(8)]
-    assert nodes == [n["name"] for n in api(dashboard, "/api/nodes")["items"]]  # by fragment
+    assert nodes == [
+        n["name"] for n in api(dashboard, "/dashboard/api/nodes")["items"]
+    ]  # by fragment
     # Chart.js drew into the canvases (it sizes them itself).
     for canvas in ("queue-history", "queue-now", "pending-chart", "gpu-histogram"):
         assert re.search(rf'<canvas id="{canvas}" width="\d+" height="\d+" style=', dom), canvas

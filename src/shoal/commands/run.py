@@ -8,9 +8,11 @@ kube-scheduler's flag spellings are accepted too, so that a Deployment written f
 needs few changes: `--leader-elect[=BOOL]` and the `--leader-elect-*` flags,
 `--kube-api-qps`, `--kube-api-burst`, `-v`/`--v`, `--logging-format`, `--bind-address IP`
 with `--secure-port` and `--tls-cert-file`/`--tls-private-key-file` (HTTPS). Leader
-election flags override the configuration file, as in kube-scheduler. Flags that only
-concern kube-scheduler's own API server (`--authentication-kubeconfig`, ...) are accepted
-and ignored with a warning.
+election flags override the configuration file, as in kube-scheduler. On the HTTPS port,
+`--authentication-kubeconfig`, `--authorization-kubeconfig`, `--client-ca-file` and
+`--authorization-always-allow-paths` authenticate and authorize requests through the
+API server as kube-scheduler's do (`shoal.servers.auth`); `--requestheader-client-ca-file`
+is accepted and ignored with a warning.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
+# kube's --authorization-always-allow-paths default (also in shoal.servers.auth, which
+# needs the client library: not imported here).
+ALWAYS_ALLOW = ("/healthz", "/readyz", "/livez")
+
 if TYPE_CHECKING:
     from shoal.config import KubeSchedulerConfiguration
 
@@ -51,9 +57,6 @@ _FALSE = {"0", "f", "F", "false", "FALSE", "False"}
 _BOOLEAN_FLAGS = ("--leader-elect", "--profiling", "--contention-profiling")
 # Accepted for kube-scheduler compatibility, then ignored: what they would have done.
 _IGNORED = {
-    "authentication_kubeconfig": "--authentication-kubeconfig",
-    "authorization_kubeconfig": "--authorization-kubeconfig",
-    "client_ca_file": "--client-ca-file",
     "requestheader_client_ca_file": "--requestheader-client-ca-file",
     "feature_gates": "--feature-gates",
     "profiling": "--profiling",
@@ -64,7 +67,10 @@ _WHY_IGNORED = {
     "--profiling": "Shoal serves no profiling endpoints",
     "--contention-profiling": "Shoal serves no profiling endpoints",
 }
-_NO_AUTH = "Shoal's /metrics, /healthz and /readyz do not authenticate or authorize requests"
+_NO_AUTH = (
+    "Shoal does not accept front-proxy (request header) authentication; use bearer tokens "
+    "(--authentication-kubeconfig) or client certificates (--client-ca-file)"
+)
 
 
 def normalize_flags(args: Sequence[str]) -> list[str]:
@@ -287,8 +293,8 @@ def run(
         bool,
         typer.Option(
             "--dashboard/--no-dashboard",
-            help="Serve the read-only web dashboard (/dashboard/) and its JSON API (/api) "
-            "beside /metrics (docs/dashboard.md).",
+            help="Serve the read-only web dashboard (/dashboard/) and its JSON API "
+            "(/dashboard/api) beside /metrics (docs/dashboard.md).",
         ),
     ] = True,
     webhook_port: Annotated[
@@ -349,12 +355,35 @@ def run(
         ),
     ] = None,
     authentication_kubeconfig: Annotated[
-        str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")
+        str | None,
+        typer.Option(
+            help="Check bearer tokens on the metrics/dashboard port with TokenReviews "
+            "through this kubeconfig, as kube-scheduler does (needs HTTPS)."
+        ),
     ] = None,
     authorization_kubeconfig: Annotated[
-        str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")
+        str | None,
+        typer.Option(
+            help="Authorize requests on the metrics/dashboard port with "
+            "SubjectAccessReviews through this kubeconfig (RBAC nonResourceURLs)."
+        ),
     ] = None,
-    client_ca_file: Annotated[str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")] = None,
+    authorization_always_allow_paths: Annotated[
+        str,
+        typer.Option(
+            help="Paths served without authentication or authorization (comma-separated; "
+            "'/x/*' allows a subtree)."
+        ),
+    ] = ",".join(ALWAYS_ALLOW),
+    client_ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="Accept client certificates signed by this CA on the HTTPS port (the "
+            "user is the certificate's CN, its groups the O entries).",
+        ),
+    ] = None,
     requestheader_client_ca_file: Annotated[
         str | None, typer.Option(help=f"Ignored ({_NO_AUTH}).")
     ] = None,
@@ -401,6 +430,19 @@ def run(
     address = serving(
         bind_address, secure_port, tls_cert_file is not None or tls_private_key_file is not None
     )
+    auth = AuthFlags(
+        authentication_kubeconfig,
+        authorization_kubeconfig,
+        str(client_ca_file) if client_ca_file is not None else None,
+        tuple(p.strip() for p in authorization_always_allow_paths.split(",") if p.strip()),
+    )
+    if auth.enabled and (address is None or not address.tls):
+        raise typer.BadParameter(
+            "authentication and authorization need the HTTPS port (tokens and client "
+            "certificates must not cross the network in clear text): give --bind-address "
+            "as an IP with --secure-port, as kube-scheduler",
+            param_hint="--authentication-kubeconfig/--authorization-kubeconfig/--client-ca-file",
+        )
     level = log_level or ("debug" if verbosity is not None and verbosity >= 4 else "info")
     configure_logging(log_format, level)
     election_flags = {
@@ -448,6 +490,7 @@ def run(
             tls_files=(tls_cert_file, tls_private_key_file),
             dashboard=dashboard,
             webhook=(webhook_port, webhook_cert_dir, webhook_generate_certs),
+            auth=auth,
         )
     )
     raise typer.Exit(code)
@@ -484,6 +527,7 @@ async def _serve(
     tls_files: tuple[Path | None, Path | None],
     dashboard: bool = True,
     webhook: tuple[int | None, Path, bool] = (None, Path(), False),
+    auth: AuthFlags | None = None,
 ) -> int:
     from dataclasses import replace
 
@@ -519,6 +563,16 @@ async def _serve(
     except Exception as err:  # kubeconfig missing or unreadable, not in a cluster
         log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
         return 2
+    middlewares: list[Any] = []
+    auth_connections: list[Any] = []
+    if auth is not None and auth.enabled:
+        try:
+            delegated, auth_connections = await auth.build(ssl_context)
+        except Exception as err:  # a kubeconfig or CA that cannot be read
+            log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
+            await connection.close()
+            return 2
+        middlewares.append(delegated.middleware)
     backend = KubeBackend(scheduler_config, connection, options)
     server: HealthServer | None = None
     if address is not None:
@@ -538,12 +592,13 @@ async def _serve(
             ssl_context=ssl_context,
             routes=routes,
             render_on=backend.on_core,
+            middlewares=middlewares,
         )
         await server.start()
         scheme = "https" if address.tls else "http"
         log.info(
             "serving /metrics, /healthz and /readyz%s on %s://%s:%d",
-            " (and the dashboard: /dashboard/, /api)" if dashboard else "",
+            " (and the dashboard: /dashboard/, /dashboard/api)" if dashboard else "",
             scheme,
             server.host,
             server.port,
@@ -579,8 +634,50 @@ async def _serve(
             await server.stop()
         if webhooks:
             await webhooks.stop()
+        for extra in auth_connections:
+            await extra.close()
         await connection.close()
     return code
+
+
+@dataclass(frozen=True)
+class AuthFlags:
+    """kube-scheduler's delegated authentication and authorization flags."""
+
+    authentication_kubeconfig: str | None
+    authorization_kubeconfig: str | None
+    client_ca_file: str | None
+    always_allow: tuple[str, ...] = ALWAYS_ALLOW
+
+    @property
+    def enabled(self) -> bool:
+        return bool(
+            self.authentication_kubeconfig or self.authorization_kubeconfig or self.client_ca_file
+        )
+
+    async def build(self, context: ssl.SSLContext | None) -> tuple[Any, list[Any]]:
+        """The middleware's `DelegatedAuth` and the connections it opened."""
+        from shoal.drivers.kube.client import ClientSettings, connect
+        from shoal.servers.auth import DelegatedAuth, client_ca_context
+
+        opened = []
+
+        async def client(path: str | None, name: str) -> Any:
+            if not path:
+                return None
+            connection = await connect(path)
+            opened.append(connection)
+            return connection.client(name, ClientSettings(qps=50, burst=100, timeout=10))
+
+        if self.client_ca_file and context is not None:
+            client_ca_context(context, self.client_ca_file)
+        delegated = DelegatedAuth(
+            authenticator=await client(self.authentication_kubeconfig, "authentication"),
+            authorizer=await client(self.authorization_kubeconfig, "authorization"),
+            client_certificates=bool(self.client_ca_file),
+            always_allow=self.always_allow,
+        )
+        return delegated, opened
 
 
 async def _start_webhooks(backend: Any, port: int | None, cert_dir: Path, generate: bool) -> Any:

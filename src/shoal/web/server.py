@@ -14,7 +14,8 @@ scrapes of a stale exposition wait for one render instead of each rendering. Whe
 core is busy for more than `busy_wait` seconds (a slow extender call), a scrape gets
 the last exposition with a comment line saying how old it is rather than waiting. The
 server listens on loopback unless told otherwise (metrics and queue sizes are not for
-everyone on the pod network).
+everyone on the pod network); `middlewares` put authentication and authorization in
+front of every route (`shoal.servers.auth`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -57,6 +59,7 @@ class HealthServer:
         routes: Callable[[web.Application], None] | None = None,
         render_on: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None,
         busy_wait: float = 2.0,
+        middlewares: Sequence[Any] = (),
     ) -> None:
         self.registry = registry
         self.healthz = healthz
@@ -69,6 +72,8 @@ class HealthServer:
         self.routes = routes  # more routes on the same app (the dashboard's)
         self.render_on = render_on  # runs the render where the scheduler runs (None: here)
         self.busy_wait = busy_wait
+        # aiohttp middlewares before every route (authentication and authorization).
+        self.middlewares = tuple(middlewares)
         self.stale_served = 0  # scrapes answered with the last exposition (core busy)
         self._clock = clock
         self._exposition = b""
@@ -77,7 +82,7 @@ class HealthServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=self.middlewares)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._probe(self.healthz))
         app.router.add_get("/livez", self._probe(self.healthz))

@@ -5,15 +5,15 @@ the dashboard shows what the scheduler decided and never changes it. The JSON is
 one `Frame` built at most once per `ttl` seconds, however many browsers poll, so the
 scheduling loop pays for one snapshot per `ttl` at most (see `shoal.web.dashboard.frame`).
 
-    GET /api                    the endpoints below, with their parameters
-    GET /api/summary            clock, counts, snapshot cost
-    GET /api/queues             the queue tree: allocation, guarantee, fair share, maximum
-    GET /api/queues/history     shares over time (?resource=dominant|cpu|memory|...)
-    GET /api/gangs              pod groups (?phase=&offset=&limit=)
-    GET /api/pending            pending pods grouped by reason
-    GET /api/nodes              GPU use and fragmentation (?sort=frag|used|free|name
+    GET /dashboard/api                    the endpoints below, with their parameters
+    GET /dashboard/api/summary            clock, counts, snapshot cost
+    GET /dashboard/api/queues             the queue tree: allocation, guarantee, fair share, maximum
+    GET /dashboard/api/queues/history     shares over time (?resource=dominant|cpu|memory|...)
+    GET /dashboard/api/gangs              pod groups (?phase=&offset=&limit=)
+    GET /dashboard/api/pending            pending pods grouped by reason
+    GET /dashboard/api/nodes              GPU use and fragmentation (?sort=frag|used|free|name
                                 &gpu=only|all &offset= &limit=<=500), with aggregates
-    GET /api/nodes/heat         GPU use and fragmentation of every GPU node, compact
+    GET /dashboard/api/nodes/heat         GPU use and fragmentation of every GPU node, compact
                                 (?limit=<=20000)
     GET /dashboard/             the page (static files under /dashboard/static/)
 """
@@ -44,13 +44,13 @@ MAX_HEAT = 20_000
 SORTS = ("frag", "used", "free", "name")
 
 ENDPOINTS = {
-    "/api/summary": "clock, counts and the cost of the last snapshot",
-    "/api/queues": "queue tree with allocation, guarantee, fair share and maximum",
-    "/api/queues/history": "?resource=dominant|<resource>: shares over time",
-    "/api/gangs": "?phase=&offset=&limit=: pod groups with phase and member counts",
-    "/api/pending": "pending pods grouped by why they wait",
-    "/api/nodes": "?sort=frag|used|free|name&gpu=only|all&offset=&limit=: GPU nodes",
-    "/api/nodes/heat": "?limit=: GPU use and fragmentation of every GPU node",
+    "/dashboard/api/summary": "clock, counts and the cost of the last snapshot",
+    "/dashboard/api/queues": "queue tree with allocation, guarantee, fair share and maximum",
+    "/dashboard/api/queues/history": "?resource=dominant|<resource>: shares over time",
+    "/dashboard/api/gangs": "?phase=&offset=&limit=: pod groups with phase and member counts",
+    "/dashboard/api/pending": "pending pods grouped by why they wait",
+    "/dashboard/api/nodes": "?sort=frag|used|free|name&gpu=only|all&offset=&limit=: GPU nodes",
+    "/dashboard/api/nodes/heat": "?limit=: GPU use and fragmentation of every GPU node",
 }
 
 
@@ -142,15 +142,15 @@ class Dashboard:
         get("/dashboard", self._root)
         get("/dashboard/", self._index)
         app.router.add_static("/dashboard/static/", STATIC, append_version=False)
-        get("/api", self._endpoints)
-        get("/api/", self._endpoints)
-        get("/api/summary", self._summary)
-        get("/api/queues", self._queues)
-        get("/api/queues/history", self._history)
-        get("/api/gangs", self._gangs)
-        get("/api/pending", self._pending)
-        get("/api/nodes", self._nodes)
-        get("/api/nodes/heat", self._heat)
+        get("/dashboard/api", self._endpoints)
+        get("/dashboard/api/", self._endpoints)
+        get("/dashboard/api/summary", self._summary)
+        get("/dashboard/api/queues", self._queues)
+        get("/dashboard/api/queues/history", self._history)
+        get("/dashboard/api/gangs", self._gangs)
+        get("/dashboard/api/pending", self._pending)
+        get("/dashboard/api/nodes", self._nodes)
+        get("/dashboard/api/nodes/heat", self._heat)
 
     def application(self) -> web.Application:
         app = web.Application()

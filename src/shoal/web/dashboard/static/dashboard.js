@@ -251,12 +251,12 @@ function renderNodes(n, heat) {
 
 async function refresh() {
   try {
-    const nodeQuery = `/api/nodes?sort=${state.nodeSort}&offset=${state.nodeOffset}&limit=${state.nodePage}`;
-    const gangQuery = `/api/gangs?limit=200${state.gangPhase ? `&phase=${encodeURIComponent(state.gangPhase)}` : ""}`;
+    const nodeQuery = `/dashboard/api/nodes?sort=${state.nodeSort}&offset=${state.nodeOffset}&limit=${state.nodePage}`;
+    const gangQuery = `/dashboard/api/gangs?limit=200${state.gangPhase ? `&phase=${encodeURIComponent(state.gangPhase)}` : ""}`;
     const [summary, queues, history, gangs, pending, nodes, heat] = await Promise.all([
-      getJSON("/api/summary"), getJSON("/api/queues"),
-      getJSON(`/api/queues/history?resource=${encodeURIComponent(state.resource)}`).catch(() => null),
-      getJSON(gangQuery), getJSON("/api/pending"), getJSON(nodeQuery), getJSON("/api/nodes/heat"),
+      getJSON("/dashboard/api/summary"), getJSON("/dashboard/api/queues"),
+      getJSON(`/dashboard/api/queues/history?resource=${encodeURIComponent(state.resource)}`).catch(() => null),
+      getJSON(gangQuery), getJSON("/dashboard/api/pending"), getJSON(nodeQuery), getJSON("/dashboard/api/nodes/heat"),
     ]);
     renderSummary(summary);
     queues.clock = summary.clock;

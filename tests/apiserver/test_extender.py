@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from kubehelpers import async_test
 
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI
 from shoal.drivers.kube.resources import NODES, PODS
+from shoal.drivers.kube.tls import _self_signed
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
 GPU_PROFILE_PLUGINS = {
@@ -110,6 +113,12 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
         assert expected_node == n1
 
         port = _free_port()
+        # Mutual TLS: Shoal serves HTTPS and answers the verbs only for a client
+        # certificate signed by the cluster CA (kube-scheduler presents the kit's admin
+        # certificate through its extender tlsConfig).
+        pki = Path(control_plane["KUBECONFIG"]).parent / "pki"
+        server_cert, server_key = tmp_path / "tls.crt", tmp_path / "tls.key"
+        _self_signed(server_cert, server_key)
         ext_config = tmp_path / "extender.yaml"
         ext_config.write_text(
             yaml.safe_dump(
@@ -131,7 +140,13 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
                     "profiles": [{"schedulerName": s.scheduler}],
                     "extenders": [
                         {
-                            "urlPrefix": f"http://127.0.0.1:{port}/shoal",
+                            "urlPrefix": f"https://127.0.0.1:{port}/shoal",
+                            "enableHTTPS": True,
+                            "tlsConfig": {
+                                "insecure": True,  # Shoal's self-signed serving certificate
+                                "certFile": str(pki / "admin.crt"),
+                                "keyFile": str(pki / "admin.key"),
+                            },
                             "filterVerb": "filter",
                             "prioritizeVerb": "prioritize",
                             "bindVerb": "bind",
@@ -144,6 +159,9 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
             )
         )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        unverified = ssl.create_default_context()
+        unverified.check_hostname = False
+        unverified.verify_mode = ssl.CERT_NONE
         shoal = [
             sys.executable,
             "-m",
@@ -157,6 +175,12 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
             f"127.0.0.1:{port}",
             "--url-prefix",
             "/shoal",
+            "--tls-cert-file",
+            str(server_cert),
+            "--tls-private-key-file",
+            str(server_key),
+            "--client-ca-file",
+            str(pki / "ca.crt"),
             "--log-format",
             "text",
         ]
@@ -174,7 +198,7 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
                 def probe() -> bool:
                     try:
                         with urllib.request.urlopen(
-                            f"http://127.0.0.1:{port}/readyz", timeout=2
+                            f"https://127.0.0.1:{port}/readyz", timeout=2, context=unverified
                         ) as answer:
                             return bool(answer.status == 200)
                     except OSError:
@@ -183,6 +207,21 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
                 return await asyncio.to_thread(probe)
 
             await wait_for(ready, timeout=60, what="shoal extender ready")
+
+            def bind_without_a_certificate() -> int:
+                request = urllib.request.Request(
+                    f"https://127.0.0.1:{port}/shoal/bind",
+                    data=b'{"PodName": "x", "PodNamespace": "y", "PodUID": "z", "Node": "n"}',
+                    method="POST",
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=5, context=unverified) as answer:
+                        return int(answer.status)
+                except urllib.error.HTTPError as err:
+                    return int(err.code)
+
+            # Nobody binds through Shoal without a certificate from the cluster CA.
+            assert await asyncio.to_thread(bind_without_a_certificate) == 401
             with _process(kube_scheduler, tmp_path / "kube-scheduler.log"):
                 await s.create(PODS.path(s.name), _gpu_pod(s, "share", 700, cpu="500m"))
 

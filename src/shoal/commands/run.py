@@ -782,6 +782,22 @@ def extender(
         Path | None,
         typer.Option(exists=True, dir_okay=False, help="The certificate's private key."),
     ] = None,
+    client_ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="Answer the verbs only for clients with a certificate signed by this CA "
+            "(kube-scheduler's extender tlsConfig certFile/keyFile); needs HTTPS.",
+        ),
+    ] = None,
+    authorization_kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            help="Also authorize each verb for the certificate's user with a "
+            "SubjectAccessReview (RBAC nonResourceURLs, verb post) through this kubeconfig."
+        ),
+    ] = None,
     identity: Annotated[
         str | None, typer.Option(help="Written on the pods it binds (default: hostname_uuid).")
     ] = None,
@@ -812,6 +828,18 @@ def extender(
         raise typer.BadParameter(str(err), param_hint="--address") from None
     if (tls_cert_file is None) != (tls_private_key_file is None):
         raise typer.BadParameter("give both --tls-cert-file and --tls-private-key-file, or neither")
+    if (client_ca_file is not None or authorization_kubeconfig) and tls_cert_file is None:
+        raise typer.BadParameter(
+            "client certificates need HTTPS: give --tls-cert-file and --tls-private-key-file "
+            "(and enableHTTPS: true in kube-scheduler's extender configuration)",
+            param_hint="--client-ca-file",
+        )
+    if authorization_kubeconfig and client_ca_file is None:
+        raise typer.BadParameter(
+            "authorization needs a user: give --client-ca-file (kube-scheduler presents its "
+            "extender client certificate)",
+            param_hint="--authorization-kubeconfig",
+        )
     try:
         scheduler_config = (
             parse_config(
@@ -842,6 +870,12 @@ def extender(
             port=port,
             prefix=url_prefix,
             tls_files=(tls_cert_file, tls_private_key_file),
+            auth=AuthFlags(
+                None,
+                authorization_kubeconfig,
+                str(client_ca_file) if client_ca_file is not None else None,
+                ("/healthz", "/readyz"),
+            ),
         )
     )
     raise typer.Exit(code)
@@ -859,6 +893,7 @@ async def _serve_extender(
     port: int,
     prefix: str,
     tls_files: tuple[Path | None, Path | None],
+    auth: AuthFlags | None = None,
 ) -> int:
     from aiohttp import web
 
@@ -885,9 +920,19 @@ async def _serve_extender(
     except Exception as err:
         log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
         return 2
+    auth_connections: list[Any] = []
+    middlewares: list[Any] = []
+    if auth is not None and auth.enabled:
+        try:
+            delegated, auth_connections = await auth.build(ssl_context)
+        except Exception as err:  # a kubeconfig or CA that cannot be read
+            log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
+            await connection.close()
+            return 2
+        middlewares.append(delegated.middleware)
     backend = KubeBackend(scheduler_config, connection, options)
     service = ExtenderService(backend)
-    app = service.app(prefix)
+    app = service.app(prefix, middlewares=middlewares)
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -928,5 +973,7 @@ async def _serve_extender(
         code = 1
     finally:
         await runner.cleanup()
+        for extra in auth_connections:
+            await extra.close()
         await connection.close()
     return code

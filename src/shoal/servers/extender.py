@@ -35,7 +35,7 @@ taken, so a device is never handed out twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -312,8 +312,10 @@ class ExtenderService:
 
     # ---- HTTP ------------------------------------------------------------------------
 
-    def app(self, prefix: str = "") -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+    def app(self, prefix: str = "", middlewares: Sequence[Any] = ()) -> web.Application:
+        """The verbs under `prefix`; `middlewares` (client certificates, authorization:
+        `shoal.servers.auth`) run before each."""
+        app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=middlewares)
         base = prefix.rstrip("/")
         app.router.add_post(f"{base}/filter", self._route("filter", ExtenderArgs, self.filter))
         app.router.add_post(

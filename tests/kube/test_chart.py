@@ -87,6 +87,8 @@ def test_the_chart_renders_without_duplicate_keys() -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # metrics reader, for Prometheus
+            "ClusterRole",  # dashboard reader
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
@@ -102,7 +104,7 @@ def test_the_chart_renders_without_duplicate_keys() -> None:
     )
     (deployment,) = docs["deployment.yaml"]
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["prometheus.io/port"] == "10251" and annotations["team"] == "ml"
+    assert annotations["prometheus.io/port"] == "10259" and annotations["team"] == "ml"
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"])
 
 
@@ -143,7 +145,8 @@ def test_the_webhooks_render_when_enabled_with_their_failure_policies() -> None:
 
 def test_the_notes_list_every_profile() -> None:
     notes = Chart(CHART).render({"profiles": [{"schedulerName": "a"}, {"schedulerName": "b"}]})
-    assert "one of:\n  - a\n  - b\nMetrics: kubectl -n shoal-system" in notes["NOTES.txt"]
+    assert "one of:\n  - a\n  - b\nMetrics and dashboard (HTTPS" in notes["NOTES.txt"]
+    assert "port-forward svc/shoal-metrics 10259" in notes["NOTES.txt"]
 
 
 def test_the_rendered_configuration_is_one_shoal_accepts() -> None:
@@ -160,8 +163,18 @@ def test_the_rendered_configuration_is_one_shoal_accepts() -> None:
     assert role["metadata"]["namespace"] == "shoal-system"
     assert ["shoal"] in [r.get("resourceNames") for r in role["rules"]]
     plain = load_all((DEPLOY / "rbac.yaml").read_text())
-    (cluster_role,) = [d for d in rendered["rbac.yaml"] if d["kind"] == "ClusterRole"]
-    assert cluster_role["rules"] == next(d for d in plain if d["kind"] == "ClusterRole")["rules"]
+    roles = {
+        d["metadata"]["name"].replace("shoal", "RELEASE", 1): d["rules"]
+        for d in rendered["rbac.yaml"]
+        if d["kind"] == "ClusterRole"
+    }
+    plain_roles = {
+        d["metadata"]["name"].replace("shoal", "RELEASE", 1): d["rules"]
+        for d in plain
+        if d["kind"] == "ClusterRole"
+    }
+    assert roles == plain_roles
+    assert set(roles) == {"RELEASE", "RELEASE-metrics-reader", "RELEASE-dashboard-reader"}
 
 
 # ---- values.schema.json ---------------------------------------------------------------

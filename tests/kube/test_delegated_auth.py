@@ -109,3 +109,36 @@ def test_always_allowed_paths_match_exactly_or_by_subtree() -> None:
     assert auth.allowed_always("/healthz") and not auth.allowed_always("/healthz/x")
     assert auth.allowed_always("/debug") and auth.allowed_always("/debug/pprof")
     assert not auth.allowed_always("/debugger") and not auth.allowed_always("/metrics")
+
+
+@async_test(timeout=30)
+async def test_in_a_cluster_the_https_port_delegates_through_the_service_account(
+    monkeypatch: Any,
+) -> None:
+    """kube-scheduler's default: with none of the auth flags on the HTTPS port, in a pod,
+    authentication and authorization go through the pod's service account."""
+    import shoal.drivers.kube.client as client_module
+    from shoal.commands.run import AuthFlags
+
+    opened: list[str | None] = []
+
+    class Connection:
+        def client(self, name: str, settings: Any) -> str:
+            return f"client:{name}"
+
+        async def close(self) -> None:
+            return None
+
+    async def connect(path: str | None = None, **_: Any) -> Connection:
+        opened.append(path)
+        return Connection()
+
+    monkeypatch.setattr(client_module, "connect", connect)
+    flags = AuthFlags(None, None, None, in_cluster=True)
+    assert flags.enabled
+    auth, connections = await flags.build(None)
+    assert opened == [None, None]  # in-cluster, for TokenReviews and for decisions
+    assert auth.authenticator == "client:authentication"
+    assert auth.authorizer == "client:authorization"
+    assert auth.allowed_always("/healthz") and len(connections) == 2
+    assert not AuthFlags(None, None, None).enabled

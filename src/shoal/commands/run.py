@@ -27,7 +27,7 @@ import socket
 import ssl
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -436,6 +436,10 @@ def run(
         str(client_ca_file) if client_ca_file is not None else None,
         tuple(p.strip() for p in authorization_always_allow_paths.split(",") if p.strip()),
     )
+    if not auth.enabled and address is not None and address.tls and _in_cluster():
+        # kube-scheduler's default on its secure port: delegate to the API server it
+        # runs against (the pod's service account), probes always allowed.
+        auth = replace(auth, in_cluster=True)
     if auth.enabled and (address is None or not address.tls):
         raise typer.BadParameter(
             "authentication and authorization need the HTTPS port (tokens and client "
@@ -529,7 +533,6 @@ async def _serve(
     webhook: tuple[int | None, Path, bool] = (None, Path(), False),
     auth: AuthFlags | None = None,
 ) -> int:
-    from dataclasses import replace
 
     from shoal.drivers.kube.backend import KubeBackend, KubeOptions
     from shoal.drivers.kube.client import connect
@@ -573,6 +576,18 @@ async def _serve(
             await connection.close()
             return 2
         middlewares.append(delegated.middleware)
+        log.info(
+            "requests to the serving port are authenticated and authorized through the API "
+            "server%s; always allowed: %s",
+            " (the pod's service account)" if auth.in_cluster else "",
+            ", ".join(auth.always_allow) or "nothing",
+        )
+    elif address is not None and address.tls:
+        log.warning(
+            "serving HTTPS without authentication: not in a cluster and none of "
+            "--authentication-kubeconfig, --authorization-kubeconfig, --client-ca-file given; "
+            "anyone who reaches the port reads /metrics and the dashboard"
+        )
     backend = KubeBackend(scheduler_config, connection, options)
     server: HealthServer | None = None
     if address is not None:
@@ -640,19 +655,33 @@ async def _serve(
     return code
 
 
+def _in_cluster() -> bool:
+    """In a pod with a service account (where kube-scheduler finds its in-cluster config)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and Path(SERVICE_ACCOUNT_TOKEN).is_file()
+
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
 @dataclass(frozen=True)
 class AuthFlags:
-    """kube-scheduler's delegated authentication and authorization flags."""
+    """kube-scheduler's delegated authentication and authorization flags. `in_cluster`:
+    none was given on the HTTPS port inside a cluster, so both go to the API server
+    through the pod's service account, as kube-scheduler's do by default."""
 
     authentication_kubeconfig: str | None
     authorization_kubeconfig: str | None
     client_ca_file: str | None
     always_allow: tuple[str, ...] = ALWAYS_ALLOW
+    in_cluster: bool = False
 
     @property
     def enabled(self) -> bool:
         return bool(
-            self.authentication_kubeconfig or self.authorization_kubeconfig or self.client_ca_file
+            self.authentication_kubeconfig
+            or self.authorization_kubeconfig
+            or self.client_ca_file
+            or self.in_cluster
         )
 
     async def build(self, context: ssl.SSLContext | None) -> tuple[Any, list[Any]]:
@@ -663,9 +692,9 @@ class AuthFlags:
         opened = []
 
         async def client(path: str | None, name: str) -> Any:
-            if not path:
+            if not path and not self.in_cluster:
                 return None
-            connection = await connect(path)
+            connection = await connect(path or None)  # None: the pod's service account
             opened.append(connection)
             return connection.client(name, ClientSettings(qps=50, burst=100, timeout=10))
 
@@ -905,7 +934,6 @@ async def _serve_extender(
     options = KubeOptions.from_config(
         scheduler_config, identity=identity, qps=qps, burst=burst, leader_elect=False
     )
-    from dataclasses import replace
 
     options = replace(options, passive=True, leader_elect=False)
     ssl_context: ssl.SSLContext | None = None

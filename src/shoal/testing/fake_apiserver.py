@@ -27,6 +27,8 @@ What it implements, with the real server's semantics:
   PodDisruptionBudgets: 429 when the budget allows no disruption; pods that are not
   Running can always be evicted, as upstream's canIgnorePDB).
 * events.k8s.io/v1 Events and coordination.k8s.io/v1 Leases are ordinary resources.
+* TokenReviews and SubjectAccessReviews (non-resource URLs) answered from `tokens` and
+  `allowed`, which a test fills, for the delegated authentication of Shoal's ports.
 * Fault injection (`inject`): error codes, delays, dropped connections, per method,
   path pattern, user agent, watch or not, for a number of requests; `drop_watches()`
   cuts every open watch; `stall_watches()` makes every open watch go silent without
@@ -34,10 +36,11 @@ What it implements, with the real server's semantics:
   `delay_watch_events()` makes a resource's watch events arrive late, one by one (a
   lagging watch cache).
 
-Deliberately missing: authentication (every request is allowed), admission and field
-validation (the fake stores what it is given, which is how the tests feed bad objects),
-label and field selectors, graceful deletion (deletes are immediate), kubelets (pods
-stay Pending unless a test sets their phase through `pods/status`).
+Deliberately missing: authentication of its own clients (every request is allowed),
+admission and field validation (the fake stores what it is given, which is how the
+tests feed bad objects), label and field selectors, graceful deletion (deletes are
+immediate), kubelets (pods stay Pending unless a test sets their phase through
+`pods/status`).
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ BUILTIN: dict[tuple[str, str], tuple[str, str, bool]] = {
         "CustomResourceDefinition",
         False,
     ),
+    ("authentication.k8s.io", "tokenreviews"): ("v1", "TokenReview", False),
+    ("authorization.k8s.io", "subjectaccessreviews"): ("v1", "SubjectAccessReview", False),
 }
 
 # Strategic merge patch: lists merged by key instead of replaced.
@@ -229,6 +234,10 @@ class FakeApiServer:
         self.requests: list[RecordedRequest] = []
         self.bindings: list[Binding] = []
         self.binding_conflicts = 0
+        # TokenReviews: token -> (user name, groups); SubjectAccessReviews: the
+        # (user, path, verb) allowed on non-resource URLs.
+        self.tokens: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.allowed: set[tuple[str, str, str]] = set()
         self.evictions: list[str] = []
         # Pods evicted under each budget: still expected (their controller would recreate
         # them), as the disruption controller's status.disruptedPods.
@@ -567,6 +576,26 @@ class FakeApiServer:
         self._emit(group, plural, "DELETED", obj)
         return obj
 
+    # ---- reviews (delegated authentication and authorization) -------------------------
+
+    def _review_token(self, body: JSON) -> JSON:
+        token = str((body.get("spec") or {}).get("token", ""))
+        found = self.tokens.get(token)
+        status: JSON = {"authenticated": False}
+        if found is not None:
+            status = {
+                "authenticated": True,
+                "user": {"username": found[0], "groups": [*found[1], "system:authenticated"]},
+            }
+        return {**body, "status": status}
+
+    def _review_access(self, body: JSON) -> JSON:
+        spec = body.get("spec") or {}
+        attrs = spec.get("nonResourceAttributes") or {}
+        key = (str(spec.get("user", "")), str(attrs.get("path", "")), str(attrs.get("verb", "")))
+        allowed = key in self.allowed
+        return {**body, "status": {"allowed": allowed, "reason": "" if allowed else "no rule"}}
+
     # ---- pod subresources --------------------------------------------------------------
 
     def _bind(self, namespace: str, name: str, body: JSON, user_agent: str) -> JSON:
@@ -784,6 +813,10 @@ class FakeApiServer:
             body = raw
         agent = request.headers.get("User-Agent", "")
         sub = route.subresource
+        if (g, p) == ("authentication.k8s.io", "tokenreviews") and method == "POST":
+            return web.json_response(self._review_token(body), status=201)
+        if (g, p) == ("authorization.k8s.io", "subjectaccessreviews") and method == "POST":
+            return web.json_response(self._review_access(body), status=201)
         if (g, p) == ("", "pods") and sub == "binding" and method == "POST":
             return web.json_response(self._bind(ns, name, body, agent), status=201)
         if (g, p) == ("", "pods") and sub == "eviction" and method == "POST":

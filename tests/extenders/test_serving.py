@@ -133,3 +133,38 @@ def test_prioritize_gives_shoals_choice_the_top_score() -> None:
 )
 def test_scores_are_spread_onto_the_extender_range(totals: list[int], expected: list[int]) -> None:
     assert scale_scores(np.array(totals, dtype=np.int64)) == expected
+
+
+def test_bind_refuses_a_pod_of_another_scheduler() -> None:
+    """The bind verb binds with Shoal's credentials: a pod whose schedulerName is not one
+    of the extender's profiles is refused, naming both, and nothing is sent."""
+    import asyncio
+
+    from shoal.api.extender import ExtenderBindingArgs
+
+    h = harness()
+    gpu_nodes(h, "n1")
+    stranger = make_pod("stranger").req(cpu="1").obj()
+    stranger.spec.scheduler_name = "someone-else"
+    stranger.metadata.uid = "uid-stranger"
+    raw = msgspec.to_builtins(stranger)
+    sent: list[Any] = []
+
+    async def bind(*a: Any) -> None:
+        sent.append(a)
+
+    backend: Any = SimpleNamespace(
+        scheduler=h.scheduler,
+        synced=True,
+        lookup_pod=lambda key: raw,
+        effects=SimpleNamespace(bind=bind),
+    )
+    answer = asyncio.run(
+        ExtenderService(backend).bind(
+            ExtenderBindingArgs(
+                pod_name="stranger", pod_namespace="default", pod_uid="uid-stranger", node="n1"
+            )
+        )
+    )
+    assert "schedulerName 'someone-else'" in answer.error
+    assert "default-scheduler" in answer.error and not sent

@@ -320,3 +320,70 @@ def test_the_command_makes_certificates_prints_the_ca_and_refuses_without_one(
     assert bundle == (certs / "ca.crt").read_bytes()
     assert bundle.startswith(b"-----BEGIN CERTIFICATE-----")
     assert (certs / "tls.key").stat().st_mode & 0o077 == 0
+
+
+@async_test(timeout=60)
+async def test_with_a_client_ca_only_certified_clients_get_reviews(tmp_path: Path) -> None:
+    """`shoal webhook --client-ca-file`: the API server's admission client certificate is
+    required for reviews (a 401 without one); /healthz stays open for probes."""
+    from shoal.servers.auth import DelegatedAuth, client_ca_context
+
+    certs, clients = tmp_path / "certs", tmp_path / "clients"
+    assert generate_webhook_certs(certs) and generate_webhook_certs(clients)
+    _client_certificate(clients, "kube-apiserver")
+    tls = ReloadingContext(certs / "tls.crt", certs / "tls.key")
+    client_ca_context(tls.context, str(clients / "ca.crt"))
+    verified = DelegatedAuth(client_certificates=True, always_allow=("/healthz",))
+    async with FakeApiServer() as api:
+        for text in render().values():
+            api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+        connection = await connect(str(api.kubeconfig(tmp_path / "kubeconfig")))
+        source = ApiTenancySource(connection.client("webhook", ClientSettings()))
+        server = WebhookServer(
+            source,
+            tls,
+            host="127.0.0.1",
+            port=0,
+            reload_seconds=0,
+            middlewares=[verified.middleware],
+        )
+        await server.start()
+        anonymous = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        certified = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        certified.load_cert_chain(clients / "client.crt", clients / "client.key")
+        url = f"https://127.0.0.1:{server.port}"
+        body = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": request(queue("team")),
+        }
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(url + "/validate", json=body, ssl=anonymous) as resp:
+                    assert resp.status == 401
+                async with session.post(url + "/validate", json=body, ssl=certified) as resp:
+                    assert resp.status == 200
+                    assert (await resp.json())["response"]["allowed"] is True
+                async with session.get(url + "/healthz", ssl=anonymous) as resp:
+                    assert resp.status == 200
+        finally:
+            await server.stop()
+            await connection.close()
+
+
+def _client_certificate(directory: Path, name: str) -> None:
+    """client.crt / client.key for `name`, signed by the CA in `directory` (clientAuth)."""
+    import subprocess
+
+    ext = directory / "client.ext"
+    ext.write_text("extendedKeyUsage=clientAuth\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    steps = [
+        ["openssl", "req", *ec, "-subj", f"/CN={name}", "-keyout", str(directory / "client.key"),
+         "-out", str(directory / "client.csr")],
+        ["openssl", "x509", "-req", "-in", str(directory / "client.csr"), "-CA",
+         str(directory / "ca.crt"), "-CAkey", str(directory / "ca.key"), "-CAcreateserial",
+         "-days", "1", "-extfile", str(ext), "-out", str(directory / "client.crt")],
+    ]  # fmt: skip
+    for command in steps:
+        subprocess.run(command, check=True, capture_output=True, timeout=30)

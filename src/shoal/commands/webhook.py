@@ -91,6 +91,16 @@ def webhook(
     reload_seconds: Annotated[
         float, typer.Option(min=0, help="How often to look for a renewed certificate (0: never).")
     ] = 10.0,
+    client_ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="Answer reviews only for clients with a certificate signed by this CA (the "
+            "API server's admission client certificate, AdmissionConfiguration "
+            "kubeConfigFile); /healthz stays open.",
+        ),
+    ] = None,
     log_format: Annotated[str, typer.Option(help="json or text.")] = "json",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -126,6 +136,7 @@ def webhook(
             scheduler_name=scheduler_name,
             default_queue=default_queue,
             reload_seconds=reload_seconds,
+            client_ca_file=client_ca_file,
         )
     )
     raise typer.Exit(code)
@@ -141,9 +152,21 @@ async def _serve(
     scheduler_name: str,
     default_queue: str,
     reload_seconds: float,
+    client_ca_file: Path | None = None,
 ) -> int:
     from shoal.drivers.kube.client import ClientSettings, connect
+    from shoal.servers.auth import DelegatedAuth, client_ca_context
     from shoal.servers.webhook import ApiTenancySource, WebhookServer
+
+    middlewares = []
+    if client_ca_file is not None:
+        try:
+            client_ca_context(tls.context, str(client_ca_file))
+        except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+            log.error("cannot load %s: %s", client_ca_file, err, extra={"error": str(err)})
+            return 2
+        verified = DelegatedAuth(client_certificates=True, always_allow=("/healthz",))
+        middlewares.append(verified.middleware)
 
     try:
         connection = await connect(kubeconfig, context=context)
@@ -159,6 +182,7 @@ async def _serve(
         scheduler_name=scheduler_name,
         default_queue=default_queue,
         reload_seconds=reload_seconds,
+        middlewares=middlewares,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

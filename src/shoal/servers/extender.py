@@ -15,7 +15,8 @@ POSTs to this server (wire types in `shoal.api.extender`):
 * `prioritize`: Shoal's PreScore and Score (e.g. GpuFragmentation, FGD) on the nodes,
   the totals mapped onto the extender range 0..10 so that Shoal's best node gets 10
   and its worst 0 (kube-scheduler multiplies by the extender's weight and by 10).
-* `bind`: the node kube-scheduler chose is checked once more (PreFilter, Filter) and
+* `bind`: only for pods of the profiles' schedulerNames (it binds with Shoal's
+  credentials); the node kube-scheduler chose is checked once more (PreFilter, Filter) and
   scored, so the GPU policy plans the devices; the pod is assumed in Shoal's cache
   (Reserve), then bound with `shoal.dev/gpu-index` carried in the Binding (the API server
   copies it onto the pod), exactly as `shoal run` binds. A bind that fails is undone and reported in
@@ -258,6 +259,14 @@ class ExtenderService:
         if info.node_name:
             return ExtenderBindingResult(
                 error=f"pod {info.key} is already bound to {info.node_name}"
+            )
+        if not self.scheduler.is_ours(info):
+            # Binding is done with Shoal's credentials: only for the schedulers it
+            # serves (the profiles' schedulerNames), never for whoever asks.
+            served = ", ".join(sorted(self.scheduler.profiles))
+            return ExtenderBindingResult(
+                error=f"pod {info.key} has schedulerName {info.scheduler_name!r}, not one of "
+                f"this extender's profiles ({served}): not bound"
             )
         cluster = self.scheduler.cluster
         row = cluster.table.row_of.get(node)

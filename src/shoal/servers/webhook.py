@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -145,9 +145,12 @@ class WebhookServer:
         scheduler_name: str = DEFAULT_PROFILE_NAME,
         default_queue: str = DEFAULT_QUEUE,
         reload_seconds: float = 10.0,
+        middlewares: Sequence[Any] = (),
     ) -> None:
         self.source = source
         self.tls = tls
+        # Before every route (client certificates: `shoal.servers.auth`).
+        self.middlewares = tuple(middlewares)
         self.host = host
         self.port = port
         self.scheduler_name = scheduler_name
@@ -159,7 +162,7 @@ class WebhookServer:
         self._reloader: asyncio.Task[None] | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=8 * 2**20)
+        app = web.Application(client_max_size=8 * 2**20, middlewares=self.middlewares)
         app.router.add_post("/validate", self._validate)
         app.router.add_post("/mutate-pods", self._mutate)
         app.router.add_get("/healthz", self._healthz)

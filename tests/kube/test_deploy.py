@@ -309,3 +309,32 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         for v in rule["verbs"]
     }
     assert granted - used == set(), "granted but never used"
+
+
+def _documented_grants() -> set[tuple[str, str, str]]:
+    """(group, resource, verb) from the RBAC table in docs/kubernetes.md."""
+    text = (DEPLOY.parent / "docs" / "kubernetes.md").read_text()
+    table = text.split("<!-- rbac-table -->")[1].split("<!-- /rbac-table -->")[0]
+    grants = set()
+    for line in table.strip().splitlines()[2:]:
+        group_cell, resource_cell, verb_cell, _ = (c.strip() for c in line.strip("|").split("|"))
+        groups = ["" if g.strip() == "core" else g.strip() for g in group_cell.split(",")]
+        resources = [r.strip() for r in re.sub(r"\s*\(.*?\)", "", resource_cell).split(",")]
+        verbs = [v.strip() for v in verb_cell.replace(";", ",").split(",")]
+        verbs = [v.replace(" on its own Lease only", "") for v in verbs]
+        grants |= {(g, r, v) for g in groups for r in resources for v in verbs}
+    return grants
+
+
+def test_the_granted_verbs_are_the_documented_table_and_pods_are_never_patched() -> None:
+    documents = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    rules = _rules(documents, "ClusterRole") + _rules(documents, "Role")
+    granted = {
+        (g, res, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for res in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert granted == _documented_grants()
+    assert ("", "pods", "patch") not in granted and ("", "pods", "update") not in granted

@@ -92,6 +92,7 @@ def test_the_chart_renders_without_duplicate_keys() -> None:
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
+            "NetworkPolicy",
             "Role",
             "RoleBinding",
             "Service",
@@ -298,3 +299,19 @@ def test_the_values_schema_rejects_mistakes(values: dict[str, Any], error: str) 
     merged = {**yaml.safe_load((CHART / "values.yaml").read_text()), **values}
     errors = _errors(merged, schema, schema, "values")
     assert any(error in e for e in errors), errors
+
+
+def test_the_network_policy_admits_only_the_serving_port_from_whom_it_is_told() -> None:
+    (policy,) = _rendered()["networkpolicy.yaml"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 10259}] and "from" not in rule
+    monitoring = [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]
+    (policy,) = _rendered({"networkPolicy": {"metricsFrom": monitoring}})["networkpolicy.yaml"]
+    assert policy["spec"]["ingress"][0]["from"] == monitoring
+    with_webhook = _rendered({"webhook": {"enabled": True}})["networkpolicy.yaml"]
+    assert [p["spec"]["ingress"][0]["ports"][0]["port"] for p in with_webhook] == [10259, 9443]
+    assert (
+        "networkpolicy.yaml" not in _rendered({"networkPolicy": {"enabled": False}})
+        or not (_rendered({"networkPolicy": {"enabled": False}})["networkpolicy.yaml"])
+    )

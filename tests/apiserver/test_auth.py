@@ -11,6 +11,7 @@ import ssl
 from pathlib import Path
 
 import aiohttp
+import yaml
 from apihelpers import space
 from kubehelpers import async_test
 from prometheus_client import CollectorRegistry
@@ -18,6 +19,8 @@ from prometheus_client import CollectorRegistry
 from shoal.drivers.kube.tls import server_context
 from shoal.servers.auth import DelegatedAuth, client_ca_context
 from shoal.web.server import Check, HealthServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _token(s: object, account: str) -> str:
@@ -47,30 +50,40 @@ async def test_tokens_and_client_certificates_are_checked_with_the_api_server(
     state = Path(control_plane["KUBECONFIG"]).parent
     async with space(control_plane["KUBECONFIG"], "auth") as s:
         reader, other = await _token(s, "reader"), await _token(s, "other")
-        role = f"{s.name}-metrics-reader"
-        await s.client.request(
-            "POST",
-            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            body={
-                "metadata": {"name": role},
-                "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
-            },
-        )
-        s.cluster_objects.append(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}")
-        await s.client.request(
-            "POST",
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            body={
-                "metadata": {"name": role},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": role,
+        viewer = await _token(s, "viewer")
+        # The roles the manifests ship for others to bind, under this test's names.
+        shipped = {
+            d["metadata"]["name"]: d["rules"]
+            for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text())
+            if d and d["kind"] == "ClusterRole"
+        }
+        for role, account in (
+            ("shoal-metrics-reader", "reader"),
+            ("shoal-dashboard-reader", "viewer"),
+        ):
+            name = f"{s.name}-{role}"
+            await s.client.request(
+                "POST",
+                "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                body={"metadata": {"name": name}, "rules": shipped[role]},
+            )
+            s.cluster_objects.append(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
+            await s.client.request(
+                "POST",
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                body={
+                    "metadata": {"name": name},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": name,
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": s.name}],
                 },
-                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": s.name}],
-            },
-        )
-        s.cluster_objects.append(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}")
+            )
+            s.cluster_objects.append(
+                f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}"
+            )
 
         async def queues(request: aiohttp.web.Request) -> aiohttp.web.Response:
             return aiohttp.web.json_response([])
@@ -115,11 +128,13 @@ async def test_tokens_and_client_certificates_are_checked_with_the_api_server(
                 # The reader may read /metrics and nothing else; the other account nothing.
                 assert await get("/metrics", token=reader) == 200
                 assert await get("/dashboard/api/queues", token=reader) == 403
+                assert await get("/dashboard/api/queues", token=viewer) == 200
+                assert await get("/metrics", token=viewer) == 403
                 assert await get("/metrics", token=other) == 403
                 # A certificate signed by the cluster CA: the user is its CN, its groups
                 # the O entries (system:masters may do anything).
                 assert await get("/dashboard/api/queues", cert=True) == 200
                 assert await get("/metrics", cert=True) == 200
-                assert auth.refused == 4
+                assert auth.refused == 5
         finally:
             await server.stop()

@@ -25,7 +25,11 @@ the machine runs; CPU per pod much less). After each run every pod's requests ar
 summed per node against the node's allocatable: no node may be overcommitted.
 
   python bench/vs_kube_scheduler.py [--nodes 5000] [--pods 10000] [--qps 1000]
-      [--burst 2000] [--shape basic,gang-queue] [--scheduler kube,shoal] [--repeat 1]
+      [--burst 2000] [--shape basic,gang-queue] [--scheduler kube,shoal,bare] [--repeat 1]
+
+`bare` is no scheduler: a client that only POSTs the Bindings (round-robin, 64 in
+flight, the same QPS/burst), so its rate is the API server's own ceiling for binds on
+this machine, printed beside each scheduler's rate.
 
 Needs ../shared/k8s (or SHOAL_K8S_KIT). The etcd, apiserver, scheduler and this
 script share the machine's cores: compare ratios measured in the same run.
@@ -245,6 +249,11 @@ def scheduler_command(name: str, config: Path, env: dict[str, str]) -> list[str]
             "--bind-address=127.0.0.1",
             "--secure-port=0",
         ]
+    if name == "bare":
+        # No scheduling at all: list the pending pods and POST their Bindings, with the
+        # same client QPS/burst and bind concurrency as Shoal (64). Its rate is what the
+        # API server and etcd allow on this machine: the ceiling beside the ratios.
+        return [sys.executable, str(Path(__file__).resolve()), "--bare-binder", str(config)]
     shoal = Path(sys.executable).parent / "shoal"
     return [
         str(shoal),
@@ -427,7 +436,7 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
             await connection.close()
 
 
-NAMES = {"kube": "kube-scheduler", "shoal": "Shoal"}
+NAMES = {"kube": "kube-scheduler", "shoal": "Shoal", "bare": "bare binder"}
 
 
 def report(results: list[Result]) -> None:
@@ -448,6 +457,7 @@ def report(results: list[Result]) -> None:
     for shape in dict.fromkeys(r.shape for r in results):
         kube = [r for r in results if r.shape == shape and r.scheduler == "kube"]
         shoal = [r for r in results if r.shape == shape and r.scheduler == "shoal"]
+        bare = [r for r in results if r.shape == shape and r.scheduler == "bare"]
         for k, s in zip(kube, shoal, strict=False):
             if k.pods_per_second and k.steady_pods_per_second:
                 print(
@@ -455,9 +465,56 @@ def report(results: list[Result]) -> None:
                     f"{s.pods_per_second / k.pods_per_second:.2f}x overall, "
                     f"{s.steady_pods_per_second / k.steady_pods_per_second:.2f}x steady"
                 )
+        for b in bare:
+            for r in (*kube, *shoal):
+                if b.steady_pods_per_second:
+                    print(
+                        f"{shape}: {NAMES[r.scheduler]} at "
+                        f"{r.steady_pods_per_second / b.steady_pods_per_second:.0%} of the bare "
+                        f"binder's steady rate ({b.steady_pods_per_second:.0f} binds/s)"
+                    )
+
+
+async def bare_binder(config: Path) -> None:
+    """`--bare-binder CONFIG`: bind every pending pod of SCHEDULER_NAME round-robin over
+    the nodes, 64 Bindings in flight, the configuration's client QPS/burst."""
+    import yaml
+
+    settings = yaml.safe_load(config.read_text())["clientConnection"]
+    connection = await connect(settings["kubeconfig"])
+    client = connection.client(
+        "bare", ClientSettings(qps=float(settings["qps"]), burst=int(settings["burst"]))
+    )
+    try:
+        nodes = [
+            n["metadata"]["name"] for n in (await client.request("GET", NODES.path()))["items"]
+        ]
+        pods, _ = await list_pods(client)
+        pending = [p for p in pods if not p["spec"].get("nodeName")]
+        slots = asyncio.Semaphore(64)
+
+        async def bind(i: int, pod: JSON) -> None:
+            meta = pod["metadata"]
+            body = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[i % len(nodes)]},
+            }
+            async with slots:
+                await client.request(
+                    "POST", PODS.path(meta["namespace"], meta["name"], "binding"), body=body
+                )
+
+        await asyncio.gather(*(bind(i, p) for i, p in enumerate(pending)))
+    finally:
+        await connection.close()
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--bare-binder":
+        asyncio.run(bare_binder(Path(sys.argv[2])))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10000)

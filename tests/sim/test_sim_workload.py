@@ -78,6 +78,7 @@ def test_arrival_and_duration_annotations(scenario):
         apiVersion: v1
         kind: Pod
         metadata: {name: q, annotations: {sim.shoal.dev/arrival: 3, sim.shoal.dev/duration: 4}}
+        spec: {containers: [{name: c}]}
         """
     (pod,) = scenario(unquoted).pods
     assert (pod.time, pod.duration) == (3.0, 4.0)

@@ -7,6 +7,7 @@ read for preemption.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import msgspec
@@ -199,6 +200,27 @@ class PodDisruptionBudgetSpec(_Base):
     selector: LabelSelector | None = None
     min_available: int | str | None = None
     max_unavailable: int | str | None = None
+
+    def __post_init__(self) -> None:
+        # What the API server's validation refuses (policy/v1 ValidatePodDisruptionBudgetSpec).
+        if self.min_available is not None and self.max_unavailable is not None:
+            raise ValueError("minAvailable and maxUnavailable cannot be both set")
+        for field, value in (
+            ("minAvailable", self.min_available),
+            ("maxUnavailable", self.max_unavailable),
+        ):
+            if isinstance(value, str):
+                if not _PERCENT.fullmatch(value):
+                    raise ValueError(
+                        f"{field} {value!r} must be a count or a percentage such as '50%'"
+                    )
+                if int(value[:-1]) > 100:
+                    raise ValueError(f"{field} {value!r} must not be greater than 100%")
+            elif value is not None and value < 0:
+                raise ValueError(f"{field} {value} must not be negative")
+
+
+_PERCENT = re.compile(r"[0-9]+%")
 
 
 class PodDisruptionBudget(_Base):

@@ -86,6 +86,7 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
     def unique(obj: Any, where: str) -> None:
         meta = obj.metadata
         kind = type(obj).__name__
+        _check_name(kind, meta, where)
         key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
         first = first_seen.setdefault((kind, key), where)
         if first != where:
@@ -194,19 +195,30 @@ def _spec_field(source: PodSource, key: str, attribute: str) -> str:
 
 
 def _check_name(kind: str, meta: ObjectMeta, where: str) -> None:
-    """Names the API server would refuse (unicode, zero-width, right-to-left, capitals)
-    are refused here too, where files come in."""
+    """Names the API server would refuse (none at all, unicode, zero-width, right-to-left,
+    capitals) are refused here too, where files come in: for built-in kinds and custom
+    resources alike (the API server holds both to RFC 1123 subdomains)."""
+    if not meta.name:
+        raise ManifestError(kind, "", "metadata.name", f"a {kind} needs a name (skipped)", where)
     if why := meta.name_problem():
-        raise ManifestError(kind, meta.name, "metadata.name", why, where)
+        raise ManifestError(kind, meta.name, "metadata.name", f"{why} (skipped)", where)
 
 
 def _pod_name_problem(pod: PodSource) -> tuple[str, str]:
-    """(field, why) when the API server would refuse the pod's name or schedulerName."""
+    """(field, why) when the API server would refuse the pod: its name, its
+    schedulerName, or no containers at all."""
     if why := dns_name_problem(pod.name):
         return "metadata.name", why
     scheduler = _spec_field(pod, "schedulerName", "scheduler_name")
     if scheduler and (why := dns_name_problem(scheduler)):
         return "spec.schedulerName", why
+    if pod.pod is not None:
+        containers: object = pod.pod.spec.containers
+    else:
+        spec = (pod.template or {}).get("spec")
+        containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    if not containers:
+        return "spec.containers", "a pod needs at least one container (Required value)"
     return "", ""
 
 

@@ -413,7 +413,7 @@ def workload_cases() -> Iterator[Case]:
     yield Case("workload-pods-map", ({**workload(), "spec": {"pods": {"a": 1}}},), "pods")
     bad_entry = workload()
     bad_entry["spec"]["pods"][0]["name"] = "Bad Name"
-    yield Case("workload-entry-name-bad", (bad_entry,), "metadata.name")
+    yield Case("workload-entry-name-bad", (bad_entry,), "metadata.name", names="Bad Name")
     yield Case(
         "workload-template-no-containers",
         (workload(template={"spec": {}}),),

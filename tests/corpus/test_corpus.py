@@ -35,9 +35,26 @@ def messages_for(case: Case, tmp_path: Path) -> tuple[list[str], dict[str, PodSt
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_malformed_input_is_named_and_the_rest_runs(case: Case, tmp_path: Path) -> None:
     said, states = messages_for(case, tmp_path)
-    expect = case.expect.lower()
-    matching = [m for m in said if expect in m.lower() and (case.names.lower() in m.lower())]
-    assert matching, f"{case.id}: nothing says {case.expect!r}; said: {said}"
+    expect, who = case.expect.lower(), _who(case).lower()
+    matching = [m for m in said if expect in m.lower() and who in m.lower()]
+    assert matching, f"{case.id}: nothing says {case.expect!r} about {who!r}; said: {said}"
     assert states.get("good-pod") in (PodState.RUNNING, PodState.FINISHED), (
         f"{case.id}: the good pod did not run beside the bad input: {states}; said: {said}"
     )
+
+
+def _who(case: Case) -> str:
+    """What the message must name: the case's `names`, else the bad object's name (its
+    kind when it has none that can be printed), else nothing (a document that is no
+    object at all, a file that cannot be read)."""
+    if case.names:
+        return case.names
+    first = case.documents[0] if case.documents else None
+    if not isinstance(first, dict):
+        return ""
+    meta = first.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    kind = first.get("kind")
+    return kind if isinstance(kind, str) else ""

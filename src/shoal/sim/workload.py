@@ -358,9 +358,15 @@ def _expand_group(
         return []
     namespace = str(meta.get("namespace") or "default")
     try:
-        decode(_named(template, namespace, f"{prefix}-0"), Pod)
+        first = decode(_named(template, namespace, f"{prefix}-0"), Pod)
     except ManifestError as err:
         reject(_at(where, "template", err.field), err.problem)
+        return []
+    if not first.spec.containers:
+        reject(
+            _at(where, "template.spec.containers"),
+            "a pod needs at least one container (Required value)",
+        )
         return []
     rng = group_rng(seed, workload, prefix)
     times = arrival_times(group, rng)

@@ -22,6 +22,7 @@ import pydantic
 import yaml
 
 from shoal.api.manifests import READ_ERRORS, why_unreadable
+from shoal.api.objects import dns_name_problem
 from shoal.config.durations import parse_duration
 from shoal.config.problems import Problem
 from shoal.config.types import (
@@ -100,6 +101,18 @@ def load_config(
         raw = yaml.safe_load(path.read_text())
     except READ_ERRORS as err:
         raise ConfigError(str(path), [Problem("", why_unreadable(err))]) from None
+    if raw is None:
+        # kube-scheduler refuses an empty --config too ("Object 'Kind' is missing").
+        raise ConfigError(
+            str(path),
+            [
+                Problem(
+                    "",
+                    "the file is empty: give apiVersion: kubescheduler.config.k8s.io/v1 and "
+                    "kind: KubeSchedulerConfiguration (or leave out --config for the defaults)",
+                )
+            ],
+        )
     return parse_config(raw, source=str(path), registry=registry)
 
 
@@ -223,6 +236,15 @@ def semantic_problems(
                 )
             )
         seen.setdefault(profile.scheduler_name, i)
+        if why := dns_name_problem(profile.scheduler_name):
+            # kube-scheduler takes any name, but the API server refuses a pod whose
+            # spec.schedulerName is not one: no pod can ever ask for this profile.
+            warnings.append(
+                Problem(
+                    f"{base}.schedulerName",
+                    f"no pod can name this profile: {why.replace('name', 'schedulerName', 1)}",
+                )
+            )
         if profile.scheduler_name == DEFAULT_SCHEDULER_NAME:
             warnings.append(
                 Problem(

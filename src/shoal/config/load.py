@@ -236,13 +236,13 @@ def semantic_problems(
                 )
             )
         seen.setdefault(profile.scheduler_name, i)
-        if why := dns_name_problem(profile.scheduler_name):
+        if refused := dns_name_problem(profile.scheduler_name):
             # kube-scheduler takes any name, but the API server refuses a pod whose
             # spec.schedulerName is not one: no pod can ever ask for this profile.
             warnings.append(
                 Problem(
                     f"{base}.schedulerName",
-                    f"no pod can name this profile: {why.replace('name', 'schedulerName', 1)}",
+                    f"no pod can name this profile: {refused.replace('name', 'schedulerName', 1)}",
                 )
             )
         if profile.scheduler_name == DEFAULT_SCHEDULER_NAME:

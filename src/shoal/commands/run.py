@@ -566,16 +566,14 @@ async def _serve(
     except Exception as err:  # kubeconfig missing or unreadable, not in a cluster
         log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
         return 2
-    middlewares: list[Any] = []
-    auth_connections: list[Any] = []
-    if auth is not None and auth.enabled:
-        try:
-            delegated, auth_connections = await auth.build(ssl_context)
-        except Exception as err:  # a kubeconfig or CA that cannot be read
-            log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
-            await connection.close()
-            return 2
-        middlewares.append(delegated.middleware)
+    auth = auth or AuthFlags(None, None, None)
+    try:
+        middlewares, auth_connections = await auth.middlewares(ssl_context)
+    except Exception as err:  # a kubeconfig or CA that cannot be read
+        log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
+        await connection.close()
+        return 2
+    if auth.enabled:
         log.info(
             "requests to the serving port are authenticated and authorized through the API "
             "server%s; always allowed: %s",
@@ -683,6 +681,14 @@ class AuthFlags:
             or self.client_ca_file
             or self.in_cluster
         )
+
+    async def middlewares(self, context: ssl.SSLContext | None) -> tuple[list[Any], list[Any]]:
+        """The aiohttp middlewares for the port (none when nothing is enabled) and the
+        connections opened for them (closed by the caller at exit)."""
+        if not self.enabled:
+            return [], []
+        delegated, opened = await self.build(context)
+        return [delegated.middleware], opened
 
     async def build(self, context: ssl.SSLContext | None) -> tuple[Any, list[Any]]:
         """The middleware's `DelegatedAuth` and the connections it opened."""
@@ -948,16 +954,13 @@ async def _serve_extender(
     except Exception as err:
         log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
         return 2
-    auth_connections: list[Any] = []
-    middlewares: list[Any] = []
-    if auth is not None and auth.enabled:
-        try:
-            delegated, auth_connections = await auth.build(ssl_context)
-        except Exception as err:  # a kubeconfig or CA that cannot be read
-            log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
-            await connection.close()
-            return 2
-        middlewares.append(delegated.middleware)
+    auth = auth or AuthFlags(None, None, None)
+    try:
+        middlewares, auth_connections = await auth.middlewares(ssl_context)
+    except Exception as err:  # a kubeconfig or CA that cannot be read
+        log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
+        await connection.close()
+        return 2
     backend = KubeBackend(scheduler_config, connection, options)
     service = ExtenderService(backend)
     app = service.app(prefix, middlewares=middlewares)

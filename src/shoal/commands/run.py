@@ -567,12 +567,11 @@ async def _serve(
         log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
         return 2
     auth = auth or AuthFlags(None, None, None)
-    try:
-        middlewares, auth_connections = await auth.middlewares(ssl_context)
-    except Exception as err:  # a kubeconfig or CA that cannot be read
-        log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
+    built = await auth.middlewares_or_log(ssl_context)
+    if built is None:
         await connection.close()
         return 2
+    middlewares, auth_connections = built
     if auth.enabled:
         log.info(
             "requests to the serving port are authenticated and authorized through the API "
@@ -681,6 +680,17 @@ class AuthFlags:
             or self.client_ca_file
             or self.in_cluster
         )
+
+    async def middlewares_or_log(
+        self, context: ssl.SSLContext | None
+    ) -> tuple[list[Any], list[Any]] | None:
+        """`middlewares`, or None after logging why they cannot be built (a kubeconfig
+        or CA that cannot be read: the server must not start unprotected)."""
+        try:
+            return await self.middlewares(context)
+        except Exception as err:
+            log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
+            return None
 
     async def middlewares(self, context: ssl.SSLContext | None) -> tuple[list[Any], list[Any]]:
         """The aiohttp middlewares for the port (none when nothing is enabled) and the
@@ -955,12 +965,11 @@ async def _serve_extender(
         log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
         return 2
     auth = auth or AuthFlags(None, None, None)
-    try:
-        middlewares, auth_connections = await auth.middlewares(ssl_context)
-    except Exception as err:  # a kubeconfig or CA that cannot be read
-        log.error("cannot set up authentication: %s", err, extra={"error": str(err)})
+    built = await auth.middlewares_or_log(ssl_context)
+    if built is None:
         await connection.close()
         return 2
+    middlewares, auth_connections = built
     backend = KubeBackend(scheduler_config, connection, options)
     service = ExtenderService(backend)
     app = service.app(prefix, middlewares=middlewares)

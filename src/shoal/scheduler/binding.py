@@ -110,10 +110,10 @@ class BindingCycles:
     ) -> bool:
         """After Permit: hand the assumed pod to binding (or to waiting), or undo it."""
         pod = entry.pod
-        if status.code not in (Code.SUCCESS, Code.WAIT):
-            self._undo(BindingTask(pod, node, state, fwk, entry), status)
-            return False
         task = BindingTask(pod, node, state, fwk, entry)
+        if status.code not in (Code.SUCCESS, Code.WAIT):
+            self._undo(task, status)
+            return False
         self._admitted(pod.uid)
         if status.code == Code.WAIT:
             self._waiting[pod.uid] = task
@@ -232,10 +232,7 @@ class BindingCycles:
             return
         # Bound elsewhere (by someone else): our reservation is void; the update that
         # told us places the pod where it is.
-        del self._binding[uid]
-        if task in self._ready:
-            self._ready.remove(task)
-        task.framework.run_unreserve(task.state, task.pod, task.node)
+        self._release(task)
         self.cluster.forget(task.pod)
 
     def cancel(self, uid: str) -> None:
@@ -245,11 +242,17 @@ class BindingCycles:
         if self.handle.waiting_pods.by_uid.pop(uid, None) is not None:
             waiting = self._waiting.pop(uid)
             waiting.framework.run_unreserve(waiting.state, waiting.pod, waiting.node)
-        binding = self._binding.pop(uid, None)
+        binding = self._binding.get(uid)
         if binding is not None:
-            if binding in self._ready:
-                self._ready.remove(binding)
-            binding.framework.run_unreserve(binding.state, binding.pod, binding.node)
+            self._release(binding)
+
+    def _release(self, task: BindingTask) -> None:
+        """The cycle ends without a bind of ours (deleted, or bound by someone else):
+        it leaves the ready list and what Reserve claimed is released."""
+        del self._binding[task.pod.uid]
+        if task in self._ready:
+            self._ready.remove(task)
+        task.framework.run_unreserve(task.state, task.pod, task.node)
 
     def withdraw_gang(self, group: Group, gone: str) -> None:
         """A member of `group` vanished: if the rest no longer make minMember, the binds

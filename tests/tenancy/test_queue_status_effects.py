@@ -22,15 +22,16 @@ def test_queue_status_effects_follow_usage() -> None:
     h.add_pods(*(gpu_pod(f"a-{i}", "a") for i in range(4)), gpu_pod("b-0", "b"))
     h.advance(2)
     status = h.effects.queue_status
-    assert status["a"].allocated.get(GPU) == 4
-    assert status["a"].guaranteed.get(GPU) == 2
+    # Queues count nvidia.com/gpu in milli-GPU (quota units), so shares can count.
+    assert status["a"].allocated.get(GPU) == 4000
+    assert status["a"].guaranteed.get(GPU) == 2000
     assert status["a"].running_pods == 4 and status["a"].pending_pods == 0
-    assert status["b"].allocated.get(GPU) == 1
+    assert status["b"].allocated.get(GPU) == 1000
     # Demand 4 and 1 on 6 GPUs: both get what they ask for.
-    assert status["a"].fair_share.get(GPU) == 4 and status["b"].fair_share.get(GPU) == 1
+    assert status["a"].fair_share.get(GPU) == 4000 and status["b"].fair_share.get(GPU) == 1000
     emitted: list[QueueStatus] = []
     h.effects.listeners.append(lambda e: emitted.append(e) if isinstance(e, QueueStatus) else None)
     h.delete_pod("a-0")
     h.advance(2)
     # Only the queue that changed is published again.
-    assert [(e.name, e.allocated.get(GPU)) for e in emitted] == [("a", 3)]
+    assert [(e.name, e.allocated.get(GPU)) for e in emitted] == [("a", 3000)]

@@ -64,8 +64,8 @@ def test_bad_edit_keeps_the_version_in_force() -> None:
     assert len(problems) == 1 and problems[0].startswith("Queue a: spec.guaranteed"), problems
     tree = h.scheduler.tenant_queues.tree
     k = tree.resource_index[GPU]
-    assert tree.maximum[tree.index["a"], k] == 1  # the earlier a stays in force
-    assert tree.maximum[tree.index["b"], k] == 3  # b's valid edit applies
+    assert tree.maximum[tree.index["a"], k] == 1000  # milli-GPU: the earlier a stays in force
+    assert tree.maximum[tree.index["b"], k] == 3000  # b's valid edit applies
 
 
 def test_deleting_a_parent_waits_for_its_children() -> None:
@@ -113,7 +113,7 @@ def test_problems_name_elastic_quotas_and_their_fields() -> None:
         ],
     )
     assert sorted(problems) == [
-        "ElasticQuota data/quota: spec.min.cpu (4000) exceeds spec.max.cpu (2000); lower the "
+        "ElasticQuota data/quota: spec.min.cpu (4000m) exceeds spec.max.cpu (2000m); lower the "
         "guarantee or raise the maximum",
         "ElasticQuota ml/quota: namespace ml is also the name of Queue ml, and a queue is "
         "defined once; rename the Queue or bind namespace ml to it with a QueueBinding instead",

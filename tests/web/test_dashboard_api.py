@@ -111,7 +111,7 @@ def test_queue_tree_allocation_guarantee_fair_share(
 ) -> None:
     _, dashboard = run
     (body,) = get_all(dashboard, "/dashboard/api/queues")
-    assert body["capacity"][GPU] == 8
+    assert body["capacity"][GPU] == 8000  # quota units: milli-GPU
     rows = {q["name"]: q for q in body["queues"]}
     # Parents before their children, children indented one level.
     assert [(q["name"], q["parent"], q["depth"]) for q in body["queues"]] == [
@@ -121,19 +121,19 @@ def test_queue_tree_allocation_guarantee_fair_share(
         ("b", "org", 1),
     ]
     a, b, org = rows["a"], rows["b"], rows["org"]
-    # a runs small-0, small-1 (1 GPU each) and the GPU share (no whole GPU).
-    assert a["allocated"] == {"cpu": 3000, GPU: 2}
-    assert a["guaranteed"] == {GPU: 2} and b["guaranteed"] == {GPU: 4}
+    # a runs small-0, small-1 (1 GPU each) and the GPU share (half a GPU).
+    assert a["allocated"] == {"cpu": 3000, GPU: 2500}
+    assert a["guaranteed"] == {GPU: 2000} and b["guaranteed"] == {GPU: 4000}
     assert a["running"] == 3 and a["pending"] == 2  # lost, held
     assert b["running"] == 0 and b["pending"] == 3  # the big gang
     assert org["running"] == 3 and org["pending"] == 5 and not org["leaf"]
     assert b["weight"] == 2.0
-    # Dominant shares of the cluster: a holds 2/8 GPUs; b is guaranteed 4/8 and its fair
-    # share is its guarantee (a, below its guarantee, waits for nothing more).
-    assert a["share"]["allocated"] == pytest.approx(0.25)
+    # Dominant shares of the cluster: a holds 2.5/8 GPUs; b is guaranteed 4/8 and its fair
+    # share is its guarantee.
+    assert a["share"]["allocated"] == pytest.approx(2.5 / 8)
     assert b["share"]["guaranteed"] == pytest.approx(0.5)
     assert b["share"]["fairShare"] == pytest.approx(0.5)
-    assert b["fairShare"][GPU] == 4
+    assert b["fairShare"][GPU] == 4000
     assert org["share"]["guaranteed"] == pytest.approx(0.75)
 
 
@@ -150,10 +150,10 @@ def test_queue_history_is_sampled_by_the_driver_loop(
     assert gpu["resource"] == GPU
     assert set(gpu["resources"]) == {"dominant", "cpu", "memory", GPU}
     a = gpu["queues"]["a"]
-    assert a["allocated"][-1] == pytest.approx(0.25)
+    assert a["allocated"][-1] == pytest.approx(2.5 / 8)  # two GPUs and half a GPU
     assert a["guaranteed"] == [pytest.approx(0.25)] * 2
     assert gpu["queues"]["b"]["allocated"] == [0.0, 0.0]
-    assert dominant["queues"]["a"]["allocated"][-1] == pytest.approx(0.25)
+    assert dominant["queues"]["a"]["allocated"][-1] == pytest.approx(2.5 / 8)
 
 
 def test_history_is_a_bounded_ring_buffer_on_the_driver_clock() -> None:

@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 from shoal.api.objects import LabelSelector, ObjectMeta
-from shoal.api.resources import parse_resource_list
+from shoal.api.resources import parse_quota_list
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -44,7 +44,7 @@ class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
 
 def _check(field: str, raw: dict[str, Quantity]) -> None:
     try:
-        parse_resource_list(raw)
+        parse_quota_list(raw)
     except ValueError as err:
         raise ValueError(f"{field}.{err}") from None
 
@@ -103,13 +103,13 @@ class Queue(_Base):
     def guaranteed(self) -> dict[str, int]:
         spec = self.spec
         raw = spec.resources.requests if spec.resources is not None else spec.guaranteed
-        return parse_resource_list(raw)
+        return parse_quota_list(raw)
 
     def maximum(self) -> dict[str, int] | None:
         spec = self.spec
         if spec.resources is not None:
-            return parse_resource_list(spec.resources.limits) or None
-        return None if spec.max is None else parse_resource_list(spec.max)
+            return parse_quota_list(spec.resources.limits) or None
+        return None if spec.max is None else parse_quota_list(spec.max)
 
 
 class QueueBindingSpec(_Base):

@@ -3,6 +3,10 @@
 Every resource is an integer column in the node table. CPU is counted in millicores,
 all other resources in whole base units (bytes for memory, devices for GPUs), exactly as
 kube-scheduler's `framework.Resource` does.
+
+Queues count in *quota units*: the same, except that `nvidia.com/gpu` is counted in
+milli-GPU too, because a GPU share (a fraction of one device) charges its fraction of a
+GPU to its queue (`QUOTA_MILLI`, `parse_quota_list`, `format_quota`, `quota_value`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,15 @@ __all__ = [
     "GPU",
     "MEMORY",
     "PODS",
+    "QUOTA_MILLI",
     "ResourceList",
     "add_into",
+    "format_quota",
     "is_extended",
     "max_into",
+    "parse_quota_list",
     "parse_resource_list",
+    "quota_value",
     "to_quantity_units",
 ]
 
@@ -42,6 +50,9 @@ ResourceList = dict[str, int]
 """Resource name -> integer amount (millicores for cpu, base units otherwise)."""
 
 _NATIVE = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE, PODS})
+
+QUOTA_MILLI = frozenset({CPU, GPU})
+"""Resources queues count in thousandths (millicores; milli-GPU, so shares count)."""
 
 
 def is_extended(name: str) -> bool:
@@ -68,6 +79,36 @@ def parse_resource_list(
             raise ValueError(f"{name}: quantity {value!r} must not be negative")
         out[name] = amount
     return out
+
+
+def parse_quota_list(raw: Mapping[str, str | int | float]) -> ResourceList:
+    """Parse a queue's ResourceList into quota units ("1.5" nvidia.com/gpu -> 1500);
+    raises ValueError naming the offending resource."""
+    out: ResourceList = {}
+    for name, value in raw.items():
+        try:
+            amount = to_milli(value) if name in QUOTA_MILLI else to_units(value)
+        except QuantityError as err:
+            raise ValueError(f"{name}: {err}") from None
+        if amount < 0:
+            raise ValueError(f"{name}: quantity {value!r} must not be negative")
+        out[name] = amount
+    return out
+
+
+def format_quota(name: str, amount: int) -> str:
+    """A quota-unit amount in Kubernetes' notation: "4000m" cpu, "2" or "1600m"
+    nvidia.com/gpu, bytes of memory as they are."""
+    if name == CPU:
+        return f"{amount}m"
+    if name in QUOTA_MILLI:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    return str(amount)
+
+
+def quota_value(name: str, amount: int | float) -> float:
+    """A quota-unit amount in the resource's base unit (cores, GPUs, bytes)."""
+    return amount / 1000.0 if name in QUOTA_MILLI else float(amount)
 
 
 def add_into(target: ResourceList, other: Mapping[str, int]) -> None:

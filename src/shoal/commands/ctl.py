@@ -152,10 +152,11 @@ def _dump(data: Any, output: Output) -> None:
 
 
 def _human(resource: str, text: str) -> str:
-    """ "1500m" cpu -> "1.5"; bytes of memory -> "4Gi"; counts as they are."""
-    from shoal.api.resources import CPU, MEMORY
+    """ "1500m" cpu -> "1.5"; "1600m" nvidia.com/gpu -> "1.6"; bytes of memory -> "4Gi";
+    counts as they are."""
+    from shoal.api.resources import MEMORY
 
-    if resource == CPU:
+    if text.endswith("m"):
         milli = int(text.removesuffix("m"))
         return f"{milli / 1000:g}"
     if resource == MEMORY or resource.startswith(("hugepages-", "ephemeral-storage")):

@@ -87,7 +87,7 @@ class QueueCapacity:
         fair = self.args.reclaim_to == "FairShare"
         if error or not (fair or tree.quota_mask.any()):
             return None, Status(Code.UNSCHEDULABLE)
-        vec = tree.vector(pod.requests)
+        vec = tree.charge(pod)
         # A fair share exists for every resource the tree tracks, guaranteed or not
         # (equal-weight queues without guarantees still have shares to reclaim up to).
         asked = (vec > 0) if fair else (vec > 0) & tree.quota_mask
@@ -135,7 +135,7 @@ class QueueCapacity:
                     vl = queues.placed_leaf(member.uid)
                     for q in tree.path_lists[vl]:
                         if q not in mine:
-                            usage[q] -= tree.vector(member.requests)
+                            usage[q] -= tree.charge(member)
             return True
 
         search = VictimSearch(self.handle, units=units)
@@ -183,7 +183,7 @@ class QueueCapacity:
         total = np.zeros(len(tree.resources), dtype=np.int64)
         for uid, (_, other) in self.handle.snapshot.nominations.items():
             if uid != pod.uid and queues.queue_of(other)[0] == leaf:
-                total += tree.vector(other.requests)
+                total += tree.charge(other)
         return total
 
     def _usage_after_evictions(self) -> NDArray[np.int64]:
@@ -196,7 +196,7 @@ class QueueCapacity:
             vl = queues.placed_leaf(uid)
             if record is None or vl < 0:
                 continue
-            vector = tree.vector(record.pod.requests)
+            vector = tree.charge(record.pod)
             for q in tree.path_lists[vl]:
                 usage[q] -= vector
         return usage

@@ -50,13 +50,8 @@ class QueueMonitor:
 
     def sample(self, at: float) -> None:
         manager, tree = self.manager, self.manager.tree
-        n = self.table.n
-        capacity_by_name = {
-            r: int(self.table.allocatable[:n, c].sum())
-            for r, c in self.table.resource_index.items()
-        }
-        fair = fair_shares(manager, capacity_by_name)
         capacity = manager.capacity(self.table)
+        fair = fair_shares(manager, capacity)
         shares = dominant_shares(manager.usage, capacity)
         ratios = []
         for name, i in tree.index.items():

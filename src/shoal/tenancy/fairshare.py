@@ -89,20 +89,20 @@ def choose_leaf(
     return node
 
 
-def fair_shares(state: QueueState, capacity_by_name: dict[str, int]) -> dict[str, float]:
+def fair_shares(state: QueueState, capacity: NDArray[np.float64]) -> dict[str, float]:
     """`fair_shares_of` over a manager's usage and pending requests."""
-    return fair_shares_of(state.tree, state.usage, state.pending_sum, capacity_by_name)
+    return fair_shares_of(state.tree, state.usage, state.pending_sum, capacity)
 
 
 def fair_shares_of(
     tree: QueueTree,
     usage: NDArray[np.int64],
     pending_sum: NDArray[np.int64],
-    capacity_by_name: dict[str, int],
+    capacity: NDArray[np.float64],
 ) -> dict[str, float]:
     """Each queue's weighted max-min fair dominant share (0..1) of the cluster, given
-    each queue's usage (its subtree's) and each leaf's pending requests."""
-    capacity = np.array([float(capacity_by_name.get(r, 0)) for r in tree.resources])
+    each queue's usage (its subtree's), each leaf's pending requests and the cluster's
+    capacity over `tree.resources` (quota units: `QueueManager.capacity`)."""
     n = len(tree.names)
     demand_vec = usage.astype(np.float64).copy()
     for leaf in tree.leaves:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.gpu import GPU_MILLI
 from shoal.api.objects import LabelSelector
 from shoal.api.podgroup import group_of
 from shoal.api.podinfo import PodInfo, qos_class
@@ -37,6 +38,7 @@ from shoal.api.queue import (
     Queue,
     QueueBinding,
 )
+from shoal.api.resources import GPU, format_quota
 from shoal.api.selectors import label_selector_matches
 from shoal.cache.cluster import ClusterState
 from shoal.cache.node_table import NodeColumns
@@ -347,7 +349,7 @@ class QueueManager:
             leaf, error = self.queue_of(pod)
             if error or pod.uid in self._pending:
                 return
-            vec = self.tree.vector(pod.requests)
+            vec = self.tree.charge(pod)
             self._pending[pod.uid] = (leaf, vec)
             self._pending_job[pod.uid] = self.job_of(pod)
             self.pending[leaf] += 1
@@ -386,8 +388,13 @@ class QueueManager:
         if key != self._capacity_key:
             cols = [table.resource_index.get(r, -1) for r in self.tree.resources]
             n = table.n
+            # Node columns count GPUs whole; queues count milli-GPU (quota units).
+            scale = [GPU_MILLI if r == GPU else 1 for r in self.tree.resources]
             self._capacity = np.array(
-                [float(table.allocatable[:n, c].sum()) if c >= 0 else 0.0 for c in cols]
+                [
+                    float(table.allocatable[:n, c].sum()) * k if c >= 0 else 0.0
+                    for c, k in zip(cols, scale, strict=True)
+                ]
             )
             self._capacity_key = key
             self._capacity_list = self._capacity.tolist()
@@ -476,7 +483,7 @@ class QueueManager:
         tree = self.tree
         if not self._has_quota:
             return ""
-        vec = tree.vector(pod.requests)
+        vec = tree.charge(pod)
         if extra is not None:
             vec = vec + extra
         # Plain Python over the path: a few queues x a few resources, the common case
@@ -488,9 +495,11 @@ class QueueManager:
                 zip(self.usage[q].tolist(), asked, maximum[q], strict=True)
             ):
                 if used + want > cap:
+                    res = tree.resources[k]
                     return (
-                        f"queue {tree.names[q]} would exceed its max {tree.resources[k]}: "
-                        f"uses {used}, pod asks {want}, max {cap}"
+                        f"queue {tree.names[q]} would exceed its max {res}: uses "
+                        f"{format_quota(res, used)}, pod asks {format_quota(res, want)}, "
+                        f"max {format_quota(res, cap)}"
                     )
         guaranteed = tree.guaranteed_lists[leaf]
         quota = tree.quota_list
@@ -530,8 +539,9 @@ class QueueManager:
         ]
         return (
             f"queue {tree.names[leaf]} may not borrow {res} beyond its guarantee "
-            f"({int(tree.guaranteed[leaf, k])}): queue(s) {', '.join(waiting)} below their "
-            f"guarantee are waiting for {int(owed[k])} of it"
+            f"({format_quota(res, int(tree.guaranteed[leaf, k]))}): queue(s) "
+            f"{', '.join(waiting)} below their guarantee are waiting for "
+            f"{format_quota(res, int(owed[k]))} of it"
         )
 
     # ---- usage (AssignmentObserver) ------------------------------------------------
@@ -552,7 +562,7 @@ class QueueManager:
         leaf, error = self.queue_of(pod)
         if error:
             return
-        vec = self.tree.vector(pod.requests)
+        vec = self.tree.charge(pod)
         path = self.tree.path_lists[leaf]
         for q in path:
             self.usage[q] += vec
@@ -698,9 +708,15 @@ class QueueManager:
 
     # ---- reporting -----------------------------------------------------------------
 
-    def status(self, capacity: dict[str, int] | None = None) -> dict[str, dict[str, object]]:
+    def status(self, table: NodeColumns | None = None) -> dict[str, dict[str, object]]:
+        """Per queue: parent, allocated, guaranteed and max (quota units), pending pods
+        and, given the node table, the weighted max-min fair share."""
         tree = self.tree
-        shares = fair_shares_of(tree, self.usage, self.pending_sum, capacity) if capacity else {}
+        shares = (
+            fair_shares_of(tree, self.usage, self.pending_sum, self.capacity(table))
+            if table is not None
+            else {}
+        )
         out: dict[str, dict[str, object]] = {}
         for name, i in tree.index.items():
             if i == 0:

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.gpu import GPU_MILLI, GpuRequestError, pod_gpu_request
+from shoal.api.podinfo import PodInfo
 from shoal.api.queue import DEFAULT_QUEUE, ElasticQuota, Queue, QueueOrdering
+from shoal.api.resources import GPU, ResourceList, format_quota, parse_quota_list
 
 __all__ = ["UNLIMITED", "Issue", "QueueDef", "QueueTree", "TreeError", "queue_issues"]
 
@@ -71,13 +74,11 @@ class QueueDef:
 
     @classmethod
     def from_elastic_quota(cls, eq: ElasticQuota) -> QueueDef:
-        from shoal.api.resources import parse_resource_list
-
         ns = eq.metadata.namespace or "default"
         return cls(
             name=ns,
-            guaranteed=parse_resource_list(eq.spec.min),
-            maximum=parse_resource_list(eq.spec.max) or None,
+            guaranteed=parse_quota_list(eq.spec.min),
+            maximum=parse_quota_list(eq.spec.max) or None,
             source="ElasticQuota",
             object_name=eq.metadata.name,
             fields=("spec.min", "spec.max"),
@@ -155,16 +156,37 @@ class QueueTree:
         self.maximum_lists: list[list[int]] = self.maximum.tolist()
         self.guaranteed_lists: list[list[int]] = self.guaranteed.tolist()
         self.quota_list: list[bool] = self.quota_mask.tolist()
-        self._vectors: dict[tuple[tuple[str, int], ...], NDArray[np.int64]] = {}
+        self._vectors: dict[object, NDArray[np.int64]] = {}
         self.children_list: list[list[int]] = [self.children[i] for i in range(q)]
 
-    def vector(self, requests: dict[str, int]) -> NDArray[np.int64]:
-        """A request over the tree's quota resources (others do not count for quota).
-        Cached by shape: workloads repeat a few request shapes. Do not mutate."""
-        key = tuple(requests.items())
+    def vector(self, amounts: ResourceList) -> NDArray[np.int64]:
+        """Quota-unit amounts over the tree's quota resources (others do not count for
+        quota). Cached by shape: workloads repeat a few shapes. Do not mutate."""
+        key = tuple(amounts.items())
         vec = self._vectors.get(key)
         if vec is None:
-            vec = np.array([requests.get(r, 0) for r in self.resources], dtype=np.int64)
+            vec = np.array([amounts.get(r, 0) for r in self.resources], dtype=np.int64)
+            vec.flags.writeable = False
+            if len(self._vectors) < 4096:
+                self._vectors[key] = vec
+        return vec
+
+    def charge(self, pod: PodInfo) -> NDArray[np.int64]:
+        """What the pod charges its queue, in quota units: its requests, with
+        nvidia.com/gpu in milli-GPU, so a GPU share (`alibabacloud.com/gpu-milli`)
+        charges its fraction of a GPU per device and a whole GPU 1000. Do not mutate."""
+        requests = pod.requests
+        try:
+            gpu = pod_gpu_request(pod).total_milli
+        except GpuRequestError:  # refused by GpuShare; count what the spec asks
+            gpu = requests.get(GPU, 0) * GPU_MILLI
+        key = (tuple(requests.items()), gpu)
+        vec = self._vectors.get(key)
+        if vec is None:
+            vec = np.array(
+                [gpu if r == GPU else requests.get(r, 0) for r in self.resources],
+                dtype=np.int64,
+            )
             vec.flags.writeable = False
             if len(self._vectors) < 4096:
                 self._vectors[key] = vec
@@ -230,7 +252,8 @@ def queue_issues(
             if m is not None and g > m:
                 issues.append(
                     Issue(
-                        f"{d.ref}: {d.fields[0]}.{res} ({g}) exceeds {d.fields[1]}.{res} ({m}); "
+                        f"{d.ref}: {d.fields[0]}.{res} ({format_quota(res, g)}) exceeds "
+                        f"{d.fields[1]}.{res} ({format_quota(res, m)}); "
                         "lower the guarantee or raise the maximum",
                         ("Queue", d.name),
                     )
@@ -277,8 +300,9 @@ def queue_issues(
             if changed(parent):
                 issues.append(
                     Issue(
-                        f"{pd.ref}: children's spec.guaranteed.{res} add up to {t}, more than "
-                        f"its own guarantee {pg}; raise the parent's guarantee or lower the "
+                        f"{pd.ref}: children's spec.guaranteed.{res} add up to "
+                        f"{format_quota(res, t)}, more than its own guarantee "
+                        f"{format_quota(res, pg)}; raise the parent's guarantee or lower the "
                         "children's",
                         ("Queue", parent),
                     )
@@ -286,8 +310,9 @@ def queue_issues(
                 continue
             issues += [
                 Issue(
-                    f"{c.ref}: {c.fields[0]}.{res} ({c.guaranteed[res]}) does not fit in "
-                    f"parent {parent}'s guarantee ({pg}; its children's add up to {t}); "
+                    f"{c.ref}: {c.fields[0]}.{res} ({format_quota(res, c.guaranteed[res])}) "
+                    f"does not fit in parent {parent}'s guarantee ({format_quota(res, pg)}; "
+                    f"its children's add up to {format_quota(res, t)}); "
                     "lower it or raise the parent's guarantee",
                     ("Queue", c.name),
                 )
@@ -302,16 +327,18 @@ def queue_issues(
                 if changed(c.name) or not changed(parent):
                     issues.append(
                         Issue(
-                            f"{c.ref}: {c.fields[1]}.{res} ({m}) exceeds its parent {parent}'s "
-                            f"max ({pm}); it can never use more than the parent",
+                            f"{c.ref}: {c.fields[1]}.{res} ({format_quota(res, m)}) exceeds "
+                            f"its parent {parent}'s max ({format_quota(res, pm)}); it can never "
+                            "use more than the parent",
                             ("Queue", c.name),
                         )
                     )
                 else:
                     issues.append(
                         Issue(
-                            f"{pd.ref}: {pd.fields[1]}.{res} ({pm}) is below its child {c.name}'s "
-                            f"max ({m}); raise it or lower the child's first",
+                            f"{pd.ref}: {pd.fields[1]}.{res} ({format_quota(res, pm)}) is below "
+                            f"its child {c.name}'s max ({format_quota(res, m)}); raise it or "
+                            "lower the child's first",
                             ("Queue", parent),
                         )
                     )

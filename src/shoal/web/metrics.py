@@ -55,7 +55,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from shoal.api.resources import CPU
+from shoal.api.resources import quota_value
 from shoal.tenancy.tree import UNLIMITED
 from shoal.web.latency import BufferedHistogram
 
@@ -262,8 +262,9 @@ class FrameworkTimer:
 
 
 def _unit(resource: str, amount: int) -> float:
-    """Prometheus base units: cores for cpu (Shoal counts millicores)."""
-    return amount / 1000.0 if resource == CPU else float(amount)
+    """Prometheus base units: cores for cpu, GPUs for nvidia.com/gpu (queues count
+    both in thousandths)."""
+    return quota_value(resource, amount)
 
 
 class _SchedulerCollector(Collector):

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from shoal.api.resources import CPU
+from shoal.api.gpu import GPU_MILLI
+from shoal.api.resources import GPU, format_quota
 from shoal.config import KubeSchedulerConfiguration
 from shoal.drivers.kube.backend import KubeBackend, KubeOptions
 from shoal.drivers.kube.client import JSON, Connection
@@ -37,7 +38,7 @@ NO_POOL = "(no pool)"
 
 def quantities(amounts: Mapping[str, int | float]) -> dict[str, str]:
     """Resource amounts in Kubernetes' notation, as a Queue's status shows them."""
-    return {r: (f"{int(v)}m" if r == CPU else str(int(v))) for r, v in sorted(amounts.items())}
+    return {r: format_quota(r, int(v)) for r, v in sorted(amounts.items())}
 
 
 @dataclass
@@ -162,8 +163,18 @@ class ClusterView:
         n = table.n
         allocatable = table.allocatable[:n][mask].sum(axis=0)
         requested = table.requested[:n][mask].sum(axis=0)
-        capacity = {r: int(allocatable[i]) for i, r in enumerate(resources) if allocatable[i]}
-        used = {r: int(requested[i]) for i, r in enumerate(resources) if capacity.get(r)}
+        # In quota units, as queues count: GPUs in thousandths, shares included.
+        scale = [GPU_MILLI if r == GPU else 1 for r in resources]
+        capacity = {
+            r: int(allocatable[i]) * scale[i] for i, r in enumerate(resources) if allocatable[i]
+        }
+        used = {r: int(requested[i]) * scale[i] for i, r in enumerate(resources) if capacity.get(r)}
+        devices = self.scheduler.cluster.gpu_devices
+        if devices is not None and GPU in capacity:
+            rows = np.flatnonzero(mask)
+            used[GPU] = int(devices.count[rows].sum()) * GPU_MILLI - int(
+                devices.total_free(rows).sum()
+            )
         return {
             "name": name,
             "nodeSelector": selector,

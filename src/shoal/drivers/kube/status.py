@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from shoal.api.podinfo import PodInfo
-from shoal.api.resources import CPU
+from shoal.api.resources import format_quota
 from shoal.drivers.kube.client import (
     JSON,
     MERGE_PATCH,
@@ -790,7 +790,7 @@ def binding_status_patch(status: BindingStatus) -> JSON:
 
 
 def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
-    return {r: (f"{v}m" if r == CPU else str(v)) for r, v in sorted(amounts.items())}
+    return {r: format_quota(r, v) for r, v in sorted(amounts.items())}
 
 
 class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):

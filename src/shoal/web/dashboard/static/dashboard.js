@@ -38,7 +38,8 @@ function amounts(map, resource) {
 }
 
 function short(resource, v) {
-  if (resource === "cpu") return `${(v / 1000).toFixed(v % 1000 ? 1 : 0)}`;
+  // Queues count cpu and nvidia.com/gpu in thousandths (a GPU share is a fraction).
+  if (resource === "cpu" || resource === "nvidia.com/gpu") return `${(v / 1000).toFixed(v % 1000 ? 1 : 0)}`;
   if (resource === "memory") return `${(v / 2 ** 30).toFixed(0)}Gi`;
   return `${v}`;
 }

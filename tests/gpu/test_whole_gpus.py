@@ -30,12 +30,23 @@ WITH_GPU_SHARE: dict[str, Any] = {
 }
 
 
+WITHOUT_GPU_SHARE: dict[str, Any] = {
+    **WITH_GPU_SHARE,
+    "profiles": [
+        {
+            "schedulerName": "default-scheduler",
+            "plugins": {"multiPoint": {"disabled": [{"name": "GpuShare"}]}},
+        }
+    ],
+}
+
+
 def whole(name: str, gpus: int = 1) -> PodBuilder:
     return make_pod(name).uid(name).req({GPU: gpus}, cpu="1", memory="1Gi")
 
 
 def test_kube_profile_keeps_a_whole_gpu_pod_off_a_shared_device() -> None:
-    h = SchedulerHarness()  # kube's default plugins: no GpuShare
+    h = SchedulerHarness(WITHOUT_GPU_SHARE)  # kube's default plugins: no GpuShare
     profile = h.scheduler.profiles["default-scheduler"]
     assert "GpuShare" not in {plugin.name for plugin in profile.plugins.all()}
     h.add_nodes(gpu_node("n", 1))
@@ -47,7 +58,7 @@ def test_kube_profile_keeps_a_whole_gpu_pod_off_a_shared_device() -> None:
 
 
 def test_kube_profile_sees_gpus_a_node_reports_after_it_joined() -> None:
-    h = SchedulerHarness()
+    h = SchedulerHarness(WITHOUT_GPU_SHARE)
     h.add_nodes(make_node("n").capacity(cpu="64", memory="256Gi"))
     h.update_node(gpu_node("n", 1))  # the device plugin registered later
     h.add_pods(gpu_pod("share", milli=500, node="n"), whole("train"))
@@ -57,7 +68,7 @@ def test_kube_profile_sees_gpus_a_node_reports_after_it_joined() -> None:
 
 
 def test_kube_profile_gives_the_whole_gpu_pod_the_unshared_device() -> None:
-    h = SchedulerHarness()
+    h = SchedulerHarness(WITHOUT_GPU_SHARE)
     h.add_nodes(gpu_node("n", 2))
     h.add_pods(gpu_pod("share", milli=500, node="n", devices="0"))
     h.add_pods(whole("first"))

@@ -250,12 +250,22 @@ class GpuDevices:
     def default_choice(self, row: int, request: GpuRequest) -> tuple[int, ...]:
         """Tightest-fitting devices for a share, lowest-index free devices otherwise."""
         free = self.free[row, : self.count[row]]
+        if int((free >= request.milli).sum()) < request.count:
+            return ()
+        return tuple(int(d) for d in self.choice_in(free, request))
+
+    @staticmethod
+    def choice_in(free: NDArray[Any], request: GpuRequest) -> NDArray[np.intp]:
+        """The devices (positions in `free`, one node's free milli per device) the
+        default choice takes; when too few have room, the ones with the most free."""
         fits = np.flatnonzero(free >= request.milli)
         if len(fits) < request.count:
-            return ()
+            most: NDArray[np.intp] = np.argsort(-free, kind="stable")[: request.count]
+            return most
         if request.shared:
             fits = fits[np.argsort(free[fits], kind="stable")]
-        return tuple(int(d) for d in fits[: request.count])
+        chosen: NDArray[np.intp] = fits[: request.count]
+        return chosen
 
     def _valid(self, row: int, devices: tuple[int, ...] | None, request: GpuRequest) -> bool:
         if devices is None or len(devices) != request.count or len(set(devices)) != len(devices):

@@ -128,6 +128,8 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (balanced_allocation.NAME, 1),
     # Shoal's additions after kube-scheduler's defaults:
     (node_pools.NAME, None),
+    # GPU shares (alibabacloud.com/gpu-milli) on devices with room, in every profile.
+    (gpu_share.NAME, None),
     (queue_capacity.NAME, None),
     (coscheduling.NAME, None),
     (default_binder.NAME, None),

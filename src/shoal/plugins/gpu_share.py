@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from shoal.api.gpu import GpuRequestError, pod_gpu_request
+from shoal.api.gpu import GpuRequest, GpuRequestError, pod_gpu_request
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices, remember_request, request_of
 from shoal.framework.cycle_state import CycleState
@@ -57,8 +58,10 @@ class GpuShare:
     preemption_local = True
 
     def __init__(self, handle: Handle) -> None:
+        # The device table is the cache's (created with the first node that has GPUs),
+        # read when a GPU pod is filtered: a profile with GpuShare costs a cluster
+        # without GPUs nothing but PreFilter's look at the pod's annotations.
         self.handle = handle
-        self.devices = GpuDevices.of(handle)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         try:
@@ -72,10 +75,17 @@ class GpuShare:
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
         request = request_of(state, pod)
-        devices = self.devices
+        devices = self.handle.snapshot.gpu_devices
+        if devices is None:  # no node has a GPU
+            none = np.zeros(nodes.size, dtype=bool)
+            return FilterResult(
+                none, [Failure(REASON_NO_GPU, ~none, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)]
+            )
         idx = nodes.index
         count = devices.count[idx]
         enough = devices.enough(request, idx)
+        if self.handle.snapshot.nominations:
+            enough = self._leave_room_for_nominated(pod, request, devices, nodes, enough)
         has_gpu = count > 0
         allowed = devices.model_allowed(request, idx)
         passed = enough & has_gpu
@@ -100,10 +110,51 @@ class GpuShare:
         request = request_of(state, pod)
         if not request:
             return Status()
-        held = self.devices.devices_of(pod.uid)
+        devices = self.handle.snapshot.gpu_devices
+        held = devices.devices_of(pod.uid) if devices is not None else None
         if not held:
             return Status(Code.UNSCHEDULABLE, f"no GPU device on {node} can hold the pod")
         return Status()
+
+    def _leave_room_for_nominated(
+        self,
+        pod: PodInfo,
+        request: GpuRequest,
+        devices: GpuDevices,
+        nodes: Candidates,
+        enough: NDArray[np.bool_],
+    ) -> NDArray[np.bool_]:
+        """Nominated GPU pods (preemptors waiting for the devices they freed) count as
+        placed on their node's devices for pods of lower or equal priority, as kube's
+        addNominatedPods does for resources: otherwise a lower-priority pod (a victim's
+        re-created replacement) takes the freed device back before the preemptor's
+        retry, and preemption repeats forever. Each nominated pod is put on the devices
+        it would get (`GpuDevices.default_choice`), or, while its victims still hold
+        them, on the fullest-free devices, clamped at zero (the node looks full)."""
+        rows = nodes.rows
+        by_row: dict[int, list[GpuRequest]] = {}
+        for row, other in self.handle.snapshot.nominated_against(pod):
+            wanted = request_of(None, other)
+            if wanted:
+                by_row.setdefault(row, []).append(wanted)
+        if not by_row:
+            return enough
+        enough = enough.copy()
+        positions = {int(r): i for i, r in enumerate(rows)} if len(by_row) > 8 else None
+        for row, nominated in by_row.items():
+            if positions is not None:
+                at = positions.get(row)
+            else:
+                found = np.flatnonzero(rows == row)
+                at = int(found[0]) if found.size else None
+            if at is None:
+                continue
+            free = devices.free[row, : devices.count[row]].astype(np.int64)
+            for wanted in nominated:
+                take = devices.choice_in(free, wanted)
+                free[take] = np.maximum(free[take] - wanted.milli, 0)
+            enough[at] = int((free >= request.milli).sum()) >= request.count
+        return enough
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
         # The devices go back when the scheduler forgets the assumed pod (pod_unplaced).

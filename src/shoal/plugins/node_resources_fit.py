@@ -42,6 +42,7 @@ __all__ = ["NAME", "NodeResourcesFit", "broken_linear"]
 
 NAME = "NodeResourcesFit"
 _STATE_KEY = "PreFilter" + NAME
+_GPU_SHARE = "GpuShare"  # the plugin that places devices (plugins never import each other)
 MAX_CUSTOM_PRIORITY_SCORE = 10  # RequestedToCapacityRatio shape scores are 0..10
 MAX_UTILIZATION = 100
 
@@ -123,6 +124,9 @@ class NodeResourcesFit:
     # ---- PreFilter / Filter --------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        unplaceable = self._gpu_without_gpu_share(state, pod)
+        if unplaceable:
+            return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, unplaceable)
         snap = self.handle.snapshot
         vector = snap.pod_vector(pod)
         cols = np.flatnonzero(vector)
@@ -132,6 +136,30 @@ class NodeResourcesFit:
         gpu = self._whole_gpu_position(state, pod, vector, cols)
         state.write(_STATE_KEY, (cols, vector[cols], gpu))
         return None, Status()
+
+    def _gpu_without_gpu_share(self, state: CycleState, pod: PodInfo) -> str:
+        """Why a pod asking for GPU devices the `nvidia.com/gpu` column cannot see (a
+        share, or devices counted only by annotation) cannot run in a profile without
+        GpuShare ("" if it can): refused with the fix rather than placed as if it had
+        asked for no GPU."""
+        request = request_of(state, pod)
+        if not request or (not request.shared and pod.requests.get(GPU, 0) == request.count):
+            return ""
+        runner = self.handle.frameworks.get(pod.scheduler_name)
+        if runner is None or runner.has_filter(_GPU_SHARE):
+            return ""
+        what = (
+            f"a GPU share ({request.milli} milli-GPU"
+            + (f" on each of {request.count} devices" if request.count > 1 else "")
+            + ")"
+            if request.shared
+            else f"{request.count} GPU device(s) by annotation"
+        )
+        return (
+            f"the pod asks for {what}, but profile {pod.scheduler_name!r} does not enable "
+            f"{_GPU_SHARE}: enable it in the profile (multiPoint) or ask for whole GPUs "
+            f"with the {GPU} request"
+        )
 
     def _whole_gpu_position(
         self, state: CycleState, pod: PodInfo, vector: NDArray[np.int64], cols: NDArray[np.intp]

@@ -421,7 +421,52 @@ def workload_cases() -> Iterator[Case]:
     )
 
 
+def gpu_pod(name: str = "p-bad", **annotations: str) -> JSON:
+    doc = pod(name)
+    doc["metadata"]["annotations"].update(
+        {f"alibabacloud.com/{k.replace('_', '-')}": v for k, v in annotations.items()}
+    )
+    return doc
+
+
+def gpu_cases() -> Iterator[Case]:
+    """GPU requests and devices (issue "GPU shares", item 4): out-of-range or non-integer
+    shares and counts are refused with the annotation and its range; absurd device
+    counts on nodes are refused before any allocation, the node left out whole."""
+    milli_range = "whole number from 1 to 1000"
+    for label, value in (
+        ("zero", "0"),
+        ("fraction", "0.5"),
+        ("over", "1001"),
+        ("negative", "-300"),
+        ("text", "half"),
+        ("exponent", "5e2"),
+        ("empty", ""),
+    ):
+        yield Case(f"gpu-milli-{label}", (gpu_pod(gpu_milli=value),), milli_range)
+    count_range = "whole number from 0 to 256"
+    for label, value in (("huge", "1e20"), ("fraction", "1.5"), ("text", "two"), ("big", "257")):
+        yield Case(f"gpu-count-{label}", (gpu_pod(gpu_milli="500", gpu_count=value),), count_range)
+    yield Case(
+        "gpu-count-zero-with-milli",
+        (gpu_pod(gpu_milli="500", gpu_count="0"),),
+        "gpu-count is 0",
+    )
+    mismatch = gpu_pod(gpu_count="2")
+    mismatch["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    yield Case("gpu-count-disagrees-with-request", (mismatch,), "disagrees")
+    many = pod()
+    many["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "100000"
+    yield Case("gpu-request-huge", (many,), "more than 256 devices")
+    for label, value in (("billion", "1000000000"), ("huge", "1e8"), ("257", "257")):
+        doc = node(**{"nvidia.com/gpu": value})
+        yield Case(f"node-gpus-{label}", (doc,), "more than 256")
+        doc = node(**{"alibabacloud.com/gpu-count": value})
+        yield Case(f"node-gpu-count-{label}", (doc,), "more than 256")
+
+
 GENERATORS = (
+    gpu_cases,
     name_cases,
     structure_cases,
     document_cases,

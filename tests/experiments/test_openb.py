@@ -92,6 +92,36 @@ def test_a_trace_without_pods_or_nodes_is_an_error_not_nan(tmp_path: Path) -> No
         load_trace(tmp_path, "x")
 
 
+def test_absurd_gpu_counts_in_a_trace_are_refused_before_any_allocation(tmp_path: Path) -> None:
+    """A node with 1e8 GPUs hung the experiment (the device table grew to match)."""
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        NODE_HEADER + "n0,32000,131072,100000000,V100\n"
+    )
+    (tmp_path / "openb_pod_list_x.csv").write_text(POD_HEADER + "p0,1000,1024,1,500,,LS,,0,1,0\n")
+    with pytest.raises(TraceError, match=r"node_list_gpu_node\.csv:2: field 'gpu': 100000000"):
+        load_trace(tmp_path, "x")
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODE_HEADER + "n0,32000,131072,8,V100\n")
+    (tmp_path / "openb_pod_list_x.csv").write_text(
+        POD_HEADER + "p0,1000,1024,1000,1000,,LS,,0,1,0\n"
+    )
+    with pytest.raises(TraceError, match=r"pod_list_x\.csv:2: field 'num_gpu': 1000"):
+        load_trace(tmp_path, "x")
+
+
+def test_an_all_cpu_trace_runs_and_says_there_is_no_gpu_point(tmp_path: Path) -> None:
+    """Inflation resampled an all-CPU trace forever (its GPU total never grows)."""
+    from shoal.experiments.openb.report import format_table, summarize
+
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODE_HEADER + "n0,32000,131072,2,V100\n")
+    rows = [f"p{i},1000,1024,0,0,,LS,,0,1,0" for i in range(20)]
+    (tmp_path / "openb_pod_list_cpu.csv").write_text(POD_HEADER + "\n".join(rows) + "\n")
+    result = run_one(load_trace(tmp_path, "cpu"), "FGD", seed=42)
+    assert result.pods == 20 and result.placed == 20
+    table = format_table(summarize([result]))
+    assert "| cpu | FGD | 1 | n/a | n/a |" in table
+    assert "GPU demand of trace cpu never reaches 100 %" in table
+
+
 def test_seed_ranges() -> None:
     assert parse_seeds("42-45") == [42, 43, 44, 45]
     assert parse_seeds("1,3") == [1, 3]

@@ -46,13 +46,18 @@ def test_no_gpu() -> None:
 @pytest.mark.parametrize(
     ("annotations", "requests", "message"),
     [
-        ({"alibabacloud.com/gpu-milli": "1500"}, {}, "within 0..1000"),
-        ({"alibabacloud.com/gpu-milli": "half"}, {}, "not a number"),
+        ({"alibabacloud.com/gpu-milli": "1500"}, {}, "whole number from 1 to 1000"),
+        ({"alibabacloud.com/gpu-milli": "half"}, {}, "whole number from 1 to 1000"),
+        # "0" and "0.5" were scheduled silently as pods without a GPU.
+        ({"alibabacloud.com/gpu-milli": "0"}, {}, "gpu-milli='0': must be a whole number"),
+        ({"alibabacloud.com/gpu-milli": "0.5"}, {}, "gpu-milli='0.5': must be a whole number"),
+        ({"alibabacloud.com/gpu-count": "1e20"}, {}, "whole number from 0 to 256"),
         ({"alibabacloud.com/gpu-count": "2"}, {"nvidia.com/gpu": 1}, "disagrees"),
+        ({}, {"nvidia.com/gpu": 100000}, "more than 256 devices"),
         (
             {"alibabacloud.com/gpu-milli": "500", "alibabacloud.com/gpu-count": "0"},
             {},
-            "gpu-count=0",
+            "gpu-count is 0",
         ),
     ],
 )

@@ -59,3 +59,27 @@ async def test_quantities_beyond_int64_are_reported_and_the_rest_is_served(
             # The scheduler keeps serving: a new pod is bound.
             api.create("v1", "pods", pod("later", cpu="1"))
             await eventually(lambda: bound_pods(api).get("default/later") == "good")
+
+
+@async_test()
+async def test_a_node_with_absurd_gpu_counts_is_left_out_whole(tmp_path: Path) -> None:
+    """A Node reporting 1e9 GPUs made numpy allocate 238 GiB; in `shoal run` the node was
+    left half-added (CPU pods went there, its GPUs were invisible)."""
+    async with FakeApiServer() as api:
+        api.create("v1", "nodes", node("good", cpu="8", memory="16Gi"))
+        absurd = node("absurd", cpu="64", memory="256Gi")
+        absurd["status"]["allocatable"]["nvidia.com/gpu"] = "1000000000"
+        api.create("v1", "nodes", absurd)
+        for i in range(3):
+            api.create("v1", "pods", pod(f"fine{i}", cpu="1"))
+        async with running(api, tmp_path) as (kube, _):
+            await eventually(lambda: len(bound_pods(api)) == 3, what="the good pods bound")
+            assert set(bound_pods(api).values()) == {"good"}
+            await eventually(lambda: bool(events_for(api, "absurd", "InvalidObject")))
+            (note,) = [
+                e["note"]
+                for e in api.list_objects("events.k8s.io", "events")
+                if e["reason"] == "InvalidObject" and e["regarding"]["name"] == "absurd"
+            ]
+            assert "status.allocatable.nvidia.com/gpu" in note and "more than 256" in note
+            assert "absurd" not in kube.scheduler.cluster.table.row_of

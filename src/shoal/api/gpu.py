@@ -8,10 +8,13 @@ Keys read (the ones GPU-sharing deployments use in the field, see docs/gpu-shari
 
 Pod
   * `resources.requests["nvidia.com/gpu"]`: whole GPUs (NVIDIA device plugin).
-  * annotation `alibabacloud.com/gpu-milli`: milli-GPU per device, 1..1000 (Alibaba's
-    GPU-sharing scheduler, and the openb trace artifact).
-  * annotation `alibabacloud.com/gpu-count`: number of devices (default: the
-    `nvidia.com/gpu` request, else 1 when `gpu-milli` is set).
+  * annotation `alibabacloud.com/gpu-milli`: milli-GPU per device, a whole number
+    1..1000 (Alibaba's GPU-sharing scheduler, and the openb trace artifact).
+  * annotation `alibabacloud.com/gpu-count`: number of devices, a whole number 0..256
+    (default: the `nvidia.com/gpu` request, else 1 when `gpu-milli` is set).
+
+Anything else ("0.5", "0", "1e20", "abc") is refused with the annotation and the range
+(`GpuRequestError`; GpuShare's PreFilter makes the pod unschedulable with that message).
   * annotation `alibabacloud.com/gpu-card-model`: allowed models, `|`-separated.
   * annotation `shoal.dev/gpu-index` (or `alibabacloud.com/gpu-index`): device indices
     of a pod that is already bound (written by Shoal at bind time).
@@ -23,6 +26,7 @@ Node
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from shoal.api.objects import Node
@@ -39,10 +43,12 @@ __all__ = [
     "GPU_MILLI",
     "LABEL_GPU_MODEL",
     "LABEL_GPU_PRODUCT",
+    "MAX_DEVICES",
     "NO_GPU",
     "RESOURCE_GPU_COUNT",
     "GpuRequest",
     "GpuRequestError",
+    "check_node_gpus",
     "format_gpu_index",
     "node_gpus",
     "parse_gpu_index",
@@ -103,15 +109,21 @@ class GpuRequest:
 NO_GPU = GpuRequest(0, 0)
 
 
-def _int(value: str, key: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        pass
-    try:
-        return to_units(value)
-    except QuantityError:
-        raise GpuRequestError(f"annotation {key}={value!r} is not a number") from None
+MAX_DEVICES = 256
+"""The most GPU devices one node may report or one pod may ask for: an 8-GPU node with
+7 MIG slices each reports 56; far larger numbers are mistakes (1e9 would make the
+device table allocate hundreds of GiB), refused with the field instead."""
+
+_WHOLE = re.compile(r"^[0-9]+$")
+
+
+def _whole_number(value: str, key: str, low: int, high: int, meaning: str) -> int:
+    text = value.strip()
+    if not _WHOLE.match(text) or not low <= int(text) <= high:
+        raise GpuRequestError(
+            f"annotation {key}={value!r}: must be a whole number from {low} to {high} ({meaning})"
+        )
+    return int(text)
 
 
 def parse_models(text: str) -> frozenset[str] | None:
@@ -127,24 +139,39 @@ def pod_gpu_request(pod: PodInfo) -> GpuRequest:
     count_text = annotations.get(ANNOTATION_GPU_COUNT)
     if milli_text is None and count_text is None and not requested:
         return NO_GPU
+    if requested > MAX_DEVICES:
+        raise GpuRequestError(
+            f"the {GPU} request {requested} is more than {MAX_DEVICES} devices on one node"
+        )
     if count_text is not None:
-        count = _int(count_text, ANNOTATION_GPU_COUNT)
+        count = _whole_number(
+            count_text, ANNOTATION_GPU_COUNT, 0, MAX_DEVICES, "devices, each on one node"
+        )
     elif requested:
         count = requested
     else:
         count = 1
-    milli = GPU_MILLI if milli_text is None else _int(milli_text, ANNOTATION_GPU_MILLI)
-    if count < 0:
-        raise GpuRequestError(f"{ANNOTATION_GPU_COUNT} must not be negative, got {count}")
-    if not 0 <= milli <= GPU_MILLI:
-        raise GpuRequestError(f"{ANNOTATION_GPU_MILLI} must be within 0..1000, got {milli}")
+    milli = (
+        GPU_MILLI
+        if milli_text is None
+        else _whole_number(
+            milli_text,
+            ANNOTATION_GPU_MILLI,
+            1,
+            GPU_MILLI,
+            "milli-GPU per device, 1000 = a whole GPU; remove it for a pod without GPU",
+        )
+    )
     if requested and count_text is not None and requested != count:
         raise GpuRequestError(
             f"{ANNOTATION_GPU_COUNT}={count} disagrees with the {GPU} request {requested}"
         )
-    if count == 0 or milli == 0:
-        if count == 0 and milli_text is not None and milli > 0:
-            raise GpuRequestError(f"{ANNOTATION_GPU_MILLI} is set but {ANNOTATION_GPU_COUNT}=0")
+    if count == 0:
+        if milli_text is not None:
+            raise GpuRequestError(
+                f"annotation {ANNOTATION_GPU_MILLI} is set but {ANNOTATION_GPU_COUNT} is 0: "
+                "remove both for a pod without GPU"
+            )
         return NO_GPU
     model_text = annotations.get(ANNOTATION_GPU_MODEL, "")
     return GpuRequest(count, milli, parse_models(model_text))
@@ -176,8 +203,28 @@ def pod_gpu_index(pod: PodInfo) -> tuple[int, ...] | None:
         return None
 
 
+def check_node_gpus(node: Node) -> None:
+    """Refuse a node reporting more than MAX_DEVICES GPUs (ValueError naming the field),
+    so that it is left out whole rather than added with its GPUs invisible."""
+    status = node.status
+    for field, resources in (("allocatable", status.allocatable), ("capacity", status.capacity)):
+        for key in (GPU, RESOURCE_GPU_COUNT):
+            if key not in resources:
+                continue
+            try:
+                count = to_units(resources[key])
+            except QuantityError:
+                continue  # the quantity check names it
+            if count > MAX_DEVICES:
+                raise ValueError(
+                    f"status.{field}.{key}: {count} GPU devices on one node is more than "
+                    f"{MAX_DEVICES}; report the node's real device count"
+                )
+
+
 def node_gpus(node: Node) -> tuple[int, str]:
-    """(device count, model) of a node; the model is "" when unknown."""
+    """(device count, model) of a node; the model is "" when unknown. At most
+    MAX_DEVICES (manifests and the API are refused above it: `check_node_gpus`)."""
     status = node.status
     count = 0
     for resources in (status.allocatable, status.capacity):
@@ -193,4 +240,4 @@ def node_gpus(node: Node) -> tuple[int, str]:
         break
     labels = node.metadata.labels
     model = labels.get(LABEL_GPU_MODEL) or labels.get(LABEL_GPU_PRODUCT) or ""
-    return max(count, 0), model
+    return min(max(count, 0), MAX_DEVICES), model

@@ -18,6 +18,7 @@ import msgspec
 import yaml
 
 from shoal.api.errors import ManifestError
+from shoal.api.gpu import check_node_gpus
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, VolcanoPodGroup
 from shoal.api.podinfo import check_pod_totals
@@ -85,13 +86,15 @@ def decode(raw: Mapping[str, Any], cls: type[T], source: str = "") -> T:
         match = _PATH.match(text)
         problem, path = (match["msg"], match["path"].lstrip(".")) if match else (text, "")
         raise ManifestError(kind, _display_name(raw), path, problem, source) from None
-    if isinstance(obj, Pod):
-        # Whole-object checks too costly for every copy (see check_pod_totals).
-        try:
+    # Whole-object checks too costly for every copy (see check_pod_totals).
+    try:
+        if isinstance(obj, Pod):
             check_pod_totals(obj)
-        except ValueError as err:
-            path, _, problem = str(err).partition(": ")
-            raise ManifestError(kind, _display_name(raw), path, problem, source) from None
+        elif isinstance(obj, Node):
+            check_node_gpus(obj)
+    except ValueError as err:
+        path, _, problem = str(err).partition(": ")
+        raise ManifestError(kind, _display_name(raw), path, problem, source) from None
     return obj
 
 

@@ -74,6 +74,8 @@ def inflate(
         while total > target and pods:
             total -= pods.pop(int(rng.integers(len(pods)))).total_milli
         return pods
+    if not any(p.total_milli > 0 for p in original):
+        return pods  # no GPU demand (all CPU): resampling would never reach the target
     by_name = sorted(original, key=lambda p: p.name)
     i = 0
     while by_name:

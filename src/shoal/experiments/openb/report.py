@@ -102,11 +102,20 @@ def format_table(summaries: Sequence[Summary]) -> str:
         "| trace | policy | seeds | unallocated % (mean) | sd | reference | diff |",
         "|---|---|---|---|---|---|---|",
     ]
+    undefined: list[str] = []
     for s in summaries:
         ref = "" if s.reference is None else f"{s.reference:.2f}"
         diff = "" if s.diff is None else f"{s.diff:+.2f}"
+        if math.isnan(s.mean):
+            undefined.append(s.trace)
+            mean, sd = "n/a", "n/a"
+        else:
+            mean, sd = f"{s.mean:.2f}", f"{s.sd:.2f}"
+        lines.append(f"| {s.trace} | {s.policy} | {s.seeds} | {mean} | {sd} | {ref} | {diff} |")
+    for trace in dict.fromkeys(undefined):
         lines.append(
-            f"| {s.trace} | {s.policy} | {s.seeds} | {s.mean:.2f} | {s.sd:.2f} | {ref} | {diff} |"
+            f"\nn/a: the GPU demand of trace {trace} never reaches 100 % of the GPU capacity "
+            "(no GPU pods, or no GPUs), so there is no point to read unallocated GPU at"
         )
     return "\n".join(lines)
 

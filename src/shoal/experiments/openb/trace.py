@@ -24,6 +24,7 @@ from shoal.api.gpu import (
     ANNOTATION_GPU_MODEL,
     GPU_MILLI,
     LABEL_GPU_MODEL,
+    MAX_DEVICES,
 )
 from shoal.api.objects import (
     Container,
@@ -167,12 +168,17 @@ def load_nodes(path: Path) -> tuple[NodeRow, ...]:
         if name in names:
             raise TraceError(f"{path}:{i}: field 'sn': duplicate node {name!r}")
         names.add(name)
+        gpus = _int(path, i, row, "gpu")
+        if gpus > MAX_DEVICES:
+            raise TraceError(
+                f"{path}:{i}: field 'gpu': {gpus} GPUs on one node is more than {MAX_DEVICES}"
+            )
         out.append(
             NodeRow(
                 name,
                 _int(path, i, row, "cpu_milli"),
                 _int(path, i, row, "memory_mib"),
-                _int(path, i, row, "gpu"),
+                gpus,
                 (row["model"] or "").strip(),
             )
         )
@@ -193,6 +199,11 @@ def load_pods(path: Path) -> tuple[PodRow, ...]:
             raise TraceError(f"{path}:{i}: field 'name': duplicate pod {name!r}")
         names.add(name)
         num_gpu = _int(path, i, row, "num_gpu")
+        if num_gpu > MAX_DEVICES:
+            raise TraceError(
+                f"{path}:{i}: field 'num_gpu': {num_gpu} GPUs for one pod is more than "
+                f"{MAX_DEVICES} (a pod's GPUs are on one node)"
+            )
         milli = _int(path, i, row, "gpu_milli")
         if milli > GPU_MILLI:
             raise TraceError(f"{path}:{i}: field 'gpu_milli': {milli} is more than 1000")

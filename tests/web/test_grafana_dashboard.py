@@ -13,7 +13,12 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from shoal.testing import SchedulerHarness
-from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
+from shoal.web.gpu_census import GpuCensus
+from shoal.web.metrics import (
+    SchedulerMetrics,
+    register_gpu_collector,
+    register_scheduler_collector,
+)
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "shoal-dashboard.json"
 
@@ -47,7 +52,9 @@ def exported_names() -> set[str]:
     """Every series name a Shoal /metrics can carry, from the registry's families
     (labelled counters and histograms that have no value yet still count)."""
     metrics = SchedulerMetrics()
-    register_scheduler_collector(metrics.registry, lambda: SchedulerHarness().scheduler)
+    harness = SchedulerHarness()
+    register_scheduler_collector(metrics.registry, lambda: harness.scheduler)
+    register_gpu_collector(metrics.registry, lambda: GpuCensus(harness.scheduler))
     registry: CollectorRegistry = metrics.registry
     names: set[str] = set()
     for family in registry.collect():
@@ -111,6 +118,9 @@ def test_every_query_names_metrics_shoal_exports() -> None:
         "scheduler_plugin_execution_duration_seconds_bucket",
         "scheduler_framework_extension_point_duration_seconds_bucket",
         "shoal_gang_groups",
+        "shoal_gpu_allocated",
+        "shoal_gpu_unallocated",
+        "shoal_gpu_fragmentation",
     ):
         assert name in used
 

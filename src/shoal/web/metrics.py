@@ -32,6 +32,14 @@ Shoal's own:
   At most `max_queues` queues (the shallowest first, then by name) carry these series;
   `shoal_queue_series_omitted` counts the queues left out, so label cardinality stays
   bounded (queues x resources) however many queues exist.
+* GPUs, per node pool and GPU model (`pool` "" for nodes in no NodePool, `model` "" for
+  nodes without a model label), in GPUs, from the latest `GpuCensus` (taken on the
+  scheduler's thread every few seconds; see `shoal.web.gpu_census`):
+  `shoal_gpu_devices{pool, model}`, `shoal_gpu_allocated{pool, model, kind}` (`whole`:
+  pods asking for whole GPUs, `shared`: GPU shares), `shoal_gpu_unallocated{pool, model}`,
+  `shoal_gpu_shared_devices{pool, model}` (devices holding at least one share) and
+  `shoal_gpu_fragmentation{pool, model}` (the free GPU today's GPU workload could not
+  use, the FGD measure: the dashboard's "fragment").
 * `shoal_invalid_objects_total{resource}`: objects from the API that could not be read.
 * `shoal_informer_operations_total{resource, operation}`: list, relist, watch,
   watch_silent (no line within the progress deadline: the watch is renewed, not a
@@ -55,18 +63,21 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from shoal.api.gpu import GPU_MILLI
 from shoal.api.resources import quota_value
 from shoal.tenancy.tree import UNLIMITED
 from shoal.web.latency import BufferedHistogram
 
 if TYPE_CHECKING:
     from shoal.scheduler import Scheduler
+    from shoal.web.gpu_census import GpuCensus
 
 __all__ = [
     "MAX_QUEUE_SERIES",
     "PLUGIN_SAMPLE_PERCENT",
     "FrameworkTimer",
     "SchedulerMetrics",
+    "register_gpu_collector",
     "register_scheduler_collector",
 ]
 
@@ -386,6 +397,53 @@ class _SchedulerCollector(Collector):
         omitted.add_metric([], left_out)
         yield from families.values()
         yield omitted
+
+
+class _GpuCollector(Collector):
+    """The latest GPU census (computed on the scheduler's thread; read-only here)."""
+
+    def __init__(self, census: Callable[[], GpuCensus | None]) -> None:
+        self._census = census
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["pool", "model"]
+        devices = GaugeMetricFamily(
+            "shoal_gpu_devices", "GPU devices of the pool's nodes of the model.", labels=labels
+        )
+        allocated = GaugeMetricFamily(
+            "shoal_gpu_allocated",
+            "GPUs allocated: kind=whole to pods asking for whole GPUs, kind=shared to GPU shares.",
+            labels=[*labels, "kind"],
+        )
+        unallocated = GaugeMetricFamily(
+            "shoal_gpu_unallocated", "GPUs not allocated to any pod.", labels=labels
+        )
+        shared = GaugeMetricFamily(
+            "shoal_gpu_shared_devices", "GPU devices holding at least one share.", labels=labels
+        )
+        frag = GaugeMetricFamily(
+            "shoal_gpu_fragmentation",
+            "Unallocated GPUs that the current GPU workload could not use (FGD's "
+            "fragmentation measure).",
+            labels=labels,
+        )
+        census = self._census()
+        for group in census.latest if census is not None else ():
+            key = [group.pool, group.model]
+            devices.add_metric(key, group.devices)
+            allocated.add_metric([*key, "whole"], group.whole_milli / GPU_MILLI)
+            allocated.add_metric([*key, "shared"], group.shared_milli / GPU_MILLI)
+            unallocated.add_metric(key, group.free_milli / GPU_MILLI)
+            shared.add_metric(key, group.shared_devices)
+            frag.add_metric(key, group.frag_milli / GPU_MILLI)
+        yield from (devices, allocated, unallocated, shared, frag)
+
+
+def register_gpu_collector(
+    registry: CollectorRegistry, census: Callable[[], GpuCensus | None]
+) -> None:
+    """Export the latest GPU census from `registry` (`shoal_gpu_*`)."""
+    registry.register(_GpuCollector(census))
 
 
 def register_scheduler_collector(

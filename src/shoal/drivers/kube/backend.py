@@ -82,7 +82,12 @@ from shoal.framework.extender import Extender, ExtenderTransport
 from shoal.framework.registry import PluginSpec
 from shoal.framework.timing import instrument
 from shoal.scheduler import CycleResult, Scheduler, new_scheduler
-from shoal.web.metrics import SchedulerMetrics, register_scheduler_collector
+from shoal.web.gpu_census import GpuCensus
+from shoal.web.metrics import (
+    SchedulerMetrics,
+    register_gpu_collector,
+    register_scheduler_collector,
+)
 from shoal.web.rescheduler_metrics import register_rescheduler_collector
 from shoal.web.server import Check
 
@@ -273,6 +278,10 @@ class KubeBackend:
                 instrument(fwk, timer)
         self.driver = Driver(self.scheduler, on_cycle=self._cycle_done)
         register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
+        # GPU series: the census is taken on the core's thread, between decisions.
+        self.gpu_census = GpuCensus(self.scheduler)
+        self.driver.samplers.append(self.gpu_census.maybe_sample)
+        register_gpu_collector(self.metrics.registry, lambda: self.gpu_census)
         register_rescheduler_collector(self.metrics.registry, lambda: self.scheduler)
         self._wake = asyncio.Event()
         # Informer updates into the core (decoding, reports, foreign binds).

@@ -33,23 +33,20 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.gpu import GPU_MILLI
-from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU, MEMORY
-from shoal.cache.gpu_devices import GpuDevices, request_of
+from shoal.cache.gpu_devices import GpuDevices
 from shoal.framework.status import Code
-from shoal.gpu.fragmentation import FragmentationModel, NodeStates, TargetShape, TargetWorkload
-from shoal.plugins.fragmentation_base import pod_shape
+from shoal.gpu.fragmentation import TargetWorkload
 from shoal.scheduler import Scheduler
 from shoal.scheduling_queue.queue import QueuedPod
 from shoal.tenancy.tree import UNLIMITED
 from shoal.web.dashboard.history import queue_shares
+from shoal.web.gpu_census import FragmentationGauge, ShapeTracker
 
 __all__ = ["DashboardSource", "Frame", "NodeFrame", "reason_of"]
 
 EXAMPLES = 5  # example pods per pending group
-MAX_SHAPES = 10_000  # distinct GPU shapes remembered
 _PHASE_ORDER = {"Failed": 0, "Pending": 1, "Scheduling": 2, "Running": 3, "Finished": 4}
-WHOLE_GPU = TargetShape(0, GPU_MILLI, 1)
 _ARRIVAL = attrgetter("pod.timestamp", "pod.key")
 _MESSAGE = attrgetter("message")
 
@@ -155,12 +152,8 @@ class DashboardSource:
     def __init__(self, scheduler: Scheduler, clock_kind: str = "virtual") -> None:
         self.scheduler = scheduler
         self.clock_kind = clock_kind  # "virtual" (simulation) or "wall" (a cluster)
-        self._shapes: dict[str, int] = {}  # uid -> index into _shape_list (-1: no GPU)
-        self._shape_list: list[TargetShape] = []
-        self._shape_index: dict[TargetShape, int] = {}
-        self._shape_counts: Counter[int] = Counter()  # shape index -> pods of _shapes
-        self._model: FragmentationModel | None = None
-        self._model_key: tuple[object, ...] = ()
+        self._shapes = ShapeTracker()
+        self._frag = FragmentationGauge()
 
     def build(self) -> Frame:
         started = time.perf_counter()
@@ -314,46 +307,11 @@ class DashboardSource:
 
     # ---- nodes ---------------------------------------------------------------------
 
-    def _shape_id(self, pod: PodInfo) -> int:
-        """The pod's GPU shape as an index into `self._shape_list` (-1: no GPU)."""
-        request = request_of(None, pod)
-        if not (request.count and request.milli):
-            return -1
-        shape = pod_shape(pod, request)
-        found = self._shape_index.get(shape)
-        if found is None:
-            found = self._shape_index[shape] = len(self._shape_list)
-            self._shape_list.append(shape)
-        return found
-
     def _target(self, entries: list[QueuedPod]) -> TargetWorkload:
-        """The GPU shapes pending and placed now (see the module docstring). A pod's shape
-        is parsed once (its first snapshot) and counted while the pod is known: a refresh
-        costs set differences over the uids plus the parsing of the pods new since."""
-        devices = self.scheduler.cluster.gpu_devices
-        rows = self.scheduler.cluster.table.pods
-        if len(self._shape_list) > MAX_SHAPES:  # shapes of long-gone pods: start afresh
-            self._shapes, self._shape_list, self._shape_index = {}, [], {}
-            self._shape_counts = Counter()
-        cached, counts = self._shapes, self._shape_counts
+        """The GPU shapes pending and placed now (see the module docstring)."""
         pending = {e.pod.uid: e.pod for e in entries}
-        placed = devices.assigned if devices is not None else {}
-        for uid in cached.keys() - pending.keys() - placed.keys():
-            counts[cached.pop(uid)] -= 1
-        for uid in pending.keys() - cached.keys():
-            sid = cached[uid] = self._shape_id(pending[uid])
-            counts[sid] += 1
-        for uid in placed.keys() - cached.keys():
-            row = placed[uid].row
-            pod = rows[row].get(uid) if row < len(rows) else None
-            if pod is not None:
-                sid = cached[uid] = self._shape_id(pod)
-                counts[sid] += 1
-        present = {sid: n for sid, n in counts.items() if n > 0 and sid >= 0}
-        if not present:
-            return TargetWorkload((WHOLE_GPU,), (1,))
-        shapes = self._shape_list
-        return TargetWorkload.from_counts({shapes[i]: n for i, n in present.items()}, 0.95)
+        cluster = self.scheduler.cluster
+        return self._shapes.target(pending, cluster.gpu_devices, cluster.table.pods)
 
     def _nodes(
         self, entries: list[QueuedPod]
@@ -404,17 +362,7 @@ class DashboardSource:
         gpu_free = free.sum(axis=1)
         gpu_used = count * GPU_MILLI - gpu_free
         workload = self._target(entries)
-        key = (workload, tuple(devices.models))
-        if self._model is None or key != self._model_key:
-            self._model = FragmentationModel(workload, devices.models)
-            self._model_key = key
-        states = NodeStates(
-            free,
-            cpu[:, 0] - cpu[:, 1],
-            memory[:, 0] - memory[:, 1],
-            devices.model[:n].astype(np.int64),
-        )
-        frag = self._model.frag(states) if width else np.zeros(n)
+        frag = self._frag.frag(devices, table, workload, width)
         models = devices.models
         model = [models[c] if c >= 0 else "" for c in devices.model[:n].tolist()]
         frame = NodeFrame(

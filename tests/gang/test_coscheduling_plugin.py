@@ -55,6 +55,12 @@ def train(i: int, size: int = 3) -> PodBuilder:
     )
 
 
+def blocker(node: str = "gpu-1") -> PodBuilder:
+    """A running pod holding one GPU of `node`: the 2-member train gang fits the GPU
+    nodes once it finishes, not before (a gang that could never fit reserves nothing)."""
+    return make_pod("blocker").req({GPU: 1}, cpu="1").toleration(GPU).node(node)
+
+
 def small_gpu(name: str) -> PodBuilder:
     return make_pod(name).req({GPU: 1}, cpu="1").toleration(GPU)
 
@@ -68,14 +74,15 @@ def bound_at(h: SchedulerHarness) -> dict[str, float]:
 
 
 def test_reservation_holds_only_the_nodes_the_gang_could_use() -> None:
-    """The defect: 2 GPU nodes, 4 CPU-only nodes, a 3-node GPU gang that can never fit.
-    After 120 s of failing it takes the head-of-line reservation (default settings).
+    """The defect: 2 GPU nodes, 4 CPU-only nodes, a 2-node GPU gang that cannot fit while
+    a pod holds a GPU. After 120 s of failing it takes the head-of-line reservation
+    (default settings).
     CPU pods that can only run on CPU nodes were held back until the reservation ended
     (295 s here); now they are placed at once. Small GPU pods are still kept off the GPU
     nodes while the reservation lasts and get them as soon as it ends."""
     h = SchedulerHarness()
     h.add_nodes(*(cpu_node(f"cpu-{i}") for i in range(4)), gpu_node("gpu-0"), gpu_node("gpu-1"))
-    h.add_pods(*(train(i) for i in range(3)))
+    h.add_pods(blocker(), *(train(i, size=2) for i in range(2)))
     h.advance(125)
     assert h.scheduler.gangs.blocking == "ml/train"
     start = h.clock.now()
@@ -99,7 +106,7 @@ def test_reservation_holds_only_the_nodes_the_gang_could_use() -> None:
 def test_pods_are_kept_off_reserved_nodes_with_a_kube_style_reason() -> None:
     h = SchedulerHarness()
     h.add_nodes(*(cpu_node(f"cpu-{i}") for i in range(4)), gpu_node("gpu-0"), gpu_node("gpu-1"))
-    h.add_pods(*(train(i) for i in range(3)))
+    h.add_pods(blocker(), *(train(i, size=2) for i in range(2)))
     h.advance(125)
     reservation = h.scheduler.gangs.reservation
     assert reservation is not None
@@ -121,7 +128,7 @@ def test_pods_are_kept_off_reserved_nodes_with_a_kube_style_reason() -> None:
 def test_reserved_nodes_follow_node_names_when_rows_move() -> None:
     h = SchedulerHarness()
     h.add_nodes(*(cpu_node(f"cpu-{i}") for i in range(4)), gpu_node("gpu-0"), gpu_node("gpu-1"))
-    h.add_pods(*(train(i) for i in range(3)))
+    h.add_pods(blocker(), *(train(i, size=2) for i in range(2)))
     h.advance(125)
     assert h.scheduler.gangs.blocking == "ml/train"
     h.add_pods(cpu_pod("web-0"))
@@ -142,11 +149,12 @@ def test_a_gang_that_could_use_no_node_leaves_the_reservation_to_the_next() -> N
     # GPU members on a cluster without GPUs: the gang has nothing to hold.
     h.add_pods(*(train(i, size=2) for i in range(2)))
     h.advance(1)
-    # A CPU gang that needs three of the two nodes fails second.
+    # A CPU gang that needs both nodes whole, one of them busy, fails second.
+    h.add_pods(make_pod("busy").req(cpu="1").node("cpu-0"))
     h.add_pods(
         *(
-            make_pod(f"etl-{i}").labels({LIGHT_NAME: "etl", LIGHT_MIN: "3"}).req(cpu="16")
-            for i in range(3)
+            make_pod(f"etl-{i}").labels({LIGHT_NAME: "etl", LIGHT_MIN: "2"}).req(cpu="16")
+            for i in range(2)
         )
     )
     h.advance(130)
@@ -158,7 +166,7 @@ def test_a_gang_that_could_use_no_node_leaves_the_reservation_to_the_next() -> N
 def test_reservation_timing_from_plugin_config() -> None:
     h = SchedulerHarness(config(coscheduling(reservationAfterSeconds=30, reservationMaxSeconds=60)))
     h.add_nodes(gpu_node("gpu-0"), gpu_node("gpu-1"))
-    h.add_pods(*(train(i) for i in range(3)))
+    h.add_pods(blocker(), *(train(i, size=2) for i in range(2)))
     h.advance(25)
     assert h.scheduler.gangs.reservation is None
     h.advance(10)  # t=35
@@ -309,7 +317,7 @@ def test_reservation_does_not_apply_to_profiles_without_coscheduling() -> None:
     }
     h = SchedulerHarness(config({"schedulerName": "default-scheduler"}, plain))
     h.add_nodes(gpu_node("gpu-0"), gpu_node("gpu-1"))
-    h.add_pods(*(train(i) for i in range(3)))
+    h.add_pods(blocker(), *(train(i, size=2) for i in range(2)))
     h.advance(125)
     assert h.scheduler.gangs.blocking == "ml/train"
     h.add_pods(small_gpu("held"), small_gpu("free").scheduler_name("plain"))

@@ -329,3 +329,78 @@ def test_head_of_line_reservation_holds_small_pods_then_releases() -> None:
     h.advance(15)
     assert bound_of(h, "big-") == 2
     assert np.all(h.scheduler.cluster.table.free[: h.scheduler.cluster.table.n] >= 0)
+
+
+RESERVING = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "profiles": [
+        {
+            "schedulerName": "default-scheduler",
+            "pluginConfig": [
+                {
+                    "name": "Coscheduling",
+                    "args": {"reservationAfterSeconds": 10, "reservationMaxSeconds": 60},
+                }
+            ],
+        }
+    ],
+}
+
+
+def test_a_gang_larger_than_the_cluster_reserves_nothing_and_says_why() -> None:
+    """A gang that could not start even on an empty cluster used to take the head-of-line
+    reservation: small pods on an idle cluster waited for it (issue "Jobs at scale")."""
+    h = SchedulerHarness(RESERVING)
+    h.add_nodes(*gpu_nodes(2))  # 16 GPUs in all
+    h.add_pods(*(gang_pod("huge", i, 3, **{"nvidia.com/gpu": 8}) for i in range(3)))
+    h.advance(30)  # failing for > 10 s: a possible gang would reserve by now
+    assert h.scheduler.gangs.blocking is None
+    h.add_pods(make_pod("small").req({"nvidia.com/gpu": 1}))
+    h.run()
+    assert h.node_of("small") is not None  # at once, on an idle cluster
+    h.advance(30)
+    assert "needs 3 more member(s) asking 24 nvidia.com/gpu in all, more than the 2 " in (
+        h.scheduler.gangs.groups["ml/huge"].reason
+    )
+
+
+def test_a_gang_of_one_shape_that_fits_no_packing_reserves_nothing() -> None:
+    h = SchedulerHarness(RESERVING)
+    h.add_nodes(*gpu_nodes(2))  # 8 GPUs each: two 5-GPU members never share a node
+    h.add_pods(*(gang_pod("odd", i, 3, **{"nvidia.com/gpu": 5}) for i in range(3)))
+    h.advance(30)
+    assert h.scheduler.gangs.blocking is None
+    assert "fit only 2 of them" in h.scheduler.gangs.groups["ml/odd"].reason
+
+
+def test_a_gang_beyond_its_queues_max_reserves_nothing() -> None:
+    from shoal.api.manifests import decode
+    from shoal.api.queue import Queue
+
+    h = SchedulerHarness(RESERVING)
+    h.add_nodes(*gpu_nodes(2))
+    team = decode({"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": 8}}}, Queue)
+    assert h.scheduler.apply_queues([team]) == []
+    h.add_pods(
+        *(
+            gang_pod("over", i, 2, **{"nvidia.com/gpu": 8}).labels({"shoal.dev/queue": "team"})
+            for i in range(2)
+        )
+    )
+    h.advance(30)
+    assert h.scheduler.gangs.blocking is None
+    assert "asks 16 nvidia.com/gpu in queue team, more than its max 8" in (
+        h.scheduler.gangs.groups["ml/over"].reason
+    )
+
+
+def test_a_gang_that_fits_an_empty_cluster_still_reserves() -> None:
+    h = SchedulerHarness(RESERVING)
+    h.add_nodes(*gpu_nodes(2))
+    h.add_pods(make_pod("running").req({"nvidia.com/gpu": 4}))
+    h.run()
+    h.add_pods(*(gang_pod("fits", i, 2, **{"nvidia.com/gpu": 8}) for i in range(2)))
+    h.advance(30)
+    assert h.scheduler.gangs.blocking == "ml/fits"
+    assert h.scheduler.gangs.groups["ml/fits"].impossible == ""

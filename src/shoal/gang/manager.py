@@ -105,6 +105,10 @@ class Group:
     failed: set[str] = field(default_factory=set)
     phase: str = "Pending"
     reason: str = ""
+    # Why the gang could not start even if nothing else ran ("" if it might): set when
+    # it would take the head-of-line reservation (shoal.gang.reservation), which it
+    # then does not; said with every failed attempt.
+    impossible: str = ""
     attempts: int = 0
     first_failure: float | None = None
     priority: int = 0
@@ -332,7 +336,7 @@ class GangManager:
     def attempt_failed(self, group: Group, reason: str, now: float) -> None:
         self.dirty.add(group.key)
         group.attempts += 1
-        group.reason = reason
+        group.reason = f"{reason}; the gang {group.impossible}" if group.impossible else reason
         if group.first_failure is None:
             group.first_failure = now
             self.failing[group.key] = now
@@ -346,6 +350,7 @@ class GangManager:
         group.attempts = 0
         group.first_failure = None
         group.reason = ""
+        group.impossible = ""
         if self.failing.pop(group.key, None) is not None:
             self.reservation_changed()
         if self.blocking == group.key:

@@ -15,13 +15,14 @@ docs/gang-scheduling.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.api.resources import CPU
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.status import Code
@@ -49,10 +50,18 @@ def reservation_due(manager: GangManager) -> float | None:
     return manager.reservation_due
 
 
-def update_reservation(manager: GangManager, handle: Handle, now: float) -> None:
+def update_reservation(
+    manager: GangManager,
+    handle: Handle,
+    now: float,
+    quota_limit: Callable[[list[PodInfo]], str] | None = None,
+) -> None:
     """End the reservation when its gang is placed or its time is up; else let the
     group that has been failing the longest (among those allowed to reserve now) take
-    it. Cheap when nothing is due (`reservation_due` is cached)."""
+    it, unless it could never start: more than the nodes it can use hold, or (given
+    `quota_limit`, why these pods would exceed their queues' max with nothing else in
+    them) more than its queue allows. Cheap when nothing is due (`reservation_due` is
+    cached)."""
     held = manager.reservation
     if held is not None:
         group = manager.groups.get(held.group)
@@ -76,13 +85,82 @@ def update_reservation(manager: GangManager, handle: Handle, now: float) -> None
         ):
             continue
         pending = list(manager.members_pending(group)) or list(group.members.values())
-        nodes = usable_nodes(handle, pending)
-        if nodes:
-            manager.reserve(key, now + config.reservation_max, nodes)
+        usable = _usable_mask(handle, pending)
+        why = _impossible(handle, group, pending, usable)
+        if not why and quota_limit is not None:
+            why = quota_limit(_smallest(handle, pending, group.needed()))
+        if why != group.impossible:
+            base = group.reason.split("; the gang ", 1)[0]
+            group.impossible = why
+            group.reason = f"{base}; the gang {why}" if why else base
+            manager.dirty.add(key)  # its PodGroup status says why
+        if usable.any() and not why:
+            manager.reserve(key, now + config.reservation_max, _names(handle, usable))
             return
-        # Nothing it could use: holding nothing would only keep others from reserving.
+        # Nothing it could use, or more than it could ever get: holding nodes would only
+        # keep others from them (and from reserving). Looked at again after a while: the
+        # cluster may grow, the queue's max may rise.
         manager.no_block_until[key] = now + config.reservation_max
         manager.reservation_changed()
+
+
+def _smallest(handle: Handle, pending: list[PodInfo], needed: int) -> list[PodInfo]:
+    """The `needed` pending members with the smallest requests (by total over the
+    node table's columns, normalised by the cluster's allocatable)."""
+    if needed >= len(pending):
+        return pending
+    snap = handle.snapshot
+    n = snap.n
+    total = np.maximum(snap.allocatable[:n].sum(axis=0), 1).astype(np.float64)
+    size = [float((snap.pod_vector(p) / total).sum()) for p in pending]
+    order = np.argsort(size, kind="stable")[:needed]
+    return [pending[int(i)] for i in order]
+
+
+def _impossible(
+    handle: Handle, group: Group, pending: list[PodInfo], usable: NDArray[np.bool_]
+) -> str:
+    """Why the gang could not start even if nothing else ran ("" if it might): its
+    remaining members need more of some resource than the nodes it can use hold in all,
+    or, for members of one shape, more slots than those nodes have. Necessary
+    conditions only (never a false "impossible"), vectorised over the nodes."""
+    needed = group.needed()
+    if not needed or not pending:
+        return ""
+    snap = handle.snapshot
+    n = snap.n
+    if not usable.any():
+        return f"no node could run any of its {len(pending)} pending member(s)"
+    capacity = snap.allocatable[:n][usable]
+    vectors = np.stack([snap.pod_vector(p) for p in pending])
+    # The smallest `needed` requests of each resource, against the nodes' total.
+    wanted = np.sort(vectors, axis=0)[: min(needed, len(pending))].sum(axis=0)
+    have = capacity.sum(axis=0)
+    short = np.flatnonzero(wanted > have)
+    if short.size:
+        k = int(short[0])
+        res = snap.resources[k]
+        unit = "m" if res == CPU else ""
+        return (
+            f"needs {needed} more member(s) asking {int(wanted[k])}{unit} {res} in all, more "
+            f"than the {int(usable.sum())} node(s) it can use hold ({int(have[k])}{unit}) "
+            "even with nothing else running"
+        )
+    if len(pending) >= needed and (vectors == vectors[0]).all():
+        asked = vectors[0] > 0
+        if asked.any():
+            slots = (capacity[:, asked] // vectors[0][asked]).min(axis=1).sum()
+            if slots < needed:
+                return (
+                    f"needs {needed} more member(s), but the {int(usable.sum())} node(s) it "
+                    f"can use fit only {int(slots)} of them even with nothing else running"
+                )
+    return ""
+
+
+def _names(handle: Handle, usable: NDArray[np.bool_]) -> frozenset[str]:
+    snap = handle.snapshot
+    return frozenset(str(name) for name in snap.names[: snap.n][usable])
 
 
 def _signature(pod: PodInfo) -> bytes:
@@ -108,6 +186,10 @@ def usable_nodes(handle: Handle, members: Iterable[PodInfo]) -> frozenset[str]:
     requests. Rejections that other pods cause (insufficient free resources, ports,
     pod (anti-)affinity, spread skew) do not count: those nodes are what the gang waits
     for."""
+    return _names(handle, _usable_mask(handle, members))
+
+
+def _usable_mask(handle: Handle, members: Iterable[PodInfo]) -> NDArray[np.bool_]:
     snap = handle.snapshot
     snap.refresh()
     n = snap.n
@@ -124,7 +206,7 @@ def usable_nodes(handle: Handle, members: Iterable[PodInfo]) -> frozenset[str]:
             usable[:] = True
         if usable.all():
             break
-    return frozenset(str(name) for name in snap.names[:n][usable])
+    return usable
 
 
 def _usable_for(handle: Handle, pod: PodInfo) -> NDArray[np.bool_]:

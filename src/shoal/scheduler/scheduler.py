@@ -408,7 +408,7 @@ class Scheduler:
     def tick(self) -> None:
         """Let time pass: expire backoffs and Permit waits."""
         now = self.clock.now()
-        update_reservation(self.gangs, self.handle, now)
+        update_reservation(self.gangs, self.handle, now, self.tenant_queues.beyond_max)
         self._release_held()
         if expire_holds(self.handle, now):  # room held for moved pods is free again
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))

@@ -510,6 +510,29 @@ class QueueManager:
             return ""  # within its guarantee: no borrowing
         return self._borrow_check(leaf, vec, table)
 
+    def beyond_max(self, pods: list[PodInfo]) -> str:
+        """Why these pods together could never run, even alone in their queues: what
+        they ask exceeds the max of a queue on their paths ("" if it does not). Gangs
+        that could never start reserve no nodes (shoal.gang.reservation)."""
+        tree = self.tree
+        if not self._has_quota or not pods:
+            return ""
+        asked = np.zeros_like(self.usage)
+        for pod in pods:
+            leaf, error = self.queue_of(pod)
+            if error:
+                continue
+            asked[tree.paths[leaf]] += tree.charge(pod)
+        over = asked > tree.maximum
+        if not over.any():
+            return ""
+        q, k = (int(i) for i in np.argwhere(over)[0])
+        res = tree.resources[k]
+        return (
+            f"asks {format_quota(res, int(asked[q, k]))} {res} in queue {tree.names[q]}, "
+            f"more than its max {format_quota(res, int(tree.maximum[q, k]))}"
+        )
+
     def _borrow_check(self, leaf: int, vec: NDArray[np.int64], table: NodeColumns | None) -> str:
         tree = self.tree
         mask = (vec > 0) & tree.quota_mask

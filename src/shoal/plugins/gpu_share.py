@@ -124,13 +124,15 @@ class GpuShare:
         nodes: Candidates,
         enough: NDArray[np.bool_],
     ) -> NDArray[np.bool_]:
-        """Nominated GPU pods (preemptors waiting for the devices they freed) count as
-        placed on their node's devices for pods of lower or equal priority, as kube's
-        addNominatedPods does for resources: otherwise a lower-priority pod (a victim's
-        re-created replacement) takes the freed device back before the preemptor's
-        retry, and preemption repeats forever. Each nominated pod is put on the devices
-        it would get (`GpuDevices.default_choice`), or, while its victims still hold
-        them, on the fullest-free devices, clamped at zero (the node looks full)."""
+        """Nominated GPU pods (preemptors waiting for the devices they freed) keep their
+        devices from pods of lower or equal priority, as kube's addNominatedPods does for
+        resources: otherwise a lower-priority pod (a victim's re-created replacement)
+        takes a freed device back before the preemptor's retry, and preemption repeats
+        forever. On a row with nominated GPU pods, the pod passes only if, after it takes
+        the devices the cache would give it (`GpuDevices.choice_in` on the real free
+        milli: the tightest fit), every nominated pod still finds its devices; while
+        their victims still hold the devices, that is never (the node looks full, as in
+        kube)."""
         rows = nodes.rows
         by_row: dict[int, list[GpuRequest]] = {}
         for row, other in self.handle.snapshot.nominated_against(pod):
@@ -147,13 +149,16 @@ class GpuShare:
             else:
                 found = np.flatnonzero(rows == row)
                 at = int(found[0]) if found.size else None
-            if at is None:
+            if at is None or not enough[at]:
                 continue
             free = devices.free[row, : devices.count[row]].astype(np.int64)
+            free[devices.choice_in(free, request)] -= request.milli
             for wanted in nominated:
                 take = devices.choice_in(free, wanted)
-                free[take] = np.maximum(free[take] - wanted.milli, 0)
-            enough[at] = int((free >= request.milli).sum()) >= request.count
+                if len(take) < wanted.count or (free[take] < wanted.milli).any():
+                    enough[at] = False
+                    break
+                free[take] -= wanted.milli
         return enough
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:

@@ -404,3 +404,64 @@ def test_a_gang_that_fits_an_empty_cluster_still_reserves() -> None:
     h.advance(30)
     assert h.scheduler.gangs.blocking == "ml/fits"
     assert h.scheduler.gangs.groups["ml/fits"].impossible == ""
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_required_spine_and_preferred_leaf_keep_the_gang_in_one_leaf(seed: int) -> None:
+    """Required spine plus preferred leaf on one gang: the leaf preference used to be
+    dropped (members split across leaves in 4 of 6 seeds)."""
+    rng = np.random.default_rng(seed)
+    h = SchedulerHarness(seed=seed)
+    h.add_nodes(*gpu_nodes(64, gpus=8, leaf_size=8))  # 8 leaves of 8 nodes, 2 spines
+    # Busy nodes everywhere except one random leaf, which keeps room for the gang.
+    free_leaf = int(rng.integers(8))
+    busy = [i for i in range(64) if i // 8 != free_leaf and rng.random() < 0.5]
+    h.add_pods(*(make_pod(f"busy-{i}").req({"nvidia.com/gpu": 6}).node(f"n{i}") for i in busy))
+    annotations = {"shoal.dev/topology-required": "spine", "shoal.dev/topology-preferred": "leaf"}
+    h.add_pods(
+        *(
+            gang_pod("t", i, 16, **{"nvidia.com/gpu": 4}).annotations(annotations)
+            for i in range(16)
+        )
+    )
+    h.run()
+    assert bound_of(h, "t-") == 16
+    nodes = {h.node_of(f"ml/t-{i}") for i in range(16)}
+    assert {int(str(n)[1:]) // 8 for n in nodes} == {free_leaf}
+
+
+def test_required_spine_and_preferred_leaf_span_fewest_leaves_of_one_spine() -> None:
+    h = SchedulerHarness()
+    h.add_nodes(*gpu_nodes(64, gpus=8, leaf_size=8))
+    annotations = {"shoal.dev/topology-required": "spine", "shoal.dev/topology-preferred": "leaf"}
+    # 24 whole-node members: no leaf (8 nodes) holds them, a spine (32) does.
+    h.add_pods(
+        *(
+            gang_pod("w", i, 24, **{"nvidia.com/gpu": 8}).annotations(annotations)
+            for i in range(24)
+        )
+    )
+    h.run()
+    assert bound_of(h, "w-") == 24
+    nodes = [int(str(h.node_of(f"ml/w-{i}"))[1:]) for i in range(24)]
+    assert len({n // 32 for n in nodes}) == 1  # one spine
+    assert len({n // 8 for n in nodes}) == 3  # the fewest leaves
+
+
+@pytest.mark.parametrize("label", ["no-such-label", "leaf"])
+def test_a_topology_preference_never_blocks(label: str) -> None:
+    """A preference on a label no node carries left the gang pending forever; so did one
+    whose domains together could not hold it (unlabelled nodes could)."""
+    h = SchedulerHarness()
+    nodes = gpu_nodes(4, gpus=8, leaf_size=2 if label == "leaf" else None)
+    h.add_nodes(*nodes[:2], *(make_node(f"u{i}").capacity({"nvidia.com/gpu": 8}) for i in range(4)))
+    h.add_pods(
+        *(
+            gang_pod("p", i, 6, **{"nvidia.com/gpu": 8}).annotations(
+                {"shoal.dev/topology-preferred": label}
+            )
+            for i in range(6)
+        )
+    )
+    h.run()
+    assert bound_of(h, "p-") == 6

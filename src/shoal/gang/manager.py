@@ -92,8 +92,10 @@ class Group:
     min_resources: ResourceList = field(default_factory=dict)
     schedule_timeout: float | None = None  # from the PodGroup object; None: the profile's
     config: GangConfig = DEFAULT_CONFIG  # from the Coscheduling args of the members' profile
-    topology_key: str = ""
-    topology_required: bool = False
+    # Topology levels (node label keys): the gang must sit in one domain of the
+    # required level, and preferably in one (else few) of the preferred level.
+    topology_required: str = ""
+    topology_preferred: str = ""
     depends_on: tuple[str, ...] = ()
     min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
     source: str = ""
@@ -196,10 +198,10 @@ class GangManager:
             group.has_object = False
 
     def _read_shoal_annotations(self, group: Group, annotations: dict[str, str]) -> None:
-        if key := annotations.get(TOPOLOGY_REQUIRED):
-            group.topology_key, group.topology_required = key, True
-        elif key := annotations.get(TOPOLOGY_PREFERRED):
-            group.topology_key, group.topology_required = key, False
+        group.topology_required = annotations.get(TOPOLOGY_REQUIRED, "").strip()
+        group.topology_preferred = annotations.get(TOPOLOGY_PREFERRED, "").strip()
+        if group.topology_preferred == group.topology_required:
+            group.topology_preferred = ""
         if raw := annotations.get(MIN_EXECUTORS):
             try:
                 group.min_executors = max(0, int(raw))

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from shoal.cache.labels import MISSING
 from shoal.cache.snapshot import Snapshot
 
-__all__ = ["DomainChoice", "choose_domains", "members_per_node"]
+__all__ = ["DomainChoice", "choose_domains", "choose_nested", "members_per_node"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,18 @@ def members_per_node(snap: Snapshot, shape: NDArray[np.int64]) -> NDArray[np.int
     return per
 
 
+def _domains(
+    snap: Snapshot, key: str, capacity: NDArray[np.int64]
+) -> tuple[NDArray[np.int32], list[str], NDArray[np.int64]]:
+    """Label codes per node, the label's values, and members each domain holds."""
+    n = snap.n
+    codes = snap.labels.column(key, slice(0, n))
+    labelled = codes != MISSING
+    values = snap.labels.values.get(key, [])
+    per_domain = np.bincount(codes[labelled], weights=capacity[labelled], minlength=len(values))
+    return codes, values, per_domain.astype(np.int64)
+
+
 def choose_domains(
     snap: Snapshot,
     key: str,
@@ -44,15 +56,16 @@ def choose_domains(
     count: int,
     required: bool,
 ) -> DomainChoice:
-    """Pick domains of label `key` able to hold `count` members (capacity per node)."""
+    """Pick domains of label `key` able to hold `count` members (capacity per node).
+
+    Required: one domain (the smallest that fits), else no placement. Preferred: one
+    domain if one fits, else the fewest domains that together do; a preference never
+    blocks: when the labelled domains cannot hold the gang, every node may be used."""
     n = snap.n
-    codes = snap.labels.column(key, slice(0, n))
-    labelled = codes != MISSING
-    values = snap.labels.values.get(key, [])
-    per_domain = np.bincount(codes[labelled], weights=capacity[labelled], minlength=len(values))
-    per_domain = per_domain.astype(np.int64)
+    codes, values, per_domain = _domains(snap, key, capacity)
     if not per_domain.size or per_domain.max() <= 0:
-        return DomainChoice(None, (), f"no node with label {key} can hold a member")
+        message = f"no node with label {key} can hold a member"
+        return DomainChoice(None, (), message) if required else _anywhere(n, message)
     fitting = np.flatnonzero(per_domain >= count)
     if fitting.size:
         best = int(fitting[np.argmin(per_domain[fitting])])
@@ -67,9 +80,52 @@ def choose_domains(
     order = np.argsort(-per_domain, kind="stable")
     covered = np.cumsum(per_domain[order])
     if covered[-1] < count:
-        return DomainChoice(
-            None, (), f"all {key} domains together hold {int(covered[-1])} of {count} members"
+        return _anywhere(
+            n, f"all {key} domains together hold {int(covered[-1])} of {count} members"
         )
     k = int(np.searchsorted(covered, count)) + 1
     chosen = order[:k]
     return DomainChoice(np.isin(codes, chosen), tuple(values[int(d)] for d in chosen))
+
+
+def choose_nested(
+    snap: Snapshot,
+    required_key: str,
+    preferred_key: str,
+    capacity: NDArray[np.int64],
+    count: int,
+) -> DomainChoice:
+    """A required level and a preferred lower one (spine required, leaf preferred): the
+    smallest preferred domain that holds the whole gang and lies inside one required
+    domain, else the required domain (smallest that fits) with the fewest preferred
+    domains inside it (every node of that domain when its preferred labels fall short:
+    the preference never blocks)."""
+    req_codes, _, _ = _domains(snap, required_key, capacity)
+    pref_codes, pref_values, per_pref = _domains(snap, preferred_key, capacity)
+    fitting = np.flatnonzero(per_pref >= count)
+    if fitting.size:
+        # Preferred domains whose nodes all carry one value of the required label: the
+        # lowest and highest required code over each domain's nodes are equal.
+        labelled = pref_codes != MISSING
+        lo = np.full(per_pref.size, np.iinfo(np.int32).max, dtype=np.int64)
+        hi = np.full(per_pref.size, np.iinfo(np.int32).min, dtype=np.int64)
+        np.minimum.at(lo, pref_codes[labelled], req_codes[labelled])
+        np.maximum.at(hi, pref_codes[labelled], req_codes[labelled])
+        inside = fitting[(lo[fitting] == hi[fitting]) & (lo[fitting] != MISSING)]
+        if inside.size:
+            best = int(inside[np.argmin(per_pref[inside])])
+            return DomainChoice(pref_codes == best, (pref_values[best],))
+    outer = choose_domains(snap, required_key, capacity, count, required=True)
+    if outer.rows is None:
+        return outer
+    within = np.where(outer.rows, capacity, 0)
+    inner = choose_domains(snap, preferred_key, within, count, required=False)
+    rows = outer.rows if inner.rows is None else inner.rows & outer.rows
+    if int(within[rows].sum()) < count:
+        rows = outer.rows
+    return DomainChoice(rows, outer.domains + inner.domains, inner.message)
+
+
+def _anywhere(n: int, message: str) -> DomainChoice:
+    """An unmet preference: every node may be used; `message` says what was not met."""
+    return DomainChoice(np.ones(n, dtype=bool), (), f"preference not met: {message}")

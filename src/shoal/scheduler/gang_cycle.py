@@ -47,7 +47,7 @@ from shoal.framework.runtime import Framework
 from shoal.framework.status import Code, Status
 from shoal.framework.types import Candidates
 from shoal.gang.manager import Group
-from shoal.gang.topology import choose_domains, members_per_node
+from shoal.gang.topology import choose_domains, choose_nested, members_per_node
 from shoal.scheduler.algorithm import PlacementAlgorithm
 from shoal.scheduling_queue.queue import QueuedPod
 
@@ -133,16 +133,21 @@ class GangCycle:
             rejected = self._min_resources_rejection(group)
             if rejected is not None:
                 return GangOutcome(rejected=rejected)
-        if need > 0 and group.topology_key:
+        if need > 0 and (group.topology_required or group.topology_preferred):
             representative = entries[0].pod
             state = CycleState()
             fwk.run_pre_filter(state, representative)
             outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
             shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
             capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
-            choice = choose_domains(
-                snap, group.topology_key, capacity, need, group.topology_required
-            )
+            if group.topology_required and group.topology_preferred:
+                choice = choose_nested(
+                    snap, group.topology_required, group.topology_preferred, capacity, need
+                )
+            elif group.topology_required:
+                choice = choose_domains(snap, group.topology_required, capacity, need, True)
+            else:
+                choice = choose_domains(snap, group.topology_preferred, capacity, need, False)
             if choice.rows is None:
                 message = f"gang {group.key}: {choice.message}"
                 status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")

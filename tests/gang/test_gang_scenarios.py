@@ -419,10 +419,7 @@ def test_required_spine_and_preferred_leaf_keep_the_gang_in_one_leaf(seed: int) 
     h.add_pods(*(make_pod(f"busy-{i}").req({"nvidia.com/gpu": 6}).node(f"n{i}") for i in busy))
     annotations = {"shoal.dev/topology-required": "spine", "shoal.dev/topology-preferred": "leaf"}
     h.add_pods(
-        *(
-            gang_pod("t", i, 16, **{"nvidia.com/gpu": 4}).annotations(annotations)
-            for i in range(16)
-        )
+        *(gang_pod("t", i, 16, **{"nvidia.com/gpu": 4}).annotations(annotations) for i in range(16))
     )
     h.run()
     assert bound_of(h, "t-") == 16
@@ -436,10 +433,7 @@ def test_required_spine_and_preferred_leaf_span_fewest_leaves_of_one_spine() -> 
     annotations = {"shoal.dev/topology-required": "spine", "shoal.dev/topology-preferred": "leaf"}
     # 24 whole-node members: no leaf (8 nodes) holds them, a spine (32) does.
     h.add_pods(
-        *(
-            gang_pod("w", i, 24, **{"nvidia.com/gpu": 8}).annotations(annotations)
-            for i in range(24)
-        )
+        *(gang_pod("w", i, 24, **{"nvidia.com/gpu": 8}).annotations(annotations) for i in range(24))
     )
     h.run()
     assert bound_of(h, "w-") == 24

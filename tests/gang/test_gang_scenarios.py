@@ -459,3 +459,36 @@ def test_a_topology_preference_never_blocks(label: str) -> None:
     )
     h.run()
     assert bound_of(h, "p-") == 6
+
+
+@pytest.mark.parametrize(
+    ("group", "finished"),
+    [
+        (PodGroup(metadata=ObjectMeta(name="prep", namespace="ml")), "Finished"),
+        (VolcanoPodGroup(metadata=ObjectMeta(name="prep", namespace="ml")), "Completed"),
+    ],
+)
+def test_a_dependency_finished_before_a_restart_is_read_from_its_status(
+    group: PodGroup | VolcanoPodGroup, finished: str
+) -> None:
+    """Dependencies lived only in memory: after a restart the succeeded pods of `prep`
+    are gone from the informer, and `train` waited forever. The PodGroup's status (which
+    Shoal writes) says it finished."""
+    import msgspec
+
+    h = SchedulerHarness()
+    h.add_nodes(*gpu_nodes(2))
+    waiting = msgspec.structs.replace(group)
+    h.scheduler.add_pod_group(waiting)  # no status yet: not finished
+    train = [
+        gang_pod("train", i, 2).annotations({"shoal.dev/depends-on": "prep"}) for i in range(2)
+    ]
+    h.add_pods(*train)
+    h.run()
+    assert bound_of(h, "train-") == 0
+    assert "waits for gang ml/prep to succeed" in h.scheduler.explain("ml/train-0")
+    done = msgspec.structs.replace(group, status=type(group.status)(phase=finished))
+    h.scheduler.add_pod_group(done)  # the informer delivers the status Shoal wrote
+    h.advance(1)
+    assert h.scheduler.gangs.groups["ml/prep"].phase == "Finished"
+    assert bound_of(h, "train-") == 2

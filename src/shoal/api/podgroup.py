@@ -129,6 +129,10 @@ class PodGroup(_Base):
     spec: PodGroupSpec = msgspec.field(default_factory=PodGroupSpec)
     status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
 
+    @property
+    def finished(self) -> bool:
+        return self.status.phase == "Finished"
+
 
 class VolcanoPodGroupSpec(_Base):
     min_member: int = 1
@@ -145,6 +149,11 @@ class VolcanoPodGroupSpec(_Base):
             raise ValueError(f"minResources.{err}") from None
 
 
+class VolcanoPodGroupStatus(_Base):
+    # Volcano's phases (Pending, Running, Unknown, Inqueue, Completed); kept as text.
+    phase: str = ""
+
+
 class VolcanoPodGroup(_Base):
     """Volcano `scheduling.volcano.sh/v1beta1` PodGroup, read as the same model."""
 
@@ -152,6 +161,11 @@ class VolcanoPodGroup(_Base):
     kind: str = "PodGroup"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: VolcanoPodGroupSpec = msgspec.field(default_factory=VolcanoPodGroupSpec)
+    status: VolcanoPodGroupStatus = msgspec.field(default_factory=VolcanoPodGroupStatus)
+
+    @property
+    def finished(self) -> bool:
+        return self.status.phase == "Completed"
 
 
 @dataclass(frozen=True, slots=True)

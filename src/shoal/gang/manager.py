@@ -100,6 +100,7 @@ class Group:
     min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
     source: str = ""
     has_object: bool = False  # backed by a PodGroup object
+    finished_in_cluster: bool = False  # its object's status says it finished
     created: float = 0.0
     members: dict[str, PodInfo] = field(default_factory=dict)
     bound: set[str] = field(default_factory=set)
@@ -189,7 +190,12 @@ class GangManager:
             group.schedule_timeout = float(obj.spec.schedule_timeout_seconds)
         else:
             group.schedule_timeout = None
+        # A group the cluster says has finished (its status, written by Shoal or by
+        # another scheduler before a restart or failover) stays finished when its
+        # succeeded pods are gone from the informer: groups depending on it may start.
+        group.finished_in_cluster = obj.finished
         self._read_shoal_annotations(group, meta.annotations)
+        self._update_phase(group)
         return group
 
     def delete_pod_group(self, namespace: str, name: str) -> None:
@@ -364,6 +370,8 @@ class GangManager:
         if group.failed:
             group.phase = "Failed"
             group.reason = f"{len(group.failed)} member(s) failed"
+        elif group.finished_in_cluster and not group.members and not group.succeeded:
+            group.phase = "Finished"  # its succeeded pods are no longer seen
         elif group.members or group.succeeded:
             done = len(group.succeeded)
             if done >= group.min_member and not group.bound:

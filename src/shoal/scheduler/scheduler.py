@@ -198,6 +198,7 @@ class Scheduler:
         group = self.gangs.add_pod_group(obj, self.clock.now())
         self._set_group_queue(group.key, obj.spec.queue if isinstance(obj, VolcanoPodGroup) else "")
         self.scheduling_queue.regate(list(group.members))
+        self._wake_dependents(group.phase == "Finished")
 
     def delete_pod_group(self, namespace: str, name: str, source: str = "") -> None:
         """A PodGroup object was deleted: its members wait for it again (if their keys

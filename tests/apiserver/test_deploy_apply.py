@@ -28,6 +28,8 @@ def test_the_documented_apply_order_works_on_a_fresh_cluster(kubectl: Kubectl) -
         str(DEPLOY / "rbac.yaml"),
         "-f",
         str(DEPLOY / "deployment.yaml"),
+        "-f",
+        str(DEPLOY / "networkpolicy.yaml"),
     )
     for created in (
         "namespace/shoal-system",
@@ -37,6 +39,8 @@ def test_the_documented_apply_order_works_on_a_fresh_cluster(kubectl: Kubectl) -
         "configmap/shoal-config",
         "deployment.apps/shoal",
         "service/shoal-metrics",
+        "networkpolicy.networking.k8s.io/shoal",
+        "networkpolicy.networking.k8s.io/shoal-webhook",
     ):
         assert created in out, out
     # Applying again changes nothing.

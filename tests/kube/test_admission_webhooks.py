@@ -371,6 +371,47 @@ async def test_with_a_client_ca_only_certified_clients_get_reviews(tmp_path: Pat
             await connection.close()
 
 
+@async_test(timeout=60)
+async def test_shoal_run_webhooks_with_a_client_ca_refuse_uncertified_clients(
+    tmp_path: Path,
+) -> None:
+    """`shoal run --webhook-port --webhook-client-ca-file`: the same client-certificate
+    check as `shoal webhook --client-ca-file` (before, the built-in webhooks answered
+    anyone)."""
+    certs, clients = tmp_path / "certs", tmp_path / "clients"
+    assert generate_webhook_certs(certs) and generate_webhook_certs(clients)
+    _client_certificate(clients, "kube-apiserver")
+    async with FakeApiServer() as api:
+        for text in render().values():
+            api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+        async with running(api, tmp_path) as (kube, _):
+            server = await _start_webhooks(kube, 0, certs, False, clients / "ca.crt")
+            assert isinstance(server, WebhookServer)
+            anonymous = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+            certified = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+            certified.load_cert_chain(clients / "client.crt", clients / "client.key")
+            url = f"https://127.0.0.1:{server.port}"
+            body = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": request(queue("team")),
+            }
+            try:
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(url + "/validate", json=body, ssl=anonymous) as resp:
+                        assert resp.status == 401
+                    async with session.post(url + "/validate", json=body, ssl=certified) as resp:
+                        assert resp.status == 200
+                    async with session.get(url + "/healthz", ssl=anonymous) as resp:
+                        assert resp.status == 200
+            finally:
+                await server.stop()
+            # A CA file that cannot be loaded: refused at start, logged.
+            bad = tmp_path / "bad-ca.crt"
+            bad.write_text("not a certificate")
+            assert await _start_webhooks(kube, 0, certs, False, bad) is False
+
+
 def _client_certificate(directory: Path, name: str) -> None:
     """client.crt / client.key for `name`, signed by the CA in `directory` (clientAuth)."""
     import subprocess

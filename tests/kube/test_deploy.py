@@ -111,6 +111,35 @@ def test_helm_chart_matches_the_plain_manifests() -> None:
     assert "USER 65532" in dockerfile
 
 
+def test_plain_network_policies_open_only_the_served_ports() -> None:
+    policies = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all((DEPLOY / "networkpolicy.yaml").read_text())
+    }
+    assert set(policies) == {"shoal", "shoal-webhook"}
+
+    def container_ports(path: Path, name: str) -> set[int]:
+        deployment = next(
+            d
+            for d in yaml.safe_load_all(path.read_text())
+            if d["kind"] == "Deployment" and d["metadata"]["name"] == name
+        )
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        policy = policies[name]
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+        return {p["containerPort"] for p in container["ports"]}
+
+    for name, path in (
+        ("shoal", DEPLOY / "deployment.yaml"),
+        ("shoal-webhook", DEPLOY / "webhook" / "webhook.yaml"),
+    ):
+        (rule,) = policies[name]["spec"]["ingress"]
+        assert policies[name]["spec"]["policyTypes"] == ["Ingress"]
+        assert {p["port"] for p in rule["ports"]} == container_ports(path, name)
+
+
 def _allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str, name: str) -> bool:
     for rule in rules:
         if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:

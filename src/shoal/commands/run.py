@@ -310,6 +310,16 @@ def run(
         Path,
         typer.Option(file_okay=False, help="The webhooks' tls.crt and tls.key (--webhook-port)."),
     ] = Path("/tmp/k8s-webhook-server/serving-certs"),
+    webhook_client_ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="Answer admission reviews (--webhook-port) only for clients with a "
+            "certificate signed by this CA (the API server's admission client "
+            "certificate); /healthz stays open.",
+        ),
+    ] = None,
     webhook_generate_certs: Annotated[
         bool,
         typer.Option(
@@ -493,7 +503,12 @@ def run(
             address=address,
             tls_files=(tls_cert_file, tls_private_key_file),
             dashboard=dashboard,
-            webhook=(webhook_port, webhook_cert_dir, webhook_generate_certs),
+            webhook=(
+                webhook_port,
+                webhook_cert_dir,
+                webhook_generate_certs,
+                webhook_client_ca_file,
+            ),
             auth=auth,
         )
     )
@@ -530,7 +545,7 @@ async def _serve(
     address: Serving | None,
     tls_files: tuple[Path | None, Path | None],
     dashboard: bool = True,
-    webhook: tuple[int | None, Path, bool] = (None, Path(), False),
+    webhook: tuple[int | None, Path, bool, Path | None] = (None, Path(), False, None),
     auth: AuthFlags | None = None,
 ) -> int:
 
@@ -725,17 +740,22 @@ class AuthFlags:
         return delegated, opened
 
 
-async def _start_webhooks(backend: Any, port: int | None, cert_dir: Path, generate: bool) -> Any:
+async def _start_webhooks(
+    backend: Any, port: int | None, cert_dir: Path, generate: bool, client_ca: Path | None = None
+) -> Any:
     """The admission webhooks served beside the scheduler (None: not asked for; False:
     they cannot be served, which is logged)."""
     if port is None:
         return None
-    from shoal.commands.webhook import webhook_tls
+    from shoal.commands.webhook import client_ca_middlewares, webhook_tls
     from shoal.drivers.kube.tls import TlsError
     from shoal.servers.webhook import SchedulerTenancySource, WebhookServer
 
     try:
         tls = webhook_tls(cert_dir, generate, None)
+        middlewares = client_ca_middlewares(tls, client_ca)
+        if middlewares is None:
+            return False
         server = WebhookServer(
             SchedulerTenancySource(backend),
             tls,
@@ -743,6 +763,7 @@ async def _start_webhooks(backend: Any, port: int | None, cert_dir: Path, genera
             port=port,
             scheduler_name=next(iter(backend.scheduler.profiles)),
             default_queue=backend.scheduler.tenant_queues.default_queue,
+            middlewares=middlewares,
         )
         await server.start()
     except (TlsError, OSError) as err:

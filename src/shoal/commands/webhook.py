@@ -15,7 +15,7 @@ import contextlib
 import logging
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -142,6 +142,23 @@ def webhook(
     raise typer.Exit(code)
 
 
+def client_ca_middlewares(tls: ReloadingContext, client_ca_file: Path | None) -> list[Any] | None:
+    """With a client CA: `tls` asks clients for a certificate signed by it, and the
+    middleware refuses requests without one (/healthz stays open). [] without a CA; None
+    (logged) when the CA cannot be loaded."""
+    from shoal.servers.auth import DelegatedAuth, client_ca_context
+
+    if client_ca_file is None:
+        return []
+    try:
+        client_ca_context(tls.context, str(client_ca_file))
+    except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+        log.error("cannot load %s: %s", client_ca_file, err, extra={"error": str(err)})
+        return None
+    verified = DelegatedAuth(client_certificates=True, always_allow=("/healthz",))
+    return [verified.middleware]
+
+
 async def _serve(
     tls: ReloadingContext,
     *,
@@ -155,18 +172,11 @@ async def _serve(
     client_ca_file: Path | None = None,
 ) -> int:
     from shoal.drivers.kube.client import ClientSettings, connect
-    from shoal.servers.auth import DelegatedAuth, client_ca_context
     from shoal.servers.webhook import ApiTenancySource, WebhookServer
 
-    middlewares = []
-    if client_ca_file is not None:
-        try:
-            client_ca_context(tls.context, str(client_ca_file))
-        except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-            log.error("cannot load %s: %s", client_ca_file, err, extra={"error": str(err)})
-            return 2
-        verified = DelegatedAuth(client_certificates=True, always_allow=("/healthz",))
-        middlewares.append(verified.middleware)
+    middlewares = client_ca_middlewares(tls, client_ca_file)
+    if middlewares is None:
+        return 2
 
     try:
         connection = await connect(kubeconfig, context=context)

@@ -9,7 +9,10 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+
+import pytest
 
 from shoal.api.manifests import decode
 from shoal.api.queue import Queue
@@ -21,6 +24,11 @@ from .helpers import cpu_pod, gpu_node, gpu_pod
 
 GPU = "nvidia.com/gpu"
 QUEUE_LABEL = "shoal.dev/queue"
+
+
+def one_cycle(h: SchedulerHarness) -> None:
+    """At most one scheduling cycle (a wall-time slice that ends after the first)."""
+    h.driver.run(timer=itertools.count().__next__, slice_seconds=1)
 
 
 def queue(name: str, **spec: Any) -> Queue:
@@ -155,7 +163,7 @@ def test_share_preemptor_keeps_the_device_its_victim_freed() -> None:
     h.add_pods(gpu_pod("high", milli=600, cpu="1").priority(100))
     seen: set[str] = set()
     for step in range(2000):  # one scheduling cycle at a time, 0.1 s apart: ~200 s
-        h.run(max_cycles=1)
+        one_cycle(h)
         for key in list(h.evicted):  # the controller re-creates at once
             if key not in seen:
                 seen.add(key)
@@ -179,3 +187,43 @@ def test_whole_gpu_preemptor_keeps_its_device_from_shares() -> None:
     )
     assert run_filter(share, gpu_pod("low", milli=100).priority(5), handle).passed == []
     assert run_filter(share, gpu_pod("higher", milli=100).priority(11), handle).passed == ["n"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_device_plan_of_a_gpu_policy_leaves_the_preemptors_devices(seed: int) -> None:
+    """A preemptor asking 700 milli on two devices evicted the two pods that held them.
+    A re-created 400-milli pod passes GpuShare because its tightest fit (the device that
+    keeps 500 for a running pod) leaves the preemptor both free devices; a placement
+    policy's device plan (GpuRandom's here) must not put it on one of those instead."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "plugins": {"multiPoint": {"enabled": [{"name": "GpuRandom"}]}},
+            }
+        ],
+    }
+    h = SchedulerHarness(config, seed=seed)
+    # Two feasible nodes, so that scoring (and the policy's device plan) runs.
+    h.add_nodes(gpu_node("n", 3, cpu="16"), gpu_node("m", 1, cpu="16"))
+    h.add_pods(
+        gpu_pod("keep", milli=500, cpu="1", node="n", devices="2").priority(50),
+        gpu_pod("low-a", milli=700, cpu="1", node="n", devices="0").priority(0),
+        gpu_pod("low-b", milli=700, cpu="1", node="n", devices="1").priority(0),
+    )
+    h.run()
+    h.add_pods(gpu_pod("high", milli=700, count=2, cpu="1").priority(100))
+    seen: set[str] = set()
+    for step in range(2000):
+        one_cycle(h)
+        for key in list(h.evicted):
+            if key not in seen:
+                seen.add(key)
+                h.add_pods(gpu_pod(f"r{step}-{key[-1]}", milli=400, cpu="1").priority(0))
+        if h.node_of("high"):
+            break
+        h.clock.advance_to(h.clock.now() + 0.1)
+    assert h.node_of("high") == "n"
+    assert sorted(h.evicted) == ["default/low-a", "default/low-b"], h.evicted

@@ -23,7 +23,7 @@ gives the devices back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -80,6 +80,7 @@ class _Host(Protocol):
     table: NodeTable
     gpu_devices: GpuDevices | None
     observers: list[Any]
+    nominations: dict[str, tuple[str, PodInfo]]
 
 
 def cpu_left(snapshot: _Columns, index: slice | NDArray[np.intp]) -> NDArray[np.int64]:
@@ -156,6 +157,9 @@ class GpuDevices:
         self.assigned: dict[str, Assignment] = {}
         self.allocated_milli = 0
         self._plan: tuple[str, NDArray[np.intp], NDArray[np.int64]] | None = None
+        # GPU requests of the nominated pods a pod placed on a row must leave room for
+        # (set by the cache, which holds the nominations; see `_around_nominated`).
+        self.nominated: Callable[[int, PodInfo], list[GpuRequest]] | None = None
 
     # ---- creation ------------------------------------------------------------------
 
@@ -179,6 +183,18 @@ class GpuDevices:
                 devices.pod_placed(row, pod)
         cluster.observers.append(devices)
         cluster.gpu_devices = devices
+        nominations = cluster.nominations
+
+        def nominated(row: int, pod: PodInfo) -> list[GpuRequest]:
+            out = []
+            for uid, (node, other) in nominations.items():
+                if uid == pod.uid or other.priority < pod.priority:
+                    continue
+                if table.row_of.get(node) == row and (wanted := request_of(None, other)):
+                    out.append(wanted)
+            return out
+
+        devices.nominated = nominated
         return devices
 
     # ---- storage -------------------------------------------------------------------
@@ -273,6 +289,41 @@ class GpuDevices:
         n = int(self.count[row])
         return all(0 <= d < n and self.free[row, d] >= request.milli for d in devices)
 
+    def _around_nominated(
+        self, row: int, pod: PodInfo, request: GpuRequest, planned: tuple[int, ...] | None
+    ) -> tuple[int, ...] | None:
+        """A policy's device plan, unless it takes devices a nominated preemptor of equal
+        or higher priority on this row needs while the default choice would not: GpuShare
+        let the pod through on the default choice (see its Filter), so that is what the
+        pod gets then."""
+        if planned is None or self.nominated is None:
+            return planned
+        others = self.nominated(row, pod)
+        if not others or self.leaves_room(row, planned, request, others):
+            return planned
+        fallback = self.default_choice(row, request)
+        if fallback and self.leaves_room(row, fallback, request, others):
+            return fallback
+        return planned
+
+    def leaves_room(
+        self,
+        row: int,
+        devices: tuple[int, ...] | NDArray[np.intp],
+        request: GpuRequest,
+        others: list[GpuRequest],
+    ) -> bool:
+        """Whether `others` (nominated pods) still find their devices on the row after a
+        pod asking `request` takes `devices`."""
+        free = self.free[row, : self.count[row]].astype(np.int64)
+        free[list(devices)] -= request.milli
+        for wanted in others:
+            take = self.choice_in(free, wanted)
+            if len(take) < wanted.count or (free[take] < wanted.milli).any():
+                return False
+            free[take] -= wanted.milli
+        return True
+
     # ---- PlacementObserver ---------------------------------------------------------
 
     def pod_placed(self, row: int, pod: PodInfo) -> None:
@@ -281,7 +332,9 @@ class GpuDevices:
         if not request:
             return
         devices = self._planned(row, pod)
-        if not self._valid(row, devices, request):
+        if self._valid(row, devices, request):
+            devices = self._around_nominated(row, pod, request, devices)
+        else:
             devices = pod_gpu_index(pod)
             if not self._valid(row, devices, request):
                 devices = self.default_choice(row, request)

@@ -151,14 +151,9 @@ class GpuShare:
                 at = int(found[0]) if found.size else None
             if at is None or not enough[at]:
                 continue
-            free = devices.free[row, : devices.count[row]].astype(np.int64)
-            free[devices.choice_in(free, request)] -= request.milli
-            for wanted in nominated:
-                take = devices.choice_in(free, wanted)
-                if len(take) < wanted.count or (free[take] < wanted.milli).any():
-                    enough[at] = False
-                    break
-                free[take] -= wanted.milli
+            free = devices.free[row, : devices.count[row]]
+            taken = devices.choice_in(free, request)
+            enough[at] = devices.leaves_room(row, taken, request, nominated)
         return enough
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:

@@ -458,6 +458,18 @@ def gpu_cases() -> Iterator[Case]:
     many = pod()
     many["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "100000"
     yield Case("gpu-request-huge", (many,), "more than 256 devices")
+    for label, limits, expect in (
+        (
+            "vgpu-cores-over",
+            {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 101},
+            "1 to 100",
+        ),
+        ("hami-cores-over", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150}, "1 to 100"),
+        ("vgpu-number-huge", {"volcano.sh/vgpu-number": 1000}, "more than 256"),
+    ):
+        doc = pod()
+        doc["spec"]["containers"][0]["resources"]["limits"] = dict(limits)
+        yield Case(f"gpu-{label}", (doc,), expect)
     for label, value in (("billion", "1000000000"), ("huge", "1e8"), ("257", "257")):
         doc = node(**{"nvidia.com/gpu": value})
         yield Case(f"node-gpus-{label}", (doc,), "more than 256")

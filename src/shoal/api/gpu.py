@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.api.quantity import QuantityError, to_units
-from shoal.api.resources import GPU
+from shoal.api.resources import GPU, ResourceList, parse_resource_list
 
 __all__ = [
     "ANNOTATION_GPU_COUNT",
@@ -40,16 +40,28 @@ __all__ = [
     "ANNOTATION_GPU_INDEX_ALIBABA",
     "ANNOTATION_GPU_MILLI",
     "ANNOTATION_GPU_MODEL",
+    "DEVICE_LEVEL_RESOURCES",
     "GPU_MILLI",
+    "LABEL_GPU_COUNT",
+    "LABEL_GPU_MEMORY",
     "LABEL_GPU_MODEL",
     "LABEL_GPU_PRODUCT",
     "MAX_DEVICES",
+    "MIB_PER_GIB",
     "NO_GPU",
+    "RESOURCE_ALIYUN_GPU_COUNT",
+    "RESOURCE_ALIYUN_GPU_MEM",
     "RESOURCE_GPU_COUNT",
+    "RESOURCE_HAMI_GPUCORES",
+    "RESOURCE_HAMI_GPUMEM",
+    "RESOURCE_VGPU_CORES",
+    "RESOURCE_VGPU_MEMORY",
+    "RESOURCE_VGPU_NUMBER",
     "GpuRequest",
     "GpuRequestError",
     "check_node_gpus",
     "format_gpu_index",
+    "node_gpu_memory",
     "node_gpus",
     "parse_gpu_index",
     "pod_gpu_index",
@@ -70,6 +82,33 @@ LABEL_GPU_MODEL = "alibabacloud.com/gpu-card-model"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 RESOURCE_GPU_COUNT = "alibabacloud.com/gpu-count"
 
+# Other vocabularies (docs/gpu-sharing.md has the table).
+RESOURCE_ALIYUN_GPU_MEM = "aliyun.com/gpu-mem"
+"""GiB of one device's memory (Alibaba's gpushare device plugin; pod and node)."""
+RESOURCE_ALIYUN_GPU_COUNT = "aliyun.com/gpu-count"
+RESOURCE_VGPU_NUMBER = "volcano.sh/vgpu-number"
+"""vGPUs, each on its own device (Volcano's vGPU device plugin)."""
+RESOURCE_VGPU_MEMORY = "volcano.sh/vgpu-memory"
+"""MiB of device memory per vGPU."""
+RESOURCE_VGPU_CORES = "volcano.sh/vgpu-cores"
+"""Percent of a device's compute per vGPU."""
+RESOURCE_HAMI_GPUMEM = "nvidia.com/gpumem"
+"""MiB of device memory per GPU (HAMi, with `nvidia.com/gpu` counting vGPUs)."""
+RESOURCE_HAMI_GPUCORES = "nvidia.com/gpucores"
+"""Percent of a device's compute per GPU (HAMi)."""
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+"""MiB of memory per device (NVIDIA GPU Feature Discovery)."""
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+"""Physical devices (GPU Feature Discovery; wins over a vGPU-inflated `nvidia.com/gpu`)."""
+MIB_PER_GIB = 1024
+DEVICE_LEVEL_RESOURCES = (
+    RESOURCE_VGPU_MEMORY,
+    RESOURCE_VGPU_CORES,
+    RESOURCE_HAMI_GPUMEM,
+    RESOURCE_HAMI_GPUCORES,
+)
+"""Sizes of one device a pod asks for: checked per device (GpuShare), not per node."""
+
 
 class GpuRequestError(ValueError):
     """A pod's GPU annotations or requests are inconsistent."""
@@ -80,8 +119,9 @@ class GpuRequest:
     """`count` devices with `milli` free milli-GPU each, on a node of one of `models`."""
 
     count: int
-    milli: int
+    milli: int  # compute per device; 0 with `memory`: sized by memory (see GpuDevices)
     models: frozenset[str] | None = None  # None: any model
+    memory: int = 0  # MiB of device memory per device; 0: in proportion to `milli`
 
     @property
     def total_milli(self) -> int:
@@ -89,7 +129,7 @@ class GpuRequest:
 
     @property
     def shared(self) -> bool:
-        """A fraction of a device (milli < 1000)."""
+        """A fraction of a device (milli < 1000, or sized by memory)."""
         return self.count > 0 and self.milli < GPU_MILLI
 
     def __bool__(self) -> bool:
@@ -131,14 +171,73 @@ def parse_models(text: str) -> frozenset[str] | None:
     return models or None
 
 
+def _per_container(pod: PodInfo, keys: tuple[str, ...]) -> list[ResourceList]:
+    """Each container's amounts of `keys` (limits, else requests), for those with any."""
+    out = []
+    for container in pod.pod.spec.containers:
+        res = container.resources
+        amounts = parse_resource_list({**res.requests, **res.limits})
+        picked = {k: amounts[k] for k in keys if amounts.get(k)}
+        if picked:
+            out.append(picked)
+    return out
+
+
+def _percent(value: int, key: str) -> int:
+    if not 1 <= value <= 100:
+        raise GpuRequestError(f"{key} {value} must be from 1 to 100 (percent of a device)")
+    return value * 10
+
+
+def _vgpu_request(pod: PodInfo, models: frozenset[str] | None) -> GpuRequest | None:
+    """Volcano vGPU, HAMi and Alibaba gpushare (memory) requests; None if none. Memory
+    and cores are per vGPU (per device), as those device plugins define them; over
+    several containers the devices add up and each gets the largest size asked."""
+    requests = pod.requests
+    if requests.get(RESOURCE_VGPU_NUMBER, 0):
+        keys = (RESOURCE_VGPU_NUMBER, RESOURCE_VGPU_MEMORY, RESOURCE_VGPU_CORES)
+        number_key, memory_key, cores_key = keys
+    elif RESOURCE_HAMI_GPUMEM in requests or RESOURCE_HAMI_GPUCORES in requests:
+        keys = (GPU, RESOURCE_HAMI_GPUMEM, RESOURCE_HAMI_GPUCORES)
+        number_key, memory_key, cores_key = keys
+    elif gib := requests.get(RESOURCE_ALIYUN_GPU_MEM, 0):
+        return GpuRequest(1, 0, models, gib * MIB_PER_GIB)
+    else:
+        return None
+    containers = _per_container(pod, keys)
+    count = sum(c.get(number_key, 0) or 1 for c in containers)
+    if count > MAX_DEVICES:
+        raise GpuRequestError(f"{number_key}: {count} devices is more than {MAX_DEVICES}")
+    memory = max((c.get(memory_key, 0) for c in containers), default=0)
+    cores = max((c.get(cores_key, 0) for c in containers), default=0)
+    milli = _percent(cores, cores_key) if cores else 0
+    if not memory and not milli:
+        if number_key == GPU:
+            raise GpuRequestError(
+                f"{RESOURCE_HAMI_GPUMEM} and {RESOURCE_HAMI_GPUCORES} are both 0: ask for "
+                f"one of them, or for whole GPUs with {GPU} alone"
+            )
+        milli = GPU_MILLI // 10  # neither given: Volcano's default split of 10 per device
+    return GpuRequest(count, milli, models, memory)
+
+
 def pod_gpu_request(pod: PodInfo) -> GpuRequest:
     """The pod's GPU request; raises GpuRequestError when it is inconsistent."""
     annotations = pod.pod.metadata.annotations
     requested = pod.requests.get(GPU, 0)
     milli_text = annotations.get(ANNOTATION_GPU_MILLI)
     count_text = annotations.get(ANNOTATION_GPU_COUNT)
-    if milli_text is None and count_text is None and not requested:
-        return NO_GPU
+    if milli_text is None and count_text is None:
+        requests = pod.requests
+        if (
+            RESOURCE_VGPU_NUMBER in requests
+            or RESOURCE_HAMI_GPUMEM in requests
+            or RESOURCE_HAMI_GPUCORES in requests
+            or RESOURCE_ALIYUN_GPU_MEM in requests
+        ) and (vgpu := _vgpu_request(pod, parse_models(annotations.get(ANNOTATION_GPU_MODEL, "")))):
+            return vgpu
+        if not requested:
+            return NO_GPU
     if requested > MAX_DEVICES:
         raise GpuRequestError(
             f"the {GPU} request {requested} is more than {MAX_DEVICES} devices on one node"
@@ -208,7 +307,7 @@ def check_node_gpus(node: Node) -> None:
     so that it is left out whole rather than added with its GPUs invisible."""
     status = node.status
     for field, resources in (("allocatable", status.allocatable), ("capacity", status.capacity)):
-        for key in (GPU, RESOURCE_GPU_COUNT):
+        for key in (GPU, RESOURCE_GPU_COUNT, RESOURCE_ALIYUN_GPU_COUNT):
             if key not in resources:
                 continue
             try:
@@ -222,13 +321,38 @@ def check_node_gpus(node: Node) -> None:
                 )
 
 
+def node_gpu_memory(node: Node, count: int) -> int:
+    """MiB of memory per device of the node (0: unknown): GPU Feature Discovery's
+    `nvidia.com/gpu.memory` label, else Alibaba gpushare's `aliyun.com/gpu-mem` (GiB of
+    the whole node) or Volcano's `volcano.sh/vgpu-memory` (MiB of the whole node)
+    divided among the devices."""
+    text = node.metadata.labels.get(LABEL_GPU_MEMORY, "")
+    if text.isdigit():
+        return int(text)
+    if count <= 0:
+        return 0
+    for resources in (node.status.allocatable, node.status.capacity):
+        for key, unit in ((RESOURCE_ALIYUN_GPU_MEM, MIB_PER_GIB), (RESOURCE_VGPU_MEMORY, 1)):
+            if key in resources:
+                try:
+                    return to_units(resources[key]) * unit // count
+                except QuantityError:
+                    return 0
+    return 0
+
+
 def node_gpus(node: Node) -> tuple[int, str]:
     """(device count, model) of a node; the model is "" when unknown. At most
     MAX_DEVICES (manifests and the API are refused above it: `check_node_gpus`)."""
     status = node.status
     count = 0
+    label = node.metadata.labels.get(LABEL_GPU_COUNT, "")
+    if label.isdigit():  # physical devices, whatever vGPU count the plugin reports
+        labels = node.metadata.labels
+        model = labels.get(LABEL_GPU_MODEL) or labels.get(LABEL_GPU_PRODUCT) or ""
+        return min(int(label), MAX_DEVICES), model
     for resources in (status.allocatable, status.capacity):
-        for key in (GPU, RESOURCE_GPU_COUNT):
+        for key in (GPU, RESOURCE_GPU_COUNT, RESOURCE_ALIYUN_GPU_COUNT):
             if key in resources:
                 try:
                     count = to_units(resources[key])

@@ -32,9 +32,12 @@ from numpy.typing import NDArray
 
 from shoal.api.gpu import (
     GPU_MILLI,
+    MIB_PER_GIB,
     NO_GPU,
+    RESOURCE_ALIYUN_GPU_MEM,
     GpuRequest,
     GpuRequestError,
+    node_gpu_memory,
     node_gpus,
     pod_gpu_index,
     pod_gpu_request,
@@ -51,6 +54,7 @@ __all__ = [
     "Assignment",
     "GpuDevices",
     "cpu_left",
+    "device_plugin_annotations",
     "remember_request",
     "request_of",
 ]
@@ -126,12 +130,14 @@ def request_of(state: CycleScratch | None, pod: PodInfo) -> GpuRequest:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """Devices a placed pod holds (empty when none could be found: overcommitted)."""
+    """Devices a placed pod holds (empty when none could be found: overcommitted), and
+    the compute (milli) and memory (MiB) it takes on each."""
 
     row: int
     devices: tuple[int, ...]
     milli: int
     kind: int
+    memory: int = 0
 
 
 class GpuDevices:
@@ -142,6 +148,10 @@ class GpuDevices:
         self._capacity = 0
         self.width = 0
         self.free: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        # Memory: MiB per device of the row's nodes (0: unknown) and free per device.
+        self.mem: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.mem_free: NDArray[np.int64] = np.zeros((0, 0), dtype=np.int64)
+        self.memory_pods = 0  # placed pods that asked for memory explicitly
         self.count: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
         self.model: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
         self.version: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -207,6 +217,10 @@ class GpuDevices:
         free = np.zeros((cap, width), dtype=np.int32)
         free[: self._capacity, : self.width] = self.free
         self.free = free
+        mem_free = np.zeros((cap, width), dtype=np.int64)
+        mem_free[: self._capacity, : self.width] = self.mem_free
+        self.mem_free = mem_free
+        self.mem = _grow(self.mem, cap, 0)
         self.count = _grow(self.count, cap, 0)
         self.model = _grow(self.model, cap, -1)
         self.version = _grow(self.version, cap, 0)
@@ -263,18 +277,36 @@ class GpuDevices:
             return None
         return tuple(int(d) for d in choice[i])
 
+    def takes(self, row: int, request: GpuRequest) -> tuple[int, int]:
+        """(milli, MiB) the request takes on each of its devices on this row: a share
+        sized by compute takes memory in proportion (a whole GPU all of it); one sized
+        by memory alone takes compute in proportion (more than a device when the node's
+        device memory is unknown: it cannot be placed there)."""
+        return _takes(request, int(self.mem[row]))
+
     def default_choice(self, row: int, request: GpuRequest) -> tuple[int, ...]:
         """Tightest-fitting devices for a share, lowest-index free devices otherwise."""
-        free = self.free[row, : self.count[row]]
-        if int((free >= request.milli).sum()) < request.count:
+        n = self.count[row]
+        milli, mem = self.takes(row, request)
+        fits = (self.free[row, :n] >= milli) & (self.mem_free[row, :n] >= mem)
+        if int(fits.sum()) < request.count:
             return ()
-        return tuple(int(d) for d in self.choice_in(free, request))
+        return tuple(int(d) for d in self.choice_in(row, self.free[row, :n], request))
 
-    @staticmethod
-    def choice_in(free: NDArray[Any], request: GpuRequest) -> NDArray[np.intp]:
-        """The devices (positions in `free`, one node's free milli per device) the
-        default choice takes; when too few have room, the ones with the most free."""
-        fits = np.flatnonzero(free >= request.milli)
+    def choice_in(
+        self,
+        row: int,
+        free: NDArray[Any],
+        request: GpuRequest,
+        mem_free: NDArray[Any] | None = None,
+    ) -> NDArray[np.intp]:
+        """The devices (positions in `free`, the row's free milli per device, and
+        `mem_free`, its free MiB, default: the table's) the default choice takes; when
+        too few have room, the ones with the most free compute."""
+        milli, mem = self.takes(row, request)
+        if mem_free is None:
+            mem_free = self.mem_free[row, : len(free)]
+        fits = np.flatnonzero((free >= milli) & (mem_free >= mem))
         if len(fits) < request.count:
             most: NDArray[np.intp] = np.argsort(-free, kind="stable")[: request.count]
             return most
@@ -287,7 +319,11 @@ class GpuDevices:
         if devices is None or len(devices) != request.count or len(set(devices)) != len(devices):
             return False
         n = int(self.count[row])
-        return all(0 <= d < n and self.free[row, d] >= request.milli for d in devices)
+        milli, mem = self.takes(row, request)
+        return all(
+            0 <= d < n and self.free[row, d] >= milli and self.mem_free[row, d] >= mem
+            for d in devices
+        )
 
     def _around_nominated(
         self, row: int, pod: PodInfo, request: GpuRequest, planned: tuple[int, ...] | None
@@ -315,13 +351,23 @@ class GpuDevices:
     ) -> bool:
         """Whether `others` (nominated pods) still find their devices on the row after a
         pod asking `request` takes `devices`."""
-        free = self.free[row, : self.count[row]].astype(np.int64)
-        free[list(devices)] -= request.milli
+        n = self.count[row]
+        free = self.free[row, :n].astype(np.int64)
+        mem_free = self.mem_free[row, :n].copy()
+        milli, mem = self.takes(row, request)
+        free[list(devices)] -= milli
+        mem_free[list(devices)] -= mem
         for wanted in others:
-            take = self.choice_in(free, wanted)
-            if len(take) < wanted.count or (free[take] < wanted.milli).any():
+            take = self.choice_in(row, free, wanted, mem_free)
+            w_milli, w_mem = self.takes(row, wanted)
+            if (
+                len(take) < wanted.count
+                or (free[take] < w_milli).any()
+                or (mem_free[take] < w_mem).any()
+            ):
                 return False
-            free[take] -= wanted.milli
+            free[take] -= w_milli
+            mem_free[take] -= w_mem
         return True
 
     # ---- PlacementObserver ---------------------------------------------------------
@@ -341,11 +387,15 @@ class GpuDevices:
         assert devices is not None
         kind = self._kind(request.affinity)
         self.kinds[row, kind] += 1
+        milli, mem = self.takes(row, request)
+        milli = min(milli, GPU_MILLI)
         if devices:
-            self.free[row, list(devices)] -= request.milli
-            self.allocated_milli += request.milli * len(devices)
+            self.free[row, list(devices)] -= milli
+            self.mem_free[row, list(devices)] -= mem
+            self.allocated_milli += milli * len(devices)
             self._summarize(row)
-        self.assigned[pod.uid] = Assignment(row, devices, request.milli, kind)
+        self.memory_pods += 1 if request.memory else 0
+        self.assigned[pod.uid] = Assignment(row, devices, milli, kind, mem if request.memory else 0)
 
     def pod_unplaced(self, row: int, pod: PodInfo) -> None:
         self._bump(row)
@@ -353,15 +403,22 @@ class GpuDevices:
         if found is None:
             return
         self.kinds[row, found.kind] -= 1
+        self.memory_pods -= 1 if found.memory else 0
         if found.devices:
             self.free[row, list(found.devices)] += found.milli
+            self.mem_free[row, list(found.devices)] += self._memory_of(row, found)
             self.allocated_milli -= found.milli * len(found.devices)
             self._summarize(row)
 
+    def _memory_of(self, row: int, found: Assignment) -> int:
+        """MiB an assignment holds per device (explicit, else in proportion)."""
+        return found.memory or -(-found.milli * int(self.mem[row]) // GPU_MILLI)
+
     def row_moved(self, src: int, dst: int) -> None:
-        for array in (self.free, self.count, self.model, self.kinds, self.max_free, self.full):
+        arrays = (self.free, self.mem_free, self.mem, self.count, self.kinds, self.max_free)
+        for array in (*arrays, self.model, self.full):
             array[dst] = array[src]
-        for array in (self.free, self.count, self.kinds, self.max_free, self.full):
+        for array in (*arrays, self.full):
             array[src] = 0
         self.model[src] = -1
         self._names[dst] = self._names[src]
@@ -370,7 +427,9 @@ class GpuDevices:
         self._bump(src)
         for uid, found in list(self.assigned.items()):
             if found.row == src:
-                self.assigned[uid] = Assignment(dst, found.devices, found.milli, found.kind)
+                self.assigned[uid] = Assignment(
+                    dst, found.devices, found.milli, found.kind, found.memory
+                )
 
     def node_changed(self, row: int) -> None:
         table = self.table
@@ -383,13 +442,17 @@ class GpuDevices:
             self._model_code[model] = len(self.models)
             self.models.append(model)
         self.model[row] = self.model_code(model)
-        if self._names[row] == name and self.count[row] == count:
+        memory = node_gpu_memory(node, count)
+        if self._names[row] == name and self.count[row] == count and self.mem[row] == memory:
             self._summarize(row)
             return
         self._names[row] = name
         self.count[row] = count
+        self.mem[row] = memory
         self.free[row] = 0
         self.free[row, :count] = GPU_MILLI
+        self.mem_free[row] = 0
+        self.mem_free[row, :count] = memory
         # Pods already on the row keep their devices where they still exist.
         for uid, found in list(self.assigned.items()):
             if found.row != row:
@@ -397,8 +460,9 @@ class GpuDevices:
             kept = tuple(d for d in found.devices if d < count)
             if kept:
                 self.free[row, list(kept)] -= found.milli
+                self.mem_free[row, list(kept)] -= self._memory_of(row, found)
             self.allocated_milli -= found.milli * (len(found.devices) - len(kept))
-            self.assigned[uid] = Assignment(row, kept, found.milli, found.kind)
+            self.assigned[uid] = Assignment(row, kept, found.milli, found.kind, found.memory)
         self._summarize(row)
 
     # ---- queries -------------------------------------------------------------------
@@ -408,7 +472,13 @@ class GpuDevices:
         return None if found is None else found.devices
 
     def enough(self, request: GpuRequest, index: slice | NDArray[np.intp]) -> NDArray[np.bool_]:
-        """Which nodes have `request.count` devices with `request.milli` free each."""
+        """Which nodes have `request.count` devices with room for the request each
+        (compute and memory, see `takes`)."""
+        if request.memory or self.memory_pods:
+            milli, mem = _takes_per_node(request, self.mem[index])
+            room = (self.free[index] >= milli[:, None]) & (self.mem_free[index] >= mem[:, None])
+            counted: NDArray[np.bool_] = room.sum(axis=1) >= request.count
+            return counted
         if request.count == 1:
             return self.max_free[index] >= request.milli
         if request.milli >= GPU_MILLI:
@@ -428,6 +498,53 @@ class GpuDevices:
             return None
         codes = [self._model_code[m] for m in request.models if m in self._model_code]
         return np.isin(self.model[index], codes)
+
+
+def device_plugin_annotations(
+    pod: PodInfo, held: tuple[int, ...], devices: GpuDevices, node: str, now: float
+) -> dict[str, str]:
+    """What the pod's device plugin reads from the pod at bind time, beside Shoal's own
+    `shoal.dev/gpu-index`: for Alibaba's gpushare device plugin (`aliyun.com/gpu-mem`
+    pods), the device index, the pod's and the device's GiB, `ASSIGNED: false` and the
+    assume time in ns (as gpushare-scheduler-extender writes them). Volcano's and
+    HAMi's plugins name devices by UUID, which Shoal does not know: none for them."""
+    gib = pod.requests.get(RESOURCE_ALIYUN_GPU_MEM, 0)
+    if not gib or len(held) != 1:
+        return {}
+    row = devices.table.row_of.get(node)
+    device_mem = int(devices.mem[row]) if row is not None else 0
+    return {
+        "ALIYUN_COM_GPU_MEM_IDX": str(held[0]),
+        "ALIYUN_COM_GPU_MEM_POD": str(gib),
+        "ALIYUN_COM_GPU_MEM_DEV": str(device_mem // MIB_PER_GIB),
+        "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
+        "ALIYUN_COM_GPU_MEM_ASSUME_TIME": str(int(now * 1e9)),
+    }
+
+
+def _takes(request: GpuRequest, device_mem: int) -> tuple[int, int]:
+    if request.memory:
+        if request.milli:
+            return request.milli, request.memory
+        if device_mem <= 0:
+            return GPU_MILLI + 1, request.memory  # unknown device memory: never fits
+        return min(GPU_MILLI, -(-GPU_MILLI * request.memory // device_mem)), request.memory
+    return request.milli, -(-request.milli * device_mem // GPU_MILLI)
+
+
+def _takes_per_node(
+    request: GpuRequest, device_mem: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """`_takes` for every node at once."""
+    if request.memory:
+        mem = np.full(device_mem.shape, request.memory, dtype=np.int64)
+        if request.milli:
+            return np.full(device_mem.shape, request.milli, dtype=np.int64), mem
+        share = -(-GPU_MILLI * request.memory // np.maximum(device_mem, 1))
+        milli = np.where(device_mem > 0, np.minimum(share, GPU_MILLI), GPU_MILLI + 1)
+        return milli.astype(np.int64), mem
+    milli = np.full(device_mem.shape, request.milli, dtype=np.int64)
+    return milli, -(-request.milli * device_mem // GPU_MILLI)
 
 
 def _grow(array: NDArray[G], cap: int, fill: int) -> NDArray[G]:

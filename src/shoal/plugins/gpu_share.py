@@ -37,8 +37,10 @@ from shoal.framework.types import (
 
 __all__ = [
     "NAME",
+    "REASON_MEMORY",
     "REASON_MODEL",
     "REASON_NO_GPU",
+    "REASON_NO_MEMORY",
     "REASON_SHARE",
     "REASON_WHOLE",
     "GpuShare",
@@ -49,6 +51,8 @@ REASON_NO_GPU = "node(s) didn't have any GPU"
 REASON_MODEL = "node(s) didn't have the requested GPU model"
 REASON_SHARE = "Insufficient GPU milli on any single device"
 REASON_WHOLE = "Insufficient free GPU devices"
+REASON_MEMORY = "Insufficient GPU memory on any single device"
+REASON_NO_MEMORY = "node(s) didn't report GPU memory per device"
 
 
 class GpuShare:
@@ -100,9 +104,21 @@ class GpuShare:
         wrong_model = has_gpu & ~allowed if allowed is not None else np.zeros_like(has_gpu)
         if wrong_model.any():
             failures.append(Failure(REASON_MODEL, wrong_model, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
-        short = has_gpu & ~wrong_model & ~enough
+        no_memory = (
+            has_gpu & ~wrong_model & (devices.mem[idx] <= 0)
+            if request.memory
+            else np.zeros_like(has_gpu)
+        )
+        if no_memory.any():
+            failures.append(
+                Failure(REASON_NO_MEMORY, no_memory, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+            )
+        short = has_gpu & ~wrong_model & ~no_memory & ~enough
         if short.any():
-            reason = REASON_SHARE if request.shared else REASON_WHOLE
+            if request.memory:
+                reason = REASON_MEMORY
+            else:
+                reason = REASON_SHARE if request.shared else REASON_WHOLE
             failures.append(Failure(reason, short, Code.UNSCHEDULABLE))
         return FilterResult(passed, failures)
 
@@ -152,7 +168,7 @@ class GpuShare:
             if at is None or not enough[at]:
                 continue
             free = devices.free[row, : devices.count[row]]
-            taken = devices.choice_in(free, request)
+            taken = devices.choice_in(row, free, request)
             enough[at] = devices.leaves_room(row, taken, request, nominated)
         return enough
 

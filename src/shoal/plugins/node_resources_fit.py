@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from shoal.api.gpu import GPU_MILLI
+from shoal.api.gpu import DEVICE_LEVEL_RESOURCES, GPU_MILLI
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import GPU, PODS, is_extended
 from shoal.cache.gpu_devices import GpuDevices, request_of
@@ -101,8 +101,11 @@ class NodeResourcesFit:
         self.score_resources = [r.name for r in strategy.resources]
         self.weights = np.array([r.weight for r in strategy.resources], dtype=np.int64)
         self.strategy = strategy.type
-        self._ignored = set(args.ignored_resources)
+        # Sizes of one device (vGPU memory and compute) are checked per device by
+        # GpuShare; device plugins do not report them per node.
+        self._ignored = set(args.ignored_resources) | set(DEVICE_LEVEL_RESOURCES)
         self._ignored_groups = set(args.ignored_resource_groups)
+        self._checked_columns: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self._shape: Callable[[NDArray[np.int64]], NDArray[np.int64]] | None = None
         if strategy.requested_to_capacity_ratio is not None:
             factor = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
@@ -130,9 +133,10 @@ class NodeResourcesFit:
         snap = self.handle.snapshot
         vector = snap.pod_vector(pod)
         cols = np.flatnonzero(vector)
-        if self._ignored or self._ignored_groups:
-            names = snap.resources
-            cols = np.array([c for c in cols if self._checked(names[c])], dtype=np.intp)
+        names = snap.resources
+        if len(self._checked_columns) != len(names):  # columns are only ever appended
+            self._checked_columns = np.array([self._checked(r) for r in names], dtype=bool)
+        cols = cols[self._checked_columns[cols]]
         gpu = self._whole_gpu_position(state, pod, vector, cols)
         state.write(_STATE_KEY, (cols, vector[cols], gpu))
         return None, Status()

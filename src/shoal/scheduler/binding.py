@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, format_gpu_index
 from shoal.api.podinfo import PodInfo
+from shoal.cache.gpu_devices import device_plugin_annotations
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.effects import Bind, BindOutcome, Bound, annotate, annotations_of
 from shoal.framework.extender import EXTENDER_NAME, Extender, binder_extenders
@@ -159,8 +160,12 @@ class BindingCycles:
         if held:
             # The GPU devices the cache chose at assume go out with the binding, in every
             # profile, so the node's device plugin exposes exactly those and a restart
-            # reads them back.
+            # reads them back; in the vocabulary of the pod's device plugin too.
+            assert devices is not None
             annotate(task.state, ANNOTATION_GPU_INDEX, format_gpu_index(held))
+            now = self.handle.clock.now()
+            for key, value in device_plugin_annotations(pod, held, devices, node, now).items():
+                annotate(task.state, key, value)
         try:
             status = fwk.run_pre_bind(task.state, pod, node)
             if status.ok:

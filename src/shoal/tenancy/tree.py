@@ -177,7 +177,11 @@ class QueueTree:
         charges its fraction of a GPU per device and a whole GPU 1000. Do not mutate."""
         requests = pod.requests
         try:
-            gpu = pod_gpu_request(pod).total_milli
+            request = pod_gpu_request(pod)
+            # Sized by memory alone (vGPU memory, aliyun.com/gpu-mem): what the spec
+            # asks of nvidia.com/gpu (HAMi's vGPUs; none for the others, whose memory
+            # resource is charged by its own name).
+            gpu = request.total_milli if request.milli else requests.get(GPU, 0) * GPU_MILLI
         except GpuRequestError:  # refused by GpuShare; count what the spec asks
             gpu = requests.get(GPU, 0) * GPU_MILLI
         key = (tuple(requests.items()), gpu)

@@ -222,7 +222,22 @@ def _vgpu_request(pod: PodInfo, models: frozenset[str] | None) -> GpuRequest | N
 
 
 def pod_gpu_request(pod: PodInfo) -> GpuRequest:
-    """The pod's GPU request; raises GpuRequestError when it is inconsistent."""
+    """The pod's GPU request; raises GpuRequestError when it is inconsistent. Parsed
+    once per PodInfo (a changed pod gets a new PodInfo)."""
+    found = pod.gpu_request
+    if found is None:
+        try:
+            found = _parse_gpu_request(pod)
+        except GpuRequestError as err:
+            found = err
+        pod.gpu_request = found
+    if isinstance(found, GpuRequestError):
+        raise found
+    assert isinstance(found, GpuRequest)
+    return found
+
+
+def _parse_gpu_request(pod: PodInfo) -> GpuRequest:
     annotations = pod.pod.metadata.annotations
     requested = pod.requests.get(GPU, 0)
     milli_text = annotations.get(ANNOTATION_GPU_MILLI)

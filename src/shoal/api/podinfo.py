@@ -128,6 +128,7 @@ class PodInfo:
         "affinity_terms",
         "anti_affinity_terms",
         "attempts",
+        "gpu_request",
         "host_ports",
         "initial_attempt_time",
         "key",
@@ -168,6 +169,9 @@ class PodInfo:
         # The cache's request vector for this pod, memoised by the node table that made
         # it (owner, column count, read-only vector); see NodeTable.pod_vector.
         self.table_vector: tuple[object, int, Any] | None = None
+        # The parsed GPU request (or the error parsing it), memoised by
+        # shoal.api.gpu.pod_gpu_request: GPU plugins, the device table and queues read it.
+        self.gpu_request: object = None
         self.requests: ResourceList
         self.nonzero: tuple[int, int]
         if previous is not None and _same_resources(previous.pod.spec, spec):

@@ -355,7 +355,12 @@ async def test_gang_from_a_pod_group_object_is_bound_all_together(tmp_path: Path
             await eventually(lambda: len(bound_pods(api)) == 3, what="the whole gang")
             status = kube.scheduler.gangs.status()["default/train"]
             assert status["phase"] == "Running"
-            text = await _scrape(kube)
+            # The series are sampled on the core's thread about once a second.
+            for _ in range(50):
+                text = await _scrape(kube)
+                if 'shoal_gang_groups{phase="Running"} 1.0' in text:
+                    break
+                await asyncio.sleep(0.1)
             assert 'shoal_gang_groups{phase="Running"} 1.0' in text
 
 

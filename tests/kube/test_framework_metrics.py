@@ -51,6 +51,15 @@ async def test_the_backend_times_extension_points_and_exports_queue_gauges(
                 }
 
             await eventually(lambda: points().get("PostBind") == 3, what="binding cycles timed")
+
+            def allocated_cpu() -> float | None:  # queue series: sampled about once a second
+                rows = _samples(kube.metrics.registry).get("shoal_queue_allocated", [])
+                for labels, value in rows:
+                    if (labels["queue"], labels["resource"]) == ("team", "cpu"):
+                        return float(value)
+                return None
+
+            await eventually(lambda: allocated_cpu() == 3.0, what="queue series sampled")
             samples = _samples(kube.metrics.registry)
     assert points()["Filter"] == 3 and points()["Reserve"] == 3
     # Bind hands the bind over (a `Bind` effect) and waits for its outcome event.

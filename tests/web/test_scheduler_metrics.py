@@ -207,3 +207,28 @@ def test_preemptions_what_if_passes_are_not_counted_as_cycles() -> None:
     # One Filter pass per scheduling cycle: the victim search's passes are not counted.
     assert filters == len(h.cycles)
     assert post_filters >= 1
+
+
+def test_series_sampled_on_the_schedulers_thread_are_read_at_scrape() -> None:
+    """In a cluster the core runs on its own thread: a scrape must not iterate its
+    dictionaries while it decides. `SchedulerSeries` takes the series in a driver-loop
+    sampler; the scrape returns the latest sample, at most `interval` seconds old."""
+    from shoal.web.metrics import SchedulerSeries
+
+    h = SchedulerHarness()
+    h.add_nodes(make_node("n").capacity(cpu="1", memory="1Gi"))
+    series = SchedulerSeries(h.scheduler, interval=10)
+    h.driver.samplers.append(series.maybe_sample)
+    registry = CollectorRegistry()
+    register_scheduler_collector(registry, lambda: None, series=series)
+
+    def pending() -> float:
+        rows = _samples(registry)["scheduler_pending_pods"]
+        return sum(v for labels, v in rows if labels["queue"] == "unschedulable")
+
+    h.run()  # the first sample, at t=0
+    h.add_pods(make_pod("big").req(cpu="2"))
+    h.run()
+    assert pending() == 0.0  # not sampled since: the scrape did not read the scheduler
+    h.advance(10)
+    assert pending() == 1.0

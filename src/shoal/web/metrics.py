@@ -77,6 +77,7 @@ __all__ = [
     "PLUGIN_SAMPLE_PERCENT",
     "FrameworkTimer",
     "SchedulerMetrics",
+    "SchedulerSeries",
     "register_gpu_collector",
     "register_scheduler_collector",
 ]
@@ -279,7 +280,8 @@ def _unit(resource: str, amount: int) -> float:
 
 
 class _SchedulerCollector(Collector):
-    """Reads queue and gang state at scrape time (on the event loop: no locking)."""
+    """Reads queue and gang state when collected: at scrape time where the scheduler
+    runs on the same thread, else by `SchedulerSeries` on the scheduler's thread."""
 
     def __init__(
         self, scheduler: Callable[[], Scheduler | None], max_queues: int = MAX_QUEUE_SERIES
@@ -446,11 +448,45 @@ def register_gpu_collector(
     registry.register(_GpuCollector(census))
 
 
+class SchedulerSeries:
+    """The queue and gang series, computed where the scheduler runs: a driver-loop
+    sampler (`maybe_sample`, on the core's thread in a cluster) takes them at most every
+    `interval` seconds, so a scrape on the I/O thread never iterates the scheduler's
+    dictionaries while the core changes them; it only reads the latest families."""
+
+    def __init__(
+        self, scheduler: Scheduler, interval: float = 1.0, max_queues: int = MAX_QUEUE_SERIES
+    ) -> None:
+        self._collector = _SchedulerCollector(lambda: scheduler, max_queues)
+        self.interval = interval
+        self._next = 0.0
+        # Taken once now (before the core's thread starts), so a first scrape has them.
+        self.latest: tuple[Metric, ...] = tuple(self._collector.collect())
+
+    def maybe_sample(self, now: float) -> None:
+        if now >= self._next:
+            self.latest = tuple(self._collector.collect())
+            self._next = now + self.interval
+
+
+class _SampledCollector(Collector):
+    def __init__(self, series: SchedulerSeries) -> None:
+        self._series = series
+
+    def collect(self) -> Iterable[Metric]:
+        return self._series.latest
+
+
 def register_scheduler_collector(
     registry: CollectorRegistry,
     scheduler: Callable[[], Scheduler | None],
     max_queues: int = MAX_QUEUE_SERIES,
+    series: SchedulerSeries | None = None,
 ) -> None:
     """Export the scheduler's queue and gang state from `registry` (per-queue resource
-    series for at most `max_queues` queues)."""
-    registry.register(_SchedulerCollector(scheduler, max_queues))
+    series for at most `max_queues` queues): as sampled by `series` when given (a
+    scheduler on another thread), else read at scrape time."""
+    if series is not None:
+        registry.register(_SampledCollector(series))
+    else:
+        registry.register(_SchedulerCollector(scheduler, max_queues))

@@ -85,6 +85,7 @@ from shoal.scheduler import CycleResult, Scheduler, new_scheduler
 from shoal.web.gpu_census import GpuCensus
 from shoal.web.metrics import (
     SchedulerMetrics,
+    SchedulerSeries,
     register_gpu_collector,
     register_scheduler_collector,
 )
@@ -277,7 +278,12 @@ class KubeBackend:
             for fwk in self.scheduler.profiles.values():
                 instrument(fwk, timer)
         self.driver = Driver(self.scheduler, on_cycle=self._cycle_done)
-        register_scheduler_collector(self.metrics.registry, lambda: self.scheduler)
+        # Queue and gang series, sampled on the core's thread between decisions.
+        self.scheduler_series = SchedulerSeries(self.scheduler)
+        self.driver.samplers.append(self.scheduler_series.maybe_sample)
+        register_scheduler_collector(
+            self.metrics.registry, lambda: self.scheduler, series=self.scheduler_series
+        )
         # GPU series: the census is taken on the core's thread, between decisions.
         self.gpu_census = GpuCensus(self.scheduler)
         self.driver.samplers.append(self.gpu_census.maybe_sample)

@@ -49,7 +49,9 @@ class _ReschedulerCollector(Collector):
         moves.add_metric([], holds.committed_moves if holds else 0)
         ended.add_metric(["claimed"], holds.claimed if holds else 0)
         ended.add_metric(["expired"], holds.expired if holds else 0)
-        live.add_metric([], sum(1 for h in holds.holds.values() if h.live) if holds else 0)
+        # list() copies the values in one step (the core may change the dict meanwhile,
+        # from its own thread); the counters are plain ints, read atomically.
+        live.add_metric([], sum(1 for h in list(holds.holds.values()) if h.live) if holds else 0)
         yield plans
         yield moves
         yield ended

@@ -144,8 +144,16 @@ class Space:
         meta: JSON = {"name": name, "namespace": self.name, "labels": labels or {}}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
-    async def create_pod(self, name: str, cpu: str = "500m", **kw: Any) -> JSON:
+    async def create_pod(
+        self,
+        name: str,
+        cpu: str = "500m",
+        annotations: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> JSON:
         body = self.pod(name, cpu, **kw)
+        if annotations:
+            body["metadata"]["annotations"] = dict(annotations)
         deadline = time.monotonic() + 10
         while True:
             try:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any
 
 from apihelpers import JSON, Space, space, wait_for
 from kubehelpers import async_test
 
-from shoal.drivers.kube.client import ApiError
-from shoal.drivers.kube.resources import PODS, QUEUES
+from shoal.drivers.kube.resources import QUEUES
 
 GPU = "nvidia.com/gpu"
 MILLI = "alibabacloud.com/gpu-milli"
@@ -25,20 +23,7 @@ QUEUE_LABEL = "shoal.dev/queue"
 
 async def create_share(s: Space, name: str, milli: int, cpu: str = "500m", **kw: Any) -> JSON:
     """A pod asking for `milli` milli-GPU of one device (annotation set at creation)."""
-    body = s.pod(name, cpu, **kw)
-    body["metadata"]["annotations"] = {MILLI: str(milli)}
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return await s.client.request("POST", PODS.path(s.name), body=body)
-        except ApiError as err:
-            # As in Space.create_pod: the Priority admission plugin's cache may not have
-            # a PriorityClass created a moment ago yet.
-            if err.status != 403 or "no PriorityClass" not in err.message:
-                raise
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
+    return await s.create_pod(name, cpu, annotations={MILLI: str(milli)}, **kw)
 
 
 def scheduled_condition(pod: JSON) -> dict[str, str]:

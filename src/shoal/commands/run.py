@@ -550,7 +550,6 @@ async def _serve(
 ) -> int:
 
     from shoal.drivers.kube.backend import KubeBackend, KubeOptions
-    from shoal.drivers.kube.client import connect
     from shoal.drivers.kube.leader import LeadershipLost
     from shoal.drivers.kube.tls import TlsError, server_context
     from shoal.web.server import HealthServer
@@ -576,17 +575,11 @@ async def _serve(
         except TlsError as err:
             log.error("cannot serve HTTPS: %s", err, extra={"error": str(err)})
             return 2
-    try:
-        connection = await connect(kubeconfig, context=context)
-    except Exception as err:  # kubeconfig missing or unreadable, not in a cluster
-        log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
-        return 2
     auth = auth or AuthFlags(None, None, None)
-    built = await auth.middlewares_or_log(ssl_context)
-    if built is None:
-        await connection.close()
+    opened = await _connect_with_auth(kubeconfig, context, auth, ssl_context)
+    if opened is None:
         return 2
-    middlewares, auth_connections = built
+    connection, (middlewares, auth_connections) = opened
     if auth.enabled:
         log.info(
             "requests to the serving port are authenticated and authorized through the API "
@@ -738,6 +731,29 @@ class AuthFlags:
             always_allow=self.always_allow,
         )
         return delegated, opened
+
+
+async def _connect_with_auth(
+    kubeconfig: str | None,
+    context: str | None,
+    auth: AuthFlags,
+    ssl_context: ssl.SSLContext | None,
+) -> tuple[Any, Any] | None:
+    """The cluster connection and the serving port's auth middlewares (with the
+    connections they hold); None when either cannot be had (logged, and the connection
+    closed again)."""
+    from shoal.drivers.kube.client import connect
+
+    try:
+        connection = await connect(kubeconfig, context=context)
+    except Exception as err:  # kubeconfig missing or unreadable, not in a cluster
+        log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
+        return None
+    built = await auth.middlewares_or_log(ssl_context)
+    if built is None:
+        await connection.close()
+        return None
+    return connection, built
 
 
 async def _start_webhooks(
@@ -964,7 +980,6 @@ async def _serve_extender(
     from aiohttp import web
 
     from shoal.drivers.kube.backend import KubeBackend, KubeOptions
-    from shoal.drivers.kube.client import connect
     from shoal.drivers.kube.tls import TlsError, server_context
     from shoal.servers.extender import ExtenderService
 
@@ -980,17 +995,12 @@ async def _serve_extender(
         except TlsError as err:
             log.error("cannot serve HTTPS: %s", err, extra={"error": str(err)})
             return 2
-    try:
-        connection = await connect(kubeconfig, context=context)
-    except Exception as err:
-        log.error("cannot load the cluster configuration: %s", err, extra={"error": str(err)})
+    opened = await _connect_with_auth(
+        kubeconfig, context, auth or AuthFlags(None, None, None), ssl_context
+    )
+    if opened is None:
         return 2
-    auth = auth or AuthFlags(None, None, None)
-    built = await auth.middlewares_or_log(ssl_context)
-    if built is None:
-        await connection.close()
-        return 2
-    middlewares, auth_connections = built
+    connection, (middlewares, auth_connections) = opened
     backend = KubeBackend(scheduler_config, connection, options)
     service = ExtenderService(backend)
     app = service.app(prefix, middlewares=middlewares)

@@ -167,9 +167,10 @@ class GpuDevices:
         self.assigned: dict[str, Assignment] = {}
         self.allocated_milli = 0
         self._plan: tuple[str, NDArray[np.intp], NDArray[np.int64]] | None = None
-        # GPU requests of the nominated pods a pod placed on a row must leave room for
-        # (set by the cache, which holds the nominations; see `_around_nominated`).
-        self.nominated: Callable[[int, PodInfo], list[GpuRequest]] | None = None
+        # Row -> GPU requests of the nominated pods a pod must leave room for (set by
+        # the cache, which holds the nominations; GpuShare's Filter and
+        # `_around_nominated` read it).
+        self.nominated: Callable[[PodInfo], dict[int, list[GpuRequest]]] | None = None
 
     # ---- creation ------------------------------------------------------------------
 
@@ -195,14 +196,17 @@ class GpuDevices:
         cluster.gpu_devices = devices
         nominations = cluster.nominations
 
-        def nominated(row: int, pod: PodInfo) -> list[GpuRequest]:
-            out = []
+        def nominated(pod: PodInfo) -> dict[int, list[GpuRequest]]:
+            """Nominated GPU pods of equal or higher priority than `pod`, by row (kube's
+            nominated-pod rule, as `Snapshot.nominated_against`)."""
+            by_row: dict[int, list[GpuRequest]] = {}
             for uid, (node, other) in nominations.items():
                 if uid == pod.uid or other.priority < pod.priority:
                     continue
-                if table.row_of.get(node) == row and (wanted := request_of(None, other)):
-                    out.append(wanted)
-            return out
+                row = table.row_of.get(node)
+                if row is not None and (wanted := request_of(None, other)):
+                    by_row.setdefault(row, []).append(wanted)
+            return by_row
 
         devices.nominated = nominated
         return devices
@@ -334,7 +338,7 @@ class GpuDevices:
         pod gets then."""
         if planned is None or self.nominated is None:
             return planned
-        others = self.nominated(row, pod)
+        others = self.nominated(pod).get(row)
         if not others or self.leaves_room(row, planned, request, others):
             return planned
         fallback = self.default_choice(row, request)

@@ -150,11 +150,7 @@ class GpuShare:
         their victims still hold the devices, that is never (the node looks full, as in
         kube)."""
         rows = nodes.rows
-        by_row: dict[int, list[GpuRequest]] = {}
-        for row, other in self.handle.snapshot.nominated_against(pod):
-            wanted = request_of(None, other)
-            if wanted:
-                by_row.setdefault(row, []).append(wanted)
+        by_row = devices.nominated(pod) if devices.nominated is not None else {}
         if not by_row:
             return enough
         enough = enough.copy()

@@ -294,43 +294,6 @@ def test_min_resources_precheck_rejects_early() -> None:
     )
 
 
-def test_head_of_line_reservation_holds_small_pods_then_releases() -> None:
-    h = SchedulerHarness(
-        {
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            "profiles": [
-                {
-                    "schedulerName": "default-scheduler",
-                    "pluginConfig": [
-                        {
-                            "name": "Coscheduling",
-                            "args": {"reservationAfterSeconds": 10, "reservationMaxSeconds": 60},
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-    h.add_nodes(*gpu_nodes(2))
-    h.add_pods(make_pod("running").req({"nvidia.com/gpu": 8}))
-    h.run()
-    h.add_pods(*(gang_pod("big", i, 2, **{"nvidia.com/gpu": 8}) for i in range(2)))
-    h.advance(30)  # the gang fails for > 10 s and takes the reservation
-    assert h.scheduler.gangs.blocking == "ml/big"
-    h.add_pods(make_pod("small").req({"nvidia.com/gpu": 1}))
-    h.run()
-    assert h.node_of("small") is None
-    assert h.scheduler.explain("default/small") == (
-        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
-        "1 node(s) were reserved for gang ml/big."
-    )
-    h.delete_pod("running")  # capacity frees: the gang goes first
-    h.advance(15)
-    assert bound_of(h, "big-") == 2
-    assert np.all(h.scheduler.cluster.table.free[: h.scheduler.cluster.table.n] >= 0)
-
-
 RESERVING = {
     "apiVersion": "kubescheduler.config.k8s.io/v1",
     "kind": "KubeSchedulerConfiguration",
@@ -346,6 +309,28 @@ RESERVING = {
         }
     ],
 }
+
+
+def test_head_of_line_reservation_holds_small_pods_then_releases() -> None:
+    h = SchedulerHarness(RESERVING)
+    h.add_nodes(*gpu_nodes(2))
+    h.add_pods(make_pod("running").req({"nvidia.com/gpu": 8}))
+    h.run()
+    h.add_pods(*(gang_pod("big", i, 2, **{"nvidia.com/gpu": 8}) for i in range(2)))
+    h.advance(30)  # the gang fails for > 10 s and takes the reservation
+    assert h.scheduler.gangs.blocking == "ml/big"
+    assert h.scheduler.gangs.groups["ml/big"].impossible == ""  # fits once others finish
+    h.add_pods(make_pod("small").req({"nvidia.com/gpu": 1}))
+    h.run()
+    assert h.node_of("small") is None
+    assert h.scheduler.explain("default/small") == (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+        "1 node(s) were reserved for gang ml/big."
+    )
+    h.delete_pod("running")  # capacity frees: the gang goes first
+    h.advance(15)
+    assert bound_of(h, "big-") == 2
+    assert np.all(h.scheduler.cluster.table.free[: h.scheduler.cluster.table.n] >= 0)
 
 
 def test_a_gang_larger_than_the_cluster_reserves_nothing_and_says_why() -> None:
@@ -393,17 +378,6 @@ def test_a_gang_beyond_its_queues_max_reserves_nothing() -> None:
     assert "asks 16 nvidia.com/gpu in queue team, more than its max 8" in (
         h.scheduler.gangs.groups["ml/over"].reason
     )
-
-
-def test_a_gang_that_fits_an_empty_cluster_still_reserves() -> None:
-    h = SchedulerHarness(RESERVING)
-    h.add_nodes(*gpu_nodes(2))
-    h.add_pods(make_pod("running").req({"nvidia.com/gpu": 4}))
-    h.run()
-    h.add_pods(*(gang_pod("fits", i, 2, **{"nvidia.com/gpu": 8}) for i in range(2)))
-    h.advance(30)
-    assert h.scheduler.gangs.blocking == "ml/fits"
-    assert h.scheduler.gangs.groups["ml/fits"].impossible == ""
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,11 +20,29 @@ from shoal.api.queue import Queue
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.plugins.gpu_share import GpuShare
 from shoal.testing import SchedulerHarness, make_handle, make_node, make_pod, run_filter
+from shoal.testing.builders import PodBuilder
 
 from .helpers import cpu_pod, gpu_node, gpu_pod
 
 GPU = "nvidia.com/gpu"
 QUEUE_LABEL = "shoal.dev/queue"
+
+
+def run_until_bound(
+    h: SchedulerHarness, key: str, replacement: Callable[[int, str], PodBuilder]
+) -> None:
+    """One scheduling cycle at a time, 0.1 s apart (at most ~200 s), until `key` is
+    bound; a controller re-creates every evicted pod at once (`replacement(step, key)`)."""
+    seen: set[str] = set()
+    for step in range(2000):
+        one_cycle(h)
+        for evicted in list(h.evicted):
+            if evicted not in seen:
+                seen.add(evicted)
+                h.add_pods(replacement(step, evicted))
+        if h.node_of(key):
+            return
+        h.clock.advance_to(h.clock.now() + 0.1)
 
 
 def one_cycle(h: SchedulerHarness) -> None:
@@ -161,16 +180,9 @@ def test_share_preemptor_keeps_the_device_its_victim_freed() -> None:
     h.add_pods(gpu_pod("low", milli=600, cpu="1").priority(0))
     h.run()
     h.add_pods(gpu_pod("high", milli=600, cpu="1").priority(100))
-    seen: set[str] = set()
-    for step in range(2000):  # one scheduling cycle at a time, 0.1 s apart: ~200 s
-        one_cycle(h)
-        for key in list(h.evicted):  # the controller re-creates at once
-            if key not in seen:
-                seen.add(key)
-                h.add_pods(gpu_pod(f"low-r{step}", milli=600, cpu="1").priority(0))
-        if h.node_of("high"):
-            break
-        h.clock.advance_to(h.clock.now() + 0.1)
+    run_until_bound(
+        h, "high", lambda step, key: gpu_pod(f"low-r{step}", milli=600, cpu="1").priority(0)
+    )
     assert h.node_of("high") == "n"
     assert list(h.evicted) == ["default/low"]  # one eviction, not a livelock
     devices = GpuDevices.of(h.scheduler.handle)
@@ -215,15 +227,8 @@ def test_a_device_plan_of_a_gpu_policy_leaves_the_preemptors_devices(seed: int) 
     )
     h.run()
     h.add_pods(gpu_pod("high", milli=700, count=2, cpu="1").priority(100))
-    seen: set[str] = set()
-    for step in range(2000):
-        one_cycle(h)
-        for key in list(h.evicted):
-            if key not in seen:
-                seen.add(key)
-                h.add_pods(gpu_pod(f"r{step}-{key[-1]}", milli=400, cpu="1").priority(0))
-        if h.node_of("high"):
-            break
-        h.clock.advance_to(h.clock.now() + 0.1)
+    run_until_bound(
+        h, "high", lambda step, key: gpu_pod(f"r{step}-{key[-1]}", milli=400, cpu="1").priority(0)
+    )
     assert h.node_of("high") == "n"
     assert sorted(h.evicted) == ["default/low-a", "default/low-b"], h.evicted

@@ -348,24 +348,8 @@ async def test_with_a_client_ca_only_certified_clients_get_reviews(tmp_path: Pat
             middlewares=[verified.middleware],
         )
         await server.start()
-        anonymous = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-        certified = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-        certified.load_cert_chain(clients / "client.crt", clients / "client.key")
-        url = f"https://127.0.0.1:{server.port}"
-        body = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": request(queue("team")),
-        }
         try:
-            async with aiohttp.ClientSession() as session:
-                async with session.post(url + "/validate", json=body, ssl=anonymous) as resp:
-                    assert resp.status == 401
-                async with session.post(url + "/validate", json=body, ssl=certified) as resp:
-                    assert resp.status == 200
-                    assert (await resp.json())["response"]["allowed"] is True
-                async with session.get(url + "/healthz", ssl=anonymous) as resp:
-                    assert resp.status == 200
+            await _only_certified_clients_get_reviews(server.port, certs, clients)
         finally:
             await server.stop()
             await connection.close()
@@ -387,29 +371,36 @@ async def test_shoal_run_webhooks_with_a_client_ca_refuse_uncertified_clients(
         async with running(api, tmp_path) as (kube, _):
             server = await _start_webhooks(kube, 0, certs, False, clients / "ca.crt")
             assert isinstance(server, WebhookServer)
-            anonymous = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-            certified = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-            certified.load_cert_chain(clients / "client.crt", clients / "client.key")
-            url = f"https://127.0.0.1:{server.port}"
-            body = {
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "request": request(queue("team")),
-            }
             try:
-                async with aiohttp.ClientSession() as session:
-                    async with session.post(url + "/validate", json=body, ssl=anonymous) as resp:
-                        assert resp.status == 401
-                    async with session.post(url + "/validate", json=body, ssl=certified) as resp:
-                        assert resp.status == 200
-                    async with session.get(url + "/healthz", ssl=anonymous) as resp:
-                        assert resp.status == 200
+                await _only_certified_clients_get_reviews(server.port, certs, clients)
             finally:
                 await server.stop()
             # A CA file that cannot be loaded: refused at start, logged.
             bad = tmp_path / "bad-ca.crt"
             bad.write_text("not a certificate")
             assert await _start_webhooks(kube, 0, certs, False, bad) is False
+
+
+async def _only_certified_clients_get_reviews(port: int, certs: Path, clients: Path) -> None:
+    """A review without a client certificate gets 401, one with the client CA's gets an
+    answer, and /healthz answers anyone."""
+    anonymous = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    certified = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    certified.load_cert_chain(clients / "client.crt", clients / "client.key")
+    url = f"https://127.0.0.1:{port}"
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": request(queue("team")),
+    }
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/validate", json=body, ssl=anonymous) as resp:
+            assert resp.status == 401
+        async with session.post(url + "/validate", json=body, ssl=certified) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["response"]["allowed"] is True
+        async with session.get(url + "/healthz", ssl=anonymous) as resp:
+            assert resp.status == 200
 
 
 def _client_certificate(directory: Path, name: str) -> None:

@@ -26,6 +26,7 @@ from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.namespaces import NamespaceLabels
+from shoal.cache.node_fence import NodeFence
 from shoal.cache.node_table import NodeTable
 
 __all__ = ["AssignmentObserver", "ClusterState", "PlacedPods", "PlacementObserver", "PodRecord"]
@@ -122,6 +123,11 @@ class ClusterState:
     _muted: int = 0  # see assignments_muted
     # Bumped by every change of `nominations` (readers cache what they derive from it).
     nominations_version: int = 0
+    # The node shards this replica may place on (nothing fenced unless a driver says).
+    fence: NodeFence = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fence = NodeFence(self.table)
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)

@@ -12,6 +12,7 @@ always rows `0..n-1` and "all nodes" is the cheap slice `0:n`.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Protocol, TypeVar
 
@@ -71,6 +72,8 @@ class NodeTable:
         # Host ports in use per row, so NodePorts only looks at rows that have any.
         self.host_port_count = np.zeros(self._capacity, dtype=np.int32)
         self.names_array: NDArray[np.object_] = np.empty(self._capacity, dtype=object)
+        # crc32 of each node's name: node shards are `name_hash % slots` (NodeFence).
+        self.name_hash = np.zeros(self._capacity, dtype=np.uint32)
         self.labels = LabelColumns(self._capacity)
         self.names: list[str] = []
         self.row_of: dict[str, int] = {}
@@ -142,6 +145,7 @@ class NodeTable:
         self.unschedulable = grown(self.unschedulable)
         self.taint_set = grown(self.taint_set)
         self.host_port_count = grown(self.host_port_count)
+        self.name_hash = grown(self.name_hash)
         names = np.empty(cap, dtype=object)
         names[: self._capacity] = self.names_array
         self.names_array = names
@@ -157,6 +161,7 @@ class NodeTable:
         name = node.metadata.name
         self.names.append(name)
         self.names_array[row] = name
+        self.name_hash[row] = zlib.crc32(name.encode())
         self.row_of[name] = row
         self.nodes.append(node)
         self.pods.append({})
@@ -209,6 +214,7 @@ class NodeTable:
                 self.taint_set,
                 self.host_port_count,
                 self.names_array,
+                self.name_hash,
             ):
                 array[row] = array[last]
             self.labels.move_row(last, row)

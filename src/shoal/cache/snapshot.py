@@ -24,6 +24,7 @@ from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.labels import LabelColumns
 from shoal.cache.namespaces import NamespaceLabels
+from shoal.cache.node_fence import NodeFence
 
 __all__ = ["PodRecord", "Snapshot"]
 
@@ -103,6 +104,11 @@ class Snapshot:
     @property
     def namespaces(self) -> NamespaceLabels:
         return self._cluster.namespaces
+
+    @property
+    def fence(self) -> NodeFence:
+        """The node shards this replica may place on (see shoal.cache.node_fence)."""
+        return self._cluster.fence
 
     @property
     def gpu_devices(self) -> GpuDevices | None:

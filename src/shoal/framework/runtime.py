@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.cache.node_fence import FENCE_PLUGIN
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.handle import Handle
@@ -28,6 +29,7 @@ from shoal.framework.types import (
     MAX_NODE_SCORE,
     Candidates,
     ClusterEvent,
+    Failure,
     FilterResult,
     PreFilterResult,
 )
@@ -166,6 +168,23 @@ class Framework:
     def run_filters(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterOutcome:
         passed = np.ones(nodes.size, dtype=bool)
         results: list[tuple[str, FilterResult]] = []
+        fence = self.handle.snapshot.fence
+        fenced = fence.fenced()
+        if fenced is not None:
+            # Nodes of shards another replica holds: not a plugin (no profile may turn
+            # it off), and nothing on them can be preempted from here.
+            out = fenced[nodes.index]
+            if out.any():
+                passed &= ~out
+                results.append(
+                    (
+                        FENCE_PLUGIN,
+                        FilterResult(
+                            ~out,
+                            [Failure(fence.reason(), out, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)],
+                        ),
+                    )
+                )
         for plugin in (self.sampled_plugins if state.sampled else self.plugins).filter:
             if plugin.name in state.skip_filter:
                 continue

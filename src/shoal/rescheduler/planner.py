@@ -135,6 +135,9 @@ class MigrationPlanner:
         rows = everywhere
         if statuses is not None:
             rows = rows[statuses.resolvable(rows)]
+        fenced = self.handle.snapshot.fence.fenced()
+        if fenced is not None:  # nodes of another replica's shards (node shards)
+            rows = rows[~fenced[rows]]
         rows = rows[np.argsort(lack[rows], kind="stable")]
         fits_elsewhere = _ShapeRoom(cluster)
         choices: list[tuple[float, float, int, list[list[PodInfo]]]] = []

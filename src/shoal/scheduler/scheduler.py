@@ -17,11 +17,11 @@ out through the one effects port, `handle.effects`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
@@ -124,6 +124,9 @@ class Scheduler:
             handle, self.gangs, self._event, self.scheduling_queue.done, self._undone
         )
         self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
+        # Whether this replica writes the status of an object shared by replicas (node
+        # shards: the one that decides its pods), by routing key and schedulerName.
+        self.writes_status: Callable[[str, str], bool] = lambda key, scheduler_name: True
         self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
         self._published_bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
         self._queues_due = 0.0  # when queue statuses may be published next
@@ -321,6 +324,29 @@ class Scheduler:
         self.cluster.remove_node(name)
         self._event(ClusterEvent(EventResource.NODE, ActionType.DELETE))
 
+    def routing_key(self, pod: Pod) -> str:
+        """What must be decided by one replica when several share the work (node
+        shards): a pod's tenant queue when queues are in use (so a queue's max holds
+        across replicas), else its gang (placed whole), else the pod itself."""
+        queue = self.tenant_queues.queue_name_of(pod)
+        if queue:
+            return f"queue/{queue}"
+        try:
+            group = group_of(pod)
+        except ValueError:
+            group = None
+        if group is not None:
+            return f"gang/{group.key}"
+        return f"pod/{pod.metadata.uid}"
+
+    def set_node_shards(
+        self, slots: int, held: frozenset[int] | None, holders: Mapping[int, str]
+    ) -> None:
+        """The node shards this replica holds (None: no fencing, every node). Pods that
+        found no room get another try when more nodes become usable."""
+        if self.cluster.fence.set(slots, held, holders):
+            self._event(ClusterEvent(EventResource.NODE, ActionType.ADD))
+
     def _release_held(self) -> None:
         """Pods kept off reserved nodes get another try when the reservation ends (an
         event Coscheduling registered for)."""
@@ -437,6 +463,8 @@ class Scheduler:
         for gone in self._published_bindings.keys() - {b.name for b in bindings}:
             del self._published_bindings[gone]
         for status in queues:
+            if not self.writes_status(f"queue/{status.name}", ""):
+                continue
             if self._published_queues.get(status.name) != status:
                 self._published_queues[status.name] = status
                 self.effects.emit(status)
@@ -454,6 +482,11 @@ class Scheduler:
             group = gangs.groups.get(key)
             if group is None:
                 self._published_groups.pop(key, None)
+                continue
+            member = next(iter(group.members.values()), None)
+            if member is not None and not self.writes_status(
+                self.routing_key(member.pod), member.scheduler_name
+            ):
                 continue
             status = GroupStatus(
                 namespace=group.namespace,

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.gpu import GPU_MILLI
-from shoal.api.objects import LabelSelector
+from shoal.api.objects import LabelSelector, Pod
 from shoal.api.podgroup import group_of
 from shoal.api.podinfo import PodInfo, qos_class
 from shoal.api.queue import (
@@ -264,7 +264,7 @@ class QueueManager:
         cached = self._leaf_of.get(pod.uid)
         if cached is not None:
             return cached
-        name, source = self._named_queue(pod)
+        name, source = self._named_queue(pod.pod)
         tree = self.tree
         if name not in tree.index:
             found = (
@@ -290,26 +290,34 @@ class QueueManager:
         cached = self._leaf_of.get(pod.uid)
         if cached is not None and not cached[1]:
             return self.tree.names[cached[0]]
+        return self._named_queue(pod.pod)[0]
+
+    def queue_name_of(self, pod: Pod) -> str:
+        """`named_queue` of a pod not yet known to the scheduler ("" when no queue other
+        than the default one is configured)."""
+        if len(self.tree.names) <= 1:
+            return ""
         return self._named_queue(pod)[0]
 
-    def _named_queue(self, pod: PodInfo) -> tuple[str, str]:
+    def _named_queue(self, pod: Pod) -> tuple[str, str]:
         """The pod's queue name and what names it."""
-        if name := pod.labels.get(QUEUE_LABEL):
+        if name := pod.metadata.labels.get(QUEUE_LABEL):
             return name, f"label {QUEUE_LABEL}"
-        if name := pod.pod.metadata.annotations.get(VOLCANO_QUEUE_ANNOTATION):
+        if name := pod.metadata.annotations.get(VOLCANO_QUEUE_ANNOTATION):
             return name, f"annotation {VOLCANO_QUEUE_ANNOTATION}"
         if self.group_queues:
             try:
-                ref = group_of(pod.pod)
+                ref = group_of(pod)
             except ValueError:
                 ref = None  # the gang manager reports a malformed key
             if ref is not None and (name := self.group_queues.get(ref.key, "")):
                 return name, f"spec.queue of Volcano PodGroup {ref.key}"
-        if (b := self.binding_of(pod.namespace)) is not None:
+        namespace = pod.metadata.namespace or "default"
+        if (b := self.binding_of(namespace)) is not None:
             return b.spec.queue, f"QueueBinding {b.metadata.name}"
         # An ElasticQuota in the namespace makes that namespace its own leaf queue.
-        if pod.namespace in self.objects.elastic:
-            return pod.namespace, f"the ElasticQuota of namespace {pod.namespace}"
+        if namespace in self.objects.elastic:
+            return namespace, f"the ElasticQuota of namespace {namespace}"
         return self.default_queue, "the default queue"
 
     def _bound_queue(self, namespace: str) -> str:

@@ -1,0 +1,78 @@
+"""The node fence (node shards): a replica places pods, chooses victims and places
+gangs only on the nodes of the shards it holds; the others are named in the pod's
+message, and pods get another try when it holds more."""
+
+from __future__ import annotations
+
+import zlib
+
+from shoal.testing import SchedulerHarness, make_node, make_pod
+
+SLOTS = 16
+
+
+def slot(node: str) -> int:
+    return zlib.crc32(node.encode()) % SLOTS
+
+
+def cluster() -> SchedulerHarness:
+    h = SchedulerHarness()
+    h.add_nodes(*(make_node(f"n{i}").capacity(cpu="2", memory="8Gi") for i in range(4)))
+    return h
+
+
+def hold(h: SchedulerHarness, nodes: list[str]) -> None:
+    mine = frozenset(slot(n) for n in nodes)
+    holders = {s: ("alpha" if s in mine else "beta") for s in range(SLOTS)}
+    h.scheduler.set_node_shards(SLOTS, mine, holders)
+
+
+def test_pods_go_only_to_nodes_of_held_shards_and_the_message_names_the_holder() -> None:
+    h = cluster()
+    hold(h, ["n0", "n1"])  # n0..n3 are in four different slots
+    assert len({slot(f"n{i}") for i in range(4)}) == 4
+    h.add_pods(*(make_pod(f"p{i}").req(cpu="2") for i in range(3)))
+    result = h.run()
+    placed = {k: v for k, v in result.placements.items() if v}
+    assert sorted(placed.values()) == ["n0", "n1"]
+    (pending,) = [k for k, v in result.placements.items() if not v]
+    message = result.messages[pending]
+    assert "2 node(s) are in node shards held by another Shoal replica (beta)" in message
+    assert "2 Insufficient cpu" in message
+
+    hold(h, ["n0", "n1", "n2", "n3"])  # more shards: the pending pod gets its try
+    result = h.advance(2)  # (after its backoff)
+    assert all(result.placements.values())
+
+
+def test_preemption_never_chooses_victims_on_nodes_of_other_shards() -> None:
+    h = cluster()
+    hold(h, ["n0"])
+    h.add_pods(make_pod("low-mine").req(cpu="2").node("n0"))
+    h.add_pods(*(make_pod(f"low-{i}").req(cpu="2").node(f"n{i}") for i in (1, 2, 3)))
+    h.run()
+    h.add_pods(make_pod("high").req(cpu="2").priority(1000))
+    h.run()
+    h.advance(1)
+    assert list(h.evicted) == ["default/low-mine"]
+
+
+def test_a_gang_is_placed_whole_within_held_shards_or_not_at_all() -> None:
+    h = cluster()
+    hold(h, ["n0", "n1"])
+    name = "pod-group.scheduling.sigs.k8s.io/name"
+    minimum = "pod-group.scheduling.sigs.k8s.io/min-available"
+    h.add_pods(
+        *(make_pod(f"g{i}").labels({name: "g", minimum: "3"}).req(cpu="2") for i in range(3))
+    )
+    result = h.advance(5)
+    assert not any(result.placements.values())
+    hold(h, ["n0", "n1", "n2"])
+    result = h.advance(5)
+    assert sorted(v for v in result.placements.values() if v) == ["n0", "n1", "n2"]
+
+
+def test_without_a_fence_every_node_is_used() -> None:
+    h = cluster()
+    h.add_pods(*(make_pod(f"p{i}").req(cpu="2") for i in range(4)))
+    assert all(h.run().placements.values())

@@ -115,6 +115,7 @@ def fast_options(identity: str = "shoal-test", **overrides: Any) -> KubeOptions:
         "max_idle_seconds": 0.1,
         "event_repeat_seconds": 60.0,
         "shutdown_grace_seconds": 1.0,
+        "shard_handoff_seconds": 0.5,
     }
     values.update(overrides)
     return KubeOptions(**values)

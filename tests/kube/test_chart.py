@@ -162,7 +162,8 @@ def test_the_rendered_configuration_is_one_shoal_accepts() -> None:
     rendered = _rendered()
     (role,) = [d for d in rendered["rbac.yaml"] if d["kind"] == "Role"]
     assert role["metadata"]["namespace"] == "shoal-system"
-    assert ["shoal"] in [r.get("resourceNames") for r in role["rules"]]
+    # Leases of its own namespace only (leader election, node shards).
+    assert [r["resources"] for r in role["rules"]] == [["leases"]]
     plain = load_all((DEPLOY / "rbac.yaml").read_text())
     roles = {
         d["metadata"]["name"].replace("shoal", "RELEASE", 1): d["rules"]

@@ -260,6 +260,17 @@ def run(
     identity: Annotated[
         str | None, typer.Option(help="This replica's identity (default: hostname_uuid).")
     ] = None,
+    node_shards: Annotated[
+        int,
+        typer.Option(
+            "--node-shards",
+            min=1,
+            max=1024,
+            help="Node shards of the cluster's shard map, if this replica creates it "
+            "(default 16): active replicas split them and each binds only to the nodes "
+            "of the shards it holds (docs/kubernetes.md, 'Several active replicas').",
+        ),
+    ] = 16,
     qps: Annotated[
         float | None,
         typer.Option(
@@ -500,6 +511,7 @@ def run(
             qps=qps,
             burst=burst,
             bind_concurrency=bind_concurrency,
+            node_shards=node_shards,
             address=address,
             tls_files=(tls_cert_file, tls_private_key_file),
             dashboard=dashboard,
@@ -544,6 +556,7 @@ async def _serve(
     bind_concurrency: int,
     address: Serving | None,
     tls_files: tuple[Path | None, Path | None],
+    node_shards: int = 16,
     dashboard: bool = True,
     webhook: tuple[int | None, Path, bool, Path | None] = (None, Path(), False, None),
     auth: AuthFlags | None = None,
@@ -560,6 +573,7 @@ async def _serve(
         qps=qps,
         burst=burst,
         bind_concurrency=bind_concurrency,
+        node_shards=node_shards,
     )
     election = scheduler_config.leader_election
     namespace = (

@@ -159,6 +159,13 @@ class SchedulerMetrics:
             ["name"],
             registry=r,
         )
+        self.node_shards = Gauge(
+            "shoal_node_shards",
+            "Node shards: held by this replica, usable by it now (held, settled and not "
+            "being given back), and the total in the cluster's shard map.",
+            ["state"],
+            registry=r,
+        )
         self.rest_requests = Counter(
             "rest_client_requests",
             "Number of HTTP requests, partitioned by status code, method, and host.",

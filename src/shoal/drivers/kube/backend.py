@@ -40,9 +40,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -65,6 +66,15 @@ from shoal.drivers.kube.resources import (
     QUEUE_BINDINGS,
     QUEUES,
     ResourceKind,
+)
+from shoal.drivers.kube.shards import (
+    DEFAULT_SLOTS,
+    Routing,
+    ShardKeeper,
+    ShardSettings,
+    ShardState,
+    slot_of,
+    unschedulable_since,
 )
 from shoal.drivers.kube.status import (
     BindingStatusWriter,
@@ -138,6 +148,11 @@ class KubeOptions:
     # How long /readyz reports another scheduler binding our pods after its last bind.
     foreign_bind_window_seconds: float = 300.0
     watched: tuple[Watched, ...] = ()  # empty: WATCHED
+    # Node shards (shoal.drivers.kube.shards): the slot count of a shard map this
+    # replica creates, and how long a pod its home replica cannot place waits before
+    # the next replica tries it.
+    node_shards: int = DEFAULT_SLOTS
+    shard_handoff_seconds: float = 10.0
     # Watch only (`shoal extender`): keep the cache, never elect, never run the
     # scheduling loop, and send nothing out but the binds a caller asks for.
     passive: bool = False
@@ -208,6 +223,7 @@ class KubeBackend:
         self.client: KubeClient = connection.client("scheduler", settings(opts.qps, opts.burst))
         self.events_client = connection.client("events", settings(opts.qps, opts.burst))
         self.leader_client = connection.client("leader-election", settings(0, 1))
+        self.shards_client = connection.client("node-shards", settings(0, 1))
         self.connection = connection
 
         self.events = EventRecorder(
@@ -321,7 +337,33 @@ class KubeBackend:
         self.intake.informers = self.informers
         self.pods = self.informers[PODS.name]
 
-        self.binder.not_allowed = self._lease_lapsed
+        self.binder.not_allowed = self._may_not_bind
+        # Node shards: every replica that schedules holds some (see shards.py).
+        self.shards: ShardKeeper | None = None
+        if not opts.passive:
+            lease = opts.leader
+            self.shards = ShardKeeper(
+                self.shards_client,
+                ShardSettings(
+                    identity=opts.identity,
+                    namespace=lease.namespace,
+                    slots=opts.node_shards,
+                    scheduler_names=tuple(self.scheduler.profiles),
+                    leader_lease=f"{lease.namespace}/{lease.name}" if opts.leader_elect else "",
+                    lease_duration=lease.lease_duration,
+                    renew_deadline=lease.renew_deadline,
+                    retry_period=lease.retry_period,
+                    handoff_seconds=opts.shard_handoff_seconds,
+                ),
+                leading=lambda: self.leading,
+                binds_in_flight=self._binds_in_flight,
+                watch_caught_up=self._pods_caught_up,
+                on_change=self._shards_changed,
+                on_round=self._shards_round,
+            )
+            # Until the first shard round: no pending pod is ours, no shared status.
+            self.intake.routing = Routing(opts.identity, ())
+            self.scheduler.writes_status = self.intake.routing.writes_status
         self.elector: LeaderElector | None = None
         if opts.leader_elect:
             self.elector = LeaderElector(
@@ -443,7 +485,28 @@ class KubeBackend:
             Check("informers", not down, "not watching " + "; ".join(down)),
             self._invalid_check(),
             self._exclusive_check(),
+            *self._shards_check(),
         ]
+
+    def _shards_check(self) -> list[Check]:
+        if self.shards is None or not self.leading:
+            return []
+        state = self.shards.state
+        others = sorted({h for h in state.holders.values() if h and h != self.options.identity})
+        if not state.held:
+            detail = f"standing by: all {state.slots} node shards are held by " + (
+                ", ".join(others) or "nobody yet"
+            )
+        else:
+            detail = f"{len(state.usable)} of {state.slots} node shards usable here" + (
+                f"; others held by {', '.join(others)}" if others else ""
+            )
+        if state.last_renew == -math.inf:
+            return [Check("nodeShards", True, detail="joining: no node-shard round done yet")]
+        renewed = time.monotonic() - state.last_renew
+        limit = self.options.leader.renew_deadline + self.options.leader.retry_period
+        ok = renewed < limit
+        return [Check("nodeShards", ok, f"member Lease not renewed for {renewed:.1f}s", detail)]
 
     def _invalid_check(self) -> Check:
         """Objects skipped because they cannot be read: named, never a failure (one bad
@@ -505,6 +568,7 @@ class KubeBackend:
         stop = asyncio.create_task(self._stopping.wait())
         schedule: asyncio.Task[None] | None = None
         hold: asyncio.Task[None] | None = None
+        shards: asyncio.Task[None] | None = None
         try:
             await self._until(self._wait_synced(), stop)
             if self._stopping.is_set():
@@ -528,6 +592,8 @@ class KubeBackend:
                 )
             else:
                 self._leader_changed(True)
+            if self.shards is not None:
+                shards = asyncio.create_task(self.shards.run(), name="node-shards")
             schedule = asyncio.create_task(
                 self.core.run(self._schedule_loop()), name="scheduling-loop"
             )
@@ -560,6 +626,11 @@ class KubeBackend:
                 if clean:
                     await self._drain()
                 await self._cancel_binds()
+                if shards is not None:
+                    shards.cancel()
+                    await asyncio.gather(shards, return_exceptions=True)
+                    if clean and self.shards is not None:
+                        await self.shards.release_all()
                 if hold is not None:
                     hold.cancel()
                     await asyncio.gather(hold, return_exceptions=True)
@@ -590,12 +661,85 @@ class KubeBackend:
             bind.cancel()
         await asyncio.gather(*binds, return_exceptions=True)
 
-    def _lease_lapsed(self) -> str:
-        """Why binds must not be sent now ("" when they may): with leader election, only
-        while our lease is valid (renewed within the renew deadline)."""
-        if self.elector is None or self.options.passive or self.elector.lease_valid():
+    def _may_not_bind(self, node: str) -> str:
+        """Why a Binding to `node` must not be sent now ("" when it may): with leader
+        election, only while our lease is valid (renewed within the renew deadline);
+        always, only to a node of a shard we hold (see shards.py)."""
+        if self.options.passive:
             return ""
-        return "this replica's lease is not valid (not the leader, or the renewal is overdue)"
+        if self.elector is not None and not self.elector.lease_valid():
+            return "this replica's lease is not valid (not the leader, or the renewal is overdue)"
+        if self.shards is not None:
+            return self.shards.may_bind(slot_of(node, self.shards.state.slots))
+        return ""
+
+    # ---- node shards (on the I/O loop) -------------------------------------------------
+
+    def _binds_in_flight(self, slots: Collection[int], count: int) -> bool:
+        return any(slot_of(node, count) in slots for node in self.binder.in_flight_nodes)
+
+    def _pods_caught_up(self, resource_version: int) -> bool:
+        try:
+            return int(self.pods.resource_version or 0) >= resource_version
+        except ValueError:
+            return False
+
+    def _pending_pods(self, handoff_only: bool = False) -> list[JSON]:
+        """Pending pods of our profiles in the informer's store (only those some replica
+        reported unschedulable, for `handoff_only`)."""
+        names = self.scheduler.profiles
+        out = []
+        for raw in self.pods.store.values():
+            spec = raw.get("spec") or {}
+            if spec.get("nodeName") or spec.get("schedulerName", "default-scheduler") not in names:
+                continue
+            if handoff_only and unschedulable_since(raw) is None:
+                continue
+            out.append(raw)
+        return out
+
+    def _shards_changed(self, state: ShardState) -> None:
+        routing = Routing(self.options.identity, state.members, self.options.shard_handoff_seconds)
+        self.metrics.node_shards.labels("held").set(len(state.held))
+        self.metrics.node_shards.labels("usable").set(len(state.usable))
+        self.metrics.node_shards.labels("total").set(state.slots)
+        log.info(
+            "node shards: %d of %d usable here; replicas: %s",
+            len(state.usable),
+            state.slots,
+            ", ".join(m.identity for m in state.members) or "none",
+            extra={"identity": self.options.identity},
+        )
+        self.core.post(
+            self._apply_shards,
+            state.slots,
+            state.usable,
+            dict(state.holders),
+            routing,
+            self._pending_pods(),
+        )
+
+    def _shards_round(self, state: ShardState) -> None:
+        """Every round: pods their home replica could not place may be ours by now."""
+        if len(state.members) > 1:
+            self.core.post(self._reroute, self._pending_pods(handoff_only=True))
+
+    def _apply_shards(
+        self,
+        slots: int,
+        usable: frozenset[int],
+        holders: dict[int, str],
+        routing: Routing,
+        pending: list[JSON],
+    ) -> None:
+        self.scheduler.set_node_shards(slots, usable, holders)
+        self.scheduler.writes_status = routing.writes_status
+        self.intake.routing = routing
+        self._reroute(pending)
+
+    def _reroute(self, pending: list[JSON]) -> None:
+        self.intake.reroute(pending)
+        self._wake.set()
 
     def _binding(self) -> bool:
         """Are binds in flight (the status writers then keep to their slower rate)?"""

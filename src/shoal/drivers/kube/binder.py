@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from shoal.api.podinfo import PodInfo
@@ -83,12 +84,13 @@ class KubeBinder:
         # lease past its renew deadline. Checked before every send, like `withdrawn`:
         # the core runs on its own thread and may still be finishing a decision when
         # the lease goes, and a standby may already be binding.
-        self.not_allowed: Callable[[], str] = lambda: ""
+        self.not_allowed: Callable[[str], str] = lambda node: ""
         # Pod uids this process sent a Binding for, until the watch shows them bound
         # (the intake tells our binds from another scheduler's by it).
         self.issued: set[str] = set()
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
+        self.in_flight_nodes: Counter[str] = Counter()  # node -> Bindings sent, unanswered
         self.settling = 0  # binds whose outcome is being read back
 
     def _precheck(self, pod: PodInfo, node: str) -> None:
@@ -103,7 +105,7 @@ class KubeBinder:
         bound_to = (latest.get("spec") or {}).get("nodeName")
         if bound_to:
             raise _BoundAlready(pod, str(bound_to))
-        why = self.withdrawn(pod.uid) or self.not_allowed()
+        why = self.withdrawn(pod.uid) or self.not_allowed(node)
         if why:
             raise BindError(why)
         if self.lookup_node is not None:
@@ -123,6 +125,7 @@ class KubeBinder:
             async with self._slots:
                 self._precheck(pod, node)  # the wait for a slot may have been long
                 self.in_flight += 1
+                self.in_flight_nodes[node] += 1
                 try:
                     try:
                         await self._post_binding(pod, node, annotations)
@@ -132,6 +135,9 @@ class KubeBinder:
                         await self._settle(pod, node, annotations, err)
                 finally:
                     self.in_flight -= 1
+                    self.in_flight_nodes[node] -= 1
+                    if not self.in_flight_nodes[node]:
+                        del self.in_flight_nodes[node]
             result = "bound"
         except BindError:
             result = "skipped"

@@ -47,6 +47,7 @@ from shoal.drivers.kube.resources import (
     object_key,
     object_ref,
 )
+from shoal.drivers.kube.shards import Routing, unschedulable_since
 from shoal.drivers.kube.status import EventRecorder
 from shoal.drivers.kube.volumes import VOLUME_KINDS
 from shoal.preemption.budgets import DisruptionBudgets
@@ -224,6 +225,9 @@ class Intake:
         # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
         self.group_kinds: dict[str, dict[str, ResourceKind]] = {}
         self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
+        # Which pending pods this replica decides when several share the nodes (node
+        # shards); None: all of them.
+        self.routing: Routing | None = None
 
     def on_upsert(self, kind: ResourceKind, old: JSON | None, new: JSON) -> None:
         """An object added or changed (from an informer): handled on the core, in order."""
@@ -364,6 +368,12 @@ class Intake:
             return
         if not pod.spec.node_name and pod.spec.scheduler_name not in s.profiles:
             return  # another scheduler's pending pod
+        if not pod.spec.node_name and not self._mine(pod, raw):
+            # Another replica's to decide (node shards): dropped here unless we are
+            # binding it already (its outcome settles it).
+            if known and uid not in s.binding:
+                self._delete_pod(uid)
+            return
         if pod.spec.node_name:
             # Ours: we sent a Binding for it and the API server copied our identity from
             # it (a conflicting bind by another replica carries its own, or none).
@@ -375,6 +385,7 @@ class Intake:
             if (
                 was_pending
                 and not ours
+                and not self._peer(binder)
                 and pod.spec.scheduler_name in s.profiles
                 and not self.passive
             ):
@@ -384,6 +395,34 @@ class Intake:
         else:
             s.add_pod(pod)
         self._known[uid] = relevant
+
+    def _mine(self, pod: Pod, raw: JSON) -> bool:
+        routing = self.routing
+        if routing is None or routing.members is None:
+            return True
+        key = self.scheduler.routing_key(pod)
+        return routing.mine(key, pod.spec.scheduler_name, unschedulable_since(raw), time.time())
+
+    def _peer(self, binder: str) -> bool:
+        """Another replica of ours (node shards): it binds only to nodes it holds."""
+        members = self.routing.members if self.routing is not None else None
+        return bool(binder) and bool(members) and any(m.identity == binder for m in members or ())
+
+    def reroute(self, pending: list[JSON]) -> None:
+        """The routing changed (replicas joined or left, or pods passed to the next
+        replica): take up pending pods that are ours now, drop those that are not."""
+        s = self.scheduler
+        for raw in pending:
+            uid = str((raw.get("metadata") or {}).get("uid", ""))
+            if uid not in self._known:
+                self._apply_pod(raw)
+                continue
+            known = s.known_pod(uid)
+            if known is None or known.pod.spec.node_name or uid in s.binding:
+                continue
+            if not self._mine(known.pod, raw):
+                self._delete_pod(uid)
+        self.wake()
 
     def _foreign_bind(self, pod: Pod, raw: JSON) -> None:
         """A pending pod of our profiles was bound, and not by us: another scheduler

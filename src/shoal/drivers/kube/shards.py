@@ -1,0 +1,591 @@
+"""Node shards: several active replicas, each binding only to the nodes it holds.
+
+Nodes are split into `slots` shards by a hash of their name (`shoal.cache.node_fence`).
+Who holds which shard is written in one Lease, `shoal-node-shards` (annotation
+`shoal.io/node-shards`: the slot count and a holder per slot), changed only by updates
+with its resourceVersion as a precondition, so two replicas never both win a shard.
+Every replica that schedules also renews a member Lease of its own (`shoal-member-...`)
+saying who it is and which schedulerNames it serves. All of them live in the leader
+election namespace and are shared by every Shoal deployment of the cluster, whatever
+its schedulerNames or leader-election Lease: Shoal replicas that share nodes always
+coordinate, and none overcommits a node because another one runs.
+
+The rules (client-go's leader election, per shard):
+
+* A replica binds to a node only while it holds the node's shard and its member Lease
+  was renewed less than `renew_deadline` ago (checked before each Binding is sent).
+* It takes a shard that nobody holds, or whose holder's member Lease has not changed for
+  `lease_duration` as measured on its own clock from when it observed the last change
+  (the holder stopped binding `renew_deadline < lease_duration` after its last renewal);
+  a holder that shares our leader-election Lease while we lead is not binding either.
+* It gives a shard back (holder "") only after it stopped deciding on its nodes and no
+  Binding to them is in flight. A shard taken over is used once our pod watch has caught
+  up with the write that took it (so the last holder's binds are in the cache), or after
+  one retry period when nothing newer arrives.
+* Each replica aims at `ceil(slots / live members)` shards: a replica that joins gets
+  shards from the others, a replica that dies leaves its shards to be taken over.
+
+Pods are routed so that replicas do not decide the same things twice: the home replica
+of a pod is chosen by rendezvous hashing over the live holders that serve its
+schedulerName, keyed by its tenant queue (a queue's max then holds across replicas), its
+gang (placed whole) or the pod. A pod its home found unschedulable (PodScheduled=False,
+reason Unschedulable) passes to the next replica in its order after `handoff_seconds`,
+to the one after that after twice as long, and so on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import time
+import zlib
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from shoal.drivers.kube.client import JSON, ApiError, KubeClient
+from shoal.drivers.kube.resources import LEASES
+from shoal.drivers.kube.status import micro_time
+
+__all__ = [
+    "DEFAULT_SLOTS",
+    "MAP_NAME",
+    "Member",
+    "Routing",
+    "ShardKeeper",
+    "ShardSettings",
+    "ShardState",
+    "ShardTable",
+    "home_order",
+    "member_lease_name",
+    "plan",
+    "slot_of",
+    "unschedulable_since",
+]
+
+log = logging.getLogger("shoal.kube.shards")
+
+MAP_NAME = "shoal-node-shards"
+MEMBER_PREFIX = "shoal-member-"
+ROLE_LABEL = "shoal.io/node-shards"  # "map" or "member"
+MAP_ANNOTATION = "shoal.io/node-shards"
+NAMES_ANNOTATION = "shoal.io/scheduler-names"
+LEADER_ANNOTATION = "shoal.io/leader-lease"
+DEFAULT_SLOTS = 16
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    identity: str = "shoal"
+    namespace: str = "kube-system"
+    slots: int = DEFAULT_SLOTS  # used when this replica creates the shard map
+    scheduler_names: tuple[str, ...] = ()
+    leader_lease: str = ""  # "namespace/name" when leader election is on
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    handoff_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.slots <= 1024:
+            raise ValueError(f"node shards: slots must be 1..1024, got {self.slots}")
+
+
+@dataclass(frozen=True)
+class Member:
+    identity: str
+    scheduler_names: frozenset[str]
+    leader_lease: str = ""
+
+
+def member_lease_name(identity: str) -> str:
+    """A valid object name for any identity (hostname_uuid has an underscore)."""
+    return MEMBER_PREFIX + hashlib.sha256(identity.encode()).hexdigest()[:24]
+
+
+def _rank(member: str, key: str) -> bytes:
+    return hashlib.blake2b(f"{member}\0{key}".encode(), digest_size=8).digest()
+
+
+def home_order(key: str, members: Iterable[str]) -> list[str]:
+    """Rendezvous hashing: the members in the order they take `key` (first = home).
+    A member joining or leaving moves only the keys it wins or held."""
+    return sorted(members, key=lambda m: _rank(m, key), reverse=True)
+
+
+# ---- the shard table and the plan --------------------------------------------------------
+
+
+@dataclass
+class ShardTable:
+    """The decoded shard map: a holder per slot ("" = free)."""
+
+    slots: int
+    holders: list[str]
+
+    @staticmethod
+    def decode(text: str) -> ShardTable:
+        data = json.loads(text)
+        slots = int(data["slots"])
+        holders = [str(h) for h in data["holders"]]
+        if slots < 1 or len(holders) != slots:
+            raise ValueError(f"{slots} slots but {len(holders)} holders")
+        return ShardTable(slots, holders)
+
+    def encode(self) -> str:
+        return json.dumps({"slots": self.slots, "holders": self.holders}, separators=(",", ":"))
+
+    def held_by(self, identity: str) -> list[int]:
+        return [s for s, h in enumerate(self.holders) if h == identity]
+
+
+def plan(
+    table: ShardTable, me: str, live: Collection[str], takeable: Collection[str]
+) -> tuple[list[int], list[int]]:
+    """(slots to claim, slots to give back) for `me`: aim at ceil(slots / members) with
+    the live members (`live`, us included). Free slots are claimed first, then those of
+    holders in `takeable` (gone, or fenced by a leader lease we hold)."""
+    members = set(live) | {me}
+    target = math.ceil(table.slots / len(members))
+    mine = table.held_by(me)
+    if len(mine) > target:
+        # Give back the highest slots first: the same ones every time, so a replica
+        # that could not give them back yet (binds in flight) keeps its choice.
+        return [], sorted(mine)[target:]
+    free = [s for s, h in enumerate(table.holders) if h == ""]
+    orphaned = [s for s, h in enumerate(table.holders) if h and h != me and h in takeable]
+    need = target - len(mine)
+    return (free + orphaned)[:need], []
+
+
+# ---- routing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Which pending pods this replica decides (see the module docstring). `members`
+    None: routing is off (one replica, the simulator): every pod is ours."""
+
+    me: str
+    members: tuple[Member, ...] | None = None
+    handoff_seconds: float = 10.0
+
+    def order(self, key: str, scheduler_name: str) -> list[str]:
+        assert self.members is not None
+        serving = [m.identity for m in self.members if scheduler_name in m.scheduler_names]
+        return home_order(key, serving)
+
+    def writes_status(self, key: str, scheduler_name: str) -> bool:
+        """Does this replica write the status of the object decided under `key` (a
+        PodGroup, a Queue)? Its home does; any replica when routing is off. Without a
+        schedulerName, the home among all replicas."""
+        if self.members is None:
+            return True
+        serving = [
+            m.identity
+            for m in self.members
+            if not scheduler_name or scheduler_name in m.scheduler_names
+        ]
+        order = home_order(key, serving)
+        return bool(order) and order[0] == self.me
+
+    def mine(
+        self, key: str, scheduler_name: str, unschedulable_since: float | None, now: float
+    ) -> bool:
+        """Is the pod ours to decide now? `unschedulable_since`: wall-clock time its
+        home last reported it unschedulable (None: never)."""
+        if self.members is None:
+            return True
+        order = self.order(key, scheduler_name)
+        if self.me not in order:
+            return False
+        rank = order.index(self.me)
+        if rank == 0:
+            return True
+        if unschedulable_since is None:
+            return False
+        return now - unschedulable_since >= rank * self.handoff_seconds
+
+
+def unschedulable_since(raw: JSON) -> float | None:
+    """When the pod's PodScheduled condition turned False with reason Unschedulable."""
+    for condition in (raw.get("status") or {}).get("conditions") or ():
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            stamp = condition.get("lastTransitionTime")
+            if not stamp:
+                return None
+            try:
+                return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+# ---- the keeper ---------------------------------------------------------------------------
+
+
+@dataclass
+class ShardState:
+    """What the keeper last established (read by the backend on the I/O loop)."""
+
+    slots: int = 1
+    held: frozenset[int] = frozenset()  # slots we hold in the map
+    usable: frozenset[int] = frozenset()  # held, settled and not being given back
+    holders: dict[int, str] = field(default_factory=dict)
+    members: tuple[Member, ...] = ()  # live members holding a shard
+    last_renew: float = -math.inf  # monotonic send time of our last member-lease renewal
+    conflicts: int = 0  # map updates that lost a race
+
+
+class ShardKeeper:
+    """Renews this replica's member Lease and keeps its share of the shard map (see the
+    module docstring). Runs on the I/O loop; `on_change` is told the new state."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: ShardSettings,
+        *,
+        leading: Callable[[], bool] = lambda: False,
+        binds_in_flight: Callable[[Collection[int], int], bool] = lambda slots, count: False,
+        watch_caught_up: Callable[[int], bool] = lambda rv: True,
+        on_change: Callable[[ShardState], None] = lambda state: None,
+        on_round: Callable[[ShardState], None] = lambda state: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.leading = leading
+        self.binds_in_flight = binds_in_flight
+        self.watch_caught_up = watch_caught_up
+        self.on_change = on_change
+        self.on_round = on_round
+        self.clock = clock
+        self.state = ShardState()
+        self._member: JSON | None = None
+        self._observed: dict[str, tuple[str, float]] = {}  # identity -> (renewTime+rv, seen at)
+        self._settling: dict[int, tuple[int, float]] = {}  # slot -> (map rv, taken at)
+        self._releasing: set[int] = set()
+
+    # ---- the fence ------------------------------------------------------------------
+
+    def may_bind(self, slot: int) -> str:
+        """Why a Binding to a node of `slot` must not be sent now ("" when it may)."""
+        s, state = self.settings, self.state
+        if self.clock() >= state.last_renew + s.renew_deadline:
+            return "this replica's member Lease is not renewed (node shards)"
+        if slot not in state.usable:
+            holder = state.holders.get(slot, "")
+            return (
+                f"node shard {slot} is held by {holder!r}"
+                if holder and holder != s.identity
+                else (f"node shard {slot} is not usable by this replica now")
+            )
+        return ""
+
+    # ---- the loop -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        s = self.settings
+        while True:
+            try:
+                await asyncio.wait_for(self.round(), timeout=s.retry_period)
+            except (ApiError, TimeoutError, OSError) as err:
+                log.warning("node shards: %s", err, extra={"error": str(err)})
+            await asyncio.sleep(s.retry_period)
+
+    async def round(self) -> None:
+        """One pass: renew our member Lease, read the others and the map, claim or give
+        back shards, publish what we may use."""
+        sent = self.clock()
+        await self._renew_member()
+        self.state.last_renew = sent
+        items = await self._list()
+        members, shard_map = self._read(items)
+        live = {m.identity for m in members if self._alive(m.identity)}
+        live.add(self.settings.identity)
+        table = self._table_of(shard_map)
+        if table is None:
+            # Nobody holds anything yet: we create the map holding every shard (no
+            # earlier holder can have binds in flight, so nothing needs to settle).
+            table = await self._create_map()
+            if table is None:
+                return  # another replica created it first: read it next round
+            shard_map = None
+        takeable = {
+            h
+            for h in set(table.holders)
+            if h and h != self.settings.identity and self._takeable(h, members)
+        }
+        claim, give_back = plan(table, self.settings.identity, live, takeable)
+        self._releasing = set(give_back)
+        if give_back:
+            # Fence first (no Binding to these nodes starts from now on), then give back
+            # the shards no Binding is in flight for; the others next round.
+            self.state = replace(self.state, usable=self.state.usable - self._releasing)
+        ready = [s for s in give_back if not self.binds_in_flight([s], table.slots)]
+        if (claim or ready) and shard_map is not None:
+            for slot in ready:
+                table.holders[slot] = ""
+            for slot in claim:
+                table.holders[slot] = self.settings.identity
+            written = await self._write_map(shard_map, table)
+            if written is None:
+                self.state.conflicts += 1
+                return  # another replica wrote first: read again next round
+            for slot in claim:
+                self._settling[slot] = (written, self.clock())
+            self._releasing -= set(ready)
+        self._publish(table, members, live)
+
+    def _publish(self, table: ShardTable, members: Sequence[Member], live: set[str]) -> None:
+        me = self.settings.identity
+        held = frozenset(table.held_by(me))
+        now = self.clock()
+        for slot, (rv, taken) in list(self._settling.items()):
+            if (
+                slot not in held
+                or self.watch_caught_up(rv)
+                or now - taken >= self.settings.retry_period
+            ):
+                del self._settling[slot]
+        usable = held - set(self._settling) - self._releasing
+        holders = {s: h for s, h in enumerate(table.holders)}
+        serving = tuple(
+            m for m in members if m.identity in live and m.identity in set(table.holders)
+        )
+        if me in set(table.holders) and not any(m.identity == me for m in serving):
+            serving = (*serving, self._me())
+        state = ShardState(
+            slots=table.slots,
+            held=held,
+            usable=usable,
+            holders=holders,
+            members=tuple(sorted(serving, key=lambda m: m.identity)),
+            last_renew=self.state.last_renew,
+            conflicts=self.state.conflicts,
+        )
+        changed = (state.slots, state.usable, state.holders, state.members) != (
+            self.state.slots,
+            self.state.usable,
+            self.state.holders,
+            self.state.members,
+        )
+        self.state = state
+        if changed:
+            self.on_change(state)
+        self.on_round(state)
+
+    def _me(self) -> Member:
+        s = self.settings
+        return Member(s.identity, frozenset(s.scheduler_names), s.leader_lease)
+
+    # ---- liveness -------------------------------------------------------------------
+
+    def _observe(self, identity: str, version: str) -> None:
+        seen = self._observed.get(identity)
+        if seen is None or seen[0] != version:
+            self._observed[identity] = (version, self.clock())
+
+    def _alive(self, identity: str) -> bool:
+        if identity == self.settings.identity:
+            return True
+        seen = self._observed.get(identity)
+        return seen is not None and self.clock() < seen[1] + self.settings.lease_duration
+
+    def _takeable(self, holder: str, members: Sequence[Member]) -> bool:
+        """May a shard of `holder` be taken over (it is not binding)?"""
+        if not self._alive(holder):
+            return True
+        s = self.settings
+        if s.leader_lease and self.leading():
+            # It shares our leader-election Lease, which we hold: it is not binding.
+            return any(m.identity == holder and m.leader_lease == s.leader_lease for m in members)
+        return False
+
+    # ---- API ------------------------------------------------------------------------
+
+    async def _list(self) -> list[JSON]:
+        page = await self.client.request(
+            "GET",
+            LEASES.path(self.settings.namespace),
+            query={"labelSelector": ROLE_LABEL},
+        )
+        return [item for item in page.get("items") or () if isinstance(item, dict)]
+
+    def _read(self, items: list[JSON]) -> tuple[list[Member], JSON | None]:
+        members: list[Member] = []
+        shard_map: JSON | None = None
+        for item in items:
+            meta = item.get("metadata") or {}
+            spec = item.get("spec") or {}
+            role = (meta.get("labels") or {}).get(ROLE_LABEL)
+            if meta.get("name") == MAP_NAME and role == "map":
+                shard_map = item
+            elif role == "member":
+                identity = str(spec.get("holderIdentity") or "")
+                if not identity:
+                    continue
+                annotations = meta.get("annotations") or {}
+                names = frozenset(
+                    n for n in str(annotations.get(NAMES_ANNOTATION, "")).split(",") if n
+                )
+                members.append(Member(identity, names, str(annotations.get(LEADER_ANNOTATION, ""))))
+                self._observe(identity, f"{spec.get('renewTime')}/{meta.get('resourceVersion')}")
+        return members, shard_map
+
+    def _table_of(self, shard_map: JSON | None) -> ShardTable | None:
+        if shard_map is None:
+            return None
+        meta = shard_map.get("metadata") or {}
+        text = str((meta.get("annotations") or {}).get(MAP_ANNOTATION, ""))
+        try:
+            table = ShardTable.decode(text)
+        except (ValueError, KeyError, TypeError) as err:
+            raise ApiError(
+                422,
+                "Invalid",
+                f"Lease {self.settings.namespace}/{MAP_NAME}: annotation {MAP_ANNOTATION} "
+                f"is not a shard map ({err}); delete the Lease to start over",
+            ) from None
+        if table.slots != self.settings.slots and not self._warned_slots:
+            self._warned_slots = True
+            log.warning(
+                "node shards: the cluster's shard map has %d slots (this replica was "
+                "configured with %d); using the map's",
+                table.slots,
+                self.settings.slots,
+            )
+        return table
+
+    _warned_slots = False
+
+    async def _renew_member(self) -> None:
+        s = self.settings
+        name = member_lease_name(s.identity)
+        now = micro_time()
+        spec = {
+            "holderIdentity": s.identity,
+            "leaseDurationSeconds": max(1, math.ceil(s.lease_duration)),
+            "renewTime": now,
+        }
+        annotations = {
+            NAMES_ANNOTATION: ",".join(sorted(s.scheduler_names)),
+            LEADER_ANNOTATION: s.leader_lease,
+        }
+        if self._member is not None:
+            body = dict(self._member)
+            body["spec"] = {**(body.get("spec") or {}), **spec}
+            try:
+                self._member = await self.client.request(
+                    "PUT", LEASES.path(s.namespace, name), body=body
+                )
+                return
+            except ApiError as err:
+                if not (err.conflict or err.not_found):
+                    raise
+                self._member = None
+        try:
+            current = await self.client.request("GET", LEASES.path(s.namespace, name))
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name,
+                    "namespace": s.namespace,
+                    "labels": {ROLE_LABEL: "member"},
+                    "annotations": annotations,
+                },
+                "spec": {**spec, "acquireTime": now},
+            }
+            self._member = await self.client.request("POST", LEASES.path(s.namespace), body=body)
+            return
+        body = dict(current)
+        meta = dict(body.get("metadata") or {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+        meta["labels"] = {**(meta.get("labels") or {}), ROLE_LABEL: "member"}
+        body["metadata"] = meta
+        body["spec"] = {**(body.get("spec") or {}), **spec}
+        self._member = await self.client.request("PUT", LEASES.path(s.namespace, name), body=body)
+
+    async def _create_map(self) -> ShardTable | None:
+        s = self.settings
+        table = ShardTable(s.slots, [s.identity] * s.slots)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": MAP_NAME,
+                "namespace": s.namespace,
+                "labels": {ROLE_LABEL: "map"},
+                "annotations": {MAP_ANNOTATION: table.encode()},
+            },
+            "spec": {"holderIdentity": "", "renewTime": micro_time()},
+        }
+        try:
+            created = await self.client.request("POST", LEASES.path(s.namespace), body=body)
+        except ApiError as err:
+            if err.conflict:
+                return None
+            raise
+        del created
+        log.info("node shards: created the shard map with %d slots", s.slots)
+        return table
+
+    async def _write_map(self, shard_map: JSON | None, table: ShardTable) -> int | None:
+        """The map's new resourceVersion, or None when another replica wrote first."""
+        assert shard_map is not None
+        body = dict(shard_map)
+        meta = dict(body.get("metadata") or {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), MAP_ANNOTATION: table.encode()}
+        body["metadata"] = meta
+        body["spec"] = {**(body.get("spec") or {}), "renewTime": micro_time()}
+        try:
+            written = await self.client.request(
+                "PUT", LEASES.path(self.settings.namespace, MAP_NAME), body=body
+            )
+        except ApiError as err:
+            if err.conflict:
+                return None
+            raise
+        return _int_rv(written)
+
+    async def release_all(self) -> None:
+        """On a clean shutdown (after binding stopped): give every shard back and
+        delete our member Lease, so others take over at once."""
+        s = self.settings
+        try:
+            items = await self._list()
+            _, shard_map = self._read(items)
+            table = self._table_of(shard_map)
+            if table is not None and table.held_by(s.identity):
+                for slot in table.held_by(s.identity):
+                    table.holders[slot] = ""
+                await self._write_map(shard_map, table)
+            await self.client.request(
+                "DELETE", LEASES.path(s.namespace, member_lease_name(s.identity))
+            )
+        except (ApiError, OSError, TimeoutError) as err:
+            log.warning("node shards: giving shards back failed: %s", err)
+
+
+def _int_rv(obj: JSON) -> int:
+    try:
+        return int(str((obj.get("metadata") or {}).get("resourceVersion", "0")))
+    except ValueError:
+        return 0
+
+
+def slot_of(node: str, slots: int) -> int:
+    """The shard of a node (the same hash as `NodeTable.name_hash`)."""
+    return zlib.crc32(node.encode()) % slots

@@ -1,7 +1,9 @@
-"""The operator commands: `shoal get queues|podgroups|pools` and `shoal explain NS/POD`.
+"""The operator commands: `shoal get queues|podgroups|pools|shards` and `shoal explain NS/POD`.
 
 They read the cluster over a kubeconfig (as kubectl does), build the scheduler's view
 of it (`shoal.drivers.kube.clusterview`) and print it as a table, JSON or YAML.
+`shoal get shards` reads the node-shard Leases of the running replicas instead
+(`shoal.commands.ctl_shards`).
 
 kubectl's habits work (docs/operations.md): singular, plural, short and group-qualified
 resource names (`get queue`, `get q`, `get pg`, `get nodepools`, `get queues.shoal.dev`)
@@ -25,20 +27,32 @@ extra; the client is imported when a command runs.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 from typer.core import TyperGroup
+
+from shoal.commands.ctl_output import (
+    EXIT_BLOCKED,
+    EXIT_CLUSTER,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    OUTPUTS,
+    Output,
+)
+from shoal.commands.ctl_output import console as _console
+from shoal.commands.ctl_output import dump as _dump
+from shoal.commands.ctl_output import fail as _fail
+from shoal.commands.ctl_output import table as _table
+from shoal.commands.ctl_output import table_console as _table_console
 
 if TYPE_CHECKING:
     from typer._click.core import Command, Context  # typer's own click
@@ -55,15 +69,6 @@ __all__ = [
     "get_app",
     "register",
 ]
-
-EXIT_OK = 0
-EXIT_CLUSTER = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_BLOCKED = 4
-
-Output = Literal["table", "wide", "name", "json", "yaml"]
-OUTPUTS: tuple[Output, ...] = ("table", "wide", "name", "json", "yaml")
 
 NO_POOL = "(no pool)"  # clusterview's row of the nodes in no NodePool
 
@@ -99,7 +104,8 @@ PODGROUP_KIND = Kind(
     True,
 )
 POOL_KIND = Kind("pools", "nodepools", "nodepool", ("shoal.dev",), ("pool", "np"), False)
-KINDS = (QUEUE_KIND, PODGROUP_KIND, POOL_KIND)
+SHARD_KIND = Kind("shards", "shards", "shard", (), (), False)  # Leases, not an API resource
+KINDS = (QUEUE_KIND, PODGROUP_KIND, POOL_KIND, SHARD_KIND)
 
 
 def _aliases() -> dict[str, tuple[Kind, str | None]]:
@@ -180,10 +186,11 @@ class _ResourceGroup(TyperGroup):
 get_app = typer.Typer(
     name="get",
     cls=_ResourceGroup,
-    help="Show queues, pod groups or node pools as the scheduler sees them.\n\n"
+    help="Show queues, pod groups or node pools as the scheduler sees them, or which "
+    "replica holds which node shards.\n\n"
     "RESOURCE may be written as kubectl accepts it: queues (queue, q, sq), podgroups "
-    "(podgroup, pg, pgs), pools (pool, nodepools, nodepool, np), group-qualified "
-    "(queues.shoal.dev) or TYPE/NAME (queue/team).",
+    "(podgroup, pg, pgs), pools (pool, nodepools, nodepool, np), shards (shard), "
+    "group-qualified (queues.shoal.dev) or TYPE/NAME (queue/team).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -253,15 +260,15 @@ NamespaceOpt = Annotated[
         "--namespace", "-n", help="Only this namespace (ignored for cluster-scoped resources)."
     ),
 ]
-
-
-def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
-
-
-def _fail(code: int, message: str) -> typer.Exit:
-    _console(stderr=True).print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(code)
+LeaseNamespaceOpt = Annotated[
+    str,
+    typer.Option(
+        "--namespace",
+        "-n",
+        help="The namespace of the shard map and member Leases: `shoal run`'s "
+        "leader-election namespace (leaderElection.resourceNamespace, else $POD_NAMESPACE).",
+    ),
+]
 
 
 def _unequal(value: str | None) -> str | None:
@@ -316,15 +323,6 @@ async def _load(config: Any, kubeconfig: Path | None, context: str | None) -> Cl
         await connection.close()
 
 
-def _dump(data: Any, output: Output) -> None:
-    if output == "json":
-        typer.echo(json.dumps(data, indent=2, sort_keys=False))
-    else:
-        import yaml
-
-        typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), nl=False)
-
-
 # ---- human-readable amounts ------------------------------------------------------------
 
 
@@ -354,13 +352,6 @@ def _amounts(values: Mapping[str, str], resources: list[str] | None = None) -> s
 
 def _short(resource: str) -> str:
     return "gpu" if resource == "nvidia.com/gpu" else resource
-
-
-def _table(*columns: str) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    return table
 
 
 # ---- label selectors -------------------------------------------------------------------
@@ -495,7 +486,6 @@ def _ref(kind: Kind, token: str, namespace: str | None) -> Ref:
 # ---- printing ----------------------------------------------------------------------------
 
 Column = tuple[str, Callable[[Row], str]]
-_UNFOLDED = 100_000  # a console width no table reaches
 
 
 def _queue_columns(wide: bool, tree: bool) -> list[Column]:
@@ -606,10 +596,7 @@ def _print_table(kind: Kind, rows: Sequence[Row], doc: Any, fmt: Output, opts: _
     table = _table(*(title for title, _ in columns))
     for row in rows:
         table.add_row(*(escape(cell(row)) for _, cell in columns))
-    console = _console()
-    if fmt == "wide" or not console.is_terminal:
-        # As kubectl: rows are never folded when piped (`| grep`), nor with -o wide.
-        console = Console(highlight=False, soft_wrap=False, width=_UNFOLDED)
+    console = _table_console(wide)
     console.print(table)
     if kind is QUEUE_KIND:
         console.print(
@@ -846,6 +833,26 @@ def get_pools(
         context,
         config,
     )
+
+
+@get_app.command("shards")
+def get_shards(
+    namespace: LeaseNamespaceOpt = "kube-system",
+    output: OutputOpt = "table",
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Node shards: for each `shoal run` replica (member Lease), the shards of the
+    shard map it holds, the cluster's nodes in them, its schedulerNames, when it last
+    renewed and whether its Lease is live; then the shards held by nobody.
+
+    Also named: shard."""
+    from shoal.commands.ctl_shards import show_shards
+
+    fmt = _check_output(output)
+    if fmt == "name":
+        raise _fail(EXIT_USAGE, f"--output {output!r}: shards prints table, wide, json or yaml")
+    show_shards(_unequal(namespace) or "kube-system", fmt, kubeconfig, context)
 
 
 _POD_TYPES = ("pod", "pods", "po")

@@ -25,7 +25,13 @@ the machine runs; CPU per pod much less). After each run every pod's requests ar
 summed per node against the node's allocatable: no node may be overcommitted.
 
   python bench/vs_kube_scheduler.py [--nodes 5000] [--pods 10000] [--qps 1000]
-      [--burst 2000] [--shape basic,gang-queue] [--scheduler kube,shoal,bare] [--repeat 1]
+      [--burst 2000] [--shape basic,gang-queue] [--scheduler kube,shoal,shoal-x2,bare]
+      [--repeat 1]
+
+`shoal-x2` (x3, x4, x8) runs that many `shoal run` replicas at once, each with its own
+identity and leader election off: they split the nodes into node shards and route the
+pods between them (docs/kubernetes.md, "Several active replicas"); the scheduler CPU is
+the sum over the replicas.
 
 `bare` is no scheduler: a client that only POSTs the Bindings (round-robin, 64 in
 flight, the same QPS/burst), so its rate is the API server's own ceiling for binds on
@@ -240,7 +246,12 @@ def write_config(state: Path, env: dict[str, str], qps: float, burst: int) -> Pa
     return path
 
 
-def scheduler_command(name: str, config: Path, env: dict[str, str]) -> list[str]:
+def replicas(name: str) -> int:
+    """`shoal-x2` -> 2 replicas of `shoal run` (node shards), anything else -> 1."""
+    return int(name.removeprefix("shoal-x")) if name.startswith("shoal-x") else 1
+
+
+def scheduler_command(name: str, config: Path, env: dict[str, str], replica: int = 0) -> list[str]:
     if name == "kube":
         return [
             str(Path(env["K8S_BIN_DIR"]) / "kube-scheduler"),
@@ -265,6 +276,8 @@ def scheduler_command(name: str, config: Path, env: dict[str, str]) -> list[str]
         "",
         "--log-level",
         "warning",
+        "--identity",
+        f"shoal-{replica}",
     ]
 
 
@@ -412,10 +425,19 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
             config = write_config(state, env, args.qps, args.burst)
             log = state / f"{scheduler}.log"
             plane_before = control_plane_cpu(state)
-            async with running(scheduler_command(scheduler, config, env), log) as process:
+            async with contextlib.AsyncExitStack() as stack:
+                processes = [
+                    await stack.enter_async_context(
+                        running(
+                            scheduler_command(scheduler, config, env, i),
+                            log.with_suffix(f".{i}.log") if i else log,
+                        )
+                    )
+                    for i in range(replicas(scheduler))
+                ]
                 start = time.monotonic()
                 times = await watch_binds(client, args.pods, resource_version, args.timeout)
-                scheduler_cpu = cpu_seconds(process.pid)
+                scheduler_cpu = sum(cpu_seconds(p.pid) for p in processes)
                 plane_cpu = control_plane_cpu(state) - plane_before
             pod_list, _ = await list_pods(client)
             if len(times) < args.pods:
@@ -436,7 +458,12 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
             await connection.close()
 
 
-NAMES = {"kube": "kube-scheduler", "shoal": "Shoal", "bare": "bare binder"}
+NAMES = {
+    "kube": "kube-scheduler",
+    "shoal": "Shoal",
+    "bare": "bare binder",
+    **{f"shoal-x{n}": f"Shoal x{n}" for n in (2, 3, 4, 8)},
+}
 
 
 def report(results: list[Result]) -> None:
@@ -465,8 +492,15 @@ def report(results: list[Result]) -> None:
                     f"{s.pods_per_second / k.pods_per_second:.2f}x overall, "
                     f"{s.steady_pods_per_second / k.steady_pods_per_second:.2f}x steady"
                 )
+        sharded = [r for r in results if r.shape == shape and r.scheduler.startswith("shoal-x")]
+        for k, r in ((k, r) for k in kube[:1] for r in sharded):
+            if k.pods_per_second:
+                print(
+                    f"{shape}: {NAMES[r.scheduler]} (node shards) / kube-scheduler = "
+                    f"{r.pods_per_second / k.pods_per_second:.2f}x overall"
+                )
         for b in bare:
-            for r in (*kube, *shoal):
+            for r in (*kube, *shoal, *sharded):
                 if b.steady_pods_per_second:
                     print(
                         f"{shape}: {NAMES[r.scheduler]} at "

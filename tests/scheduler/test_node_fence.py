@@ -4,15 +4,14 @@ message, and pods get another try when it holds more."""
 
 from __future__ import annotations
 
-import zlib
-
+from shoal.cache.node_table import node_hash
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
 SLOTS = 16
 
 
 def slot(node: str) -> int:
-    return zlib.crc32(node.encode()) % SLOTS
+    return node_hash(node) % SLOTS
 
 
 def cluster() -> SchedulerHarness:

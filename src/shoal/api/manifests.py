@@ -8,6 +8,7 @@ side so a caller can keep the good ones and report the rest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -31,7 +32,15 @@ from shoal.api.queue import (
 )
 from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
 
-__all__ = ["GROUP_KINDS", "KINDS", "decode", "iter_documents", "kind_class", "load_objects"]
+__all__ = [
+    "GROUP_KINDS",
+    "KINDS",
+    "decode",
+    "iter_documents",
+    "kind_class",
+    "load_objects",
+    "prepare_decoders",
+]
 
 T = TypeVar("T", bound=msgspec.Struct)
 
@@ -72,6 +81,17 @@ def _display_name(raw: Mapping[str, Any]) -> str:
     name = str(meta.get("name", ""))
     namespace = meta.get("namespace")
     return f"{namespace}/{name}" if namespace and name else name
+
+
+def prepare_decoders(models: Iterable[type[msgspec.Struct]] = ()) -> None:
+    """Build msgspec's type information for `models` (and every kind in KINDS and
+    GROUP_KINDS) on the calling thread. msgspec 0.22 on Python 3.11 can crash the
+    interpreter (SIGSEGV in typing._eval_type) when two threads convert to the same
+    Struct type for the first time at once: the core thread and the I/O loop (webhooks,
+    a second backend in one process) both decode, so a backend prepares first."""
+    for model in {*KINDS.values(), *GROUP_KINDS.values(), *models}:
+        with contextlib.suppress(msgspec.ValidationError):
+            msgspec.convert({}, model, strict=False)
 
 
 def decode(raw: Mapping[str, Any], cls: type[T], source: str = "") -> T:

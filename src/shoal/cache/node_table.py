@@ -12,7 +12,7 @@ always rows `0..n-1` and "all nodes" is the cheap slice `0:n`.
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Protocol, TypeVar
 
@@ -31,7 +31,7 @@ from shoal.api.resources import (
 )
 from shoal.cache.labels import LabelColumns
 
-__all__ = ["BASE_RESOURCES", "NodeColumns", "NodeTable"]
+__all__ = ["BASE_RESOURCES", "NodeColumns", "NodeTable", "node_hash"]
 
 T = TypeVar("T", bound=np.generic)
 
@@ -72,7 +72,7 @@ class NodeTable:
         # Host ports in use per row, so NodePorts only looks at rows that have any.
         self.host_port_count = np.zeros(self._capacity, dtype=np.int32)
         self.names_array: NDArray[np.object_] = np.empty(self._capacity, dtype=object)
-        # crc32 of each node's name: node shards are `name_hash % slots` (NodeFence).
+        # `node_hash` of each node's name: node shards are `name_hash % slots` (NodeFence).
         self.name_hash = np.zeros(self._capacity, dtype=np.uint32)
         self.labels = LabelColumns(self._capacity)
         self.names: list[str] = []
@@ -161,7 +161,7 @@ class NodeTable:
         name = node.metadata.name
         self.names.append(name)
         self.names_array[row] = name
-        self.name_hash[row] = zlib.crc32(name.encode())
+        self.name_hash[row] = node_hash(name)
         self.row_of[name] = row
         self.nodes.append(node)
         self.pods.append({})
@@ -263,6 +263,13 @@ class NodeTable:
 
     def rows(self, names: Iterable[str]) -> NDArray[np.intp]:
         return np.array([self.row_of[n] for n in names if n in self.row_of], dtype=np.intp)
+
+
+def node_hash(name: str) -> int:
+    """A 32-bit hash of a node name that spreads similar names (`node-0`, `node-1`, ...)
+    evenly over node shards (crc32 is linear: names differing in a short suffix fall into
+    a few fixed residues). Stable across processes and versions: replicas must agree."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=4).digest(), "little")
 
 
 def _widened(a: NDArray[np.int64]) -> NDArray[np.int64]:

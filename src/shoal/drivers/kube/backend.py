@@ -47,6 +47,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from shoal.api.manifests import prepare_decoders
 from shoal.api.podinfo import PodInfo
 from shoal.config.durations import parse_duration
 from shoal.config.types import KubeSchedulerConfiguration
@@ -210,6 +211,11 @@ class KubeBackend:
     ) -> None:
         self.options = options or KubeOptions()
         opts = self.options
+        # Decoders are built here, on one thread, before the core's and the I/O loop's
+        # threads decode concurrently (see prepare_decoders).
+        prepare_decoders(
+            w.kind.model for w in opts.watched or tuple(WATCHED) if w.kind.model is not None
+        )
         self.metrics = metrics or SchedulerMetrics()
         connection.observer = connection.observer or self.metrics
         agent = f"shoal/{_version()} ({opts.identity})"

@@ -41,11 +41,11 @@ import json
 import logging
 import math
 import time
-import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from shoal.cache.node_table import node_hash
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import LEASES
 from shoal.drivers.kube.status import micro_time
@@ -588,4 +588,4 @@ def _int_rv(obj: JSON) -> int:
 
 def slot_of(node: str, slots: int) -> int:
     """The shard of a node (the same hash as `NodeTable.name_hash`)."""
-    return zlib.crc32(node.encode()) % slots
+    return node_hash(node) % slots

@@ -75,3 +75,20 @@ def test_without_a_fence_every_node_is_used() -> None:
     h = cluster()
     h.add_pods(*(make_pod(f"p{i}").req(cpu="2") for i in range(4)))
     assert all(h.run().placements.values())
+
+
+def test_routing_keys_keep_a_capped_queue_and_a_gang_with_one_replica() -> None:
+    from shoal.api.manifests import decode
+    from shoal.api.queue import Queue
+
+    h = SchedulerHarness()
+    capped = decode({"metadata": {"name": "team"}, "spec": {"max": {"cpu": "4"}}}, Queue)
+    free = decode({"metadata": {"name": "free"}, "spec": {}}, Queue)
+    assert h.scheduler.apply_queues([capped, free]) == []
+    label = "shoal.dev/queue"
+    gang = {"pod-group.scheduling.sigs.k8s.io/name": "g"}
+    key = h.scheduler.routing_key
+    assert key(make_pod("a").labels({label: "team"}).obj()) == "queue/team"
+    assert key(make_pod("b").labels({label: "free", **gang}).obj()) == "gang/default/g"
+    plain = make_pod("c").labels({label: "free"}).obj()
+    assert key(plain) == f"pod/{plain.metadata.uid}"

@@ -326,9 +326,9 @@ class Scheduler:
 
     def routing_key(self, pod: Pod) -> str:
         """What must be decided by one replica when several share the work (node
-        shards): a pod's tenant queue when queues are in use (so a queue's max holds
-        across replicas), else its gang (placed whole), else the pod itself."""
-        queue = self.tenant_queues.queue_name_of(pod)
+        shards): a pod's tenant queue when it has a max (so the max holds across
+        replicas), else its gang (placed whole), else the pod itself."""
+        queue = self.tenant_queues.capped_queue_of(pod)
         if queue:
             return f"queue/{queue}"
         try:

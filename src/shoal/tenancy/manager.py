@@ -292,12 +292,21 @@ class QueueManager:
             return self.tree.names[cached[0]]
         return self._named_queue(pod.pod)[0]
 
-    def queue_name_of(self, pod: Pod) -> str:
-        """`named_queue` of a pod not yet known to the scheduler ("" when no queue other
-        than the default one is configured)."""
-        if len(self.tree.names) <= 1:
+    def capped_queue_of(self, pod: Pod) -> str:
+        """The queue of a pod not yet known to the scheduler when that queue or one
+        above it has a max ("" otherwise): what must be decided in one place for the
+        max to hold."""
+        tree = self.tree
+        if len(tree.names) <= 1:
             return ""
-        return self._named_queue(pod)[0]
+        name = self._named_queue(pod)[0]
+        index = tree.index.get(name)
+        if index is None:
+            return ""
+        path = tree.paths.get(index)
+        if path is None or not bool((tree.maximum[path] < UNLIMITED).any()):
+            return ""
+        return name
 
     def _named_queue(self, pod: Pod) -> tuple[str, str]:
         """The pod's queue name and what names it."""

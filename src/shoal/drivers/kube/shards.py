@@ -27,10 +27,11 @@ The rules (client-go's leader election, per shard):
 
 Pods are routed so that replicas do not decide the same things twice: the home replica
 of a pod is chosen by rendezvous hashing over the live holders that serve its
-schedulerName, keyed by its tenant queue (a queue's max then holds across replicas), its
-gang (placed whole) or the pod. A pod its home found unschedulable (PodScheduled=False,
-reason Unschedulable) passes to the next replica in its order after `handoff_seconds`,
-to the one after that after twice as long, and so on.
+schedulerName, keyed by its tenant queue when that queue (or one above it) has a max
+(the max then holds across replicas), else its gang (placed whole), else the pod. A pod
+its home found unschedulable (PodScheduled=False, reason Unschedulable) passes to the
+next replica in its order after `handoff_seconds`, to the one after that after twice as
+long, and so on.
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""Two active replicas (node shards) against the fake API server: a capped queue's max
+holds across them (its pods are decided by one replica), a queue's status is written by
+one replica only, and a gang is bound whole by the replica it belongs to."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import yaml
+from kubehelpers import async_test, bound_pods, eventually, fast_options, node, pod
+from kubehelpers import backend as running
+
+from shoal.drivers.kube.backend import KubeBackend
+from shoal.drivers.kube.crds import render
+from shoal.testing.fake_apiserver import FakeApiServer
+
+SHOAL = "shoal.dev/v1alpha1"
+QUEUE = "shoal.dev/queue"
+
+
+async def _split(*replicas: KubeBackend) -> None:
+    share = 16 // len(replicas)
+    await eventually(
+        lambda: all(r.shards is not None and len(r.shards.state.usable) == share for r in replicas),
+        what=f"{share} shards each",
+    )
+
+
+@async_test(timeout=90)
+async def test_a_capped_queue_holds_its_max_across_two_replicas(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        for text in render().values():
+            api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", yaml.safe_load(text))
+        for i in range(8):
+            api.create("v1", "nodes", node(f"n{i}", cpu="4"))
+        api.create(SHOAL, "queues", {"metadata": {"name": "team"}, "spec": {"max": {"cpu": "2"}}})
+        async with (
+            running(api, tmp_path, fast_options("alpha")) as (alpha, _),
+            running(api, tmp_path, fast_options("beta")) as (beta, _),
+        ):
+            await _split(alpha, beta)
+            for i in range(30):
+                api.create("v1", "pods", pod(f"t{i:02d}", cpu="100m", labels={QUEUE: "team"}))
+            await eventually(lambda: len(bound_pods(api)) == 20, what="20 x 100m bound")
+            await asyncio.sleep(1.5)  # a 21st would break the max
+            assert len(bound_pods(api)) == 20
+            binders = {
+                p["metadata"]["annotations"]["shoal.dev/scheduled-by"]
+                for p in api.pods()
+                if p["spec"].get("nodeName")
+            }
+            assert len(binders) == 1  # the queue's home replica decided them all
+            # Its status comes from that replica alone.
+            (home,) = binders
+            writers = {
+                r.user_agent
+                for r in api.requests
+                if r.resource == "queues" and r.subresource == "status"
+            }
+            assert writers and all(f"({home})" in agent for agent in writers)
+
+
+@async_test(timeout=90)
+async def test_a_gang_is_bound_whole_by_one_replica(tmp_path: Path) -> None:
+    name = "pod-group.scheduling.sigs.k8s.io/name"
+    minimum = "pod-group.scheduling.sigs.k8s.io/min-available"
+    async with FakeApiServer() as api:
+        for i in range(16):
+            api.create("v1", "nodes", node(f"n{i:02d}", cpu="1"))
+        async with (
+            running(api, tmp_path, fast_options("alpha")) as (alpha, _),
+            running(api, tmp_path, fast_options("beta")) as (beta, _),
+        ):
+            await _split(alpha, beta)
+            for i in range(4):
+                api.create("v1", "pods", pod(f"g{i}", cpu="1", labels={name: "g", minimum: "4"}))
+            await eventually(lambda: len(bound_pods(api)) == 4, what="the gang bound")
+            binders = {p["metadata"]["annotations"]["shoal.dev/scheduled-by"] for p in api.pods()}
+            assert len(binders) == 1

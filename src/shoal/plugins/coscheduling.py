@@ -51,6 +51,9 @@ class Coscheduling:
     # The reservation rejects nodes by name, whatever runs there: preemption may judge
     # all candidate nodes at once (shoal.preemption).
     preemption_local = True
+    # Its verdict does not depend on the pods on a node at all (labels, taints, the
+    # node's own fields, reservations): preemption judges it once, with no victim gone.
+    preemption_node_only = True
 
     def __init__(self, handle: Handle, args: CoschedulingArgs) -> None:
         self.handle = handle

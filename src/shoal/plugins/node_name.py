@@ -22,6 +22,9 @@ class NodeName:
     # Its verdict on a node depends only on that node's pods and only improves as pods
     # leave: preemption may judge all candidate nodes at once (shoal.preemption).
     preemption_local = True
+    # Its verdict does not depend on the pods on a node at all (labels, taints, the
+    # node's own fields, reservations): preemption judges it once, with no victim gone.
+    preemption_node_only = True
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle

@@ -216,6 +216,29 @@ class NodeResourcesFit:
                 failures.append(Failure(reason, short, Code.UNSCHEDULABLE))
         return FilterResult(passed, failures)
 
+    def fits_after(
+        self, state: CycleState, pod: PodInfo, rows: NDArray[np.intp], freed: NDArray[np.int64]
+    ) -> NDArray[np.bool_] | None:
+        """Filter's verdict on `rows` if `freed[i]` (over all columns) more were free on
+        row i, nominated room included, as it would be with those pods evicted from the
+        cache: preemption's victim arithmetic. None when the verdict needs more than the
+        columns (whole GPUs judged per device)."""
+        cols, need, gpu = state.read(_STATE_KEY)
+        if gpu >= 0:
+            return None
+        snap = self.handle.snapshot
+        free = snap.free[rows][:, cols] + freed[:, cols]
+        if snap.nominations:
+            nominated, vectors = snap.nominated_room(pod)
+            if nominated.size:
+                position = np.full(snap.n, -1, dtype=np.intp)
+                position[rows] = np.arange(rows.size, dtype=np.intp)
+                at = position[nominated]
+                hit = at >= 0
+                np.subtract.at(free, at[hit], vectors[hit][:, cols])
+        fits: NDArray[np.bool_] = np.all(free >= need, axis=1)
+        return fits
+
     def _leave_room_for_nominated(
         self,
         pod: PodInfo,

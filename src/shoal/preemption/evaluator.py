@@ -249,6 +249,9 @@ class VictimSearch:
         out: dict[int, list[list[PodInfo]] | None] = {}
         if not rows:
             return out
+        arithmetic = self._select_by_arithmetic(runner, pod, rows, units_of)
+        if arithmetic is not None:
+            return arithmetic
         check_resources = runner.has_filter(RESOURCE_FILTER)
         ordered: dict[int, list[list[PodInfo]]] = {}
         victims: dict[int, list[list[PodInfo]]] = {}
@@ -296,6 +299,82 @@ class VictimSearch:
                 k += 1
         for row in ordered:
             out[row] = victims[row] or None
+        return out
+
+    def _select_by_arithmetic(
+        self,
+        runner: PluginRunner,
+        pod: PodInfo,
+        rows: list[int],
+        units_of: dict[int, list[list[PodInfo]]],
+    ) -> dict[int, list[list[PodInfo]] | None] | None:
+        """`select_on_nodes` without touching the cache, when NodeResourcesFit is the only
+        filter taking part whose verdict depends on the pods on a node (the others,
+        `preemption_node_only`, are judged once with no victim gone): every victim's
+        requests are taken off in arrays, then reprieve proceeds in the same rounds with
+        NodeResourcesFit's own arithmetic (`fits_after`). The same victims as the
+        transaction path; None when it does not apply (another filter reads pods, whole
+        GPUs judged per device)."""
+        state = CycleState(dry_run=True)
+        pre, status = runner.run_pre_filter(state, pod)
+        if not status.ok:
+            return None
+        plugins = runner.plugins
+        fit = next((p for p in plugins.filter if p.name == RESOURCE_FILTER), None)
+        if fit is None or fit.name in state.skip_filter or not hasattr(fit, "fits_after"):
+            return None
+        if not all(
+            p is fit or p.name in state.skip_filter or getattr(p, "preemption_node_only", False)
+            for p in (*plugins.pre_filter, *plugins.filter)
+        ):
+            return None
+        at = np.array(rows, dtype=np.intp)
+        table = self.handle.cluster.table
+        ordered = [self._reprieve_order(units_of[row]) for row in rows]
+        vectors = [
+            [
+                np.sum([table.pod_vector(v) for v in unit], axis=0)
+                if len(unit) > 1
+                else table.pod_vector(unit[0])
+                for unit in units
+            ]
+            for units in ordered
+        ]
+        # Placed pods' columns all exist already: every vector has the table's width.
+        freed = np.zeros((len(rows), len(table.resources)), dtype=np.int64)
+        for i, unit_vectors in enumerate(vectors):
+            for vector in unit_vectors:
+                freed[i] += vector
+        # The verdict of every other filter, once: it does not change as pods go.
+        state.skip_filter.add(fit.name)
+        passed = runner.run_filters(state, pod, Candidates.of(at)).passed.copy()
+        state.skip_filter.discard(fit.name)
+        if pre is not None and pre.node_names is not None:
+            names = table.names
+            passed &= np.array([str(names[r]) in pre.node_names for r in rows], bool)
+        fits = fit.fits_after(state, pod, at, freed)
+        if fits is None:
+            return None
+        passed &= fits
+        out: dict[int, list[list[PodInfo]] | None] = {row: None for row in rows}
+        victims: dict[int, list[list[PodInfo]]] = {i: [] for i in np.flatnonzero(passed).tolist()}
+        k = 0
+        while True:
+            batch = [i for i in victims if k < len(ordered[i])]
+            if not batch:
+                break
+            where = np.array(batch, dtype=np.intp)
+            back = freed[where] - np.stack([vectors[i][k] for i in batch])
+            ok = fit.fits_after(state, pod, at[where], back)
+            assert ok is not None
+            for i, reprieved, left in zip(batch, ok.tolist(), back, strict=True):
+                if reprieved:
+                    freed[i] = left
+                else:
+                    victims[i].append(ordered[i][k])
+            k += 1
+        for i, chosen in victims.items():
+            out[rows[i]] = chosen or None
         return out
 
     def fits_rows(

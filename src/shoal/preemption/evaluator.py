@@ -157,6 +157,7 @@ class VictimSearch:
         order = np.concatenate([rows[offset:], rows[:offset]])
         local = self.node_local(runner, pod)
         best: Candidate | None = None
+        best_rank: tuple[int, int, int, int, float] = (0, 0, 0, 0, 0.0)
         found_all: list[Candidate] = []
         found = 0
         position = 0
@@ -198,8 +199,9 @@ class VictimSearch:
                 candidate = Candidate(str(table.names[row]), victims, self.pdb_violations(victims))
                 found += 1
                 found_all.append(candidate)
-                if best is None or candidate.rank() < best.rank():
-                    best = candidate
+                rank = candidate.rank()
+                if best is None or rank < best_rank:
+                    best, best_rank = candidate, rank
                 if found >= max_candidates:
                     break
         if best is not None and any(

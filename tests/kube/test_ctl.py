@@ -271,9 +271,15 @@ async def test_deploy_cli_rbac_allows_every_list_the_commands_make(tmp_path: Pat
     }
     async with FakeApiServer() as api:
         _cluster(api)
-        for args in (("get", "queues"), ("get", "pools"), ("explain", "default/huge")):
+        for args in (
+            ("get", "queues"),
+            ("get", "pools"),
+            ("get", "shards"),
+            ("explain", "default/huge"),
+        ):
             await _shoal(tmp_path, api, *args)
         made = {(r.group, r.resource, r.verb) for r in api.requests}
     assert ("", "pods", "list") in made and ("shoal.dev", "queues", "list") in made
+    assert ("coordination.k8s.io", "leases", "list") in made
     # Lists only (no watch, no write), each one allowed.
     assert made <= allowed, sorted(made - allowed)

@@ -186,6 +186,16 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                 annotations={key: name} if key else None,
             )
             api.create("v1", "pods", member)
+        # Kubernetes' own PodGroup (v1alpha2): the pod names it in spec.schedulingGroup.
+        gang = {"gang": {"minCount": 1}}
+        api.create(
+            "scheduling.k8s.io/v1alpha2",
+            "podgroups",
+            {"metadata": {"name": "g-upstream"}, "spec": {"schedulingPolicy": gang}},
+        )
+        member = pod("g-upstream", cpu="100m")
+        member["spec"]["schedulingGroup"] = {"podGroupName": "g-upstream"}
+        api.create("v1", "pods", member)
         # A GPU node and a whole-GPU pod: its device index goes out as an annotation of
         # the Binding (no pods/patch permission needed).
         gpu_node = node("gpu", cpu="1")

@@ -21,7 +21,7 @@ import yaml
 from shoal.api.errors import ManifestError
 from shoal.api.gpu import check_node_gpus
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.podinfo import check_pod_totals
 from shoal.api.queue import (
     ElasticQuota,
@@ -53,6 +53,7 @@ GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("scheduling.x-k8s.io", "PodGroup"): PodGroup,
     ("scheduling.sigs.k8s.io", "PodGroup"): PodGroup,
     ("scheduling.volcano.sh", "PodGroup"): VolcanoPodGroup,
+    ("scheduling.k8s.io", "PodGroup"): UpstreamPodGroup,
     ("shoal.dev", "Queue"): Queue,
     ("shoal.dev", "QueueBinding"): QueueBinding,
     ("shoal.dev", "NodePool"): NodePool,

@@ -367,6 +367,13 @@ Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 HIGHEST_USER_PRIORITY = 1_000_000_000
 
 
+class PodSchedulingGroup(_Base):
+    """`spec.schedulingGroup` (Kubernetes v1.36, GenericWorkload): the upstream
+    `scheduling.k8s.io/v1alpha2` PodGroup the pod belongs to."""
+
+    pod_group_name: str = ""
+
+
 class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
@@ -382,6 +389,7 @@ class PodSpec(_Base):
     topology_spread_constraints: list[TopologySpreadConstraint] = []
     scheduling_gates: list[dict[str, str]] = []
     volumes: list[Volume] = []
+    scheduling_group: PodSchedulingGroup | None = None
 
     def __post_init__(self) -> None:
         try:

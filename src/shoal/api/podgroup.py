@@ -13,6 +13,10 @@ Users arrive with the keys of the system they came from; all of them map to one
   `kueue.x-k8s.io/pod-group-total-count` (Kueue pod groups are all-or-nothing).
 * YuniKorn: annotation `yunikorn.apache.org/task-group-name` with the application id
   label; minimum = the sum of minMember in `yunikorn.apache.org/task-groups`.
+* Kubernetes (v1.36, `GenericWorkload` gate): `spec.schedulingGroup.podGroupName`; the
+  minimum from the `scheduling.k8s.io/v1alpha2` PodGroup's
+  `spec.schedulingPolicy.gang.minCount` (a `basic` policy: pods one by one), its
+  `spec.schedulingConstraints.topology[0].key` a required topology level.
 
 Shoal's own annotations (on the pod or the PodGroup) add what the others lack:
 `shoal.dev/topology-required` / `shoal.dev/topology-preferred` (a node label key, e.g. a
@@ -46,6 +50,7 @@ __all__ = [
     "PodGroupCondition",
     "PodGroupSpec",
     "PodGroupStatus",
+    "UpstreamPodGroup",
     "VolcanoPodGroup",
     "group_of",
 ]
@@ -134,6 +139,76 @@ class PodGroup(_Base):
         return self.status.phase == "Finished"
 
 
+class GangSchedulingPolicy(_Base):
+    min_count: int
+
+    def __post_init__(self) -> None:
+        if self.min_count < 1:
+            raise ValueError(f"gang.minCount {self.min_count} must be at least 1")
+
+
+class SchedulingPolicy(_Base):
+    """Exactly one of `basic` (pods one by one) and `gang`."""
+
+    basic: dict[str, object] | None = None
+    gang: GangSchedulingPolicy | None = None
+
+    def __post_init__(self) -> None:
+        if (self.basic is None) == (self.gang is None):
+            raise ValueError("exactly one of basic and gang must be set")
+
+
+class TopologyConstraint(_Base):
+    key: str
+
+
+class SchedulingConstraints(_Base):
+    topology: list[TopologyConstraint] = []
+
+
+class UpstreamPodGroupSpec(_Base):
+    scheduling_policy: SchedulingPolicy
+    scheduling_constraints: SchedulingConstraints | None = None
+    priority: int | None = None
+    priority_class_name: str = ""
+    disruption_mode: str = ""
+    pod_group_template_ref: dict[str, object] | None = None
+    resource_claims: list[dict[str, object]] = []
+
+
+class UpstreamPodGroupStatus(_Base):
+    conditions: list[PodGroupCondition] = []
+
+
+class UpstreamPodGroup(_Base):
+    """Kubernetes' own `scheduling.k8s.io/v1alpha2` PodGroup (v1.36, GenericWorkload):
+    the runtime group a workload controller makes from a Workload's podGroupTemplate."""
+
+    api_version: str = "scheduling.k8s.io/v1alpha2"
+    kind: str = "PodGroup"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: UpstreamPodGroupSpec = msgspec.field(
+        default_factory=lambda: UpstreamPodGroupSpec(
+            scheduling_policy=SchedulingPolicy(gang=GangSchedulingPolicy(min_count=1))
+        )
+    )
+    status: UpstreamPodGroupStatus = msgspec.field(default_factory=UpstreamPodGroupStatus)
+
+    @property
+    def min_member(self) -> int:
+        gang = self.spec.scheduling_policy.gang
+        return gang.min_count if gang is not None else 1
+
+    @property
+    def topology_key(self) -> str:
+        constraints = self.spec.scheduling_constraints
+        return constraints.topology[0].key if constraints and constraints.topology else ""
+
+    @property
+    def finished(self) -> bool:
+        return False  # its status has no phase that says the group finished
+
+
 class VolcanoPodGroupSpec(_Base):
     min_member: int = 1
     min_resources: dict[str, str | int | float] = {}
@@ -201,6 +276,9 @@ def group_of(pod: Pod) -> GroupRef | None:
     def either(key: str) -> str | None:
         return labels.get(key) or annotations.get(key)
 
+    group = pod.spec.scheduling_group
+    if group is not None and group.pod_group_name:
+        return GroupRef(ns, group.pod_group_name, None, "kubernetes")
     if name := labels.get(SCHEDULER_PLUGINS_LABEL):
         return GroupRef(ns, name, None, "scheduler-plugins")
     if name := either(LIGHT_NAME):

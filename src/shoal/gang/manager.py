@@ -28,6 +28,7 @@ from shoal.api.podgroup import (
     TOPOLOGY_REQUIRED,
     GroupRef,
     PodGroup,
+    UpstreamPodGroup,
     VolcanoPodGroup,
     group_of,
 )
@@ -118,7 +119,7 @@ class Group:
 
     @property
     def waiting_for_object(self) -> bool:
-        return self.source in ("scheduler-plugins", "volcano") and not self.has_object
+        return self.source in ("scheduler-plugins", "volcano", "kubernetes") and not self.has_object
 
     @property
     def timeout(self) -> float:
@@ -178,14 +179,26 @@ class GangManager:
             group = self.groups[key] = Group(key, namespace, name, created=now)
         return group
 
-    def add_pod_group(self, obj: PodGroup | VolcanoPodGroup, now: float) -> Group:
+    def add_pod_group(
+        self, obj: PodGroup | VolcanoPodGroup | UpstreamPodGroup, now: float
+    ) -> Group:
         meta = obj.metadata
         group = self._group(meta.namespace or "default", meta.name, now)
         group.has_object = True
-        group.source = "volcano" if isinstance(obj, VolcanoPodGroup) else "scheduler-plugins"
+        group.source = (
+            "volcano"
+            if isinstance(obj, VolcanoPodGroup)
+            else "kubernetes"
+            if isinstance(obj, UpstreamPodGroup)
+            else "scheduler-plugins"
+        )
         self.dirty.add(group.key)
-        group.min_member = max(1, obj.spec.min_member)
-        group.min_resources = parse_resource_list(obj.spec.min_resources)
+        if isinstance(obj, UpstreamPodGroup):
+            group.min_member = obj.min_member
+            group.min_resources = {}
+        else:
+            group.min_member = max(1, obj.spec.min_member)
+            group.min_resources = parse_resource_list(obj.spec.min_resources)
         if isinstance(obj, PodGroup) and obj.spec.schedule_timeout_seconds:
             group.schedule_timeout = float(obj.spec.schedule_timeout_seconds)
         else:
@@ -195,6 +208,11 @@ class GangManager:
         # succeeded pods are gone from the informer: groups depending on it may start.
         group.finished_in_cluster = obj.finished
         self._read_shoal_annotations(group, meta.annotations)
+        if isinstance(obj, UpstreamPodGroup) and obj.topology_key:
+            # schedulingConstraints.topology: all members within one domain of the key.
+            group.topology_required = obj.topology_key
+            if group.topology_preferred == group.topology_required:
+                group.topology_preferred = ""
         self._update_phase(group)
         return group
 

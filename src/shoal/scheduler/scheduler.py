@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
+from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
@@ -196,8 +196,9 @@ class Scheduler:
         if not self.gangs.gate(group):
             self.scheduling_queue.regate([uid for uid in group.members if uid != info.uid])
 
-    def add_pod_group(self, obj: PodGroup | VolcanoPodGroup) -> None:
-        """A PodGroup object (scheduler-plugins or Volcano) was created or updated."""
+    def add_pod_group(self, obj: PodGroup | VolcanoPodGroup | UpstreamPodGroup) -> None:
+        """A PodGroup object (scheduler-plugins, Volcano or Kubernetes' own) was created
+        or updated."""
         group = self.gangs.add_pod_group(obj, self.clock.now())
         self._set_group_queue(group.key, obj.spec.queue if isinstance(obj, VolcanoPodGroup) else "")
         self.scheduling_queue.regate(list(group.members))

@@ -26,7 +26,7 @@ from typing import Any
 from shoal.api.errors import ManifestError
 from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
 from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
-from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
 from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
 from shoal.sim.workload import NodeChange, PodSource, expand_workload, pod_source
@@ -46,7 +46,7 @@ EXAMPLE_FILES = ("cluster.yaml", "workload.yaml")
 class Scenario:
     nodes: list[Node] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
-    pod_groups: list[PodGroup | VolcanoPodGroup] = field(default_factory=list)
+    pod_groups: list[PodGroup | VolcanoPodGroup | UpstreamPodGroup] = field(default_factory=list)
     # Tenant capacity objects (applied together; an invalid set is reported whole).
     queues: list[Queue] = field(default_factory=list)
     elastic_quotas: list[ElasticQuota] = field(default_factory=list)
@@ -102,9 +102,9 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                 obj = decode(doc, cls, where)
                 unique(obj, where)
                 getattr(scenario, _CAPACITY_KINDS[cls]).append(obj)
-            elif cls is PodGroup or cls is VolcanoPodGroup:
+            elif cls is PodGroup or cls is VolcanoPodGroup or cls is UpstreamPodGroup:
                 group = decode(doc, cls, where)
-                assert isinstance(group, PodGroup | VolcanoPodGroup)
+                assert isinstance(group, PodGroup | VolcanoPodGroup | UpstreamPodGroup)
                 unique(group, where)
                 scenario.pod_groups.append(group)
             elif cls is Node:

@@ -82,6 +82,7 @@ BUILTIN: dict[tuple[str, str], tuple[str, str, bool]] = {
     ("storage.k8s.io", "storageclasses"): ("v1", "StorageClass", False),
     ("storage.k8s.io", "csinodes"): ("v1", "CSINode", False),
     ("scheduling.k8s.io", "priorityclasses"): ("v1", "PriorityClass", False),
+    ("scheduling.k8s.io", "podgroups"): ("v1alpha2", "PodGroup", True),
     ("policy", "poddisruptionbudgets"): ("v1", "PodDisruptionBudget", True),
     ("coordination.k8s.io", "leases"): ("v1", "Lease", True),
     ("events.k8s.io", "events"): ("v1", "Event", True),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.api.errors import ManifestError
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import PodGroup, VolcanoPodGroup, group_of
+from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.queue import PodDisruptionBudget
 from shoal.drivers.kube.binder import SCHEDULED_BY
 from shoal.drivers.kube.client import JSON
@@ -42,6 +42,7 @@ from shoal.drivers.kube.resources import (
     PRIORITY_CLASSES,
     QUEUE_BINDINGS,
     QUEUES,
+    UPSTREAM_PODGROUPS,
     VOLCANO_PODGROUPS,
     ResourceKind,
     object_key,
@@ -96,7 +97,7 @@ def _pod_groups(kind: ResourceKind) -> Watched:
     """PodGroups of one API (scheduler-plugins' two groups, Volcano). The intake records
     which APIs hold an object for each group: its status is written back there."""
 
-    def upsert(b: Intake, group: PodGroup | VolcanoPodGroup, raw: JSON) -> None:
+    def upsert(b: Intake, group: PodGroup | VolcanoPodGroup | UpstreamPodGroup, raw: JSON) -> None:
         key = object_key(raw)
         meta = raw.get("metadata") or {}
         # Our own status writes come back through the watch: not a change for the core.
@@ -169,6 +170,7 @@ WATCHED: list[Watched] = [
     _pod_groups(PODGROUPS),
     _pod_groups(PODGROUPS_SIGS),
     _pod_groups(VOLCANO_PODGROUPS),
+    _pod_groups(UPSTREAM_PODGROUPS),
     _tenancy(QUEUES),
     _tenancy(QUEUE_BINDINGS),
     _tenancy(NODE_POOLS),

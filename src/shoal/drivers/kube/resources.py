@@ -15,7 +15,7 @@ from urllib.parse import quote
 import msgspec
 
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import PodGroup, VolcanoPodGroup
+from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "PRIORITY_CLASSES",
     "QUEUES",
     "QUEUE_BINDINGS",
+    "UPSTREAM_PODGROUPS",
     "VOLCANO_PODGROUPS",
     "ResourceKind",
     "object_key",
@@ -118,6 +119,17 @@ VOLCANO_PODGROUPS = ResourceKind(
     "PodGroup",
     True,
     VolcanoPodGroup,
+    optional=True,
+)
+# Kubernetes' own (v1.36 alpha: served with the GenericWorkload gate and the
+# scheduling.k8s.io/v1alpha2 API enabled; absent otherwise).
+UPSTREAM_PODGROUPS = ResourceKind(
+    "scheduling.k8s.io",
+    "v1alpha2",
+    "podgroups",
+    "PodGroup",
+    True,
+    UpstreamPodGroup,
     optional=True,
 )
 QUEUES = ResourceKind("shoal.dev", "v1alpha1", "queues", "Queue", False, Queue, optional=True)

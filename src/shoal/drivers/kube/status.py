@@ -55,6 +55,7 @@ from shoal.drivers.kube.resources import (
     PODS,
     QUEUE_BINDINGS,
     QUEUES,
+    UPSTREAM_PODGROUPS,
     VOLCANO_PODGROUPS,
     ResourceKind,
     object_ref,
@@ -395,11 +396,45 @@ def _merge_conditions(
     return out
 
 
+def _upstream_conditions(status: GroupStatus, conditions: list[JSON], now: str) -> list[JSON]:
+    """Kubernetes' `PodGroupScheduled` condition, as kube-scheduler's GangScheduling
+    writes it: True (reason Scheduled) once minCount members are bound, False (reason
+    Unschedulable, with why) while the gang cannot be placed. Like upstream it records
+    the initial decision: once True it stays, whatever happens to the pods later."""
+    done = any(
+        c.get("type") == UPSTREAM_SCHEDULED and c.get("status") == "True" for c in conditions
+    )
+    if done:
+        return conditions
+    if status.scheduled >= status.min_member or status.phase in ("Running", "Finished"):
+        wanted = {
+            "type": UPSTREAM_SCHEDULED,
+            "status": "True",
+            "reason": "Scheduled",
+            "message": "",
+        }
+    elif _unschedulable(status) and status.reason:
+        wanted = {
+            "type": UPSTREAM_SCHEDULED,
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": status.reason,
+        }
+    else:
+        return conditions
+    return _merge_conditions(conditions, [wanted], now, ())
+
+
+UPSTREAM_SCHEDULED = "PodGroupScheduled"
+
+
 def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, now: str) -> JSON:
     """The `status` to write on the PodGroup object `current` of `kind` (a merge patch
     body; compared with the object's status to skip writes that change nothing)."""
     existing = current.get("status") or {}
     conditions = existing.get("conditions") or []
+    if kind.group == UPSTREAM_PODGROUPS.group:
+        return {"conditions": _upstream_conditions(status, conditions, now)}
     if kind.group == VOLCANO_PODGROUPS.group:
         phase = volcano_phase(status)
         wanted: list[JSON] = []

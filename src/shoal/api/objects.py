@@ -367,6 +367,15 @@ Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 HIGHEST_USER_PRIORITY = 1_000_000_000
 
 
+class PodResourceClaim(_Base):
+    """`spec.resourceClaims[]` (Dynamic Resource Allocation): read only to refuse the
+    pod with a message, since Shoal does not allocate claims."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
 class PodSchedulingGroup(_Base):
     """`spec.schedulingGroup` (Kubernetes v1.36, GenericWorkload): the upstream
     `scheduling.k8s.io/v1alpha2` PodGroup the pod belongs to."""
@@ -390,6 +399,7 @@ class PodSpec(_Base):
     scheduling_gates: list[dict[str, str]] = []
     volumes: list[Volume] = []
     scheduling_group: PodSchedulingGroup | None = None
+    resource_claims: list[PodResourceClaim] = []
 
     def __post_init__(self) -> None:
         try:

@@ -254,3 +254,33 @@ async def test_two_keepers_racing_for_the_map_never_both_win_a_shard(tmp_path: P
             assert sorted(len(k.state.held) for k in keepers) == [2, 3, 3]
         finally:
             await connection.close()
+
+
+@async_test()
+async def test_a_shard_map_that_cannot_be_read_fails_readyz_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    from kubehelpers import backend as running
+    from kubehelpers import eventually, fast_options
+
+    async with FakeApiServer() as api:
+        api.create(
+            "coordination.k8s.io/v1",
+            "leases",
+            {
+                "metadata": {
+                    "name": MAP_NAME,
+                    "namespace": "kube-system",
+                    "labels": {"shoal.io/node-shards": "map"},
+                    "annotations": {MAP_ANNOTATION: "not json"},
+                },
+                "spec": {},
+            },
+        )
+        async with running(api, tmp_path, fast_options("alpha")) as (kube, _):
+
+            def failed() -> str:
+                return next((c.message for c in kube.readyz() if not c.ok), "")
+
+            await eventually(lambda: "nodeShards" in {c.name for c in kube.readyz() if not c.ok})
+            assert "delete the Lease to start over" in failed()

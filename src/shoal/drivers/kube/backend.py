@@ -508,11 +508,18 @@ class KubeBackend:
                 f"; others held by {', '.join(others)}" if others else ""
             )
         if state.last_renew == -math.inf:
+            if self.shards.error:
+                return [Check("nodeShards", False, f"cannot join: {self.shards.error}")]
             return [Check("nodeShards", True, detail="joining: no node-shard round done yet")]
         renewed = time.monotonic() - state.last_renew
         limit = self.options.leader.renew_deadline + self.options.leader.retry_period
-        ok = renewed < limit
-        return [Check("nodeShards", ok, f"member Lease not renewed for {renewed:.1f}s", detail)]
+        ok = renewed < limit and not self.shards.error
+        why = (
+            f"node shards: {self.shards.error}"
+            if self.shards.error
+            else f"member Lease not renewed for {renewed:.1f}s"
+        )
+        return [Check("nodeShards", ok, why, detail)]
 
     def _invalid_check(self) -> Check:
         """Objects skipped because they cannot be read: named, never a failure (one bad

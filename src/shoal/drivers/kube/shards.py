@@ -274,6 +274,7 @@ class ShardKeeper:
         self._observed: dict[str, tuple[str, float]] = {}  # identity -> (renewTime+rv, seen at)
         self._settling: dict[int, tuple[int, float]] = {}  # slot -> (map rv, taken at)
         self._releasing: set[int] = set()
+        self.error = ""  # why the last round failed ("" when it did not)
 
     # ---- the fence ------------------------------------------------------------------
 
@@ -298,7 +299,9 @@ class ShardKeeper:
         while True:
             try:
                 await asyncio.wait_for(self.round(), timeout=s.retry_period)
+                self.error = ""
             except (ApiError, TimeoutError, OSError) as err:
+                self.error = str(err) or type(err).__name__
                 log.warning("node shards: %s", err, extra={"error": str(err)})
             await asyncio.sleep(s.retry_period)
 

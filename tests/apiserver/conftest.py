@@ -72,6 +72,20 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     state = tmp_path_factory.mktemp("k8s")
     env = {k: v for k, v in os.environ.items() if k not in _PORT_VARIABLES}
     env["OWNER_PID"] = str(os.getpid())
+    # Kubernetes' own Workload/PodGroup API (KEP-4671 gang scheduling, KEP-5832) is alpha
+    # in v1.36: served only with the GenericWorkload gate and scheduling.k8s.io/v1alpha2;
+    # without TopologyAwareWorkloadScheduling the apiserver silently drops a PodGroup's
+    # spec.schedulingConstraints.
+    env["APISERVER_EXTRA_ARGS"] = " ".join(
+        filter(
+            None,
+            (
+                env.get("APISERVER_EXTRA_ARGS", ""),
+                "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+                "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+            ),
+        )
+    )
     started = subprocess.run(
         [str(KIT / "up.sh"), str(state)], env=env, capture_output=True, text=True, timeout=300
     )

@@ -16,6 +16,10 @@ Shapes:
               schedules them as gangs under its queues; kube-scheduler, which knows
               neither, places the same pods one by one (its number is the upper bound
               of what a gang-unaware scheduler does with them).
+  upstream-gang  the same nodes and pods in Kubernetes' own gangs: scheduling.k8s.io
+              v1alpha2 PodGroups of --gang-size (gang minCount = size), pods naming
+              them in spec.schedulingGroup; the API server runs with GenericWorkload
+              and kube-scheduler with its GangScheduling plugin (both alpha in v1.36).
 
 Reported per run: pods/s over the whole run (scheduler start to last bind, informer
 sync included) and steady pods/s (first bind to last bind); then the ratio Shoal /
@@ -96,12 +100,20 @@ class Result:
 # ---- the control plane ------------------------------------------------------------------
 
 
+# Kubernetes' own gang API (v1.36 alpha): served by the API server, used by
+# kube-scheduler's GangScheduling plugin.
+WORKLOAD_GATES = "GenericWorkload=true,GangScheduling=true"
+WORKLOAD_API = "--runtime-config=scheduling.k8s.io/v1alpha2=true"
+
+
 @contextlib.contextmanager
-def control_plane() -> Iterator[tuple[Path, dict[str, str]]]:
+def control_plane(workload_api: bool = False) -> Iterator[tuple[Path, dict[str, str]]]:
     with tempfile.TemporaryDirectory(prefix="shoal-vs-kube-") as tmp:
         state = Path(tmp) / "k8s"
         env = {k: v for k, v in os.environ.items() if k not in PORT_VARIABLES}
         env["OWNER_PID"] = str(os.getpid())
+        if workload_api:
+            env["APISERVER_EXTRA_ARGS"] = f"--feature-gates={WORKLOAD_GATES} {WORKLOAD_API}"
         started = subprocess.run(
             [str(KIT / "up.sh"), str(state)], env=env, capture_output=True, text=True
         )
@@ -159,13 +171,15 @@ async def create_node(client: KubeClient, i: int) -> None:
     )
 
 
-def pod(namespace: str, name: str, group: str = "") -> JSON:
-    labels = {GROUP_LABEL: group} if group else {}
+def pod(namespace: str, name: str, group: str = "", upstream: bool = False) -> JSON:
+    labels = {GROUP_LABEL: group} if group and not upstream else {}
+    extra: JSON = {"schedulingGroup": {"podGroupName": group}} if upstream else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
+            **extra,
             "schedulerName": SCHEDULER_NAME,
             "containers": [
                 {
@@ -224,6 +238,28 @@ async def create_workload(client: KubeClient, shape: str, pods: int, gang_size: 
             g = i // gang_size
             ns = spaces[g % NAMESPACE_COUNT]
             jobs.append(client.request("POST", PODS.path(ns), body=pod(ns, f"pod-{i}", f"job-{g}")))
+    elif shape == "upstream-gang":
+        # Kubernetes' own PodGroups (scheduling.k8s.io/v1alpha2, gang minCount = size):
+        # kube-scheduler places them with its GangScheduling plugin, Shoal as gangs.
+        groups = -(-pods // gang_size)
+        for g in range(groups):
+            ns = spaces[g % NAMESPACE_COUNT]
+            size = min(gang_size, pods - g * gang_size)
+            group = {
+                "apiVersion": "scheduling.k8s.io/v1alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": f"job-{g}", "namespace": ns},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+            }
+            path = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"
+            jobs.append(client.request("POST", path, body=group))
+        await gather_limited(jobs)
+        jobs = []
+        for i in range(pods):
+            g = i // gang_size
+            ns = spaces[g % NAMESPACE_COUNT]
+            body = pod(ns, f"pod-{i}", f"job-{g}", upstream=True)
+            jobs.append(client.request("POST", PODS.path(ns), body=body))
     else:
         for i in range(pods):
             ns = spaces[i % NAMESPACE_COUNT]
@@ -251,14 +287,18 @@ def replicas(name: str) -> int:
     return int(name.removeprefix("shoal-x")) if name.startswith("shoal-x") else 1
 
 
-def scheduler_command(name: str, config: Path, env: dict[str, str], replica: int = 0) -> list[str]:
+def scheduler_command(
+    name: str, config: Path, env: dict[str, str], replica: int = 0, shape: str = ""
+) -> list[str]:
     if name == "kube":
+        gates = [f"--feature-gates={WORKLOAD_GATES}"] if shape == "upstream-gang" else []
         return [
             str(Path(env["K8S_BIN_DIR"]) / "kube-scheduler"),
             f"--config={config}",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             "--secure-port=0",
+            *gates,
         ]
     if name == "bare":
         # No scheduling at all: list the pending pods and POST their Bindings, with the
@@ -399,7 +439,7 @@ async def list_pods(client: KubeClient) -> tuple[list[JSON], str]:
 
 
 async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Result:
-    with control_plane() as (state, env):
+    with control_plane(workload_api=shape == "upstream-gang") as (state, env):
         if shape == "gang-queue":
             kubectl(env, "apply", "-f", str(ROOT / "deploy" / "crds"))
             kubectl(
@@ -429,7 +469,7 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 processes = [
                     await stack.enter_async_context(
                         running(
-                            scheduler_command(scheduler, config, env, i),
+                            scheduler_command(scheduler, config, env, i, shape),
                             log.with_suffix(f".{i}.log") if i else log,
                         )
                     )

@@ -174,11 +174,12 @@ class VictimSearch:
             results: dict[int, list[list[PodInfo]] | None] = {}
             if local:
                 # Units confined to their node can be judged for all nodes at once.
+                # (A unit of one pod is a pod of this row: only groups need looking at.)
                 alone = [
                     row
                     for row in chunk
                     if all(
-                        table.row_of.get(eligible[p.uid].node) == row
+                        len(u) == 1 or table.row_of.get(eligible[p.uid].node) == row
                         for u in units_of[row]
                         for p in u
                     )

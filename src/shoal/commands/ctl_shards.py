@@ -36,12 +36,11 @@ from shoal.commands.ctl_output import table_console as _table_console
 from shoal.drivers.kube.client import JSON, ClientSettings, KubeClient, connect
 from shoal.drivers.kube.resources import LEASES, NODES
 from shoal.drivers.kube.shards import (
-    LEADER_ANNOTATION,
     MAP_ANNOTATION,
     MAP_NAME,
-    NAMES_ANNOTATION,
     ROLE_LABEL,
     ShardTable,
+    read_leases,
     slot_of,
 )
 
@@ -93,34 +92,24 @@ def _unix_time(text: str) -> float | None:
 def member_leases(leases: Sequence[JSON]) -> tuple[JSON | None, list[MemberLease]]:
     """The shard map Lease (None: there is none) and the member Leases, as the replicas
     read them (`ShardKeeper._read`): by the role label, members by holderIdentity."""
-    shard_map: JSON | None = None
+    shard_map, found = read_leases(leases)
     members: list[MemberLease] = []
-    for item in leases:
-        meta = item.get("metadata") or {}
-        spec = item.get("spec") or {}
-        role = (meta.get("labels") or {}).get(ROLE_LABEL)
-        if meta.get("name") == MAP_NAME and role == "map":
-            shard_map = item
-        elif role == "member":
-            identity = str(spec.get("holderIdentity") or "")
-            if not identity:
-                continue
-            annotations = meta.get("annotations") or {}
-            names = tuple(n for n in str(annotations.get(NAMES_ANNOTATION, "")).split(",") if n)
-            renew = spec.get("renewTime")
-            renew_text = str(renew) if renew else None
-            duration = spec.get("leaseDurationSeconds")
-            members.append(
-                MemberLease(
-                    identity=identity,
-                    lease=str(meta.get("name", "")),
-                    scheduler_names=names,
-                    leader_lease=str(annotations.get(LEADER_ANNOTATION, "")),
-                    renew_text=renew_text,
-                    renewed=_unix_time(renew_text) if renew_text else None,
-                    duration=duration if isinstance(duration, int) else None,
-                )
+    for member, lease in found:
+        spec = lease.get("spec") or {}
+        renew = spec.get("renewTime")
+        renew_text = str(renew) if renew else None
+        duration = spec.get("leaseDurationSeconds")
+        members.append(
+            MemberLease(
+                identity=member.identity,
+                lease=str((lease.get("metadata") or {}).get("name", "")),
+                scheduler_names=tuple(sorted(member.scheduler_names)),
+                leader_lease=member.leader_lease,
+                renew_text=renew_text,
+                renewed=_unix_time(renew_text) if renew_text else None,
+                duration=duration if isinstance(duration, int) else None,
             )
+        )
     return shard_map, sorted(members, key=lambda m: m.identity)
 
 

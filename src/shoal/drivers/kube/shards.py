@@ -63,6 +63,7 @@ __all__ = [
     "home_order",
     "member_lease_name",
     "plan",
+    "read_leases",
     "slot_of",
     "unschedulable_since",
 ]
@@ -425,25 +426,11 @@ class ShardKeeper:
         return [item for item in page.get("items") or () if isinstance(item, dict)]
 
     def _read(self, items: list[JSON]) -> tuple[list[Member], JSON | None]:
-        members: list[Member] = []
-        shard_map: JSON | None = None
-        for item in items:
-            meta = item.get("metadata") or {}
-            spec = item.get("spec") or {}
-            role = (meta.get("labels") or {}).get(ROLE_LABEL)
-            if meta.get("name") == MAP_NAME and role == "map":
-                shard_map = item
-            elif role == "member":
-                identity = str(spec.get("holderIdentity") or "")
-                if not identity:
-                    continue
-                annotations = meta.get("annotations") or {}
-                names = frozenset(
-                    n for n in str(annotations.get(NAMES_ANNOTATION, "")).split(",") if n
-                )
-                members.append(Member(identity, names, str(annotations.get(LEADER_ANNOTATION, ""))))
-                self._observe(identity, f"{spec.get('renewTime')}/{meta.get('resourceVersion')}")
-        return members, shard_map
+        shard_map, found = read_leases(items)
+        for member, lease in found:
+            meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
+            self._observe(member.identity, f"{spec.get('renewTime')}/{meta.get('resourceVersion')}")
+        return [member for member, _ in found], shard_map
 
     def _table_of(self, shard_map: JSON | None) -> ShardTable | None:
         if shard_map is None:
@@ -581,6 +568,28 @@ class ShardKeeper:
             )
         except (ApiError, OSError, TimeoutError) as err:
             log.warning("node shards: giving shards back failed: %s", err)
+
+
+def read_leases(items: Iterable[JSON]) -> tuple[JSON | None, list[tuple[Member, JSON]]]:
+    """The shard map Lease (None: there is none) and the member Leases with the member
+    each describes, as every reader takes them: by the role label, members by
+    holderIdentity (a member Lease without one is skipped)."""
+    shard_map: JSON | None = None
+    members: list[tuple[Member, JSON]] = []
+    for item in items:
+        meta = item.get("metadata") or {}
+        role = (meta.get("labels") or {}).get(ROLE_LABEL)
+        if meta.get("name") == MAP_NAME and role == "map":
+            shard_map = item
+        elif role == "member":
+            identity = str((item.get("spec") or {}).get("holderIdentity") or "")
+            if not identity:
+                continue
+            annotations = meta.get("annotations") or {}
+            names = frozenset(n for n in str(annotations.get(NAMES_ANNOTATION, "")).split(",") if n)
+            member = Member(identity, names, str(annotations.get(LEADER_ANNOTATION, "")))
+            members.append((member, item))
+    return shard_map, members
 
 
 def _int_rv(obj: JSON) -> int:

@@ -194,12 +194,6 @@ class IoPort:
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
-        # Posts from other threads wait here, in order; one wakeup of the I/O loop runs
-        # them all (a wakeup is a write to the loop's self-pipe: one per effect was a
-        # syscall per bind, event and status write under load).
-        self._outbox: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-        self._lock = threading.Lock()
-        self._draining = False
 
     def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
         self.loop = loop
@@ -217,31 +211,10 @@ class IoPort:
         if loop is None or self._running_on(loop):
             fn(*args)
             return
-        with self._lock:
-            self._outbox.append((fn, args))
-            if self._draining:
-                return
-            self._draining = True
         try:
-            loop.call_soon_threadsafe(self._drain)
+            loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the I/O loop is closed: the backend is gone
-            with self._lock:
-                dropped, self._outbox, self._draining = len(self._outbox), [], False
-            log.debug("dropped %d posts: the I/O loop is closed", dropped)
-
-    def _drain(self) -> None:
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    self._draining = False
-                    return
-                batch, self._outbox = self._outbox, []
-            for fn, args in batch:
-                try:
-                    fn(*args)
-                except Exception:
-                    # One failed hand-over must not stop the ones after it.
-                    log.exception("running %s on the I/O loop failed", getattr(fn, "__name__", fn))
+            log.debug("dropped %s: the I/O loop is closed", getattr(fn, "__name__", fn))
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the I/O loop and await it here (cancelling this cancels it)."""

@@ -21,7 +21,7 @@ The rules (client-go's leader election, per shard):
 * It gives a shard back (holder "") only after it stopped deciding on its nodes and no
   Binding to them is in flight. A shard taken over is used once our pod watch has caught
   up with the write that took it (so the last holder's binds are in the cache), or after
-  one retry period when nothing newer arrives.
+  leaseDuration when nothing newer arrives.
 * Each replica aims at `ceil(slots / live members)` shards: a replica that joins gets
   shards from the others, a replica that dies leaves its shards to be taken over.
 
@@ -355,10 +355,14 @@ class ShardKeeper:
         held = frozenset(table.held_by(me))
         now = self.clock()
         for slot, (rv, taken) in list(self._settling.items()):
+            # Usable once our pod watch has seen the write that took the shard (so the
+            # last holder's binds are in the cache); a watch that hears of no newer
+            # pod writes (an idle cluster, bookmarks a minute apart) is trusted after
+            # leaseDuration.
             if (
                 slot not in held
                 or self.watch_caught_up(rv)
-                or now - taken >= self.settings.retry_period
+                or now - taken >= self.settings.lease_duration
             ):
                 del self._settling[slot]
         usable = held - set(self._settling) - self._releasing

@@ -94,9 +94,10 @@ class Group:
     schedule_timeout: float | None = None  # from the PodGroup object; None: the profile's
     config: GangConfig = DEFAULT_CONFIG  # from the Coscheduling args of the members' profile
     # Topology levels (node label keys): the gang must sit in one domain of the
-    # required level, and preferably in one (else few) of the preferred level.
+    # required level, and preferably in one domain of the lowest preferred level, else
+    # of the next one up, else in few domains of the highest (lowest level first).
     topology_required: str = ""
-    topology_preferred: str = ""
+    topology_preferred: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
     source: str = ""
@@ -211,8 +212,9 @@ class GangManager:
         if isinstance(obj, UpstreamPodGroup) and obj.topology_key:
             # schedulingConstraints.topology: all members within one domain of the key.
             group.topology_required = obj.topology_key
-            if group.topology_preferred == group.topology_required:
-                group.topology_preferred = ""
+            group.topology_preferred = tuple(
+                k for k in group.topology_preferred if k != group.topology_required
+            )
         self._update_phase(group)
         return group
 
@@ -223,9 +225,13 @@ class GangManager:
 
     def _read_shoal_annotations(self, group: Group, annotations: dict[str, str]) -> None:
         group.topology_required = annotations.get(TOPOLOGY_REQUIRED, "").strip()
-        group.topology_preferred = annotations.get(TOPOLOGY_PREFERRED, "").strip()
-        if group.topology_preferred == group.topology_required:
-            group.topology_preferred = ""
+        group.topology_preferred = tuple(
+            key
+            for key in dict.fromkeys(
+                part.strip() for part in annotations.get(TOPOLOGY_PREFERRED, "").split(",")
+            )
+            if key and key != group.topology_required
+        )
         if raw := annotations.get(MIN_EXECUTORS):
             try:
                 group.min_executors = max(0, int(raw))

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from shoal.cache.labels import MISSING
 from shoal.cache.snapshot import Snapshot
 
-__all__ = ["DomainChoice", "choose_domains", "choose_nested", "members_per_node"]
+__all__ = ["DomainChoice", "choose_domains", "choose_levels", "members_per_node"]
 
 
 @dataclass(frozen=True)
@@ -88,38 +88,62 @@ def choose_domains(
     return DomainChoice(np.isin(codes, chosen), tuple(values[int(d)] for d in chosen))
 
 
-def choose_nested(
+def choose_levels(
     snap: Snapshot,
     required_key: str,
-    preferred_key: str,
+    preferred_keys: tuple[str, ...],
     capacity: NDArray[np.int64],
     count: int,
 ) -> DomainChoice:
-    """A required level and a preferred lower one (spine required, leaf preferred): the
-    smallest preferred domain that holds the whole gang and lies inside one required
-    domain, else the required domain (smallest that fits) with the fewest preferred
-    domains inside it (every node of that domain when its preferred labels fall short:
-    the preference never blocks)."""
-    req_codes, _, _ = _domains(snap, required_key, capacity)
-    pref_codes, pref_values, per_pref = _domains(snap, preferred_key, capacity)
-    fitting = np.flatnonzero(per_pref >= count)
-    if fitting.size:
-        # Preferred domains whose nodes all carry one value of the required label: the
-        # lowest and highest required code over each domain's nodes are equal.
-        labelled = pref_codes != MISSING
-        lo = np.full(per_pref.size, np.iinfo(np.int32).max, dtype=np.int64)
-        hi = np.full(per_pref.size, np.iinfo(np.int32).min, dtype=np.int64)
-        np.minimum.at(lo, pref_codes[labelled], req_codes[labelled])
-        np.maximum.at(hi, pref_codes[labelled], req_codes[labelled])
-        inside = fitting[(lo[fitting] == hi[fitting]) & (lo[fitting] != MISSING)]
-        if inside.size:
-            best = int(inside[np.argmin(per_pref[inside])])
-            return DomainChoice(pref_codes == best, (pref_values[best],))
+    """Preferred levels, lowest first (leaf, spine, block), under an optional required
+    one: the smallest domain of the lowest preferred level that holds the whole gang
+    (inside one required domain), else of the next level up, and so on, so the highest
+    tier the gang spans is as low as it can be; when no single domain of any preferred
+    level holds it, the fewest domains of the highest one (inside the required domain,
+    if any). A preference never blocks."""
+    for key in preferred_keys:
+        found = _smallest_inside(snap, required_key, key, capacity, count)
+        if found is not None:
+            return found
+    highest = preferred_keys[-1]
+    if required_key:
+        return _fewest_inside(snap, required_key, highest, capacity, count)
+    return choose_domains(snap, highest, capacity, count, required=False)
+
+
+def _smallest_inside(
+    snap: Snapshot, required_key: str, key: str, capacity: NDArray[np.int64], count: int
+) -> DomainChoice | None:
+    """The smallest domain of `key` that holds `count` members and lies inside one
+    domain of `required_key` (any, without one); None when there is none."""
+    codes, values, per_domain = _domains(snap, key, capacity)
+    fitting = np.flatnonzero(per_domain >= count)
+    if fitting.size and required_key:
+        # Domains whose nodes all carry one value of the required label: the lowest and
+        # highest required code over each domain's nodes are equal.
+        req_codes, _, _ = _domains(snap, required_key, capacity)
+        labelled = codes != MISSING
+        lo = np.full(per_domain.size, np.iinfo(np.int32).max, dtype=np.int64)
+        hi = np.full(per_domain.size, np.iinfo(np.int32).min, dtype=np.int64)
+        np.minimum.at(lo, codes[labelled], req_codes[labelled])
+        np.maximum.at(hi, codes[labelled], req_codes[labelled])
+        fitting = fitting[(lo[fitting] == hi[fitting]) & (lo[fitting] != MISSING)]
+    if not fitting.size:
+        return None
+    best = int(fitting[np.argmin(per_domain[fitting])])
+    return DomainChoice(codes == best, (values[best],))
+
+
+def _fewest_inside(
+    snap: Snapshot, required_key: str, key: str, capacity: NDArray[np.int64], count: int
+) -> DomainChoice:
+    """The required domain (smallest that fits) with the fewest domains of `key` inside
+    it (every node of it when its `key` labels fall short)."""
     outer = choose_domains(snap, required_key, capacity, count, required=True)
     if outer.rows is None:
         return outer
     within = np.where(outer.rows, capacity, 0)
-    inner = choose_domains(snap, preferred_key, within, count, required=False)
+    inner = choose_domains(snap, key, within, count, required=False)
     rows = outer.rows if inner.rows is None else inner.rows & outer.rows
     if int(within[rows].sum()) < count:
         rows = outer.rows

@@ -47,7 +47,7 @@ from shoal.framework.runtime import Framework
 from shoal.framework.status import Code, Status
 from shoal.framework.types import Candidates
 from shoal.gang.manager import Group
-from shoal.gang.topology import choose_domains, choose_nested, members_per_node
+from shoal.gang.topology import choose_domains, choose_levels, members_per_node
 from shoal.scheduler.algorithm import PlacementAlgorithm
 from shoal.scheduling_queue.queue import QueuedPod
 
@@ -140,14 +140,12 @@ class GangCycle:
             outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
             shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
             capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
-            if group.topology_required and group.topology_preferred:
-                choice = choose_nested(
+            if group.topology_preferred:
+                choice = choose_levels(
                     snap, group.topology_required, group.topology_preferred, capacity, need
                 )
-            elif group.topology_required:
-                choice = choose_domains(snap, group.topology_required, capacity, need, True)
             else:
-                choice = choose_domains(snap, group.topology_preferred, capacity, need, False)
+                choice = choose_domains(snap, group.topology_required, capacity, need, True)
             if choice.rows is None:
                 message = f"gang {group.key}: {choice.message}"
                 status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")

@@ -162,8 +162,10 @@ def test_the_rendered_configuration_is_one_shoal_accepts() -> None:
     rendered = _rendered()
     (role,) = [d for d in rendered["rbac.yaml"] if d["kind"] == "Role"]
     assert role["metadata"]["namespace"] == "shoal-system"
-    # Leases of its own namespace only (leader election, node shards).
-    assert [r["resources"] for r in role["rules"]] == [["leases"]]
+    # Leases of its own namespace only (leader election, node shards), updated by name.
+    assert [r["resources"] for r in role["rules"]] == [["leases"], ["leases"]]
+    named = role["rules"][1]["resourceNames"]
+    assert named[:2] == ["shoal", "shoal-node-shards"] and "shoal-member-31" in named
     plain = load_all((DEPLOY / "rbac.yaml").read_text())
     roles = {
         d["metadata"]["name"].replace("shoal", "RELEASE", 1): d["rules"]

@@ -23,7 +23,6 @@ from shoal.drivers.kube.shards import (
     NAMES_ANNOTATION,
     ROLE_LABEL,
     ShardTable,
-    member_lease_name,
     slot_of,
 )
 from shoal.drivers.kube.status import micro_time
@@ -34,6 +33,11 @@ SLOTS = 8
 NODES = [f"node-{i}" for i in range(12)]
 # a: slots 0-2; b: 3-4; ghost (no member Lease): 5; free: 6-7; c holds nothing.
 HOLDERS = ["a", "a", "a", "b", "b", "ghost", "", ""]
+
+
+def member_lease_name(identity: str) -> str:
+    """The member Lease each test replica holds (replicas take the fixed names in turn)."""
+    return f"shoal-member-{['a', 'b', 'c', 'slow', 'late'].index(identity)}"
 
 
 def _nodes_in(slots: list[int]) -> int:

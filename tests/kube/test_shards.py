@@ -284,3 +284,35 @@ async def test_a_shard_map_that_cannot_be_read_fails_readyz_naming_the_fix(
 
             await eventually(lambda: "nodeShards" in {c.name for c in kube.readyz() if not c.ok})
             assert "delete the Lease to start over" in failed()
+
+
+@async_test()
+async def test_member_leases_have_fixed_names_and_are_reused_once_released(
+    tmp_path: Path,
+) -> None:
+    """RBAC names the Leases a replica may update; a replica takes the lowest member
+    Lease that is free: never one a live replica holds."""
+    async with FakeApiServer() as api:
+        clock = _Clock()
+        connection = await connect(str(api.kubeconfig(tmp_path / "kubeconfig")))
+        try:
+            a = ShardKeeper(connection.client("a", ClientSettings()), _settings("a"), clock=clock)
+            b = ShardKeeper(connection.client("b", ClientSettings()), _settings("b"), clock=clock)
+            await a.round()
+            await b.round()
+
+            def holders() -> dict[str, str]:
+                return {
+                    lease["metadata"]["name"]: lease["spec"].get("holderIdentity", "")
+                    for lease in api.list_objects(LEASES.group, LEASES.plural)
+                    if lease["metadata"]["name"].startswith("shoal-member-")
+                }
+
+            assert holders() == {"shoal-member-0": "a", "shoal-member-1": "b"}
+            await a.release_all()
+            assert holders()["shoal-member-0"] == ""
+            c = ShardKeeper(connection.client("c", ClientSettings()), _settings("c"), clock=clock)
+            await c.round()
+            assert holders() == {"shoal-member-0": "c", "shoal-member-1": "b"}
+        finally:
+            await connection.close()

@@ -61,7 +61,7 @@ __all__ = [
     "ShardState",
     "ShardTable",
     "home_order",
-    "member_lease_name",
+    "member_lease_names",
     "plan",
     "read_leases",
     "slot_of",
@@ -103,9 +103,13 @@ class Member:
     leader_lease: str = ""
 
 
-def member_lease_name(identity: str) -> str:
-    """A valid object name for any identity (hostname_uuid has an underscore)."""
-    return MEMBER_PREFIX + hashlib.sha256(identity.encode()).hexdigest()[:24]
+MEMBER_LEASES = 32  # replicas with node shards at most: one member Lease each
+
+
+def member_lease_names() -> list[str]:
+    """The member Leases' names: a fixed set (`shoal-member-0` ..), so that RBAC can grant
+    updates on them by name and on no other Lease of the namespace."""
+    return [f"{MEMBER_PREFIX}{k}" for k in range(MEMBER_LEASES)]
 
 
 def _rank(member: str, key: str) -> bytes:
@@ -309,11 +313,13 @@ class ShardKeeper:
     async def round(self) -> None:
         """One pass: renew our member Lease, read the others and the map, claim or give
         back shards, publish what we may use."""
-        sent = self.clock()
-        await self._renew_member()
-        self.state.last_renew = sent
         items = await self._list()
+        # Read (and observe) the others first: a member Lease is free only once its
+        # holder has been seen silent for leaseDuration.
         members, shard_map = self._read(items)
+        sent = self.clock()
+        await self._renew_member(items)
+        self.state.last_renew = sent
         live = {m.identity for m in members if self._alive(m.identity)}
         live.add(self.settings.identity)
         table = self._table_of(shard_map)
@@ -462,20 +468,20 @@ class ShardKeeper:
 
     _warned_slots = False
 
-    async def _renew_member(self) -> None:
+    async def _renew_member(self, items: list[JSON]) -> None:
+        """Renew our member Lease, or take one: ours from before (a restart with the
+        same identity), else one released or left by a replica gone for leaseDuration,
+        else a new one under the lowest free name (`member_lease_names`: a fixed set, so
+        RBAC can name them)."""
         s = self.settings
-        name = member_lease_name(s.identity)
         now = micro_time()
         spec = {
             "holderIdentity": s.identity,
             "leaseDurationSeconds": max(1, math.ceil(s.lease_duration)),
             "renewTime": now,
         }
-        annotations = {
-            NAMES_ANNOTATION: ",".join(sorted(s.scheduler_names)),
-            LEADER_ANNOTATION: s.leader_lease,
-        }
         if self._member is not None:
+            name = str((self._member.get("metadata") or {}).get("name", ""))
             body = dict(self._member)
             body["spec"] = {**(body.get("spec") or {}), **spec}
             try:
@@ -486,12 +492,35 @@ class ShardKeeper:
             except ApiError as err:
                 if not (err.conflict or err.not_found):
                     raise
-                self._member = None
-        try:
-            current = await self.client.request("GET", LEASES.path(s.namespace, name))
-        except ApiError as err:
-            if not err.not_found:
-                raise
+                self._member = None  # taken over or deleted: find one again below
+        by_name = {
+            str((item.get("metadata") or {}).get("name", "")): item
+            for item in items
+            if ((item.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL) == "member"
+        }
+        names = member_lease_names()
+        holder = {
+            n: str(((by_name[n].get("spec") or {}).get("holderIdentity")) or "") for n in by_name
+        }
+        mine = [n for n in names if holder.get(n) == s.identity]
+        free = [n for n in names if n in by_name and not self._alive_or_mine(holder[n])]
+        missing = [n for n in names if n not in by_name]
+        for name in (*mine, *free):
+            body = dict(by_name[name])
+            meta = dict(body.get("metadata") or {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **self._annotations()}
+            body["metadata"] = meta
+            acquire = {} if holder[name] == s.identity else {"acquireTime": now}
+            body["spec"] = {**(body.get("spec") or {}), **spec, **acquire}
+            try:
+                self._member = await self.client.request(
+                    "PUT", LEASES.path(s.namespace, name), body=body
+                )
+                return
+            except ApiError as err:
+                if not err.conflict:
+                    raise
+        for name in missing:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
@@ -499,19 +528,35 @@ class ShardKeeper:
                     "name": name,
                     "namespace": s.namespace,
                     "labels": {ROLE_LABEL: "member"},
-                    "annotations": annotations,
+                    "annotations": self._annotations(),
                 },
                 "spec": {**spec, "acquireTime": now},
             }
-            self._member = await self.client.request("POST", LEASES.path(s.namespace), body=body)
-            return
-        body = dict(current)
-        meta = dict(body.get("metadata") or {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
-        meta["labels"] = {**(meta.get("labels") or {}), ROLE_LABEL: "member"}
-        body["metadata"] = meta
-        body["spec"] = {**(body.get("spec") or {}), **spec}
-        self._member = await self.client.request("PUT", LEASES.path(s.namespace, name), body=body)
+            try:
+                self._member = await self.client.request(
+                    "POST", LEASES.path(s.namespace), body=body
+                )
+                return
+            except ApiError as err:
+                if not err.conflict:
+                    raise
+        raise ApiError(
+            409,
+            "Conflict",
+            f"no free member Lease: all {len(names)} ({names[0]} .. {names[-1]}) are held by "
+            "live replicas; node shards take at most that many replicas",
+        )
+
+    def _annotations(self) -> dict[str, str]:
+        s = self.settings
+        return {
+            NAMES_ANNOTATION: ",".join(sorted(s.scheduler_names)),
+            LEADER_ANNOTATION: s.leader_lease,
+        }
+
+    def _alive_or_mine(self, holder: str) -> bool:
+        """Is a member Lease's holder a live replica (or us): not to be taken?"""
+        return bool(holder) and self._alive(holder)
 
     async def _create_map(self) -> ShardTable | None:
         s = self.settings
@@ -557,7 +602,7 @@ class ShardKeeper:
 
     async def release_all(self) -> None:
         """On a clean shutdown (after binding stopped): give every shard back and
-        delete our member Lease, so others take over at once."""
+        release our member Lease (empty holder), so others take over at once."""
         s = self.settings
         try:
             items = await self._list()
@@ -567,9 +612,12 @@ class ShardKeeper:
                 for slot in table.held_by(s.identity):
                     table.holders[slot] = ""
                 await self._write_map(shard_map, table)
-            await self.client.request(
-                "DELETE", LEASES.path(s.namespace, member_lease_name(s.identity))
-            )
+            if self._member is not None:
+                name = str((self._member.get("metadata") or {}).get("name", ""))
+                body = dict(self._member)
+                body["spec"] = {**(body.get("spec") or {}), "holderIdentity": ""}
+                await self.client.request("PUT", LEASES.path(s.namespace, name), body=body)
+                self._member = None
         except (ApiError, OSError, TimeoutError) as err:
             log.warning("node shards: giving shards back failed: %s", err)
 

@@ -37,6 +37,10 @@ identity and leader election off: they split the nodes into node shards and rout
 pods between them (docs/kubernetes.md, "Several active replicas"); the scheduler CPU is
 the sum over the replicas.
 
+Over-subscribed runs (fewer nodes than the pods need): `--expect N` waits for N binds
+(the room there is), then `--settle` seconds more; the report counts the gangs left
+partly bound (some members but fewer than the gang) and the pods bound at the end.
+
 `bare` is no scheduler: a client that only POSTs the Bindings (round-robin, 64 in
 flight, the same QPS/burst), so its rate is the API server's own ceiling for binds on
 this machine, printed beside each scheduler's rate.
@@ -59,6 +63,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +92,8 @@ class Result:
     overcommitted: int
     scheduler_cpu: float  # CPU seconds the scheduler process used during the run
     control_plane_cpu: float  # CPU seconds of kube-apiserver + etcd during the run
+    partial_gangs: int = 0  # gangs with some but not all members bound at the end
+    bound_at_end: int = 0  # pods with a node when the run ended (after --settle)
 
     @property
     def pods_per_second(self) -> float:
@@ -403,12 +410,32 @@ async def watch_binds(
     return times
 
 
+def partial_gangs(pod_list: list[JSON], gang_size: int) -> int:
+    """Gangs with some members bound and fewer than the gang's size (every gang here
+    is all-or-nothing: minimum = size)."""
+    bound: dict[str, int] = defaultdict(int)
+    members: dict[str, int] = defaultdict(int)
+    for item in pod_list:
+        spec = item.get("spec") or {}
+        meta = item.get("metadata") or {}
+        group = (spec.get("schedulingGroup") or {}).get("podGroupName") or (
+            meta.get("labels") or {}
+        ).get(GROUP_LABEL)
+        if not group:
+            continue
+        key = f"{meta.get('namespace')}/{group}"
+        members[key] += 1
+        bound[key] += 1 if spec.get("nodeName") else 0
+    return sum(1 for key, n in bound.items() if 0 < n < min(gang_size, members[key]))
+
+
 def overcommitted(pod_list: list[JSON]) -> int:
     limit_cpu = parse_quantity(CAPACITY["cpu"])
     limit_mem = parse_quantity(CAPACITY["memory"])
     limit_pods = int(CAPACITY["pods"])
-    cpu: dict[str, float] = defaultdict(float)
-    mem: dict[str, float] = defaultdict(float)
+    # Exact sums (Fractions): 40 x 0.1 in floats is more than 4.
+    cpu: dict[str, Fraction] = defaultdict(Fraction)
+    mem: dict[str, Fraction] = defaultdict(Fraction)
     count: dict[str, int] = defaultdict(int)
     for item in pod_list:
         node = (item.get("spec") or {}).get("nodeName")
@@ -416,13 +443,13 @@ def overcommitted(pod_list: list[JSON]) -> int:
             continue
         for container in item["spec"]["containers"]:
             requests = (container.get("resources") or {}).get("requests") or {}
-            cpu[node] += float(parse_quantity(requests.get("cpu", "0")))
-            mem[node] += float(parse_quantity(requests.get("memory", "0")))
+            cpu[node] += parse_quantity(requests.get("cpu", "0"))
+            mem[node] += parse_quantity(requests.get("memory", "0"))
         count[node] += 1
     return sum(
         1
         for node in count
-        if cpu[node] > float(limit_cpu) or mem[node] > float(limit_mem) or count[node] > limit_pods
+        if cpu[node] > limit_cpu or mem[node] > limit_mem or count[node] > limit_pods
     )
 
 
@@ -476,11 +503,15 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                     for i in range(replicas(scheduler))
                 ]
                 start = time.monotonic()
-                times = await watch_binds(client, args.pods, resource_version, args.timeout)
+                expect = args.expect or args.pods
+                times = await watch_binds(client, expect, resource_version, args.timeout)
+                if args.expect:
+                    await asyncio.sleep(args.settle)  # would anything more be bound?
                 scheduler_cpu = sum(cpu_seconds(p.pid) for p in processes)
                 plane_cpu = control_plane_cpu(state) - plane_before
             pod_list, _ = await list_pods(client)
-            if len(times) < args.pods:
+            bound_now = sum(1 for p in pod_list if (p.get("spec") or {}).get("nodeName"))
+            if len(times) < expect:
                 tail = log.read_text()[-2000:]
                 print(f"  only {len(times)}/{args.pods} bound; log tail:\n{tail}", flush=True)
             return Result(
@@ -493,6 +524,8 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 overcommitted=overcommitted(pod_list),
                 scheduler_cpu=scheduler_cpu,
                 control_plane_cpu=plane_cpu,
+                partial_gangs=partial_gangs(pod_list, args.gang_size) if shape != "basic" else 0,
+                bound_at_end=bound_now,
             )
         finally:
             await connection.close()
@@ -510,14 +543,15 @@ def report(results: list[Result]) -> None:
     print()
     print(
         f"{'shape':<11} {'scheduler':<15} {'bound':>11} {'pods/s':>8} {'steady':>8} "
-        f"{'overcommitted':>13} {'sched CPU ms/pod':>16} {'apiserver+etcd ms/pod':>21}"
+        f"{'overcommitted':>13} {'partial gangs':>13} {'sched CPU ms/pod':>16} "
+        f"{'apiserver+etcd ms/pod':>21}"
     )
     for r in results:
         per_pod = 1000 / max(1, r.bound)
         print(
             f"{r.shape:<11} {NAMES[r.scheduler]:<15} {r.bound:>5}/{r.pods:<5} "
             f"{r.pods_per_second:>8.0f} {r.steady_pods_per_second:>8.0f} "
-            f"{r.overcommitted:>13} {r.scheduler_cpu * per_pod:>16.2f} "
+            f"{r.overcommitted:>13} {r.partial_gangs:>13} {r.scheduler_cpu * per_pod:>16.2f} "
             f"{r.control_plane_cpu * per_pod:>21.2f}"
         )
     print()
@@ -599,6 +633,15 @@ def main() -> None:
     parser.add_argument("--scheduler", default="kube,shoal")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
+        "--expect",
+        type=int,
+        default=0,
+        help="binds to wait for when not every pod fits (over-subscribed runs; 0: all pods)",
+    )
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds to watch on after --expect binds"
+    )
+    parser.add_argument(
         "--timeout", type=float, default=600, help="seconds to wait for all binds of one run"
     )
     args = parser.parse_args()
@@ -613,7 +656,9 @@ def main() -> None:
                     f"  {shape}/{NAMES[scheduler]}: {result.bound} bound, "
                     f"{result.pods_per_second:.0f} pods/s "
                     f"({result.steady_pods_per_second:.0f} steady), "
-                    f"{result.overcommitted} overcommitted nodes",
+                    f"{result.overcommitted} overcommitted nodes, "
+                    f"{result.partial_gangs} partly bound gangs, "
+                    f"{result.bound_at_end} bound at the end",
                     flush=True,
                 )
                 results.append(result)

@@ -17,10 +17,12 @@ from test_ctl import _json, _shoal
 from shoal.commands.ctl import EXIT_CLUSTER, EXIT_USAGE
 from shoal.commands.ctl_shards import ago, slot_ranges
 from shoal.drivers.kube.shards import (
+    CONFLICTS_ANNOTATION,
     LEADER_ANNOTATION,
     MAP_ANNOTATION,
     MAP_NAME,
     NAMES_ANNOTATION,
+    RATE_ANNOTATION,
     ROLE_LABEL,
     ShardTable,
     slot_of,
@@ -63,6 +65,11 @@ def _member(
                 "annotations": {
                     NAMES_ANNOTATION: names,
                     LEADER_ANNOTATION: f"{namespace}/shoal" if identity == "a" else "",
+                    **(
+                        {RATE_ANNOTATION: "212.5", CONFLICTS_ANNOTATION: "3"}
+                        if identity == "a"
+                        else {}
+                    ),
                 },
             },
             "spec": {
@@ -150,8 +157,9 @@ async def test_get_shards_shows_each_replica_and_the_slots_without_one(tmp_path:
         wide = await _shoal(tmp_path, api, "get", "shards", "-o", "wide")
         assert wide.exit_code == 0, wide.output
         a = _row(wide.stdout, "a")
-        assert a[6:] == ["0-2", "15s", "kube-system/shoal", member_lease_name("a")]
-        assert _row(wide.stdout, "(free)")[6:] == ["6-7", "-", "-", "-"]
+        assert a[6:] == ["0-2", "15s", "kube-system/shoal", member_lease_name("a"), "212.5", "3"]
+        assert _row(wide.stdout, "(free)")[6:] == ["6-7", "-", "-", "-", "-", "-"]
+        assert _row(wide.stdout, "b")[-2:] == ["-", "-"]  # an older replica publishes none
 
         # The alias, and the options before the resource, as kubectl takes them (the
         # RENEWED ages may have moved on by a second between the two commands).

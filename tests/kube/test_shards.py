@@ -309,6 +309,11 @@ async def test_member_leases_have_fixed_names_and_are_reused_once_released(
                 }
 
             assert holders() == {"shoal-member-0": "a", "shoal-member-1": "b"}
+            # Each member Lease says how the replica does (shoal get shards -o wide).
+            lease = api.get(LEASES.group, LEASES.plural, "kube-system", "shoal-member-0")
+            assert lease is not None
+            assert lease["metadata"]["annotations"]["shoal.io/binds-per-second"] == "0.0"
+            assert lease["metadata"]["annotations"]["shoal.io/conflicts"] == "0"
             await a.release_all()
             assert holders()["shoal-member-0"] == ""
             c = ShardKeeper(connection.client("c", ClientSettings()), _settings("c"), clock=clock)

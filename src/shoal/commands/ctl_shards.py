@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.markup import escape
 
@@ -36,8 +36,10 @@ from shoal.commands.ctl_output import table_console as _table_console
 from shoal.drivers.kube.client import JSON, ClientSettings, KubeClient, connect
 from shoal.drivers.kube.resources import LEASES, NODES
 from shoal.drivers.kube.shards import (
+    CONFLICTS_ANNOTATION,
     MAP_ANNOTATION,
     MAP_NAME,
+    RATE_ANNOTATION,
     ROLE_LABEL,
     ShardTable,
     read_leases,
@@ -77,6 +79,8 @@ class MemberLease:
     renew_text: str | None  # spec.renewTime as written
     renewed: float | None  # ... as a Unix time (None: missing or unreadable)
     duration: int | None  # spec.leaseDurationSeconds
+    binds_per_second: float | None = None  # published by the replica each round
+    conflicts: int | None = None  # map writes that lost a race + Bindings refused (409)
 
 
 def _unix_time(text: str) -> float | None:
@@ -99,6 +103,7 @@ def member_leases(leases: Sequence[JSON]) -> tuple[JSON | None, list[MemberLease
         renew = spec.get("renewTime")
         renew_text = str(renew) if renew else None
         duration = spec.get("leaseDurationSeconds")
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
         members.append(
             MemberLease(
                 identity=member.identity,
@@ -108,9 +113,22 @@ def member_leases(leases: Sequence[JSON]) -> tuple[JSON | None, list[MemberLease
                 renew_text=renew_text,
                 renewed=_unix_time(renew_text) if renew_text else None,
                 duration=duration if isinstance(duration, int) else None,
+                binds_per_second=_number(annotations.get(RATE_ANNOTATION), float),
+                conflicts=_number(annotations.get(CONFLICTS_ANNOTATION), int),
             )
         )
     return shard_map, sorted(members, key=lambda m: m.identity)
+
+
+T = TypeVar("T", int, float)
+
+
+def _number(text: object, kind: Callable[[str], T]) -> T | None:
+    """An annotation's number (None when it is missing or not one)."""
+    try:
+        return kind(str(text)) if text is not None else None
+    except ValueError:
+        return None
 
 
 def shard_table(shard_map: JSON) -> ShardTable:
@@ -156,6 +174,8 @@ def shard_rows(
                 "renewTime": m.renew_text,
                 "renewedSecondsAgo": None if ago is None else round(ago, 3),
                 "leaseDurationSeconds": m.duration,
+                "bindsPerSecond": m.binds_per_second,
+                "conflicts": m.conflicts,
             }
         )
     known = {m.identity for m in members}
@@ -174,6 +194,8 @@ def shard_rows(
                     "renewTime": None,
                     "renewedSecondsAgo": None,
                     "leaseDurationSeconds": None,
+                    "bindsPerSecond": None,
+                    "conflicts": None,
                 }
             )
     return rows
@@ -249,6 +271,10 @@ def slot_ranges(slots: Sequence[int]) -> str:
 Column = tuple[str, Callable[[Mapping[str, Any]], str]]
 
 
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _columns(wide: bool) -> list[Column]:
     def renewed(r: Mapping[str, Any]) -> str:
         seconds = r["renewedSecondsAgo"]
@@ -276,6 +302,8 @@ def _columns(wide: bool) -> list[Column]:
             ("LEASE DURATION", duration),
             ("LEADER LEASE", lambda r: r["leaderLease"] or "-"),
             ("MEMBER LEASE", lambda r: r["memberLease"] or "-"),
+            ("BINDS/S", lambda r: _or_dash(r["bindsPerSecond"])),
+            ("CONFLICTS", lambda r: _or_dash(r["conflicts"])),
         ]
     return columns
 

@@ -366,6 +366,7 @@ class KubeBackend:
                 watch_caught_up=self._pods_caught_up,
                 on_change=self._shards_changed,
                 on_round=self._shards_round,
+                binds=lambda: (self.bound, self.binder.conflicts),
             )
             # Until the first shard round: no pending pod is ours, no shared status.
             self.intake.routing = Routing(opts.identity, ())

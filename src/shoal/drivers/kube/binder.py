@@ -90,6 +90,7 @@ class KubeBinder:
         self.issued: set[str] = set()
         self._slots = asyncio.Semaphore(concurrency)
         self.in_flight = 0
+        self.conflicts = 0  # Bindings the API server refused as conflicting (409)
         self.in_flight_nodes: Counter[str] = Counter()  # node -> Bindings sent, unanswered
         self.settling = 0  # binds whose outcome is being read back
 
@@ -144,6 +145,7 @@ class KubeBinder:
             raise
         except ApiError as err:
             result = "conflict" if err.conflict else "gone" if err.not_found else "error"
+            self.conflicts += err.conflict
             raise BindError(
                 f"pod {pod.key} to {node}: {err.status} {err.reason}: {err.message}"
             ) from None

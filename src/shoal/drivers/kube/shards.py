@@ -76,6 +76,9 @@ ROLE_LABEL = "shoal.io/node-shards"  # "map" or "member"
 MAP_ANNOTATION = "shoal.io/node-shards"
 NAMES_ANNOTATION = "shoal.io/scheduler-names"
 LEADER_ANNOTATION = "shoal.io/leader-lease"
+# Published on each member Lease every round (shoal get shards shows them).
+RATE_ANNOTATION = "shoal.io/binds-per-second"
+CONFLICTS_ANNOTATION = "shoal.io/conflicts"
 DEFAULT_SLOTS = 16
 
 
@@ -264,6 +267,7 @@ class ShardKeeper:
         watch_caught_up: Callable[[int], bool] = lambda rv: True,
         on_change: Callable[[ShardState], None] = lambda state: None,
         on_round: Callable[[ShardState], None] = lambda state: None,
+        binds: Callable[[], tuple[int, int]] = lambda: (0, 0),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
@@ -273,6 +277,8 @@ class ShardKeeper:
         self.watch_caught_up = watch_caught_up
         self.on_change = on_change
         self.on_round = on_round
+        self.binds = binds  # (pods bound, Bindings refused as conflicts) so far
+        self._last_binds: tuple[float, int] | None = None  # (when, pods bound) last round
         self.clock = clock
         self.state = ShardState()
         self._member: JSON | None = None
@@ -483,6 +489,9 @@ class ShardKeeper:
         if self._member is not None:
             name = str((self._member.get("metadata") or {}).get("name", ""))
             body = dict(self._member)
+            meta = dict(body.get("metadata") or {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **self._annotations()}
+            body["metadata"] = meta
             body["spec"] = {**(body.get("spec") or {}), **spec}
             try:
                 self._member = await self.client.request(
@@ -548,10 +557,20 @@ class ShardKeeper:
         )
 
     def _annotations(self) -> dict[str, str]:
+        """Who we are, and our binds per second since the last round and conflicts so
+        far (map writes that lost a race, Bindings refused as conflicting)."""
         s = self.settings
+        now = self.clock()
+        bound, refused = self.binds()
+        rate = 0.0
+        if self._last_binds is not None and now > self._last_binds[0]:
+            rate = (bound - self._last_binds[1]) / (now - self._last_binds[0])
+        self._last_binds = (now, bound)
         return {
             NAMES_ANNOTATION: ",".join(sorted(s.scheduler_names)),
             LEADER_ANNOTATION: s.leader_lease,
+            RATE_ANNOTATION: f"{rate:.1f}",
+            CONFLICTS_ANNOTATION: str(self.state.conflicts + refused),
         }
 
     def _alive_or_mine(self, holder: str) -> bool:

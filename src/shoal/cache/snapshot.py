@@ -196,6 +196,20 @@ class Snapshot:
         mine = (priorities >= pod.priority) & (uids != pod.uid)
         return rows[mine], vectors[mine]
 
+    def free_for(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.int64]:
+        """Free resources of `rows` (all columns, a copy) less the room nominated to
+        other pods of equal or higher priority (kube adds nominated pods before judging
+        a node)."""
+        nominated_rows, vectors = self.nominated_room(pod)
+        free: NDArray[np.int64] = self.free[rows].copy()
+        if nominated_rows.size:
+            position = np.full(self.n, -1, dtype=np.intp)
+            position[rows] = np.arange(rows.size, dtype=np.intp)
+            at = position[nominated_rows]
+            hit = at >= 0
+            np.subtract.at(free, at[hit], vectors[hit])
+        return free
+
     def nominated_against(self, pod: PodInfo) -> list[tuple[int, PodInfo]]:
         """(row, pod) of nominated pods that `pod` must leave room for: other pods with
         equal or higher priority that preempted room on a node and wait for it."""

@@ -226,16 +226,7 @@ class NodeResourcesFit:
         cols, need, gpu = state.read(_STATE_KEY)
         if gpu >= 0:
             return None
-        snap = self.handle.snapshot
-        free = snap.free[rows][:, cols] + freed[:, cols]
-        if snap.nominations:
-            nominated, vectors = snap.nominated_room(pod)
-            if nominated.size:
-                position = np.full(snap.n, -1, dtype=np.intp)
-                position[rows] = np.arange(rows.size, dtype=np.intp)
-                at = position[nominated]
-                hit = at >= 0
-                np.subtract.at(free, at[hit], vectors[hit][:, cols])
+        free = (self.handle.snapshot.free_for(pod, rows) + freed)[:, cols]
         fits: NDArray[np.bool_] = np.all(free >= need, axis=1)
         return fits
 

@@ -395,20 +395,6 @@ class VictimSearch:
             passed &= np.array([str(names[r]) in pre.node_names for r in rows.tolist()], bool)
         return passed
 
-    def _free_for(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.int64]:
-        """Free resources of `rows` (all columns) less the room nominated to other pods of
-        equal or higher priority (kube adds nominated pods before judging a node)."""
-        snap = self.handle.snapshot
-        nominated_rows, vectors = snap.nominated_room(pod)
-        free: NDArray[np.int64] = snap.free[rows].copy()
-        if nominated_rows.size:
-            position = np.full(snap.n, -1, dtype=np.intp)
-            position[rows] = np.arange(rows.size, dtype=np.intp)
-            at = position[nominated_rows]
-            hit = at >= 0
-            np.subtract.at(free, at[hit], vectors[hit])
-        return free
-
     def _resources_fit_back(
         self, pod: PodInfo, rows: NDArray[np.intp], back: list[list[PodInfo]]
     ) -> NDArray[np.bool_]:
@@ -417,7 +403,7 @@ class VictimSearch:
         skips putting back, and re-running every filter for, a victim that plainly does
         not leave room."""
         table = self.handle.cluster.table
-        free = self._free_for(pod, rows)
+        free = self.handle.snapshot.free_for(pod, rows)
         for i, pods in enumerate(back):
             for victim in pods:
                 free[i] -= table.pod_vector(victim)
@@ -433,7 +419,7 @@ class VictimSearch:
         cols = np.flatnonzero(need)
         if not cols.size:
             return np.ones(rows.size, dtype=bool)
-        free = self._free_for(pod, rows)[:, cols]
+        free = self.handle.snapshot.free_for(pod, rows)[:, cols]
         at = [i for i, row in enumerate(rows.tolist()) for _ in by_row[row]]
         if at:
             vectors = np.stack([table.pod_vector(v) for row in rows.tolist() for v in by_row[row]])

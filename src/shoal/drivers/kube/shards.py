@@ -183,8 +183,14 @@ class Routing:
     handoff_seconds: float = 10.0
 
     def order(self, key: str, scheduler_name: str) -> list[str]:
+        """The replicas serving `scheduler_name` (all of them for "") in the order they
+        take `key`."""
         assert self.members is not None
-        serving = [m.identity for m in self.members if scheduler_name in m.scheduler_names]
+        serving = [
+            m.identity
+            for m in self.members
+            if not scheduler_name or scheduler_name in m.scheduler_names
+        ]
         return home_order(key, serving)
 
     def writes_status(self, key: str, scheduler_name: str) -> bool:
@@ -193,13 +199,7 @@ class Routing:
         schedulerName, the home among all replicas."""
         if self.members is None:
             return True
-        serving = [
-            m.identity
-            for m in self.members
-            if not scheduler_name or scheduler_name in m.scheduler_names
-        ]
-        order = home_order(key, serving)
-        return bool(order) and order[0] == self.me
+        return self.order(key, scheduler_name)[:1] == [self.me]
 
     def mine(
         self, key: str, scheduler_name: str, unschedulable_since: float | None, now: float

@@ -1,4 +1,4 @@
-"""The `shoal` command line: simulate, validate-config, version.
+"""The `shoal` command line: simulate, snapshot, validate-config, version.
 
 Only argument parsing and exit codes live here; the work is done in `shoal.sim` and
 `shoal.config`.
@@ -6,9 +6,10 @@ Only argument parsing and exit codes live here; the work is done in `shoal.sim` 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,6 +17,9 @@ from rich.markup import escape
 
 from shoal import __version__
 from shoal.config import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from shoal.sim.runner import Format
 
 app = typer.Typer(
     name="shoal",
@@ -38,12 +42,15 @@ def _print_problems(console: Console, err: ConfigError) -> None:
 
 
 def _print_warnings(console: Console, source: object, warnings: Sequence[Problem]) -> None:
-    """What is accepted but will not take effect (or may surprise), one line each."""
+    """What is accepted but will not take effect (or may surprise), one line each; many
+    of one shape are folded ("... and N more like this")."""
     if not warnings:
         return
+    from shoal.sim.report import fold_lines
+
     console.print(f"[yellow]{escape(str(source))}: {len(warnings)} warning(s):[/]", soft_wrap=True)
-    for warning in warnings:
-        console.print(f"  - {warning}", markup=False, soft_wrap=True)
+    for line in fold_lines(str(w) for w in warnings):
+        console.print(f"  - {line}", markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -54,7 +61,8 @@ def simulate(
             "--cluster",
             "-c",
             exists=True,
-            help="Node and PriorityClass manifests: YAML, JSON or a directory (repeatable).",
+            help="Node, PriorityClass, Queue, ... manifests, or a `shoal snapshot` file: "
+            "YAML, JSON or a directory (repeatable).",
         ),
     ] = None,
     workload: Annotated[
@@ -65,6 +73,26 @@ def simulate(
             exists=True,
             help="Pod manifests and Workload documents (repeatable).",
         ),
+    ] = None,
+    from_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--from-cluster",
+            help="Start from a live cluster's current state, read (read-only) over a "
+            "kubeconfig as `shoal snapshot` does; -c/-w/--config are the proposed change.",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            dir_okay=False,
+            help="With --from-cluster: the kubeconfig (default: $KUBECONFIG, else the "
+            "pod's service account).",
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option(help="With --from-cluster: the kubeconfig context to use.")
     ] = None,
     config: Annotated[
         Path | None,
@@ -85,8 +113,19 @@ def simulate(
     ] = 0.0,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", dir_okay=False, help="Per-pod results: .jsonl or .csv."),
+        typer.Option(
+            "--out", dir_okay=False, help="Write per-pod results to FILE: .jsonl or .csv."
+        ),
     ] = None,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Output format: table, or json or yaml (one document: summary and every "
+            "pod; messages go to stderr). For a results file use --out FILE.",
+        ),
+    ] = "table",
     queue_metrics: Annotated[
         Path | None,
         typer.Option(
@@ -135,14 +174,29 @@ def simulate(
 ) -> None:
     """Simulate scheduling a workload on a cluster, in virtual time.
 
-    Without --cluster/--workload: the bundled example (12 nodes, CPU and GPU jobs).
+    Without --cluster/--workload/--from-cluster: the bundled example (12 nodes, CPU and
+    GPU jobs). With --from-cluster: what-if on a live cluster (nothing is written to it).
 
     Malformed inputs are reported and skipped; the rest still runs.
     """
     from shoal.sim import SimOptions
-    from shoal.sim.runner import load_scheduler_config, run
+    from shoal.sim.runner import check_results_path, load_scheduler_config, run
 
     console, errors = _console(), _console(stderr=True)
+
+    def usage(message: str) -> typer.Exit:
+        errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+        return typer.Exit(2)
+
+    fmt = _simulate_output(output)
+    if fmt is None:
+        raise usage(
+            f"-o/--output {output!r}: use table, json or yaml (-o is an output format, as in "
+            "`shoal get` and kubectl); write the per-pod results with --out FILE "
+            "(.jsonl or .csv)"
+        )
+    if not from_cluster and (kubeconfig is not None or context is not None):
+        raise usage("--kubeconfig and --context need --from-cluster")
     try:
         scheduler_config = load_scheduler_config(config)
     except ConfigError as err:
@@ -164,25 +218,55 @@ def simulate(
     paths = [*(cluster or []), *(workload or [])]
     address = _serve_address(serve_address) if serve else None
     if serve_speed is not None and address is None:
-        errors.print("[red]error:[/] --serve-speed needs --serve")
-        raise typer.Exit(2)
+        raise usage("--serve-speed needs --serve")
     if serve_speed == 0:
-        errors.print("[red]error:[/] --serve-speed must be > 0 ('inf' for full speed)")
-        raise typer.Exit(2)
-    try:
-        run(
-            paths,
-            options,
-            console,
-            out=out,
-            queue_metrics=queue_metrics,
-            quiet=quiet,
-            serve=address,
-            serve_speed=serve_speed,
-        )
-    except (ValueError, OSError) as err:
-        errors.print(f"[red]error:[/] {escape(str(err))}")
-        raise typer.Exit(2) from None
+        raise usage("--serve-speed must be > 0 ('inf' for full speed)")
+    with contextlib.ExitStack() as stack:
+        try:
+            if out is not None:
+                check_results_path(out)
+            # Take the dashboard's port now: a busy one fails before any work is done.
+            sock = None
+            if address is not None:
+                from shoal.sim.serve import bind
+
+                sock = bind(*address)
+                stack.callback(sock.close)
+        except (ValueError, OSError) as err:
+            raise usage(str(err)) from None
+        documents = []
+        if from_cluster:
+            from shoal.commands.snapshot import ClusterUnreadable, read_documents
+
+            try:
+                documents = [("cluster", read_documents(kubeconfig, context, errors))]
+            except ClusterUnreadable as err:
+                errors.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
+                raise typer.Exit(1) from None
+        try:
+            run(
+                paths,
+                options,
+                console,
+                out=out,
+                queue_metrics=queue_metrics,
+                quiet=quiet,
+                serve=sock,
+                serve_speed=serve_speed,
+                documents=documents,
+                output=fmt,
+                stderr=errors,
+            )
+        except (ValueError, OSError) as err:
+            errors.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
+            raise typer.Exit(2) from None
+
+
+def _simulate_output(text: str) -> Format | None:
+    from shoal.sim.runner import FORMATS
+
+    fmt = text.removeprefix("=")  # `-o=json`, as kubectl takes it
+    return next((known for known in FORMATS if known == fmt), None)
 
 
 def _serve_address(text: str) -> tuple[str, int]:
@@ -232,6 +316,11 @@ _register_ctl(app)
 from shoal.commands.webhook import register as _register_webhook  # noqa: E402
 
 _register_webhook(app)
+
+# `shoal snapshot`: a live cluster's state as a file `shoal simulate -c` reads.
+from shoal.commands.snapshot import register as _register_snapshot  # noqa: E402
+
+_register_snapshot(app)
 
 from shoal.experiments.openb.cli import experiment_app  # noqa: E402
 

@@ -287,7 +287,7 @@ def test_simulate_prints_warnings_and_serves_shoal_pods_by_default(
     workload.write_text(yaml.safe_dump_all([node("n1"), named, unnamed]))
     out = tmp_path / "r.jsonl"
     # Without --config: run's profile 'shoal', and pods that name no scheduler.
-    result = cli.invoke(app, ["simulate", "-w", str(workload), "-o", str(out), "-q"])
+    result = cli.invoke(app, ["simulate", "-w", str(workload), "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
     records = {r["pod"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert {name: r["node"] for name, r in records.items()} == {"named": "n1", "unnamed": "n1"}

@@ -36,7 +36,9 @@ def test_simulate_bundled_example(tmp_path: Path):
         "finished_at",
         "attempts",
         "message",
+        "origin",
     }
+    assert {row["origin"] for row in rows} == {"workload"}
 
 
 def test_simulate_shows_pending_explanations_and_skipped_inputs(tmp_path: Path):
@@ -134,7 +136,7 @@ def test_simulate_uses_the_config_profiles(tmp_path: Path):
     pod = "kind: Pod\nmetadata: {name: p}\nspec: {schedulerName: custom, containers: [{name: c}]}\n"
     workload.write_text(docs(node_yaml("n1"), pod))
     out = tmp_path / "r.jsonl"
-    args = ["simulate", "--config", str(config), "-w", str(workload), "-o", str(out), "-q"]
+    args = ["simulate", "--config", str(config), "-w", str(workload), "--out", str(out), "-q"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["node"] == "n1"

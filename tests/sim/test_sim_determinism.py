@@ -22,7 +22,7 @@ def test_same_seed_gives_identical_results_file(tmp_path):
     csv_a = _results_file(tmp_path / "a.csv", seed=1, cycle_seconds=0.01)
     assert csv_a == _results_file(tmp_path / "b.csv", seed=1, cycle_seconds=0.01)
     assert csv_a.startswith(
-        b"pod,namespace,status,node,arrival,bound_at,finished_at,attempts,message\n"
+        b"pod,namespace,status,node,arrival,bound_at,finished_at,attempts,message,origin\n"
     )
 
 

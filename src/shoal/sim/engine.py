@@ -43,7 +43,7 @@ from shoal.sim.events import (
 )
 from shoal.sim.queue_metrics import QueueMonitor
 from shoal.sim.results import PodRecord, PodState, Recorder, Summary, UtilisationTracker, summarize
-from shoal.sim.scenario import Scenario
+from shoal.sim.scenario import FINISHED_PHASES, Scenario
 from shoal.sim.workload import PodSource
 
 __all__ = ["ProgressCallback", "SimOptions", "SimResult", "Simulation", "simulate"]
@@ -138,6 +138,8 @@ class Simulation:
         for pc in self.scenario.priority_classes:
             self.scheduler.add_priority_class(pc)
         sc = self.scenario
+        for namespace, labels in sc.namespaces.items():
+            self.scheduler.set_namespace_labels(namespace, labels)
         if sc.queues or sc.elastic_quotas or sc.queue_bindings or sc.node_pools:
             problems = self.scheduler.apply_queues(
                 sc.queues, sc.elastic_quotas, sc.queue_bindings, sc.node_pools
@@ -289,9 +291,19 @@ class Simulation:
 
     def _arrive(self, event: PodArrival) -> None:
         source = event.source
-        info = self.scheduler.add_pod(source.build())
+        pod = source.build()
+        info = self.scheduler.add_pod(pod)  # a finished pod holds nothing there
         record = self.recorder.arrived(info, source.duration)
-        if info.node_name:
+        record.origin = source.origin
+        phase = pod.status.phase
+        if phase in FINISHED_PHASES:
+            # Ran to completion before the start (a dump of a live cluster).
+            record.state = PodState.FINISHED
+            record.node = pod.spec.node_name
+            record.prebound = bool(record.node)
+            record.finished_at = self.clock.now()
+            record.message = f"{phase} before the simulation started: holds no resources"
+        elif info.node_name:
             record.prebound = True
             self.recorder.mark_bound(record, info.node_name)
             record.message = "bound by spec.nodeName"
@@ -361,7 +373,9 @@ class Simulation:
         spec = msgspec.structs.replace(replacement.spec, node_name="")
         fresh = msgspec.structs.replace(replacement, metadata=meta, spec=spec)
         at = now + self.options.recreate_delay
-        source = PodSource(at, record.duration, pod.namespace, meta.name, pod=fresh)
+        source = PodSource(
+            at, record.duration, pod.namespace, meta.name, pod=fresh, origin=record.origin
+        )
         self.events.push(at, PodArrival(source))
 
     def _busy(self) -> bool:

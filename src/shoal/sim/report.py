@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,17 +17,21 @@ from rich.text import Text
 
 from shoal.api.errors import ManifestError
 from shoal.sim.results import PodRecord, PodState, Summary
+from shoal.sim.scenario import Scenario
 
 __all__ = [
     "RESULT_COLUMNS",
     "RESULT_SUFFIXES",
+    "fold_lines",
     "format_seconds",
+    "input_lines",
     "print_errors",
     "print_report",
     "record_row",
     "render_groups",
     "render_pending",
     "render_summary",
+    "result_document",
     "write_results",
 ]
 
@@ -39,6 +45,7 @@ RESULT_COLUMNS = (
     "finished_at",
     "attempts",
     "message",
+    "origin",
 )
 RESULT_SUFFIXES = (".jsonl", ".csv")
 
@@ -59,6 +66,7 @@ def record_row(record: PodRecord) -> dict[str, Any]:
         "finished_at": _time(record.finished_at),
         "attempts": record.attempts,
         "message": record.message,
+        "origin": record.origin or "workload",
     }
 
 
@@ -150,13 +158,107 @@ def render_pending(records: Sequence[PodRecord], limit: int = 10) -> RenderableT
     return Group(*parts)
 
 
+# ---- folding repeated lines -----------------------------------------------------------
+
+FOLD_KEEP = 3  # lines of one shape shown before "... and N more like this"
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
+_NAMED = re.compile(r"\b([A-Z][A-Za-z]*) [a-z0-9][-a-z0-9.]*(?:/[a-z0-9][-a-z0-9.]*)?:")
+_NUMBERED = re.compile(r"\S*\d\S*")
+
+
+def _shape(line: str) -> str:
+    """The line with what varies between objects blanked out: quoted values, the name
+    after a kind (`Queue q7:`), and every word with a digit in it (sizes, times, file
+    positions)."""
+    line = _QUOTED.sub("'*'", line)
+    line = _NAMED.sub(r"\1 *:", line)
+    return _NUMBERED.sub("#", line)
+
+
+def fold_lines(lines: Iterable[str], keep: int = FOLD_KEEP) -> list[str]:
+    """Lines of the same shape (the same message about other objects) folded: the
+    first `keep` of each shape, then `... and N more like this`, in order of first
+    appearance. A generated input with hundreds of like objects gives a few lines, not
+    hundreds."""
+    groups: dict[str, list[str]] = {}
+    for line in lines:
+        groups.setdefault(_shape(line), []).append(line)
+    out: list[str] = []
+    for group in groups.values():
+        shown = group if len(group) <= keep + 1 else group[:keep]
+        out.extend(shown)
+        if len(shown) < len(group):
+            out.append(f"... and {len(group) - len(shown)} more like this")
+    return out
+
+
 def print_errors(console: Console, errors: Sequence[ManifestError]) -> None:
-    """One line per skipped input (not wrapped, so they can be grepped and copied)."""
+    """One line per skipped input (not wrapped, so they can be grepped and copied);
+    many of one shape are folded (`fold_lines`)."""
     if not errors:
         return
     console.print(f"[bold red]Skipped {len(errors)} input(s); fix them and re-run:[/]")
-    for err in errors:
-        console.print(f"  - {err}", markup=False, highlight=False, soft_wrap=True)
+    for line in fold_lines(str(err) for err in errors):
+        console.print(f"  - {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_warnings(console: Console, warnings: Sequence[str]) -> None:
+    """`warning:` lines, not wrapped, many of one shape folded."""
+    for line in fold_lines(warnings):
+        if line.startswith("... and "):
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(Text.assemble(("warning: ", "yellow"), line), soft_wrap=True)
+
+
+# ---- where the pods came from ----------------------------------------------------------
+
+
+def input_lines(scenario: Scenario) -> list[str]:
+    """What came from a cluster's current state and what is proposed (the workload), when
+    the scenario holds a cluster's state (`shoal snapshot`, `--from-cluster`)."""
+    origin = scenario.cluster
+    if not origin.sources:
+        return []
+    c = scenario.origin_counts()
+    lines = [
+        f"from cluster: {_count(c['nodes'], 'node')}, {_count(c['pods'], 'pod')} "
+        f"({c['bound']} bound, {c['pending']} pending, {c['finished']} finished), read from "
+        + "; ".join(origin.sources),
+        f"proposed: {_count(c['proposedPods'], 'pod')}, {_count(c['proposedNodes'], 'node')}",
+    ]
+    if origin.replaced:
+        lines.append("replaced by a proposed object: " + ", ".join(origin.replaced))
+    return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def result_document(
+    scenario: Scenario,
+    summary: Summary,
+    records: Sequence[PodRecord],
+    warnings: Sequence[str] = (),
+    groups: dict[str, dict[str, object]] | None = None,
+) -> dict[str, Any]:
+    """`shoal simulate -o json|yaml`: everything the tables show, and every pod."""
+    doc: dict[str, Any] = {"summary": dataclasses.asdict(summary)}
+    doc["summary"]["utilisation_mean"] = dict(summary.utilisation_mean)
+    doc["summary"]["utilisation_end"] = dict(summary.utilisation_end)
+    if scenario.cluster.sources:
+        doc["fromCluster"] = {
+            "sources": list(scenario.cluster.sources),
+            **scenario.origin_counts(),
+            "replaced": list(scenario.cluster.replaced),
+        }
+    doc["skipped"] = [str(err) for err in scenario.errors]
+    doc["warnings"] = list(warnings)
+    if groups:
+        doc["groups"] = groups
+    doc["pods"] = [record_row(r) for r in records]
+    return doc
 
 
 def print_report(
@@ -167,13 +269,17 @@ def print_report(
     warnings: Sequence[str] = (),
     *,
     show_pending: bool = True,
+    inputs: Sequence[str] = (),
 ) -> None:
     print_errors(console, errors)
     pending = render_pending(records) if show_pending else None
     if pending is not None:
         console.print(pending)
-    for warning in warnings:
-        console.print(Text.assemble(("warning: ", "yellow"), warning))
+    print_warnings(console, warnings)
+    if inputs:
+        console.print(_title("Inputs"))
+        for line in inputs:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(render_summary(summary))
 
 

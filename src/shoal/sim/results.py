@@ -45,6 +45,7 @@ class PodRecord:
     state: PodState = PodState.PENDING
     message: str = ""
     prebound: bool = False  # arrived with spec.nodeName: not placed by the scheduler
+    origin: str = ""  # "cluster": from a cluster's current state; "": the workload
 
     @property
     def time_to_schedule(self) -> float | None:

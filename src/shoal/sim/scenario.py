@@ -9,7 +9,16 @@ is flattened. Cluster and workload files are read the same way, in the order giv
   the start (for the volume plugins, see docs/volumes.md);
 * `Pod`: arrives at its `sim.shoal.dev/arrival` annotation (a pod with `spec.nodeName` is
   already bound when it arrives);
-* `Workload` (sim.shoal.dev/v1alpha1): generated pods and node events.
+* `Workload` (sim.shoal.dev/v1alpha1): generated pods and node events;
+* `Namespace`: its labels (for QueueBindings' `namespaceSelector`);
+* `ClusterSnapshot` (sim.shoal.dev/v1alpha1, written by `shoal snapshot`): the other
+  documents of its file are a live cluster's current state (see below).
+
+A pod whose `status.phase` is Succeeded or Failed (as in any dump of a live cluster) is
+reported finished from the start and holds nothing. Objects of a cluster's state (a
+snapshot file, or the documents `shoal simulate --from-cluster` reads) may be replaced
+by an object of the same kind and name from the other inputs (a proposed Queue replaces
+the live one); pods are not replaced (a second pod of the name is refused as usual).
 
 Anything malformed is reported and skipped; the rest of the scenario still runs.
 """
@@ -17,7 +26,9 @@ Anything malformed is reported and skipped; the rest of the scenario still runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.resources
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +40,21 @@ from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_pro
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
 from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
-from shoal.sim.workload import NodeChange, PodSource, expand_workload, pod_source
+from shoal.sim.workload import (
+    WORKLOAD_API_VERSION,
+    NodeChange,
+    PodSource,
+    expand_workload,
+    pod_source,
+)
 
 __all__ = [
+    "CLUSTER",
     "EXAMPLE_FILES",
+    "FINISHED_PHASES",
+    "SNAPSHOT_KIND",
+    "ClusterOrigin",
+    "Documents",
     "Scenario",
     "bundled_example",
     "load_scenario",
@@ -40,6 +62,30 @@ __all__ = [
 
 SUFFIXES = (".yaml", ".yml", ".json", ".jsonl")
 EXAMPLE_FILES = ("cluster.yaml", "workload.yaml")
+# The first document `shoal snapshot` writes: the others of its file are a cluster's state.
+SNAPSHOT_KIND = "ClusterSnapshot"
+CLUSTER = "cluster"  # PodSource.origin of a pod read from a cluster's state
+FINISHED_PHASES = ("Succeeded", "Failed")
+# Created by every API server (its bootstrap); pods of kube-system name them, and a dump
+# of nodes and pods does not carry them.
+SYSTEM_PRIORITY_CLASSES = {
+    "system-node-critical": 2000001000,
+    "system-cluster-critical": 2000000000,
+}
+
+Documents = tuple[str, Sequence[Mapping[str, Any]]]
+"""(a name for error messages, documents): inputs that are not files (a live cluster)."""
+
+
+@dataclass
+class ClusterOrigin:
+    """What of the scenario is a cluster's current state (snapshot files, --from-cluster)."""
+
+    sources: list[str] = field(default_factory=list)  # "snap.yaml (context kind, taken at T)"
+    nodes: int = 0  # Nodes read from the cluster's state
+    proposed_nodes: int = 0  # Nodes read from the other inputs
+    # Objects of the cluster's state that another input replaced: "Queue team (by w.yaml#0)".
+    replaced: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +105,31 @@ class Scenario:
     pods: list[PodSource] = field(default_factory=list)
     node_changes: list[NodeChange] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
+    cluster: ClusterOrigin = field(default_factory=ClusterOrigin)
+
+    def pods_from_cluster(self) -> list[PodSource]:
+        return [p for p in self.pods if p.origin == CLUSTER]
+
+    def origin_counts(self) -> dict[str, int]:
+        """Pods of the cluster's state at t=0: bound, pending, finished; and the rest."""
+        counts = {"bound": 0, "pending": 0, "finished": 0}
+        for source in self.pods_from_cluster():
+            pod = source.pod
+            if pod is not None and pod.status.phase in FINISHED_PHASES:
+                counts["finished"] += 1
+            elif pod is not None and pod.spec.node_name:
+                counts["bound"] += 1
+            else:
+                counts["pending"] += 1
+        cluster_pods = sum(counts.values())
+        return {
+            "nodes": self.cluster.nodes,
+            "pods": cluster_pods,
+            **counts,
+            "proposedNodes": self.cluster.proposed_nodes,
+            "proposedPods": len(self.pods) - cluster_pods,
+        }
 
 
 _CAPACITY_KINDS: dict[type, str] = {
@@ -73,58 +144,76 @@ _CAPACITY_KINDS: dict[type, str] = {
 _STORAGE_KINDS = (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode)
 
 
-def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
-    """Read every file (or directory) in order; the seed drives generated workloads."""
+def load_scenario(
+    paths: Iterable[Path], seed: int = 0, *, documents: Sequence[Documents] = ()
+) -> Scenario:
+    """Read every file (or directory) in order; the seed drives generated workloads.
+
+    `documents` are read first, as files would be: (name, documents) pairs, e.g. a live
+    cluster's objects with a `ClusterSnapshot` document in front (`shoal snapshot`)."""
     scenario = Scenario()
-    node_names: set[str] = set()
     pod_keys: set[str] = set()
-    # (kind, namespace/name) -> where the first object of that name was: a second one is
-    # refused naming both (the API server would refuse to create it).
-    first_seen: dict[tuple[str, str], str] = {}
+    # (kind, namespace/name) -> (where the first object of that name was, whether it is
+    # of a cluster's state): a second one is refused naming both (the API server would
+    # refuse to create it), unless it replaces the cluster's (a proposed change).
+    first_seen: dict[tuple[str, str], tuple[str, bool]] = {}
     default_class = ""  # where the globalDefault PriorityClass is, if any
 
-    def unique(obj: Any, where: str) -> None:
+    def unique(obj: Any, where: str, live: bool) -> bool:
+        """True: `obj` replaces an object of the cluster's state (the caller drops it)."""
         meta = obj.metadata
         kind = type(obj).__name__
         _check_name(kind, meta, where)
         key = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
-        first = first_seen.setdefault((kind, key), where)
-        if first != where:
-            raise ManifestError(
-                kind, key, "metadata.name", f"duplicate of {first}; rename one (skipped)", where
-            )
+        first, first_live = first_seen.setdefault((kind, key), (where, live))
+        if first == where:
+            return False
+        if first_live and not live:
+            first_seen[(kind, key)] = (where, live)
+            scenario.cluster.replaced.append(f"{_KIND_NAMES.get(kind, kind)} {key} (by {where})")
+            return True
+        if kind == "Node":
+            why = "duplicate node name; rename one"
+        else:
+            why = f"duplicate of {first}; rename one (skipped)"
+        raise ManifestError(_KIND_NAMES.get(kind, kind), key, "metadata.name", why, where)
 
-    for where, doc in _documents(paths, scenario.errors):
+    for where, doc, live in _documents(paths, documents, scenario):
         kind = doc.get("kind")
         cls = kind_class(doc)
         try:
             if cls in _CAPACITY_KINDS:
                 obj = decode(doc, cls, where)
-                unique(obj, where)
-                getattr(scenario, _CAPACITY_KINDS[cls]).append(obj)
+                items = getattr(scenario, _CAPACITY_KINDS[cls])
+                if unique(obj, where, live):
+                    _drop(items, obj)
+                items.append(obj)
             elif cls is PodGroup or cls is VolcanoPodGroup or cls is UpstreamPodGroup:
                 group = decode(doc, cls, where)
                 assert isinstance(group, PodGroup | VolcanoPodGroup | UpstreamPodGroup)
-                unique(group, where)
+                if unique(group, where, live):
+                    _drop(scenario.pod_groups, group)
                 scenario.pod_groups.append(group)
             elif cls is Node:
                 node = decode(doc, Node, where)
-                name = node.metadata.name
-                if not name:
+                if not node.metadata.name:
                     raise ManifestError("Node", "", "metadata.name", "a node needs a name", where)
-                _check_name("Node", node.metadata, where)
-                if name in node_names:
-                    raise ManifestError(
-                        "Node", name, "metadata.name", "duplicate node name; rename one", where
-                    )
-                node_names.add(name)
+                if unique(node, where, live):
+                    _drop(scenario.nodes, node)
                 scenario.nodes.append(node)
+                if live:
+                    scenario.cluster.nodes += 1
+                else:
+                    scenario.cluster.proposed_nodes += 1
             elif cls in _STORAGE_KINDS:
                 scenario.storage.append(decode(doc, cls, where))  # type: ignore[arg-type]
             elif cls is PriorityClass:
                 pc = decode(doc, PriorityClass, where)
                 _check_name("PriorityClass", pc.metadata, where)
-                unique(pc, where)
+                if unique(pc, where, live):
+                    old = _drop(scenario.priority_classes, pc)
+                    if isinstance(old, PriorityClass) and old.global_default:
+                        default_class = ""
                 if pc.global_default:
                     if default_class:
                         raise ManifestError(
@@ -138,12 +227,19 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                     default_class = where
                 scenario.priority_classes.append(pc)
             elif cls is Pod:
-                _add_pods(scenario, pod_keys, [pod_source(doc, where)], where)
+                source = pod_source(doc, where)
+                if live:
+                    source = dataclasses.replace(source, origin=CLUSTER)
+                _add_pods(scenario, pod_keys, [source], where)
             elif kind == "Workload":
                 pods, changes, errors = expand_workload(doc, where, seed)
                 scenario.errors.extend(errors)
                 _add_pods(scenario, pod_keys, pods, where)
                 scenario.node_changes.extend(changes)
+            elif kind == "Namespace":
+                _add_namespace(scenario, doc, where)
+            elif kind == SNAPSHOT_KIND:
+                scenario.cluster.sources.append(_snapshot_source(doc, where))
             else:
                 meta = doc.get("metadata")
                 name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
@@ -152,8 +248,8 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
                     name,
                     "kind",
                     "not simulated (the simulator reads Node, PriorityClass, PodGroup, Queue, "
-                    "QueueBinding, NodePool, ElasticQuota, PodDisruptionBudget, Pod and "
-                    "Workload); skipped — describe replicated pods with a Workload",
+                    "QueueBinding, NodePool, ElasticQuota, PodDisruptionBudget, Namespace, Pod "
+                    "and Workload); skipped — describe replicated pods with a Workload",
                     where,
                 )
         except ManifestError as err:
@@ -162,14 +258,71 @@ def load_scenario(paths: Iterable[Path], seed: int = 0) -> Scenario:
     return scenario
 
 
+_KIND_NAMES = {"VolcanoPodGroup": "PodGroup", "UpstreamPodGroup": "PodGroup"}
+
+
+def _drop(items: list[Any], obj: Any) -> Any:
+    """Remove (and return) the object of `items` with obj's namespace and name."""
+    meta = obj.metadata
+    for i, old in enumerate(items):
+        if (old.metadata.namespace, old.metadata.name) == (meta.namespace, meta.name):
+            return items.pop(i)
+    return None
+
+
+def _add_namespace(scenario: Scenario, doc: Mapping[str, Any], where: str) -> None:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ManifestError("Namespace", "", "metadata.name", "a Namespace needs a name", where)
+    if why := dns_name_problem(name, label=True):
+        raise ManifestError("Namespace", name, "metadata.name", f"{why} (skipped)", where)
+    labels = meta.get("labels") or {} if isinstance(meta, Mapping) else {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise ManifestError(
+            "Namespace", name, "metadata.labels", "expected a map of strings (skipped)", where
+        )
+    scenario.namespaces[name] = dict(labels)
+
+
+def _snapshot_source(doc: Mapping[str, Any], where: str) -> str:
+    """How a ClusterSnapshot document names its cluster: `file (context C, taken at T)`."""
+    if doc.get("apiVersion") != WORKLOAD_API_VERSION:
+        raise ManifestError(
+            SNAPSHOT_KIND,
+            "",
+            "apiVersion",
+            f"{doc.get('apiVersion')!r} is not supported; use {WORKLOAD_API_VERSION}",
+            where,
+        )
+    spec = doc.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    parts = [
+        f"{label} {spec[key]}"
+        for key, label in (("context", "context"), ("server", "server"), ("takenAt", "taken at"))
+        if spec.get(key)
+    ]
+    name = where.rpartition("#")[0] or where
+    return f"{name} ({', '.join(parts)})" if parts else name
+
+
 def _refuse_unknown_priority_classes(scenario: Scenario) -> None:
     """A pod naming a PriorityClass the scenario does not declare is refused, as the API
     server's Priority admission plugin refuses to create it (it would otherwise run at
-    priority 0 without a word)."""
+    priority 0 without a word). The two system classes every API server has are known
+    without being declared (a dump of nodes and pods does not carry them)."""
     declared = {pc.metadata.name for pc in scenario.priority_classes}
     kept: list[PodSource] = []
     for source in scenario.pods:
         name = _spec_field(source, "priorityClassName", "priority_class_name")
+        if name in SYSTEM_PRIORITY_CLASSES and name not in declared:
+            value = SYSTEM_PRIORITY_CLASSES[name]
+            scenario.priority_classes.append(
+                PriorityClass(metadata=ObjectMeta(name=name), value=value)
+            )
+            declared.add(name)
         if name and name not in declared:
             scenario.errors.append(
                 ManifestError(
@@ -248,22 +401,30 @@ def _add_pods(scenario: Scenario, keys: set[str], pods: Iterable[PodSource], whe
 
 
 def _documents(
-    paths: Iterable[Path], errors: list[ManifestError]
-) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for path in _expand(paths, errors):
-        try:
-            documents = list(iter_documents(path))
-        except READ_ERRORS as err:
-            errors.append(ManifestError("file", str(path), "", why_unreadable(err)))
-            continue
+    paths: Iterable[Path], named: Sequence[Documents], scenario: Scenario
+) -> Iterator[tuple[str, Mapping[str, Any], bool]]:
+    """(where, document, of a cluster's state) for the named documents, then the files'.
+    A file (or set of documents) with a ClusterSnapshot document is a cluster's state."""
+    errors = scenario.errors
+    sets: Iterable[tuple[str, Sequence[Any]]] = named
+    for name, documents in itertools.chain(sets, _read(paths, errors)):
+        live = any(isinstance(d, Mapping) and d.get("kind") == SNAPSHOT_KIND for d in documents)
         for index, doc in enumerate(documents):
-            where = f"{path}#{index}"
+            where = f"{name}#{index}"
             if not isinstance(doc, Mapping):
                 errors.append(
                     ManifestError("document", "", "", "expected a mapping (an object)", where)
                 )
                 continue
-            yield where, doc
+            yield where, doc, live
+
+
+def _read(paths: Iterable[Path], errors: list[ManifestError]) -> Iterator[tuple[str, list[Any]]]:
+    for path in _expand(paths, errors):
+        try:
+            yield str(path), list(iter_documents(path))
+        except READ_ERRORS as err:
+            errors.append(ManifestError("file", str(path), "", why_unreadable(err)))
 
 
 def _expand(paths: Iterable[Path], errors: list[ManifestError]) -> Iterator[Path]:

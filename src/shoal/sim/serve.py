@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import math
 import signal
+import socket
 from collections.abc import Callable
 
 from aiohttp import web
@@ -23,18 +24,57 @@ from aiohttp import web
 from shoal.sim.engine import SimResult, Simulation
 from shoal.web.dashboard import Dashboard, attach_dashboard
 
-__all__ = ["DashboardServer", "serve_simulation"]
+__all__ = ["DashboardServer", "bind", "serve_simulation", "show_address"]
 
 YIELD_SECONDS = 0.02  # at full speed, let the server answer at least this often
 
 
-class DashboardServer:
-    """The dashboard's aiohttp application on HOST:PORT (port 0: any free port)."""
+def show_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def __init__(self, dashboard: Dashboard, host: str, port: int) -> None:
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to HOST:PORT for the dashboard, taken before anything is simulated
+    so that a busy port fails at once (the server listens on it later). Raises OSError
+    naming the address and the way out."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as err:
+        raise OSError(_cannot_serve(host, port, err)) from None
+    try:
+        # As asyncio's own servers do: a port left in TIME_WAIT is free, one another
+        # process listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise OSError(_cannot_serve(host, port, err)) from None
+    return sock
+
+
+def _cannot_serve(host: str, port: int, err: OSError) -> str:
+    why = (err.strerror or str(err)).lower()
+    return (
+        f"cannot serve the dashboard on {show_address(host, port)}: {why}; choose another "
+        "address with --serve-address HOST:PORT (port 0 for any free port)"
+    )
+
+
+class DashboardServer:
+    """The dashboard's aiohttp application on HOST:PORT (port 0: any free port), or on a
+    socket already bound (`bind`)."""
+
+    def __init__(
+        self, dashboard: Dashboard, host: str, port: int, sock: socket.socket | None = None
+    ) -> None:
         self.dashboard = dashboard
         self.host = host
         self.port = port
+        self.sock = sock
         self._runner: web.AppRunner | None = None
 
     @property
@@ -45,7 +85,12 @@ class DashboardServer:
     async def start(self) -> None:
         runner = web.AppRunner(self.dashboard.application(), access_log=None, handle_signals=False)
         await runner.setup()
-        await web.TCPSite(runner, self.host, self.port).start()
+        site: web.BaseSite
+        if self.sock is not None:
+            site = web.SockSite(runner, self.sock)
+        else:
+            site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
         for address in runner.addresses:
             if isinstance(address, tuple) and len(address) >= 2:
                 self.port = int(address[1])
@@ -90,8 +135,10 @@ async def serve_simulation(
     run: Callable[[], SimResult],
     on_serving: Callable[[str], None],
     on_result: Callable[[SimResult], None],
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve the dashboard over `sim` until SIGINT/SIGTERM (see the module docstring).
+    """Serve the dashboard over `sim` until SIGINT/SIGTERM (see the module docstring);
+    on `sock` when given (bound to host:port by `bind`).
 
     Without `speed`, `run()` runs the simulation first (the caller's progress display);
     `on_serving(url)` is called once the server listens, `on_result` with the result
@@ -111,7 +158,7 @@ async def serve_simulation(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    server = DashboardServer(dashboard, host, port)
+    server = DashboardServer(dashboard, host, port, sock)
     await server.start()
     try:
         on_serving(server.url)

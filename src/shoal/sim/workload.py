@@ -67,6 +67,9 @@ class PodSource:
     name: str
     pod: Pod | None = None
     template: Mapping[str, Any] | None = None
+    # "cluster": read from a cluster's current state (shoal snapshot, --from-cluster);
+    # "" for the simulated workload.
+    origin: str = ""
 
     @property
     def key(self) -> str:

@@ -128,7 +128,7 @@ def test_a_queue_max_of_one_gpu_holds_two_400_milli_shares_not_four() -> None:
     assert len(running) == 2, placements
     waiting = [k for k, node in placements.items() if not node]
     assert (
-        "queue team would exceed its max nvidia.com/gpu: uses 800m, pod asks 400m, max 1"
+        "queue team would exceed its max nvidia.com/gpu: uses 0.8, pod asks 0.4, max 1"
         in messages[waiting[0]]
     )
     manager = h.scheduler.tenant_queues

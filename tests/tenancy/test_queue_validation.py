@@ -113,7 +113,7 @@ def test_problems_name_elastic_quotas_and_their_fields() -> None:
         ],
     )
     assert sorted(problems) == [
-        "ElasticQuota data/quota: spec.min.cpu (4000m) exceeds spec.max.cpu (2000m); lower the "
+        "ElasticQuota data/quota: spec.min.cpu (4) exceeds spec.max.cpu (2); lower the "
         "guarantee or raise the maximum",
         "ElasticQuota ml/quota: namespace ml is also the name of Queue ml, and a queue is "
         "defined once; rename the Queue or bind namespace ml to it with a QueueBinding instead",

@@ -22,7 +22,9 @@ Shoal's own annotations (on the pod or the PodGroup) add what the others lack:
 `shoal.dev/topology-required` / `shoal.dev/topology-preferred` (a node label key, e.g. a
 leaf-switch label: keep the gang inside one domain of that level, or span as few as
 possible) and `shoal.dev/depends-on` (comma-separated group names, optionally
-`namespace/name`, that must succeed before this group starts). For Spark-style jobs
+`namespace/name`, that must succeed before this group starts) and `shoal.dev/suspended:
+"true"` (on the PodGroup: the gang is held and its placed members evicted until the
+annotation goes; `shoal suspend` / `shoal resume`). For Spark-style jobs
 whose executors are created only after the driver runs, `shoal.dev/min-executors: N`
 with the group's minResources (driver + N executors) makes the scheduler check that the
 driver *and* N executors of shape (minResources - driver) / N would fit on real nodes
@@ -43,6 +45,7 @@ from shoal.api.resources import parse_resource_list
 __all__ = [
     "DEPENDS_ON",
     "MIN_EXECUTORS",
+    "SUSPENDED",
     "TOPOLOGY_PREFERRED",
     "TOPOLOGY_REQUIRED",
     "GroupRef",
@@ -70,6 +73,9 @@ TOPOLOGY_REQUIRED = "shoal.dev/topology-required"
 TOPOLOGY_PREFERRED = "shoal.dev/topology-preferred"
 DEPENDS_ON = "shoal.dev/depends-on"
 MIN_EXECUTORS = "shoal.dev/min-executors"
+# On a PodGroup object, "true": the gang is suspended (`shoal suspend`): its pending
+# members wait and its placed members are evicted, as a whole, until it is resumed.
+SUSPENDED = "shoal.dev/suspended"
 
 
 class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):

@@ -24,8 +24,10 @@ __all__ = [
     "PodDisruptionBudget",
     "Queue",
     "QueueBinding",
+    "QueueCondition",
     "QueueObservedStatus",
     "QueueOrdering",
+    "QueueState",
 ]
 
 API_GROUP = "shoal.dev"
@@ -36,6 +38,9 @@ VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 
 Quantity = str | int | float
 QueueOrdering = Literal["Priority", "FIFO", "QoS", "DRF"]
+# Open: admits new pods. Closed: admits none (pods already placed keep running), as
+# Volcano's closed queue and Kueue's stopPolicy Hold; closing a parent closes its subtree.
+QueueState = Literal["Open", "Closed"]
 
 
 class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -65,6 +70,7 @@ class QueueSpec(_Base):
     priority: int = 0
     ordering: QueueOrdering = "Priority"
     pools: list[str] = []
+    state: QueueState = "Open"
 
     def __post_init__(self) -> None:
         if self.weight < 1:
@@ -79,10 +85,25 @@ class QueueSpec(_Base):
                 raise ValueError("use either resources or guaranteed/max, not both")
 
 
-class QueueObservedStatus(_Base):
-    """Written by the scheduler (the status subresource): what the queue (its whole
-    subtree) holds, is guaranteed and would get under HDRF fair share, and its pods."""
+class QueueCondition(_Base):
+    """A metav1.Condition on a Queue: `Accepted` says whether the scheduler took the
+    object as written (False: why not, and the fix)."""
 
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+
+
+class QueueObservedStatus(_Base):
+    """Written by the scheduler (the status subresource): whether the queue admits pods
+    (`state`: Open, Closing while a closed queue still runs pods, Closed, or Invalid for
+    an object the scheduler rejected), what the queue (its whole subtree) holds, is
+    guaranteed and would get under HDRF fair share, and its pods."""
+
+    state: str = ""
+    conditions: list[QueueCondition] = []
     allocated: dict[str, Quantity] = {}
     guaranteed: dict[str, Quantity] = {}
     fair_share: dict[str, Quantity] = {}

@@ -26,6 +26,7 @@ __all__ = [
     "QUOTA_MILLI",
     "ResourceList",
     "add_into",
+    "format_amount",
     "format_quota",
     "is_extended",
     "max_into",
@@ -103,6 +104,20 @@ def format_quota(name: str, amount: int) -> str:
         return f"{amount}m"
     if name in QUOTA_MILLI:
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    return str(amount)
+
+
+def format_amount(name: str, amount: int) -> str:
+    """A quota-unit amount for people (messages, tables): cores and GPUs as numbers
+    ("4", "1.5", "0.4"), memory and storage in binary units ("4Gi", "512Mi"), counts as
+    they are. Status fields keep Kubernetes' notation (`format_quota`)."""
+    if name in QUOTA_MILLI:
+        return f"{amount / 1000:.3f}".rstrip("0").rstrip(".")
+    if name == MEMORY or name.startswith(("hugepages-", "ephemeral-storage")):
+        for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if abs(amount) >= size:
+                scaled = f"{amount / size:.2f}".rstrip("0").rstrip(".")
+                return f"{scaled}{unit}"
     return str(amount)
 
 

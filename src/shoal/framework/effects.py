@@ -177,6 +177,11 @@ class QueueStatus:
     borrowed: Mapping[str, int] = field(default_factory=dict)  # allocated above guaranteed
     pending_jobs: int = 0  # jobs: pod groups, or pods on their own
     running_jobs: int = 0
+    # Open, Closing (closed, pods still placed in it), Closed, or Invalid (the object was
+    # rejected and is not in force).
+    state: str = "Open"
+    problem: str = ""  # why the object (or its latest edit) was rejected; "" = accepted
+    note: str = ""  # what the scheduler read into it (a guarantee taken from its children)
 
 
 @dataclass(frozen=True, slots=True)

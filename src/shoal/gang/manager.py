@@ -24,6 +24,7 @@ from shoal.api.objects import Pod
 from shoal.api.podgroup import (
     DEPENDS_ON,
     MIN_EXECUTORS,
+    SUSPENDED,
     TOPOLOGY_PREFERRED,
     TOPOLOGY_REQUIRED,
     GroupRef,
@@ -99,6 +100,7 @@ class Group:
     topology_required: str = ""
     topology_preferred: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
+    suspended: bool = False  # its PodGroup says shoal.dev/suspended: "true"
     min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
     source: str = ""
     has_object: bool = False  # backed by a PodGroup object
@@ -237,6 +239,7 @@ class GangManager:
                 group.min_executors = max(0, int(raw))
             except ValueError:
                 group.reason = f"annotation {MIN_EXECUTORS}={raw!r} is not an integer; ignored"
+        group.suspended = annotations.get(SUSPENDED, "").strip().lower() == "true"
         if raw := annotations.get(DEPENDS_ON):
             group.depends_on = tuple(
                 d if "/" in d else f"{group.namespace}/{d}"
@@ -334,6 +337,11 @@ class GangManager:
 
     def gate(self, group: Group) -> str:
         """Why the group cannot be tried yet ("" when it can)."""
+        if group.suspended:
+            return (
+                f"gang {group.key} is suspended (its PodGroup has {SUSPENDED}=true); "
+                f"shoal resume podgroup {group.key} lets it start again"
+            )
         if group.waiting_for_object:
             return (
                 f"gang {group.key}: waiting for its PodGroup object "
@@ -404,6 +412,8 @@ class GangManager:
                 group.phase = "Running"
             elif self.gate(group):
                 group.phase = "Pending"
+                if group.suspended:
+                    group.reason = self.gate(group)
             elif group.phase in ("Running", "Pending", ""):
                 group.phase = "Scheduling" if group.attempts else "Pending"
 

@@ -3,6 +3,9 @@
 A thin plugin over `shoal.tenancy.manager.QueueManager` (the CapacityScheduling plugin of
 scheduler-plugins, generalised to a queue tree):
 
+* PreEnqueue: a pod whose queue (or one above it) is closed (`spec.state: Closed`) waits
+  out of the queue until it opens (pods already placed keep running), as Volcano's closed
+  queue and Kueue's stopPolicy Hold.
 * PreFilter: the pod is admitted only if every queue on its path stays within its
   maximum (and its namespace's QueueBinding within maxPods). Gangs are admitted as a
   unit because the gang cycle places members in one transaction: a member that would
@@ -68,7 +71,18 @@ class QueueCapacity:
         self.queues = QueueManager.of(handle)
         self.gangs = GangManager.of(handle)
 
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        closed = self.queues.closed_reason(pod)
+        if closed:
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, closed)
+        return Status()
+
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        # A queue closed while the pod waited in the queue (the scheduler re-gates its
+        # pods when a queue closes; this covers a pod already popped).
+        closed = self.queues.closed_reason(pod)
+        if closed:
+            return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, closed)
         reason = self.queues.admit(pod, table=self.handle.snapshot)
         if reason:
             return None, Status(Code.UNSCHEDULABLE, reason)

@@ -275,6 +275,14 @@ class BindingCycles:
             if task is not None:
                 task.withdrawn = reason
 
+    def withdraw_members(self, group: Group, reason: str) -> None:
+        """The binds of `group`'s members not sent yet are withdrawn (the gang was
+        suspended): they are retried, and wait, like any pod whose bind was refused."""
+        for member in group.members:
+            task = self._binding.get(member)
+            if task is not None:
+                task.withdrawn = reason
+
     # ---- the end of a cycle -----------------------------------------------------------
 
     def _finish(self, task: BindingTask, status: Status) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
+from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
@@ -199,10 +199,39 @@ class Scheduler:
     def add_pod_group(self, obj: PodGroup | VolcanoPodGroup | UpstreamPodGroup) -> None:
         """A PodGroup object (scheduler-plugins, Volcano or Kubernetes' own) was created
         or updated."""
+        old = self.gangs.groups.get(f"{obj.metadata.namespace or 'default'}/{obj.metadata.name}")
+        was_suspended = old is not None and old.suspended
         group = self.gangs.add_pod_group(obj, self.clock.now())
         self._set_group_queue(group.key, obj.spec.queue if isinstance(obj, VolcanoPodGroup) else "")
-        self.scheduling_queue.regate(list(group.members))
+        if group.suspended:
+            self._suspend(group)
+        elif was_suspended:
+            group.reason = ""
+        if group.suspended != was_suspended:
+            # Members waiting in the queue leave it (suspended) or come back (resumed).
+            self.scheduling_queue.recheck(list(group.members))
+        else:
+            self.scheduling_queue.regate(list(group.members))
         self._wake_dependents(group.phase == "Finished")
+
+    def _suspend(self, group: Group) -> None:
+        """A suspended gang runs nothing: binds not sent yet are withdrawn and placed
+        members are evicted, all of them (a gang is never left running short). Members
+        whose bind is already out are evicted when it lands (`bind_outcome`)."""
+        reason = (
+            f"gang {group.key} was suspended (its PodGroup has {SUSPENDED}=true; "
+            f"shoal resume podgroup {group.key} resumes it)"
+        )
+        group.reason = reason
+        self.gangs.dirty.add(group.key)
+        self.bindings.withdraw_members(group, reason)
+        victims = [
+            Victim(record.pod, reason)
+            for uid in sorted(group.bound)
+            if (record := self.cluster.placed.get(uid)) is not None and not record.assumed
+        ]
+        if victims:
+            self._commit_preemption([], victims)
 
     def delete_pod_group(self, namespace: str, name: str, source: str = "") -> None:
         """A PodGroup object was deleted: its members wait for it again (if their keys
@@ -387,6 +416,7 @@ class Scheduler:
         """Validate and apply queue objects, each on its own: the invalid ones are
         rejected, the rest applies. Returns the problems (each names its object, the
         field and the fix); see `QueueManager.apply`."""
+        closed = self.tenant_queues.closed_queues
         problems = self.tenant_queues.apply(
             queues,
             elastic_quotas,
@@ -396,6 +426,10 @@ class Scheduler:
             deleted_bindings=deleted_bindings,
             deleted_pools=deleted_pools,
         )
+        if self.tenant_queues.closed_queues != closed:
+            # Pods of a queue just closed leave the queue (gated, saying why); those of
+            # one opened again come back.
+            self.scheduling_queue.recheck()
         self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
         return problems
 
@@ -546,6 +580,9 @@ class Scheduler:
     def bind_outcome(self, outcome: BindOutcome) -> None:
         """What became of a `Bind` (an event from the port)."""
         self.bindings.outcome(outcome)
+        group = self.gangs.group_of_uid(outcome.uid)
+        if group is not None and group.suspended and outcome.uid in group.bound:
+            self._suspend(group)  # a bind that was already out when the gang was suspended
 
     @property
     def binding(self) -> Mapping[str, BindingTask]:

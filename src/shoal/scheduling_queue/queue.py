@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -231,6 +231,26 @@ class SchedulingQueue:
             entry = self._gated.pop(uid, None)
             if entry is not None:
                 self._enqueue_checked(entry)
+
+    def recheck(self, uids: Iterable[str] | None = None) -> None:
+        """Re-run PreEnqueue for these pods (default: every pod waiting), those not in
+        flight: the ones it now keeps out leave active, backoff and unschedulable for
+        gated (saying why); gated ones it lets through are queued again. For a change
+        that can gate pods already queued (a tenant queue closed, a gang suspended)."""
+        chosen = list(self._entries) if uids is None else list(uids)
+        for uid in chosen:
+            entry = self._entries.get(uid)
+            if entry is None or uid in self._in_flight:
+                continue
+            if uid in self._gated:
+                self.regate([uid])
+                continue
+            if self.pre_enqueue is None or self.pre_enqueue(entry.pod).ok:
+                continue
+            self._deactivate(uid)
+            self._in_backoff.discard(uid)
+            self._unschedulable.remove(uid)
+            self._enqueue_checked(entry)
 
     # ---- after an attempt ----------------------------------------------------------
 

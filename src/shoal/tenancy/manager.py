@@ -38,15 +38,15 @@ from shoal.api.queue import (
     Queue,
     QueueBinding,
 )
-from shoal.api.resources import GPU, format_quota
+from shoal.api.resources import GPU, format_amount
 from shoal.api.selectors import label_selector_matches
 from shoal.cache.cluster import ClusterState
 from shoal.cache.node_table import NodeColumns
 from shoal.framework.effects import BindingStatus, QueueStatus
 from shoal.framework.handle import Handle
 from shoal.tenancy.fairshare import choose_leaf, fair_shares_of, hdrf_fair_share
-from shoal.tenancy.tree import UNLIMITED, QueueTree
-from shoal.tenancy.validation import TenancyObjects, reconcile
+from shoal.tenancy.tree import UNLIMITED, QueueDef, QueueTree
+from shoal.tenancy.validation import TenancyObjects, problem_subject, reconcile
 
 __all__ = ["SERVICE_KEY", "QueueManager", "QueueObservation"]
 
@@ -109,6 +109,8 @@ class QueueManager:
         self.jobs_per_namespace: dict[str, Counter[str]] = {}
         self.job_of: Callable[[PodInfo], str] = lambda pod: pod.uid
         self.version = 0  # bumped when the tree, bindings or pools change
+        # Queue name -> why its object (or its latest edit) was rejected, for its status.
+        self.rejected: dict[str, str] = {}
 
     @classmethod
     def of(cls, handle: Handle) -> QueueManager:
@@ -146,6 +148,8 @@ class QueueManager:
         are rejected (an edit leaves the version in force, a deletion that an object in
         force still depends on waits) and the rest applies. Returns the problems, each
         naming its object, the field and the fix."""
+        queues = list(queues)
+        deleted = list(deleted)
         desired = self.objects.copy()
         for name in deleted:
             desired.queues.pop(name, None)
@@ -164,6 +168,12 @@ class QueueManager:
             desired.pools[p.metadata.name] = p
         accepted, problems = reconcile(self.objects, desired, self.default_queue)
         self._commit(accepted)
+        for name in (*deleted, *(q.metadata.name for q in queues)):
+            self.rejected.pop(name, None)  # judged again just now
+        for problem in problems:
+            subject = problem_subject(problem)
+            if subject is not None and subject[0] == "Queue":
+                self.rejected.setdefault(subject[1], problem)
         return problems
 
     def apply_bindings(
@@ -282,6 +292,28 @@ class QueueManager:
             found = (tree.index[name], "")
         self._leaf_of[pod.uid] = found
         return found
+
+    def closed_reason(self, pod: PodInfo) -> str:
+        """Why the pod may not start because its queue, or one above it, is closed
+        (spec.state: Closed); "" if its queue admits it (or it has no usable queue:
+        admission says why)."""
+        leaf, error = self.queue_of(pod)
+        if error:
+            return ""
+        tree = self.tree
+        closed = tree.closed_by[leaf]
+        if not closed:
+            return ""
+        name = tree.names[closed]
+        where = f"queue {name}" if closed == leaf else f"queue {name} (above {tree.names[leaf]})"
+        return (
+            f"{where} is closed (spec.state: Closed): it admits no new pods until it is "
+            f"opened again (shoal queue open {name})"
+        )
+
+    @property
+    def closed_queues(self) -> frozenset[str]:
+        return frozenset(n for n, d in self.tree.defs.items() if d.closed)
 
     def named_queue(self, pod: PodInfo) -> str:
         """The queue the pod is in by the scheduler's precedence (label, Volcano
@@ -515,8 +547,8 @@ class QueueManager:
                     res = tree.resources[k]
                     return (
                         f"queue {tree.names[q]} would exceed its max {res}: uses "
-                        f"{format_quota(res, used)}, pod asks {format_quota(res, want)}, "
-                        f"max {format_quota(res, cap)}"
+                        f"{format_amount(res, used)}, pod asks {format_amount(res, want)}, "
+                        f"max {format_amount(res, cap)}"
                     )
         guaranteed = tree.guaranteed_lists[leaf]
         quota = tree.quota_list
@@ -546,8 +578,8 @@ class QueueManager:
         q, k = (int(i) for i in np.argwhere(over)[0])
         res = tree.resources[k]
         return (
-            f"asks {format_quota(res, int(asked[q, k]))} {res} in queue {tree.names[q]}, "
-            f"more than its max {format_quota(res, int(tree.maximum[q, k]))}"
+            f"asks {format_amount(res, int(asked[q, k]))} {res} in queue {tree.names[q]}, "
+            f"more than its max {format_amount(res, int(tree.maximum[q, k]))}"
         )
 
     def _borrow_check(self, leaf: int, vec: NDArray[np.int64], table: NodeColumns | None) -> str:
@@ -579,9 +611,9 @@ class QueueManager:
         ]
         return (
             f"queue {tree.names[leaf]} may not borrow {res} beyond its guarantee "
-            f"({format_quota(res, int(tree.guaranteed[leaf, k]))}): queue(s) "
+            f"({format_amount(res, int(tree.guaranteed[leaf, k]))}): queue(s) "
             f"{', '.join(waiting)} below their guarantee are waiting for "
-            f"{format_quota(res, int(owed[k]))} of it"
+            f"{format_amount(res, int(owed[k]))} of it"
         )
 
     # ---- usage (AssignmentObserver) ------------------------------------------------
@@ -699,6 +731,9 @@ class QueueManager:
                 if used > guaranteed.get(r, 0) and r in quota
             }
             leaves = self._leaves_under(q)
+            state = "Open"
+            if tree.closed_by[q]:
+                state = "Closing" if running else "Closed"
             out.append(
                 QueueStatus(
                     name,
@@ -710,8 +745,15 @@ class QueueManager:
                     borrowed=borrowed,
                     pending_jobs=len(set().union(*(pending_jobs.get(leaf, ()) for leaf in leaves))),
                     running_jobs=len(set().union(*(running_jobs.get(leaf, ()) for leaf in leaves))),
+                    state=state,
+                    problem=self.rejected.get(name, ""),
+                    note=_defaulted_note(tree.defs[name]),
                 )
             )
+        # Queue objects rejected outright: their status says why.
+        for name, problem in sorted(self.rejected.items()):
+            if name not in tree.index:
+                out.append(QueueStatus(name, state="Invalid", problem=problem))
         return out
 
     def binding_statuses(self) -> list[BindingStatus]:
@@ -795,6 +837,15 @@ class QueueManager:
 
 
 _QOS_RANK = {"Guaranteed": 0, "Burstable": 1, "BestEffort": 2}
+
+
+def _defaulted_note(d: QueueDef) -> str:
+    if not d.defaulted:
+        return ""
+    amounts = ", ".join(f"{r} {format_amount(r, d.guaranteed[r])}" for r in d.defaulted)
+    return (
+        f"{d.fields[0]} sets no {', '.join(d.defaulted)}: guaranteed its children's sum ({amounts})"
+    )
 
 
 def qos_rank(pod: PodInfo) -> int:

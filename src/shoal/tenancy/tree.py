@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from shoal.api.gpu import GPU_MILLI, GpuRequestError, pod_gpu_request
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import DEFAULT_QUEUE, ElasticQuota, Queue, QueueOrdering
-from shoal.api.resources import GPU, ResourceList, format_quota, parse_quota_list
+from shoal.api.resources import GPU, ResourceList, format_amount, parse_quota_list
 
 __all__ = ["UNLIMITED", "Issue", "QueueDef", "QueueTree", "TreeError", "queue_issues"]
 
@@ -43,6 +43,10 @@ class QueueDef:
     priority: int = 0
     ordering: QueueOrdering = "Priority"
     pools: tuple[str, ...] = ()
+    closed: bool = False  # spec.state: Closed
+    # Resources whose guarantee the object leaves unset and that are taken as the sum of
+    # its children's (shoal.tenancy.validation.defaulted_guarantees).
+    defaulted: tuple[str, ...] = ()
     source: str = "Queue"
     object_name: str = ""  # an ElasticQuota's own name (its queue is named by namespace)
     fields: tuple[str, str] = ("spec.guaranteed", "spec.max")  # as the object spells them
@@ -67,6 +71,7 @@ class QueueDef:
             priority=spec.priority,
             ordering=spec.ordering,
             pools=tuple(spec.pools),
+            closed=spec.state == "Closed",
             fields=("spec.resources.requests", "spec.resources.limits")
             if spec.resources is not None
             else ("spec.guaranteed", "spec.max"),
@@ -128,6 +133,10 @@ class QueueTree:
                 j = int(self.parent[j])
             self.paths[i] = np.array(path, dtype=np.intp)
         self.path_lists: dict[int, list[int]] = {i: p.tolist() for i, p in self.paths.items()}
+        # The nearest closed queue on each queue's path (itself first), 0 if none is.
+        self.closed_by: list[int] = [0] * len(self.names)
+        for i, path in self.path_lists.items():
+            self.closed_by[i] = next((j for j in path if self.defs[self.names[j]].closed), 0)
         # Quota resources, plus the ones fair share always looks at.
         resources: set[str] = {"cpu", "memory", "nvidia.com/gpu"}
         for d in defs:
@@ -256,8 +265,8 @@ def queue_issues(
             if m is not None and g > m:
                 issues.append(
                     Issue(
-                        f"{d.ref}: {d.fields[0]}.{res} ({format_quota(res, g)}) exceeds "
-                        f"{d.fields[1]}.{res} ({format_quota(res, m)}); "
+                        f"{d.ref}: {d.fields[0]}.{res} ({format_amount(res, g)}) exceeds "
+                        f"{d.fields[1]}.{res} ({format_amount(res, m)}); "
                         "lower the guarantee or raise the maximum",
                         ("Queue", d.name),
                     )
@@ -305,8 +314,8 @@ def queue_issues(
                 issues.append(
                     Issue(
                         f"{pd.ref}: children's spec.guaranteed.{res} add up to "
-                        f"{format_quota(res, t)}, more than its own guarantee "
-                        f"{format_quota(res, pg)}; raise the parent's guarantee or lower the "
+                        f"{format_amount(res, t)}, more than its own guarantee "
+                        f"{format_amount(res, pg)}; raise the parent's guarantee or lower the "
                         "children's",
                         ("Queue", parent),
                     )
@@ -314,9 +323,9 @@ def queue_issues(
                 continue
             issues += [
                 Issue(
-                    f"{c.ref}: {c.fields[0]}.{res} ({format_quota(res, c.guaranteed[res])}) "
-                    f"does not fit in parent {parent}'s guarantee ({format_quota(res, pg)}; "
-                    f"its children's add up to {format_quota(res, t)}); "
+                    f"{c.ref}: {c.fields[0]}.{res} ({format_amount(res, c.guaranteed[res])}) "
+                    f"does not fit in parent {parent}'s guarantee ({format_amount(res, pg)}; "
+                    f"its children's add up to {format_amount(res, t)}); "
                     "lower it or raise the parent's guarantee",
                     ("Queue", c.name),
                 )
@@ -331,8 +340,8 @@ def queue_issues(
                 if changed(c.name) or not changed(parent):
                     issues.append(
                         Issue(
-                            f"{c.ref}: {c.fields[1]}.{res} ({format_quota(res, m)}) exceeds "
-                            f"its parent {parent}'s max ({format_quota(res, pm)}); it can never "
+                            f"{c.ref}: {c.fields[1]}.{res} ({format_amount(res, m)}) exceeds "
+                            f"its parent {parent}'s max ({format_amount(res, pm)}); it can never "
                             "use more than the parent",
                             ("Queue", c.name),
                         )
@@ -340,8 +349,8 @@ def queue_issues(
                 else:
                     issues.append(
                         Issue(
-                            f"{pd.ref}: {pd.fields[1]}.{res} ({format_quota(res, pm)}) is below "
-                            f"its child {c.name}'s max ({format_quota(res, m)}); raise it or "
+                            f"{pd.ref}: {pd.fields[1]}.{res} ({format_amount(res, pm)}) is below "
+                            f"its child {c.name}'s max ({format_amount(res, m)}); raise it or "
                             "lower the child's first",
                             ("Queue", parent),
                         )

@@ -14,16 +14,26 @@ Every rejected object gets a message naming it, the field and the fix.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from shoal.api.queue import DEFAULT_QUEUE, ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.tenancy.tree import Issue, QueueDef, QueueTree, TreeError, queue_issues
 
-__all__ = ["TenancyObjects", "reconcile"]
+__all__ = ["TenancyObjects", "problem_subject", "reconcile"]
 
 Kind = Literal["Queue", "ElasticQuota", "QueueBinding", "NodePool"]
+
+_SUBJECT = re.compile(r"^(?P<kind>Queue|QueueBinding|NodePool|ElasticQuota) (?P<name>[^\s:]+):")
+
+
+def problem_subject(problem: str) -> tuple[str, str] | None:
+    """The object a problem names first: (kind, name), an ElasticQuota's name as
+    `namespace/name`; None for a problem that names none."""
+    match = _SUBJECT.match(problem)
+    return None if match is None else (match["kind"], match["name"])
 
 
 @dataclass
@@ -55,7 +65,47 @@ class TenancyObjects:
             out.setdefault(namespace, QueueDef.from_elastic_quota(eq))
         if default_queue not in out:
             out[default_queue] = QueueDef(name=default_queue, source="default")
-        return out
+        return defaulted_guarantees(out)
+
+
+def defaulted_guarantees(defs: dict[str, QueueDef]) -> dict[str, QueueDef]:
+    """A parent queue that sets no guarantee for a resource its children guarantee is
+    guaranteed their sum (bottom up), instead of 0 (which would reject every child).
+    YuniKorn reads an unset parent guarantee as unconstrained, Volcano's hierarchy checks
+    children only against a guarantee that is set; taking the sum keeps the rule
+    "children's guarantees fit in the parent's" true, and the parent's status says
+    so (`QueueDef.defaulted`). A guarantee set explicitly, even 0, is kept."""
+    kids: dict[str, list[str]] = {}
+    for d in defs.values():
+        if d.parent and d.parent in defs and d.parent != d.name:
+            kids.setdefault(d.parent, []).append(d.name)
+    if not kids:
+        return defs
+    out = dict(defs)
+    done: set[str] = set()
+
+    def visit(name: str, path: frozenset[str]) -> None:
+        if name in done or name in path:  # a cycle is a problem of its own
+            return
+        for kid in kids.get(name, ()):
+            visit(kid, path | {name})
+        done.add(name)
+        d = out[name]
+        if d.source != "Queue" or name not in kids:
+            return
+        total: dict[str, int] = {}
+        for kid in kids[name]:
+            for res, amount in out[kid].guaranteed.items():
+                total[res] = total.get(res, 0) + amount
+        added = {r: v for r, v in total.items() if r not in d.guaranteed and v > 0}
+        if added:
+            out[name] = replace(
+                d, guaranteed={**d.guaranteed, **added}, defaulted=tuple(sorted(added))
+            )
+
+    for name in defs:
+        visit(name, frozenset())
+    return out
 
 
 def reconcile(

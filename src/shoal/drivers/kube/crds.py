@@ -86,6 +86,7 @@ CRDS: list[CrdSpec] = [
         short_names=("sq",),
         validation={"spec.weight": {"minimum": 1}},
         columns=(
+            PrinterColumn("State", ".status.state"),
             PrinterColumn("Parent", ".spec.parent"),
             PrinterColumn("Weight", ".spec.weight", "integer"),
             PrinterColumn("CPU", ".status.allocated.cpu"),
@@ -98,6 +99,9 @@ CRDS: list[CrdSpec] = [
             PrinterColumn("Jobs", ".status.runningJobs", "integer"),
             PrinterColumn("PendingJobs", ".status.pendingJobs", "integer"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+            PrinterColumn(
+                "Message", '.status.conditions[?(@.type=="Accepted")].message', priority=1
+            ),
         ),
     ),
     CrdSpec(

@@ -789,11 +789,34 @@ class PodGroupStatusWriter(ObjectStatusWriter[GroupStatus]):
         )
 
 
-def queue_status_patch(status: QueueStatus) -> JSON:
-    """A Queue's status: what it holds, is guaranteed, would get under fair share and
-    borrows above its guarantee (quantities as Kubernetes writes them), and its pending
-    and running pods and jobs."""
+def queue_status_patch(status: QueueStatus, current: JSON | None, now: str) -> JSON:
+    """A Queue's status: whether it admits pods (`state`) and whether the scheduler
+    accepted the object (condition `Accepted`, with the problem and its fix), what it
+    holds, is guaranteed, would get under fair share and borrows above its guarantee
+    (quantities as Kubernetes writes them), and its pending and running pods and jobs.
+    The condition's lastTransitionTime moves only when its status changes."""
+    accepted = not status.problem
+    if accepted:
+        reason = "Defaulted" if status.note else "Valid"
+        message = status.note or "the scheduler applies this queue"
+    elif status.state == "Invalid":
+        reason, message = "Invalid", status.problem
+    else:
+        reason = "EditRejected"
+        message = (
+            f"the latest edit was rejected; the version before it stays in force: {status.problem}"
+        )
+    wanted = {
+        "type": "Accepted",
+        "status": "True" if accepted else "False",
+        "reason": reason,
+        "message": message,
+    }
+    existing = ((current or {}).get("status") or {}).get("conditions") or []
+    conditions = _merge_conditions(existing, [wanted], now, ())
     return {
+        "state": status.state,
+        "conditions": conditions,
         "allocated": _quantities(status.allocated),
         "guaranteed": _quantities(status.guaranteed),
         "fairShare": _quantities(status.fair_share),
@@ -861,7 +884,7 @@ class QueueStatusWriter(ObjectStatusWriter[QueueStatus]):
 
     def patch(self, kind: ResourceKind, status: QueueStatus, current: JSON, now: str) -> JSON:
         if kind is QUEUES:
-            return queue_status_patch(status)
+            return queue_status_patch(status, current, now)
         return elastic_quota_status_patch(status)
 
 

@@ -14,7 +14,6 @@ queue, a bound queue, a listed pool) waits, and is retried with every later chan
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,10 +28,10 @@ from shoal.drivers.kube.resources import (
     ResourceKind,
 )
 from shoal.scheduler import Scheduler
+from shoal.tenancy.validation import problem_subject
 
 __all__ = ["TenancySync"]
 
-_PROBLEM = re.compile(r"^(?P<kind>Queue|QueueBinding|NodePool|ElasticQuota) (?P<name>[^\s:]+):")
 _KINDS = {
     "Queue": QUEUES,
     "QueueBinding": QUEUE_BINDINGS,
@@ -136,16 +135,16 @@ class TenancySync:
         self.deleted_pools = {n for n in self.deleted_pools if n in in_force.pools}
         flagged: set[tuple[str, str]] = set()
         for problem in problems:
-            match = _PROBLEM.match(problem)
-            key: tuple[str, str] | None = (match["kind"], match["name"]) if match else None
+            subject = problem_subject(problem)
+            key: tuple[str, str] | None = subject
             found = self.raw.get(key) if key else None
-            if found is None and match is not None:
+            if found is None and subject is not None:
                 # An ElasticQuota is read as a queue named after its namespace.
                 key = next(
                     (
                         k
                         for k in self.raw
-                        if k[0] == "ElasticQuota" and k[1].split("/")[0] == match["name"]
+                        if k[0] == "ElasticQuota" and k[1].split("/")[0] == subject[1]
                     ),
                     None,
                 )
@@ -154,8 +153,8 @@ class TenancySync:
                 flagged.add(key)
                 self.report(found[0], found[1], problem)
             else:
-                kind = _KINDS.get(match["kind"], QUEUES) if match else QUEUES
-                self.report(kind, {"metadata": {"name": match["name"] if match else ""}}, problem)
+                kind = _KINDS.get(subject[0], QUEUES) if subject else QUEUES
+                self.report(kind, {"metadata": {"name": subject[1] if subject else ""}}, problem)
         for key in self._flagged - flagged:
             fine = self.raw.get(key)
             if fine is not None:

@@ -1,0 +1,120 @@
+"""Suspending and resuming a gang (`shoal suspend podgroup` / `shoal resume podgroup`,
+the annotation `shoal.dev/suspended: "true"` on its PodGroup), as kueuectl stop/resume
+and vcctl job suspend/resume: a suspended gang runs nothing. Its pending members wait
+out of the queue saying why, its placed members are evicted all together (never leaving
+it running short), replacements its controller creates wait too, and resuming lets the
+whole gang start again."""
+
+from __future__ import annotations
+
+from shoal.api.objects import ObjectMeta
+from shoal.api.podgroup import SUSPENDED, PodGroup, PodGroupSpec
+from shoal.testing import SchedulerHarness, make_node, make_pod
+
+
+def group(suspended: bool) -> PodGroup:
+    annotations = {SUSPENDED: "true"} if suspended else {}
+    return PodGroup(
+        metadata=ObjectMeta(name="train", namespace="ml", annotations=annotations),
+        spec=PodGroupSpec(min_member=3),
+    )
+
+
+def member(i: int):  # type: ignore[no-untyped-def]
+    return (
+        make_pod(f"train-{i}")
+        .namespace("ml")
+        .labels({"scheduling.x-k8s.io/pod-group": "train"})
+        .req(cpu="2")
+    )
+
+
+def placed(h: SchedulerHarness) -> int:
+    return sum(1 for i in range(3) if h.node_of(f"ml/train-{i}") is not None)
+
+
+def cluster() -> SchedulerHarness:
+    h = SchedulerHarness()
+    h.add_nodes(*(make_node(f"n{i}").capacity(cpu="4", memory="16Gi") for i in range(2)))
+    return h
+
+
+def test_suspended_gang_waits_and_resumes_whole() -> None:
+    h = cluster()
+    h.scheduler.add_pod_group(group(suspended=True))
+    h.add_pods(*(member(i) for i in range(3)))
+    h.advance(5)
+    assert placed(h) == 0
+    message = h.message("ml/train-0")
+    assert "gang ml/train is suspended" in message
+    assert "shoal resume podgroup ml/train" in message
+    assert h.scheduler.gangs.groups["ml/train"].phase == "Pending"
+
+    h.scheduler.add_pod_group(group(suspended=False))
+    h.advance(5)
+    assert placed(h) == 3
+    assert h.scheduler.gangs.groups["ml/train"].phase == "Running"
+
+
+def test_suspending_a_running_gang_evicts_every_member() -> None:
+    h = cluster()
+    h.scheduler.add_pod_group(group(suspended=False))
+    h.add_pods(*(member(i) for i in range(3)))
+    h.advance(5)
+    assert placed(h) == 3
+
+    h.scheduler.add_pod_group(group(suspended=True))
+    h.advance(5)
+    evicted = h.evicted
+    assert sorted(evicted) == [f"ml/train-{i}" for i in range(3)]
+    assert all("gang ml/train was suspended" in why for why in evicted.values())
+    assert not h.scheduler.cluster.placed
+
+    # Its controller creates the members again: they wait while the gang is suspended.
+    h.add_pods(*(member(i) for i in range(3)))
+    h.advance(5)
+    assert placed(h) == 0
+    assert "gang ml/train is suspended" in h.message("ml/train-1")
+
+    h.scheduler.add_pod_group(group(suspended=False))
+    h.advance(5)
+    assert placed(h) == 3
+    assert h.scheduler.gangs.groups["ml/train"].reason == ""
+
+
+def test_suspending_twice_evicts_once() -> None:
+    h = cluster()
+    h.scheduler.add_pod_group(group(suspended=False))
+    h.add_pods(*(member(i) for i in range(3)))
+    h.advance(5)
+    h.scheduler.add_pod_group(group(suspended=True))
+    h.scheduler.add_pod_group(group(suspended=True))  # e.g. a relist
+    h.advance(5)
+    assert len(h.effects.evictions) == 3
+
+
+def test_suspended_while_binds_are_out_leaves_nothing_running() -> None:
+    from shoal.framework.effects import Bind, Effect
+
+    h = cluster()
+    h.scheduler.add_pod_group(group(suspended=False))
+    suspended = []
+
+    def on_effect(effect: Effect) -> None:
+        # The operator's suspend arrives while the gang's first Binding is out.
+        if isinstance(effect, Bind) and not suspended:
+            suspended.append(effect.pod.key)
+            h.scheduler.add_pod_group(group(suspended=True))
+
+    h.effects.listeners.append(on_effect)
+    h.add_pods(*(member(i) for i in range(3)))
+    h.advance(5)
+    assert suspended
+    assert placed(h) == 0
+    assert not h.scheduler.cluster.placed
+    h.effects.listeners.remove(on_effect)
+    h.scheduler.add_pod_group(group(suspended=False))
+    # The evicted members come back from their controller; the withdrawn ones waited.
+    h.add_pods(*(member(i) for i in range(3) if f"ml/train-{i}" in h.evicted))
+    h.advance(5)
+    assert placed(h) == 3

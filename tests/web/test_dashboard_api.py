@@ -27,8 +27,10 @@ API = [
     "/dashboard/api",
     "/dashboard/api/summary",
     "/dashboard/api/queues",
+    "/dashboard/api/queues/top",
     "/dashboard/api/queues/history",
     "/dashboard/api/gangs",
+    "/dashboard/api/pods?gang=ml/big",
     "/dashboard/api/pending",
     "/dashboard/api/nodes",
     "/dashboard/api/nodes/heat",
@@ -217,6 +219,221 @@ def test_pending_pods_grouped_by_their_last_explanation(
     assert lost["examples"][0]["queue"] == "a"
 
 
+def test_queue_pages_searches_and_children(run: tuple[SchedulerHarness, Dashboard]) -> None:
+    _, dashboard = run
+    everything, top, org, second, search, none = get_all(
+        dashboard,
+        "/dashboard/api/queues",
+        "/dashboard/api/queues?parent=",
+        "/dashboard/api/queues?parent=org",
+        "/dashboard/api/queues?parent=org&offset=1&limit=1",
+        "/dashboard/api/queues?q=B",
+        "/dashboard/api/queues?q=zzz",
+    )
+    names = lambda body: [q["name"] for q in body["queues"]]  # noqa: E731
+    # Without parameters: the whole tree, as before.
+    assert names(everything) == ["default", "org", "a", "b"]
+    assert everything["count"] == everything["total"] == 4
+    assert {q["name"]: q["children"] for q in everything["queues"]} == {
+        "default": 0,
+        "org": 2,
+        "a": 0,
+        "b": 0,
+    }
+    # One level of the tree at a time, paged; `count` is the whole tree, `total` the matches.
+    assert names(top) == ["default", "org"] and top["total"] == 2 and top["count"] == 4
+    assert names(org) == ["a", "b"] and org["total"] == 2
+    assert names(second) == ["b"] and second["total"] == 2 and second["offset"] == 1
+    assert org["capacity"] == everything["capacity"] and org["resources"] == everything["resources"]
+    # A search: a substring of the name, any case, anywhere in the tree.
+    assert names(search) == ["b"] and search["total"] == 1
+    assert names(none) == [] and none["total"] == 0
+
+
+def test_top_queues_rank_leaves_and_sum_the_rest(run: tuple[SchedulerHarness, Dashboard]) -> None:
+    _, dashboard = run
+    allocated, guaranteed, pending, gpu = get_all(
+        dashboard,
+        "/dashboard/api/queues/top?n=1",
+        "/dashboard/api/queues/top?n=2&by=guaranteed",
+        "/dashboard/api/queues/top?n=1&by=pending",
+        f"/dashboard/api/queues/top?n=1&resource={GPU}",
+    )
+    # Leaf queues only (default, a, b): org is a parent.
+    assert allocated["total"] == 3 and allocated["by"] == "allocated"
+    (a,) = allocated["items"]
+    assert a["name"] == "a" and a["parent"] == "org"
+    assert a["allocated"] == pytest.approx(2.5 / 8)  # dominant share: GPUs
+    others = allocated["others"]
+    assert others["count"] == 2 and others["pending"] == 3 and others["running"] == 0
+    assert others["guaranteed"] == pytest.approx(0.5)  # b's 4 of 8 GPUs
+    assert [q["name"] for q in guaranteed["items"]] == ["b", "a"]
+    assert guaranteed["others"]["count"] == 1
+    assert [(q["name"], q["pending"]) for q in pending["items"]] == [("b", 3)]
+    # One resource: shares of its capacity.
+    assert gpu["resource"] == GPU
+    assert gpu["items"][0]["allocated"] == pytest.approx(2500 / 8000)
+    assert gpu["items"][0]["guaranteed"] == pytest.approx(2000 / 8000)
+
+
+def test_history_of_some_queues_from_a_time(run: tuple[SchedulerHarness, Dashboard]) -> None:
+    _, dashboard = run
+    one, two, recent, missing = get_all(
+        dashboard,
+        "/dashboard/api/queues/history?queue=a",
+        "/dashboard/api/queues/history?queue=a,b",
+        "/dashboard/api/queues/history?queue=a&from=30",
+        "/dashboard/api/queues/history?queue=nope",
+    )
+    assert set(one["queues"]) == {"a"} and one["times"] == [0.0, 30.0]
+    assert one["queues"]["a"]["allocated"][-1] == pytest.approx(2.5 / 8)
+    assert set(two["queues"]) == {"a", "b"}
+    # From a time on: the samples taken then or later, for a client to append.
+    assert recent["start"] == 30.0 and recent["times"] == [30.0]
+    assert recent["queues"]["a"]["allocated"] == [one["queues"]["a"]["allocated"][-1]]
+    assert missing["queues"] == {} and missing["times"] == [0.0, 30.0]
+
+
+def test_gangs_by_queue_subtree_and_name(run: tuple[SchedulerHarness, Dashboard]) -> None:
+    _, dashboard = run
+    org, a, big, none = get_all(
+        dashboard,
+        "/dashboard/api/gangs?queue=org",
+        "/dashboard/api/gangs?queue=a",
+        "/dashboard/api/gangs?q=BIG",
+        "/dashboard/api/gangs?queue=b&phase=Running",
+    )
+    keys = lambda body: [g["key"] for g in body["items"]]  # noqa: E731
+    assert keys(org) == ["ml/big", "ml/small"] and org["total"] == 2  # a parent: its subtree
+    assert keys(a) == ["ml/small"] and a["total"] == 1
+    assert keys(big) == ["ml/big"]
+    assert keys(none) == [] and none["total"] == 0
+    assert none["phases"] == {"Scheduling": 1, "Running": 1}  # counts over every gang
+
+
+def test_pods_of_a_gang_and_of_a_queue_with_why_they_wait(
+    run: tuple[SchedulerHarness, Dashboard],
+) -> None:
+    h, dashboard = run
+    big, small, a, org, page = get_all(
+        dashboard,
+        "/dashboard/api/pods?gang=ml/big",
+        "/dashboard/api/pods?gang=ml/small",
+        "/dashboard/api/pods?queue=a",
+        "/dashboard/api/pods?queue=org",
+        "/dashboard/api/pods?queue=org&offset=1&limit=2",
+    )
+    # A gang's members, with where each is or why it waits (what `shoal explain` says).
+    assert big["gang"] == "ml/big" and big["total"] == 3 and big["pending"] == 3
+    pod = big["items"][0]
+    assert (pod["pod"], pod["state"], pod["node"], pod["queue"]) == ("ml/big-0", "Pending", "", "b")
+    assert pod["gang"] == "ml/big" and pod["attempts"] >= 1
+    assert (pod["kind"], pod["reason"]) == ("unschedulable", "Unschedulable: QueueCapacity")
+    assert pod["message"] == h.message("ml/big-0")
+    assert "may not borrow nvidia.com/gpu beyond its guarantee" in pod["message"]
+    assert small["pending"] == 0
+    assert [(p["pod"], p["state"]) for p in small["items"]] == [
+        ("ml/small-0", "Running"),
+        ("ml/small-1", "Running"),
+    ]
+    assert {p["node"] for p in small["items"]} <= {"gpu-0", "gpu-1"}
+    assert all(p["message"] == "" and p["node"] for p in small["items"])
+    # A queue's pending pods, the longest waiting first; a parent: its subtree's.
+    assert {p["pod"] for p in a["items"]} == {"default/lost", "default/held"}
+    held = next(p for p in a["items"] if p["pod"] == "default/held")
+    assert held["kind"] == "gated" and "example.com/wait" in held["message"]
+    assert a["queue"] == "a" and a["gang"] is None
+    assert org["total"] == 5 and len(org["items"]) == 5
+    assert [p["pod"] for p in page["items"]] == [p["pod"] for p in org["items"][1:3]]
+    assert page["total"] == 5 and page["offset"] == 1
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        response = await client.get("/dashboard/api/pods?gang=ml/nope")
+        assert response.status == 404
+        assert (await response.json())["error"] == "no pod group 'ml/nope'"
+
+    call(dashboard, test)
+
+
+def test_unchanged_parts_are_answered_in_a_few_bytes() -> None:
+    """A client that sends the version of its last answer (?since=, or If-None-Match)
+    hears "unchanged" until what the answer is cut from changes; sections change apart."""
+    h, history = scenario()
+    dashboard = Dashboard(DashboardSource(h.scheduler), history, ttl=0.0)  # a frame per call
+    paths = [
+        "/dashboard/api/summary",
+        "/dashboard/api/queues?parent=org",
+        "/dashboard/api/queues/top",
+        "/dashboard/api/queues/history?queue=a",
+        "/dashboard/api/gangs",
+        "/dashboard/api/pods?gang=ml/big",
+        "/dashboard/api/pending",
+        "/dashboard/api/nodes",
+        "/dashboard/api/nodes/heat?format=packed",
+    ]
+    first = dict(zip(paths, get_all(dashboard, *paths), strict=True))
+    versions = {path: body["version"] for path, body in first.items()}
+    assert all(isinstance(v, str) and v for v in versions.values())
+
+    def poll() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+
+        async def test(client: TestClient[Any, Any]) -> None:
+            for path in paths:
+                sep = "&" if "?" in path else "?"
+                response = await client.get(f"{path}{sep}since={versions[path]}")
+                assert response.status == 200
+                assert response.headers["ETag"].startswith('W/"')
+                out[path] = (len(await response.read()), await response.json())
+
+        call(dashboard, test)
+        return out
+
+    # Frames are rebuilt (ttl 0) but nothing changed: every answer is "unchanged".
+    builds = dashboard.builds
+    for path, (size, body) in poll().items():
+        assert body == {"unchanged": True, "version": versions[path]}, path
+        assert size < 60
+    assert dashboard.builds > builds
+
+    async def conditional(client: TestClient[Any, Any]) -> None:
+        tag = f'W/"{versions["/dashboard/api/pending"]}"'
+        response = await client.get("/dashboard/api/pending", headers={"If-None-Match": tag})
+        assert response.status == 304 and response.headers["ETag"] == tag
+        response = await client.get("/dashboard/api/pending", headers={"If-None-Match": '"x"'})
+        assert response.status == 200
+
+    call(dashboard, conditional)
+
+    # A pod no node can hold arrives: queues, pending, the summary change; the nodes,
+    # the gangs and the history (no sample taken) do not.
+    h.add_pods(make_pod("huge").labels({QUEUE: "a"}).req(cpu="100"))
+    h.run()
+    answers = poll()
+    fresh = {path for path, (_, body) in answers.items() if not body.get("unchanged")}
+    assert fresh == {
+        "/dashboard/api/summary",
+        "/dashboard/api/queues?parent=org",
+        "/dashboard/api/queues/top",
+        "/dashboard/api/pods?gang=ml/big",  # cut from the whole frame
+        "/dashboard/api/pending",
+    }
+    assert answers["/dashboard/api/pending"][1]["total"] == 6
+    # The history changes when a sample is taken.
+    h.advance(60)
+    (after,) = get_all(
+        dashboard,
+        f"/dashboard/api/queues/history?queue=a&since={versions['/dashboard/api/queues/history?queue=a']}",
+    )
+    assert after["times"][-1] == 90.0
+    # Another server process never takes a version of this one for its own.
+    other = Dashboard(DashboardSource(h.scheduler), history, ttl=0.0)
+    (elsewhere,) = get_all(
+        other, f"/dashboard/api/pending?since={versions['/dashboard/api/pending']}"
+    )
+    assert "groups" in elsewhere
+
+
 def test_gpu_nodes_use_and_fragmentation() -> None:
     """Two 2-GPU nodes: a 500m share on n0's device 0, a whole GPU on n1's device 0. The
     target workload is those two shapes, half each; F(n0) = 0.5 x 0 (a 500m share fits
@@ -259,6 +476,13 @@ def test_gpu_nodes_use_and_fragmentation() -> None:
     assert heat["names"] == ["n0", "n1"]
     assert heat["usePercent"] == [25, 50]
     assert heat["fragPercentOfFree"] == [16, 0]  # 250 of 1500 free milli
+    # Packed: one character per node and value, its index in `encoding` x 2 = percent.
+    (packed,) = get_all(dashboard, "/dashboard/api/nodes/heat?format=packed&names=0")
+    assert "names" not in packed and "usePercent" not in packed
+    decode = packed["encoding"].index
+    assert [2 * decode(c) for c in packed["use"]] == [26, 50]  # 25 % rounds to 26
+    assert [2 * decode(c) for c in packed["frag"]] == [16, 0]
+    assert packed["namesVersion"] == heat["namesVersion"] and packed["total"] == 2
 
 
 def test_no_gpus_no_fragmentation() -> None:
@@ -307,6 +531,14 @@ def test_bad_query_parameters_are_named(run: tuple[SchedulerHarness, Dashboard])
                 "/dashboard/api/queues/history?resource=gpu",
                 "query parameter resource='gpu' must be one",
             ),
+            ("/dashboard/api/queues/history?from=x", "query parameter from='x' is not a number"),
+            ("/dashboard/api/queues?parent=zz", "query parameter parent='zz' names no queue"),
+            ("/dashboard/api/queues?limit=0", "query parameter limit=0 must be between 1 and"),
+            ("/dashboard/api/queues/top?by=age", "query parameter by='age' must be one of"),
+            ("/dashboard/api/queues/top?resource=gpu", "query parameter resource='gpu'"),
+            ("/dashboard/api/pods", "give one of the query parameters gang= and queue="),
+            ("/dashboard/api/pods?gang=ml/big&queue=a", "give one of the query parameters"),
+            ("/dashboard/api/nodes/heat?format=csv", "query parameter format='csv' must be"),
         ]:
             response = await client.get(path)
             assert response.status == 400

@@ -22,17 +22,21 @@ idle GPU that none of today's GPU jobs could take.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.gpu import GPU_MILLI
+from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU, MEMORY
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.framework.status import Code
@@ -43,12 +47,22 @@ from shoal.tenancy.tree import UNLIMITED
 from shoal.web.dashboard.history import queue_shares
 from shoal.web.gpu_census import FragmentationGauge, ShapeTracker
 
-__all__ = ["DashboardSource", "Frame", "NodeFrame", "reason_of"]
+__all__ = ["SECTIONS", "DashboardSource", "Frame", "NodeFrame", "QueueIndex", "reason_of"]
 
 EXAMPLES = 5  # example pods per pending group
 _PHASE_ORDER = {"Failed": 0, "Pending": 1, "Scheduling": 2, "Running": 3, "Finished": 4}
 _ARRIVAL = attrgetter("pod.timestamp", "pod.key")
 _MESSAGE = attrgetter("message")
+# The parts of a frame whose changes are tracked apart (see `Frame.digests`).
+SECTIONS = ("summary", "queues", "gangs", "pending", "nodes")
+
+
+def _digest(*parts: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.digest()
 
 
 @dataclass
@@ -103,6 +117,54 @@ class NodeFrame:
             "unschedulable": bool(self.unschedulable[row]),
         }
 
+    def digest(self) -> bytes:
+        """A hash of every column (what a node listing or the heat map can show)."""
+        columns = (
+            self.gpus,
+            self.gpu_used,
+            self.gpu_free,
+            self.frag,
+            self.free_devices,
+            self.cpu,
+            self.memory,
+            self.pods,
+            self.unschedulable,
+            self.devices,
+        )
+        return _digest(
+            "\n".join(self.names).encode(),
+            "\n".join(self.model).encode(),
+            *(np.ascontiguousarray(c).tobytes() for c in columns),
+        )
+
+
+@dataclass
+class QueueIndex:
+    """The frame's queue rows by name, and each parent's children in the tree's order
+    (key None: the top-level queues)."""
+
+    rows: dict[str, dict[str, Any]]
+    children: dict[str | None, list[str]]
+
+    @classmethod
+    def of(cls, queues: list[dict[str, Any]]) -> QueueIndex:
+        rows = {q["name"]: q for q in queues}
+        children: dict[str | None, list[str]] = {None: []}
+        for q in queues:
+            children.setdefault(q["parent"], []).append(q["name"])
+        return cls(rows, children)
+
+    def subtree(self, name: str) -> set[str]:
+        """`name` and every queue under it (just `name` if no such queue exists: pods
+        may name a queue that does not)."""
+        out = {name}
+        todo = list(self.children.get(name, ()))
+        while todo:
+            child = todo.pop()
+            out.add(child)
+            todo.extend(self.children.get(child, ()))
+        return out
+
 
 @dataclass
 class Frame:
@@ -115,6 +177,38 @@ class Frame:
     nodes: NodeFrame
     node_summary: dict[str, Any]
     target: list[dict[str, Any]] = field(default_factory=list)  # the fragmentation workload
+    # Per section (SECTIONS), the version the server gave it: kept from the frame before
+    # when the section did not change (set by `shoal.web.dashboard.app.Dashboard`).
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def digests(self) -> dict[str, bytes]:
+        """Per section, a hash of what the API shows of it. The summary's build time is
+        left out: a frame of an unchanged scheduler is unchanged however long it took."""
+        encode = msgspec.json.encode
+        summary = {k: v for k, v in self.summary.items() if k != "buildSeconds"}
+        return {
+            "summary": _digest(encode(summary)),
+            "queues": _digest(encode(self.queues)),
+            "gangs": _digest(encode(self.gangs)),
+            "pending": _digest(encode(self.pending)),
+            "nodes": _digest(self.nodes.digest(), encode([self.node_summary, self.target])),
+        }
+
+    @cached_property
+    def queue_index(self) -> QueueIndex:
+        return QueueIndex.of(self.queues["queues"])
+
+    @cached_property
+    def heat_rows(self) -> NDArray[np.intp]:
+        """The GPU nodes by name: the heat map's order."""
+        return self.nodes.order("name", True)
+
+    @cached_property
+    def heat_names_version(self) -> str:
+        """A hash of the heat map's node names: a client that has them need not fetch
+        them again while it is unchanged."""
+        names = self.nodes.names
+        return _digest("\n".join(names[r] for r in self.heat_rows.tolist()).encode()).hex()[:12]
 
 
 def reason_of(entry: QueuedPod) -> tuple[str, tuple[str, ...]]:
@@ -210,6 +304,7 @@ class DashboardSource:
                         "parent": tree.names[q] if q else None,
                         "depth": depth,
                         "leaf": child in tree.leaves,
+                        "children": len(tree.children_list[child]),
                         "source": d.source,
                         "weight": float(tree.weight[child]),
                         "allocated": allocated,
@@ -304,6 +399,81 @@ class DashboardSource:
             )
         out.sort(key=lambda g: (-g["count"], g["reason"]))
         return {"total": len(entries), "groups": out}
+
+    # ---- the pods of one gang or queue (read when asked) ----------------------------
+
+    def pods(
+        self,
+        *,
+        gang: str | None = None,
+        queues: set[str] | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> dict[str, Any] | None:
+        """The members of pod group `gang` (pending first, then by name), or the pending
+        pods of `queues` (the longest waiting first): a page of them, each with where it
+        is and, if pending, why (what `shoal explain` says). None: no such gang. Reads
+        the scheduler: call it where the scheduler runs."""
+        sched = self.scheduler
+        now = sched.clock.now()
+        if gang is not None:
+            group = sched.gangs.groups.get(gang)
+            if group is None:
+                return None
+            rows: list[tuple[PodInfo, str]] = []
+            for uid, pod in group.members.items():
+                if uid in group.succeeded:
+                    state = "Succeeded"
+                elif uid in group.failed:
+                    state = "Failed"
+                elif uid in group.bound:
+                    state = "Running"
+                else:
+                    state = "Pending"
+                rows.append((pod, state))
+            rows.sort(key=lambda r: (r[1] != "Pending", r[0].key))
+        else:
+            named = sched.tenant_queues.named_queue
+            wanted = queues or set()
+            entries = [e for e in sched.scheduling_queue.pending() if named(e.pod) in wanted]
+            entries.sort(key=_ARRIVAL)
+            rows = [(e.pod, "Pending") for e in entries]
+        page = rows[offset : offset + limit]
+        return {
+            "time": now,
+            "gang": gang,
+            "total": len(rows),
+            "pending": sum(1 for _, state in rows if state == "Pending"),
+            "offset": offset,
+            "items": [self._pod(pod, state, now) for pod, state in page],
+        }
+
+    def _pod(self, pod: PodInfo, state: str, now: float) -> dict[str, Any]:
+        sched = self.scheduler
+        record = sched.cluster.placed.get(pod.uid)
+        entry = sched.scheduling_queue.get(pod.uid) if state == "Pending" else None
+        if state == "Pending" and record is not None:
+            state = "Assumed"  # placed but not bound yet (a gang waiting at Permit)
+        group = sched.gangs.group_of_uid(pod.uid)
+        item: dict[str, Any] = {
+            "pod": pod.key,
+            "queue": sched.tenant_queues.named_queue(pod),
+            "gang": group.key if group is not None else "",
+            "state": state,
+            "node": record.node if record is not None else "",
+            "attempts": entry.attempts if entry is not None else 0,
+            "waiting": round(max(now - pod.timestamp, 0.0), 3) if state == "Pending" else 0.0,
+            "kind": "",
+            "plugins": [],
+            "reason": "",
+            "message": "",
+        }
+        if entry is not None:
+            kind, plugins = reason_of(entry)
+            item["kind"], item["plugins"] = kind, list(plugins)
+            item["reason"] = _title(kind, plugins)
+            item["message"] = sched.explain(pod.uid) or entry.message
+        return item
 
     # ---- nodes ---------------------------------------------------------------------
 

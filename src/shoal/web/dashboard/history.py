@@ -74,6 +74,7 @@ class QueueHistory:
         self.table = table
         self.interval = interval
         self.samples: deque[QueueSample] = deque(maxlen=capacity)
+        self.version = 0  # counts samples taken: a client that saw this one has them all
         self._due: float | None = None
 
     def maybe_sample(self, now: float) -> None:
@@ -86,31 +87,47 @@ class QueueHistory:
             self.samples.pop()  # the state at this instant supersedes the earlier sample
         names, resources, shares = queue_shares(self.manager, self.table)
         self.samples.append(QueueSample(now, names, resources, shares.astype(np.float32)))
+        self.version += 1
         self._due = now + self.interval
 
-    def series(self, resource: str = DOMINANT) -> dict[str, Any]:
+    def series(
+        self,
+        resource: str = DOMINANT,
+        queues: set[str] | None = None,
+        start: float | None = None,
+    ) -> dict[str, Any]:
         """The buffer as JSON-ready columns for one resource: `times`, and per queue its
         `allocated`, `guaranteed` and `fairShare` shares (None where the queue did not
-        exist at that sample, or the resource was not tracked)."""
+        exist at that sample, or the resource was not tracked). `queues`: only those;
+        `start`: only the samples taken at that time or later (a client that has the
+        earlier ones appends these, replacing its own from `start` on)."""
         samples = list(self.samples)
         resources = sorted({r for s in samples for r in s.resources} - {DOMINANT})
+        if start is not None:
+            samples = [s for s in samples if s.time >= start]
         out: dict[str, dict[str, list[float | None]]] = {}
+        names: tuple[str, ...] = ()
+        rows: list[int] = []
         for t, sample in enumerate(samples):
             if resource not in sample.resources:
                 continue
             k = sample.resources.index(resource)
-            values = np.round(sample.shares[:, k, :].astype(np.float64), 6).tolist()
-            for name, row in zip(sample.names, values, strict=True):
-                series = out.get(name)
+            if sample.names != names:  # the tree changed (or the first sample)
+                names = sample.names
+                rows = [i for i, n in enumerate(names) if queues is None or n in queues]
+            values = np.round(sample.shares[rows, k, :].astype(np.float64), 6).tolist()
+            for row, value in zip(rows, values, strict=True):
+                series = out.get(names[row])
                 if series is None:
-                    series = out[name] = {s: [None] * len(samples) for s in SERIES}
-                for s, value in zip(SERIES, row, strict=True):
-                    series[s][t] = value
+                    series = out[names[row]] = {s: [None] * len(samples) for s in SERIES}
+                for s, v in zip(SERIES, value, strict=True):
+                    series[s][t] = v
         return {
             "resource": resource,
             "resources": [DOMINANT, *resources],
             "interval": self.interval,
             "capacity": self.samples.maxlen,
+            "start": start,
             "times": [s.time for s in samples],
             "queues": out,
         }

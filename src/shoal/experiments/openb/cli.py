@@ -64,28 +64,44 @@ def openb(
         typer.Option(file_okay=False, help="Write curves.csv and curves.svg here."),
     ] = None,
     as_json: JsonOption = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="No progress on stderr (default: bars with ETAs on a terminal, else one "
+            "line per finished run, none with --json).",
+        ),
+    ] = False,
 ) -> None:
     """The published static-packing protocol: unallocated GPU % per policy and seed."""
+    from shoal.experiments.openb.progress import SweepProgress, progress_mode
     from shoal.experiments.openb.report import (
         format_table,
         summarize,
         write_curves_csv,
         write_svg,
     )
-    from shoal.experiments.openb.runner import parse_seeds, run_sweep
+    from shoal.experiments.openb.runner import parse_seeds, policy_name, run_sweep
     from shoal.experiments.openb.trace import TraceError, list_traces
 
     folder = _trace_folder(trace_dir)
     try:
         names = list_traces(folder) if trace == "all" else [t.strip() for t in trace.split(",")]
-        results = run_sweep(
-            folder,
-            names,
-            [p.strip() for p in policy.split(",") if p.strip()],
-            parse_seeds(seeds),
-            workers=workers,
-            ray_address=ray_address,
-        )
+        policies = [p.strip() for p in policy.split(",") if p.strip()]
+        seed_list = parse_seeds(seeds)
+        units = [(t, policy_name(p), s) for t in names for p in policies for s in seed_list]
+        with SweepProgress(units, progress_mode(quiet, as_json)) as progress:
+            results = run_sweep(
+                folder,
+                names,
+                policies,
+                seed_list,
+                workers=workers,
+                ray_address=ray_address,
+                progress=progress.done,
+                started=progress.start,
+            )
     except (TraceError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

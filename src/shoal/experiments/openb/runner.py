@@ -330,18 +330,21 @@ def run_sweep(
     workers: int | None = None,
     ray_address: str | None = None,
     progress: Callable[[RunResult], None] | None = None,
+    started: Callable[[], None] | None = None,
     **opts: Any,
 ) -> list[RunResult]:
-    """Every (trace, policy, seed) once; results in that order."""
+    """Every (trace, policy, seed) once; results in that order. `progress(run)` is called
+    as each run finishes, `started()` once the runs are under way (after the local
+    worker processes are forked: a progress display's thread may start then)."""
     tasks = [
         (str(trace_dir), t, policy_name(p), s) for t in traces for p in policies for s in seeds
     ]
     for name in {t for _, t, _, _ in tasks}:
         load_trace(trace_dir, name)  # fail early on a bad file
     if ray_address:
-        results = _run_ray(tasks, ray_address, opts, progress)
+        results = _run_ray(tasks, ray_address, opts, progress, started)
     else:
-        results = _run_local(tasks, workers, opts, progress)
+        results = _run_local(tasks, workers, opts, progress, started)
     index = {task: i for i, task in enumerate(tasks)}
     return sorted(results, key=lambda r: index[(str(trace_dir), r.trace, r.policy, r.seed)])
 
@@ -351,10 +354,13 @@ def _run_local(
     workers: int | None,
     opts: Mapping[str, Any],
     progress: Callable[[RunResult], None] | None,
+    started: Callable[[], None] | None = None,
 ) -> list[RunResult]:
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     results: list[RunResult] = []
     if workers == 1:
+        if started:
+            started()
         for task in tasks:
             result = _task(*task, opts)
             results.append(result)
@@ -363,6 +369,8 @@ def _run_local(
         return results
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
         futures = [pool.submit(_task, *task, opts) for task in tasks]
+        if started:  # the workers are forked at the first submit: no thread is copied
+            started()
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
@@ -376,6 +384,7 @@ def _run_ray(
     address: str,
     opts: Mapping[str, Any],
     progress: Callable[[RunResult], None] | None,
+    started: Callable[[], None] | None = None,
 ) -> list[RunResult]:
     try:
         import ray  # type: ignore[import-not-found]  # optional extra: 'shoal[ray]'
@@ -384,6 +393,8 @@ def _run_ray(
     ray.init(address=address, ignore_reinit_error=True)
     remote = ray.remote(_task)
     pending = {remote.remote(*task, dict(opts)): task for task in tasks}
+    if started:
+        started()
     results: list[RunResult] = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)

@@ -118,3 +118,21 @@ def test_suspended_while_binds_are_out_leaves_nothing_running() -> None:
     h.add_pods(*(member(i) for i in range(3) if f"ml/train-{i}" in h.evicted))
     h.advance(5)
     assert placed(h) == 3
+
+
+def test_gated_members_say_how_many_members_exist_now() -> None:
+    # A member gated at "1/3 members exist" says "2/3" once the second one arrived (in
+    # its PodScheduled condition, which kubectl describe shows).
+    h = cluster()
+    h.scheduler.add_pod_group(group(suspended=False))
+    h.add_pods(member(0))
+    h.advance(1)
+    assert "1/3 members exist" in h.message("ml/train-0")
+    h.add_pods(member(1))
+    h.advance(1)
+
+    def last_said(key: str) -> str:  # what the pod's PodScheduled condition says
+        return [e.message for e in h.events if e.kind == "unschedulable" and e.pod == key][-1]
+
+    assert "2/3 members exist" in last_said("ml/train-0")
+    assert "2/3 members exist" in last_said("ml/train-1")

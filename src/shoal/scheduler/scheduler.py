@@ -521,6 +521,23 @@ class Scheduler:
                 self._published_bindings[binding.name] = binding
                 self.effects.emit(binding)
 
+    def _refresh_gate_messages(self, group: Group) -> None:
+        """Members gated by the gang say what holds it now ("2/3 members exist", not the
+        count when each arrived): their gate message is brought up to date once per
+        tick for each group that changed, not at every arrival (O(members) each)."""
+        gate = self.gangs.gate(group)
+        if not gate:
+            return
+        stale = [
+            uid
+            for uid in group.members
+            if (entry := self.scheduling_queue.get(uid)) is not None
+            and entry.gated_by == "Coscheduling"
+            and entry.message != gate
+        ]
+        if stale:
+            self.scheduling_queue.regate(stale)
+
     def _publish_groups(self) -> None:
         """A GroupStatus effect for every group whose observable state changed."""
         gangs = self.gangs
@@ -531,6 +548,7 @@ class Scheduler:
             if group is None:
                 self._published_groups.pop(key, None)
                 continue
+            self._refresh_gate_messages(group)
             member = next(iter(group.members.values()), None)
             if member is not None and not self.writes_status(
                 self.routing_key(member.pod), member.scheduler_name

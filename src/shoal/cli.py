@@ -313,6 +313,11 @@ from shoal.commands.ctl import register as _register_ctl  # noqa: E402
 
 _register_ctl(app)
 
+# `shoal queue open|close` and `shoal suspend|resume` (operations over a kubeconfig).
+from shoal.commands.operate import register as _register_operate  # noqa: E402
+
+_register_operate(app)
+
 from shoal.commands.webhook import register as _register_webhook  # noqa: E402
 
 _register_webhook(app)

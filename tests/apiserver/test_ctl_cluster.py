@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from apihelpers import space, wait_for
+from apihelpers import MERGE, space, wait_for
 from kubehelpers import async_test
 
 from shoal.api.resources import parse_resource_list
@@ -87,7 +88,8 @@ async def test_get_queues_reports_the_usage_of_the_pods_bound(
         assert code == 0, err
         rows: dict[str, Any] = {q["name"]: q for q in json.loads(out)["queues"]}
         mine = rows[queue]
-        assert mine["runningPods"] == len(bound) == 3
+        assert mine["boundPods"] == len(bound) == 3  # bound; no kubelet starts them here
+        assert mine["runningPods"] == 0
         assert mine["pendingPods"] == 1
         assert parse_resource_list(mine["allocated"]) == expected
         assert expected["cpu"] == 3000
@@ -123,10 +125,80 @@ def test_the_viewer_role_lets_a_user_list_what_the_commands_read_and_nothing_mor
     try:
         user = "--as=ctl-test-viewer"
         for resource in ("pods", "nodes", "queues.shoal.dev", "podgroups.scheduling.x-k8s.io"):
-            assert kubectl("auth", "can-i", "list", resource, user).strip() == "yes", resource
-        for verb, resource in (("create", "pods/binding"), ("patch", "queues.shoal.dev/status")):
-            answer = kubectl("auth", "can-i", verb, resource, user, check=False).strip()
-            assert answer == "no", (verb, resource)
+            for verb in ("list", "watch"):  # shoal get --watch
+                assert kubectl("auth", "can-i", verb, resource, user).strip() == "yes", resource
+        for verb, resource, subresource in (
+            ("create", "pods", "binding"),
+            ("patch", "queues.shoal.dev", "status"),
+            ("patch", "queues.shoal.dev", ""),
+        ):
+            more = [f"--subresource={subresource}"] if subresource else []
+            answer = kubectl("auth", "can-i", verb, resource, *more, user, check=False).strip()
+            assert answer == "no", (verb, resource, subresource)
     finally:
         kubectl("delete", "clusterrolebinding", "ctl-test-viewer", check=False)
         kubectl("delete", "-f", str(role), check=False)
+
+
+@async_test(timeout=120)
+async def test_get_queues_watch_prints_the_changed_row_and_ends_on_ctrl_c(
+    control_plane: dict[str, str],
+) -> None:
+    async with space(control_plane["KUBECONFIG"], "ctlw") as s:
+        await s.add_node("n1", cpu="4")
+        queue = f"{s.name}-team"
+        await s.create(
+            QUEUES.path(),
+            {
+                "apiVersion": QUEUES.api_version,
+                "kind": "Queue",
+                "metadata": {"name": queue},
+                "spec": {"guaranteed": {"cpu": "1"}},
+            },
+        )
+        s.cluster_objects.append(QUEUES.path(name=queue))
+        proc = await asyncio.create_subprocess_exec(
+            *SHOAL,
+            "get",
+            "queues",
+            queue,
+            "--watch",
+            "--kubeconfig",
+            s.kubeconfig,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        lines: list[str] = []
+
+        async def until(*words: str) -> str:
+            while True:
+                raw = await asyncio.wait_for(proc.stdout.readline(), 60)  # type: ignore[union-attr]
+                assert raw, f"stdout closed before {words}: {lines}"
+                lines.append(raw.decode())
+                if all(w in lines[-1] for w in words):
+                    return lines[-1]
+
+        try:
+            first = await until(queue)
+            assert "cpu=1" in first and lines[0].split()[0] == "QUEUE"
+            await until("cluster capacity")
+            # Another client changes the Queue: its row is printed again, no header.
+            await s.client.request(
+                "PATCH",
+                QUEUES.path(name=queue),
+                body={"spec": {"max": {"cpu": "3"}}},
+                content_type=MERGE,
+            )
+            changed = await until(queue, "cpu=3")
+            assert changed.split()[0] == queue
+            assert sum(line.split()[:1] == ["QUEUE"] for line in lines) == 1
+            proc.send_signal(signal.SIGINT)
+            code = await asyncio.wait_for(proc.wait(), 30)
+            err = (await proc.stderr.read()).decode()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert code == 0, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err

@@ -97,7 +97,8 @@ async def test_get_queues_reports_the_tenancy_managers_numbers(tmp_path: Path) -
         assert names.index("root") < names.index("team-a")  # parents first
         assert by_name["team-a"]["parent"] == "root" and by_name["team-a"]["depth"] == 1
         assert by_name["team-a"]["allocated"]["cpu"] == "2500m"
-        assert by_name["team-a"]["runningPods"] == 2
+        assert by_name["team-a"]["boundPods"] == 2
+        assert by_name["team-a"]["state"] == "Open"
         assert by_name["root"]["allocated"]["cpu"] == "2500m"  # the subtree's usage
         assert by_name["root"]["max"] == {"cpu": "20000m"}
         assert by_name["team-a"]["guaranteed"] == {"cpu": "2000m"}
@@ -220,9 +221,12 @@ async def test_a_cluster_without_shoals_crds_and_an_invalid_queue(tmp_path: Path
         api.create(SHOAL, "queues", bad)
         api.create(SHOAL, "queues", {"metadata": {"name": "good"}, "spec": {}})
         result = await _shoal(tmp_path, api, "get", "queues", "-o", "json")
-        # The bad Queue is left out and said why on stderr; the good one is there.
-        names = [q["name"] for q in _json(result)["queues"]]
-        assert "good" in names and "bad" not in names
+        # The bad Queue is listed as Invalid with why (and said on stderr); the good one
+        # is in force.
+        rows = {q["name"]: q for q in _json(result)["queues"]}
+        assert rows["good"]["state"] == "Open"
+        assert rows["bad"]["state"] == "Invalid"
+        assert "exceeds spec.max.cpu" in rows["bad"]["problem"]
         assert "Queue bad" in result.stderr
 
 

@@ -321,11 +321,11 @@ async def test_output_wide_and_name(tmp_path: Path) -> None:
         _labelled(api)
         wide = _lines(await _shoal(tmp_path, api, "get", "queues", "-o", "wide"))
         header = wide[0].split()
-        assert header[:3] == ["QUEUE", "ALLOCATED", "GUARANTEED"]
-        assert header[-4:] == ["PARENT", "WEIGHT", "DOMINANT", "SHARE"]
-        # Never folded: one line per queue, with its parent at the end.
+        assert header[:3] == ["QUEUE", "STATE", "ALLOCATED"]
+        assert header[-5:] == ["PARENT", "WEIGHT", "DOMINANT", "SHARE", "MESSAGE"]
+        # Never folded: one line per queue, with its parent near the end.
         (team_a,) = [line for line in wide if "team-a" in line]
-        assert "cpu=2.5 memory=512Mi" in team_a and team_a.split()[-3] == "root"
+        assert "cpu=2.5 memory=512Mi" in team_a and team_a.split()[-4] == "root"
         pg = _lines(await _shoal(tmp_path, api, "get", "pg", "-o", "wide"))
         assert pg[0].split()[-4:] == ["SUCCEEDED", "FAILED", "SOURCE", "API"]
         (ddp,) = [line for line in pg if " ddp " in line]

@@ -15,7 +15,7 @@ from kubehelpers import async_test, node
 from test_ctl import _json, _shoal
 
 from shoal.commands.ctl import EXIT_CLUSTER, EXIT_USAGE
-from shoal.commands.ctl_shards import ago, slot_ranges
+from shoal.commands.ctl.shards import ago, slot_ranges
 from shoal.drivers.kube.shards import (
     CONFLICTS_ANNOTATION,
     LEADER_ANNOTATION,

@@ -38,13 +38,14 @@ async def test_queue_status_shows_usage_guarantee_and_pods(tmp_path: Path) -> No
             await eventually(lambda: len(bound_pods(api)) == 2, what="two pods bound")
             await eventually(
                 lambda: (
-                    _status(api, "team").get("runningPods") == 2
+                    _status(api, "team").get("boundPods") == 2
                     and _status(api, "team").get("pendingPods") == 1
                 ),
                 timeout=15,
                 what="the queue's status",
             )
             status = _status(api, "team")
+            assert status["runningPods"] == 0  # bound, not started: no kubelet here
             assert status["allocated"] == {"cpu": "2000m", "memory": str(2 * 256 * 2**20)}
             assert status["guaranteed"] == {"cpu": "1000m"}
             assert "cpu" in status["fairShare"]

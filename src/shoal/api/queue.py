@@ -109,7 +109,8 @@ class QueueObservedStatus(_Base):
     fair_share: dict[str, Quantity] = {}
     borrowed: dict[str, Quantity] = {}  # allocated above guaranteed
     pending_pods: int = 0
-    running_pods: int = 0
+    bound_pods: int = 0  # placed on a node, started or not
+    running_pods: int = 0  # started by their kubelets (phase Running)
     pending_jobs: int = 0  # a job is a pod group, or a pod on its own
     running_jobs: int = 0
 

@@ -193,7 +193,12 @@ class MemoryEffects:
                         meta, annotations={**meta.annotations, **echo.annotations}
                     )
                 spec = msgspec.structs.replace(obj.spec, node_name=echo.node)
-                scheduler.update_pod(msgspec.structs.replace(obj, metadata=meta, spec=spec))
+                # The kubelet starts it at once (there is none to be slow): Running, so
+                # running and bound mean here what they mean on a cluster.
+                status = msgspec.structs.replace(obj.status, phase="Running")
+                scheduler.update_pod(
+                    msgspec.structs.replace(obj, metadata=meta, spec=spec, status=status)
+                )
             elif isinstance(echo, BindOutcome):
                 scheduler.bind_outcome(echo)
             elif isinstance(echo, _VolumeEcho):

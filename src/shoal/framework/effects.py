@@ -173,7 +173,7 @@ class QueueStatus:
     guaranteed: Mapping[str, int] = field(default_factory=dict)
     fair_share: Mapping[str, int] = field(default_factory=dict)
     pending_pods: int = 0
-    running_pods: int = 0
+    running_pods: int = 0  # started by a kubelet (phase Running)
     borrowed: Mapping[str, int] = field(default_factory=dict)  # allocated above guaranteed
     pending_jobs: int = 0  # jobs: pod groups, or pods on their own
     running_jobs: int = 0
@@ -182,6 +182,7 @@ class QueueStatus:
     state: str = "Open"
     problem: str = ""  # why the object (or its latest edit) was rejected; "" = accepted
     note: str = ""  # what the scheduler read into it (a guarantee taken from its children)
+    bound_pods: int = 0  # placed (bound or being bound), started or not
 
 
 @dataclass(frozen=True, slots=True)

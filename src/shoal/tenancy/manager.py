@@ -718,13 +718,18 @@ class QueueManager:
             if waiting is not None:
                 pending_jobs.setdefault(waiting[0], set()).add(job)
         running_jobs: dict[int, set[str]] = {}
-        for rec in self._placed.values():
+        started = Counter[int]()  # leaf -> placed pods a kubelet started
+        placed = self.cluster.placed if self.cluster is not None else {}
+        for uid, rec in self._placed.items():
             running_jobs.setdefault(rec.leaf, set()).add(rec.job)
+            record = placed.get(uid)
+            if record is not None and record.pod.pod.status.phase == "Running":
+                started[rec.leaf] += 1
         # Only resources some queue guarantees or caps: the others are not lent by anyone.
         quota = {r for r, q in zip(tree.resources, tree.quota_list, strict=True) if q}
         out = []
         for q, row in enumerate(self.observed(table), start=1):
-            name, allocated, guaranteed, fair, pending, running = row
+            name, allocated, guaranteed, fair, pending, bound = row
             borrowed = {
                 r: used - guaranteed.get(r, 0)
                 for r, used in allocated.items()
@@ -733,7 +738,7 @@ class QueueManager:
             leaves = self._leaves_under(q)
             state = "Open"
             if tree.closed_by[q]:
-                state = "Closing" if running else "Closed"
+                state = "Closing" if bound else "Closed"
             out.append(
                 QueueStatus(
                     name,
@@ -741,13 +746,14 @@ class QueueManager:
                     guaranteed,
                     fair,
                     pending,
-                    running,
+                    sum(started[leaf] for leaf in leaves),
                     borrowed=borrowed,
                     pending_jobs=len(set().union(*(pending_jobs.get(leaf, ()) for leaf in leaves))),
                     running_jobs=len(set().union(*(running_jobs.get(leaf, ()) for leaf in leaves))),
                     state=state,
                     problem=self.rejected.get(name, ""),
                     note=_defaulted_note(tree.defs[name]),
+                    bound_pods=bound,
                 )
             )
         # Queue objects rejected outright: their status says why.

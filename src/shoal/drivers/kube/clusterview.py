@@ -64,8 +64,15 @@ class ClusterView:
         HDRF fair share: the tenancy manager's numbers, as the dashboard shows them."""
         source = DashboardSource(self.scheduler, clock_kind="wall")
         raw = source.build().queues
+        # Pod counts and state as the Queue objects' status says them (one status model:
+        # bound = placed, running = started by a kubelet).
+        statuses = {
+            q.name: q
+            for q in self.scheduler.tenant_queues.queue_statuses(self.scheduler.cluster.table)
+        }
         rows = []
         for q in raw["queues"]:
+            status = statuses.get(q["name"])
             rows.append(
                 {
                     "name": q["name"],
@@ -78,10 +85,35 @@ class ClusterView:
                     "max": quantities(q["maximum"]),
                     "fairShare": quantities(q["fairShare"]),
                     "pendingPods": q["pending"],
-                    "runningPods": q["running"],
+                    "boundPods": status.bound_pods if status else q["running"],
+                    "runningPods": status.running_pods if status else 0,
+                    "state": status.state if status else "Open",
+                    "problem": status.problem if status else "",
                     "dominantShare": q["share"],
                 }
             )
+        # Queue objects the scheduler rejected: listed, saying so.
+        for name, status in statuses.items():
+            if status.state == "Invalid":
+                rows.append(
+                    {
+                        "name": name,
+                        "parent": "",
+                        "depth": 0,
+                        "leaf": True,
+                        "weight": 1,
+                        "allocated": {},
+                        "guaranteed": {},
+                        "max": {},
+                        "fairShare": {},
+                        "pendingPods": 0,
+                        "boundPods": 0,
+                        "runningPods": 0,
+                        "state": "Invalid",
+                        "problem": status.problem,
+                        "dominantShare": {},
+                    }
+                )
         return {
             "capacity": quantities(raw["capacity"]),
             "defaultQueue": raw["defaultQueue"],

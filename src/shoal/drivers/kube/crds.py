@@ -94,6 +94,7 @@ CRDS: list[CrdSpec] = [
             PrinterColumn("Guaranteed-CPU", ".status.guaranteed.cpu", priority=1),
             PrinterColumn("FairShare-CPU", ".status.fairShare.cpu", priority=1),
             PrinterColumn("Borrowed-CPU", ".status.borrowed.cpu", priority=1),
+            PrinterColumn("Bound", ".status.boundPods", "integer"),
             PrinterColumn("Running", ".status.runningPods", "integer"),
             PrinterColumn("Pending", ".status.pendingPods", "integer"),
             PrinterColumn("Jobs", ".status.runningJobs", "integer"),

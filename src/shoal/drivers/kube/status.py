@@ -822,6 +822,7 @@ def queue_status_patch(status: QueueStatus, current: JSON | None, now: str) -> J
         "fairShare": _quantities(status.fair_share),
         "borrowed": _quantities(status.borrowed),
         "pendingPods": status.pending_pods,
+        "boundPods": status.bound_pods,
         "runningPods": status.running_pods,
         "pendingJobs": status.pending_jobs,
         "runningJobs": status.running_jobs,

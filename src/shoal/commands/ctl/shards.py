@@ -11,7 +11,7 @@ their own clocks, from when they saw the Lease change, so a clock skew between t
 machine and theirs shifts the answer). Slots held by nobody are one `(free)` row; slots
 held by an identity with no member Lease one row each: live replicas take both over.
 
-Imported by `shoal.commands.ctl` when the command runs (it needs the `kube` extra).
+Imported by `shoal.commands.ctl.get` when the command runs (it needs the `kube` extra).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 
 from rich.markup import escape
 
-from shoal.commands.ctl_output import EXIT_CLUSTER, Output
-from shoal.commands.ctl_output import console as _console
-from shoal.commands.ctl_output import dump as _dump
-from shoal.commands.ctl_output import fail as _fail
-from shoal.commands.ctl_output import table as _table
-from shoal.commands.ctl_output import table_console as _table_console
+from shoal.commands.ctl.output import EXIT_CLUSTER, Output
+from shoal.commands.ctl.output import console as _console
+from shoal.commands.ctl.output import dump as _dump
+from shoal.commands.ctl.output import fail as _fail
+from shoal.commands.ctl.output import table as _table
+from shoal.commands.ctl.output import table_console as _table_console
 from shoal.drivers.kube.client import JSON, ClientSettings, KubeClient, connect
 from shoal.drivers.kube.resources import LEASES, NODES
 from shoal.drivers.kube.shards import (

@@ -202,3 +202,74 @@ async def test_get_queues_watch_prints_the_changed_row_and_ends_on_ctrl_c(
                 await proc.wait()
         assert code == 0, err
         assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+@async_test(timeout=120)
+async def test_explain_without_config_agrees_with_the_running_schedulers_verdict(
+    control_plane: dict[str, str],
+) -> None:
+    """The running scheduler's configuration (here: NodeAffinity's addedAffinity, which
+    only nodes labelled tier=gold satisfy) is what `shoal explain` judges with when no
+    --config is given: it reads it from the replica's member Lease."""
+    from shoal.config import parse_config
+
+    async with space(control_plane["KUBECONFIG"], "ctlcfg") as s:
+        await s.add_node("plain", cpu="4")
+        await s.create_pod("p", "1")
+        config = parse_config(
+            {
+                "profiles": [
+                    {
+                        "schedulerName": s.scheduler,
+                        "pluginConfig": [
+                            {
+                                "name": "NodeAffinity",
+                                "args": {
+                                    "addedAffinity": {
+                                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                                            "nodeSelectorTerms": [
+                                                {
+                                                    "matchExpressions": [
+                                                        {
+                                                            "key": "tier",
+                                                            "operator": "In",
+                                                            "values": ["gold"],
+                                                        }
+                                                    ]
+                                                }
+                                            ]
+                                        }
+                                    }
+                                },
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+        async with s.shoal(s.options("ctlcfg"), config):
+
+            async def said_unschedulable() -> bool:
+                conditions = ((await s.pods())["p"].get("status") or {}).get("conditions") or []
+                return any(
+                    c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                    for c in conditions
+                )
+
+            await wait_for(said_unschedulable, what="the running scheduler's verdict")
+            proc = await asyncio.create_subprocess_exec(
+                *SHOAL,
+                "explain",
+                f"{s.name}/p",
+                "-o",
+                "json",
+                "--kubeconfig",
+                s.kubeconfig,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await proc.communicate()
+        assert proc.returncode == EXIT_BLOCKED, err.decode()
+        answer = json.loads(out)
+        assert "node affinity" in answer["summary"], answer["summary"]
+        assert f"Lease {s.name}/shoal-member-" in answer["configSource"]

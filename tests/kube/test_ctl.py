@@ -287,3 +287,81 @@ async def test_deploy_cli_rbac_allows_every_list_the_commands_make(tmp_path: Pat
     assert ("coordination.k8s.io", "leases", "list") in made
     # Lists only (no watch, no write), each one allowed.
     assert made <= allowed, sorted(made - allowed)
+
+
+@async_test(timeout=60)
+async def test_explain_shows_every_blocker_at_once(tmp_path: Path) -> None:
+    # A member of an incomplete gang, over its queue's max, too big for any node: the
+    # gate, the quota and the nodes are all named (the nodes used to be left out).
+    async with FakeApiServer() as api:
+        _cluster(api)
+        labels = {"shoal.dev/queue": "team-a", "scheduling.x-k8s.io/pod-group": "big"}
+        api.create(
+            PLUGINS,
+            "podgroups",
+            {
+                "apiVersion": PLUGINS,
+                "kind": "PodGroup",
+                "metadata": {"name": "big"},
+                "spec": {"minMember": 2},
+            },
+        )
+        api.create("v1", "pods", pod("big-0", cpu="19", labels=labels))
+        result = await _shoal(tmp_path, api, "explain", "default/big-0", "-o", "json")
+        assert result.exit_code == EXIT_BLOCKED, result.output
+        answer = json.loads(result.stdout)
+        assert "1/2 members exist" in answer["gate"]["message"]
+        assert "queue root would exceed its max cpu" in answer["queue"]["quota"]
+        assert "Insufficient cpu" in answer["nodes"]["message"]
+        table = await _shoal(tmp_path, api, "explain", "default/big-0")
+        assert "Insufficient cpu" in table.stdout and "members exist" in table.stdout
+
+        # Over quota only: still says where it would go (18 cpu: no node has it).
+        greedy = await _shoal(tmp_path, api, "explain", "default/greedy", "-o", "json")
+        assert "Insufficient cpu" in json.loads(greedy.stdout)["nodes"]["message"]
+
+
+@async_test(timeout=60)
+async def test_explain_judges_with_the_configuration_the_running_scheduler_publishes(
+    tmp_path: Path,
+) -> None:
+    from shoal.config import parse_config
+    from shoal.drivers.kube.backend import published_config
+
+    async with FakeApiServer() as api:
+        _cluster(api)
+        api.create("v1", "pods", pod("custom", cpu="100m", scheduler="custom-sched"))
+        # Without a running Shoal: the default configuration has no such profile.
+        alone = json.loads(
+            (await _shoal(tmp_path, api, "explain", "default/custom", "-o", "json")).stdout
+        )
+        assert alone["blocked"] is True
+        assert alone["configSource"].startswith("the default")
+
+        config = parse_config(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "profiles": [{"schedulerName": "custom-sched"}],
+            }
+        )
+        api.create(
+            "coordination.k8s.io/v1",
+            "leases",
+            {
+                "metadata": {
+                    "name": "shoal-member-0",
+                    "namespace": "shoal-system",
+                    "labels": {"shoal.io/node-shards": "member"},
+                    "annotations": {"shoal.io/config": published_config(config)},
+                },
+                "spec": {"holderIdentity": "shoal-0", "leaseDurationSeconds": 15},
+            },
+        )
+        judged = await _shoal(tmp_path, api, "explain", "default/custom", "-o", "json")
+        answer = json.loads(judged.stdout)
+        assert judged.exit_code == 0, judged.output
+        assert "fits now" in answer["summary"]
+        assert "Lease shoal-system/shoal-member-0" in answer["configSource"]
+        table = await _shoal(tmp_path, api, "explain", "default/custom")
+        assert "the running scheduler's" in table.stdout

@@ -59,8 +59,10 @@ def kube_warnings() -> Iterator[logging.Handler]:
 
 
 def view(kubeconfig: Path | None, context: str | None, config: Path | None) -> ClusterView:
-    """The cluster, listed once; exits 2 on a bad configuration, 1 if it cannot be read."""
-    loaded = scheduler_config(config)
+    """The cluster, listed once; exits 2 on a bad configuration, 1 if it cannot be read.
+    Without `--config`, the scheduler is judged with the configuration the running Shoal
+    replicas publish on their member Leases (`published_configs`), else the default."""
+    loaded = None if config is None else scheduler_config(config)
     with kube_warnings():
         try:
             return asyncio.run(_load(loaded, kubeconfig, context))
@@ -74,14 +76,19 @@ def cannot_read(err: BaseException) -> typer.Exit:
 
 
 async def _load(
-    config: KubeSchedulerConfiguration, kubeconfig: Path | None, context: str | None
+    config: KubeSchedulerConfiguration | None, kubeconfig: Path | None, context: str | None
 ) -> ClusterView:
     from shoal.drivers.kube.client import connect
-    from shoal.drivers.kube.clusterview import load_view
+    from shoal.drivers.kube.clusterview import load_view, published_configs
 
     connection = await connect(str(kubeconfig) if kubeconfig else None, context=context)
     try:
-        return await load_view(config, connection)
+        source = "--config"
+        if config is None:
+            config, source = await published_configs(connection)
+        found = await load_view(config, connection)
+        found.config_source = source
+        return found
     finally:
         await connection.close()
 

@@ -78,7 +78,9 @@ def explain(
     namespace = unequal(namespace)
     default = context_namespace(kubeconfig, context) if namespace is None else None
     ns, name = pod_key(pod, namespace, default)
-    result = view(kubeconfig, context, config).explain(ns, name)
+    cluster = view(kubeconfig, context, config)
+    result = cluster.explain(ns, name)
+    result.answer["configSource"] = cluster.config_source
     if not result.found:
         message = str(result.answer["error"])
         if namespace is None and default is None and ns.lower() in _POD_TYPES:
@@ -128,10 +130,18 @@ def _print_explanation(a: dict[str, Any], blocked: bool) -> None:
             line("Placement", placement.get("message", ""))
             for plugin, count in (placement.get("rejectedBy") or {}).items():
                 line("", f"{count} node(s) rejected first by {plugin}")
+    nodes = a.get("nodes")
+    if nodes:
+        line("Nodes", nodes.get("message", ""))
     cond = a.get("condition")
     if cond:
-        line(
-            "Last said",
+        said = (
             f"PodScheduled={cond.get('status', '')} {cond.get('reason', '')}: "
-            f"{cond.get('message', '')}",
+            f"{cond.get('message', '')}"
         )
+        if cond.get("status") == "False" and not blocked:
+            # What the scheduler said before the cluster changed: it retries the pod.
+            said += " [stale: the pod fits now; the scheduler tries it again]"
+        line("Last said", said)
+    if a.get("configSource"):
+        line("Judged by", f"configuration: {a['configSource']}")

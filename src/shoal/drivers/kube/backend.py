@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import random
@@ -196,6 +197,28 @@ class _BindOnly:
     def emit(self, effect: Effect) -> None:
         if isinstance(effect, Bind):
             self.effects.emit(effect)
+
+
+def published_config(config: KubeSchedulerConfiguration) -> str:
+    """The effective configuration as compact JSON (what differs from the defaults, which
+    `parse_config` restores): the scheduling part only, no connection or election
+    settings."""
+    raw = config.model_dump(
+        mode="json",
+        by_alias=True,
+        exclude_none=True,
+        exclude_defaults=True,
+        include={
+            "parallelism",
+            "percentage_of_nodes_to_score",
+            "pod_initial_backoff_seconds",
+            "pod_max_backoff_seconds",
+            "profiles",
+            "extenders",
+        },
+    )
+    document = {"apiVersion": config.api_version, "kind": config.kind, **raw}
+    return json.dumps(document, separators=(",", ":"), sort_keys=True)
 
 
 class KubeBackend:
@@ -360,6 +383,7 @@ class KubeBackend:
                     renew_deadline=lease.renew_deadline,
                     retry_period=lease.retry_period,
                     handoff_seconds=opts.shard_handoff_seconds,
+                    config=published_config(config),
                 ),
                 leading=lambda: self.leading,
                 binds_in_flight=self._binds_in_flight,

@@ -15,6 +15,8 @@ Kubernetes' notation, as on Queue status (cpu in millicores "1500m", memory in b
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,16 +26,23 @@ import numpy as np
 
 from shoal.api.gpu import GPU_MILLI
 from shoal.api.resources import GPU, format_quota
-from shoal.config import KubeSchedulerConfiguration
+from shoal.config import ConfigError, KubeSchedulerConfiguration
 from shoal.drivers.kube.backend import KubeBackend, KubeOptions
-from shoal.drivers.kube.client import JSON, Connection
-from shoal.drivers.kube.resources import PODS
+from shoal.drivers.kube.client import JSON, ApiError, ClientSettings, Connection
+from shoal.drivers.kube.resources import LEASES, PODS
+from shoal.drivers.kube.shards import CONFIG_ANNOTATION, ROLE_LABEL
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.diagnosis import Diagnosis
+from shoal.framework.status import Code
+from shoal.framework.types import Candidates
 from shoal.scheduler import Scheduler
 from shoal.web.dashboard.frame import DashboardSource
 
-__all__ = ["ClusterView", "Explanation", "load_view", "quantities"]
+__all__ = ["ClusterView", "Explanation", "load_view", "published_configs", "quantities"]
 
 NO_POOL = "(no pool)"
+# Plugins that admit a pod (its queue's limits, its gang) before any node is looked at.
+_ADMISSION = frozenset({"QueueCapacity", "Coscheduling"})
 
 
 def quantities(amounts: Mapping[str, int | float]) -> dict[str, str]:
@@ -56,6 +65,9 @@ class ClusterView:
     def __init__(self, backend: KubeBackend) -> None:
         self.backend = backend
         self.scheduler: Scheduler = backend.scheduler
+        # Which scheduler configuration judged this view (`--config`, the running
+        # scheduler's, or the default): `shoal explain` says it.
+        self.config_source = "the default"
 
     # ---- queues --------------------------------------------------------------------
 
@@ -266,6 +278,7 @@ class ClusterView:
         if entry.gated_by:
             answer["gate"] = {"plugin": entry.gated_by, "message": sched.explain(uid)}
             answer["placement"] = None
+            answer["nodes"] = self._nodes_part(info)  # every blocker, not just the first
             answer["summary"] = sched.explain(uid)
             return Explanation(True, True, answer)
         answer["gate"] = None
@@ -287,6 +300,10 @@ class ClusterView:
             else:
                 placement["message"] = result.message or result.status.message
             placement["plugin"] = result.status.plugin
+            if result.status.plugin in _ADMISSION:
+                # Refused before any node was looked at (quota, gang): say where it
+                # could go once admitted too.
+                answer["nodes"] = self._nodes_part(info)
             if diagnosis is not None:
                 placement["nodes"] = diagnosis.num_all_nodes
                 placement["reasons"] = dict(sorted(diagnosis.reasons.items()))
@@ -301,6 +318,38 @@ class ClusterView:
             )
         answer["placement"] = placement
         return Explanation(True, node is None, answer)
+
+    def _nodes_part(self, info: Any) -> dict[str, Any] | None:
+        """Where the pod would fit on its own, as things are: its profile's PreFilter
+        and Filter plugins over every node, leaving out the admission plugins (quota,
+        gang) whose verdict the answer gives apart. So a pod held by its gang and its
+        queue still shows "Insufficient cpu" when no node could take it anyway."""
+        sched = self.scheduler
+        fwk = sched.profiles.get(info.scheduler_name)
+        if fwk is None:
+            return None
+        sched.snapshot.refresh()
+        n = sched.snapshot.n
+        state = CycleState(dry_run=True)
+        for plugin in fwk.plugins.pre_filter:
+            if plugin.name in _ADMISSION:
+                continue
+            _, status = plugin.pre_filter(state, info)
+            if status.code == Code.SKIP:
+                state.skip_filter.add(plugin.name)
+            elif not status.ok:
+                return {"fits": False, "message": status.message, "plugin": plugin.name}
+        every = Candidates.all(n)
+        outcome = fwk.run_filters(state, info, every)
+        count = int(outcome.passed.sum())
+        if count:
+            return {"fits": True, "message": f"{count}/{n} nodes could take it on its own"}
+        diagnosis = Diagnosis.from_filters(n, every, outcome.results)
+        return {
+            "fits": False,
+            "message": diagnosis.message(),
+            "reasons": dict(sorted(diagnosis.reasons.items())),
+        }
 
     def _queue_part(self, info: Any) -> dict[str, Any]:
         manager = self.scheduler.tenant_queues
@@ -336,6 +385,65 @@ def _pod_scheduled(status: JSON) -> dict[str, str] | None:
                 if cond.get(k)
             }
     return None
+
+
+async def published_configs(connection: Connection) -> tuple[KubeSchedulerConfiguration, str]:
+    """The configuration the running Shoal replicas schedule with, as their member Leases
+    publish it (annotation `shoal.io/config`, in any namespace), and where it came from.
+    Several deployments' profiles are merged by schedulerName (a live replica's first);
+    without any (no Shoal running, or one too old to publish), `shoal run`'s default."""
+    from shoal.config import default_config, parse_config
+    from shoal.scheduler import default_registry
+
+    client = connection.client("shoal-ctl-config", ClientSettings(user_agent="shoal"))
+    try:
+        listed = await client.request(
+            "GET", LEASES.path(), query={"labelSelector": f"{ROLE_LABEL}=member"}
+        )
+    except ApiError as err:
+        if err.status in (401, 403, 404):
+            return default_config(), f"the default (the member Leases cannot be read: {err})"
+        raise
+    now = datetime.datetime.now(datetime.UTC)
+    found: list[tuple[bool, str, KubeSchedulerConfiguration]] = []
+    for item in listed.get("items") or []:
+        meta = item.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(CONFIG_ANNOTATION)
+        if not text:
+            continue
+        spec = item.get("spec") or {}
+        try:
+            parsed = parse_config(json.loads(text), source="lease", registry=default_registry())
+        except (ValueError, ConfigError):
+            continue  # another version's plugins: judged with what can be read
+        fresh = _fresh(spec, now)
+        where = (
+            f"Lease {meta.get('namespace', '')}/{meta.get('name', '')} "
+            f"({spec.get('holderIdentity') or 'released'})"
+        )
+        found.append((fresh, where, parsed))
+    if not found:
+        return default_config(), "the default (no running Shoal publishes its configuration)"
+    found.sort(key=lambda f: (not f[0], f[1]))  # live replicas first
+    merged = found[0][2]
+    profiles = {p.scheduler_name: p for p in merged.profiles}
+    for _, _, other in found[1:]:
+        for profile in other.profiles:
+            profiles.setdefault(profile.scheduler_name, profile)
+    merged = merged.model_copy(update={"profiles": list(profiles.values())})
+    sources = sorted({where for _, where, _ in found})
+    return merged, "the running scheduler's, from " + ", ".join(sources)
+
+
+def _fresh(spec: JSON, now: datetime.datetime) -> bool:
+    try:
+        renewed = datetime.datetime.fromisoformat(str(spec.get("renewTime", "")))
+    except ValueError:
+        return False
+    if renewed.tzinfo is None:
+        renewed = renewed.replace(tzinfo=datetime.UTC)
+    duration = float(spec.get("leaseDurationSeconds") or 15)
+    return (now - renewed).total_seconds() <= duration
 
 
 async def load_view(config: KubeSchedulerConfiguration, connection: Connection) -> ClusterView:

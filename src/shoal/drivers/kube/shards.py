@@ -52,6 +52,7 @@ from shoal.drivers.kube.resources import LEASES
 from shoal.drivers.kube.status import micro_time
 
 __all__ = [
+    "CONFIG_ANNOTATION",
     "DEFAULT_SLOTS",
     "MAP_NAME",
     "Member",
@@ -79,6 +80,9 @@ LEADER_ANNOTATION = "shoal.io/leader-lease"
 # Published on each member Lease every round (shoal get shards shows them).
 RATE_ANNOTATION = "shoal.io/binds-per-second"
 CONFLICTS_ANNOTATION = "shoal.io/conflicts"
+# The replica's effective KubeSchedulerConfiguration (profiles, extenders; compact JSON),
+# so `shoal explain` judges with what the running scheduler runs, not a default.
+CONFIG_ANNOTATION = "shoal.io/config"
 DEFAULT_SLOTS = 16
 
 
@@ -93,6 +97,7 @@ class ShardSettings:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     handoff_seconds: float = 10.0
+    config: str = ""  # CONFIG_ANNOTATION's value
 
     def __post_init__(self) -> None:
         if not 1 <= self.slots <= 1024:
@@ -566,12 +571,15 @@ class ShardKeeper:
         if self._last_binds is not None and now > self._last_binds[0]:
             rate = (bound - self._last_binds[1]) / (now - self._last_binds[0])
         self._last_binds = (now, bound)
-        return {
+        out = {
             NAMES_ANNOTATION: ",".join(sorted(s.scheduler_names)),
             LEADER_ANNOTATION: s.leader_lease,
             RATE_ANNOTATION: f"{rate:.1f}",
             CONFLICTS_ANNOTATION: str(self.state.conflicts + refused),
         }
+        if s.config:
+            out[CONFIG_ANNOTATION] = s.config
+        return out
 
     def _alive_or_mine(self, holder: str) -> bool:
         """Is a member Lease's holder a live replica (or us): not to be taken?"""

@@ -136,3 +136,28 @@ def test_gated_members_say_how_many_members_exist_now() -> None:
 
     assert "2/3 members exist" in last_said("ml/train-0")
     assert "2/3 members exist" in last_said("ml/train-1")
+
+
+def test_one_phase_word_for_bound_and_running() -> None:
+    # Bound but not started (no kubelet answers here: echo_binds=False keeps the pods
+    # unstarted): Scheduled, as scheduler-plugins says; Running once they run. The
+    # PodGroup status, the CLI and the dashboard all take this phase.
+    h = SchedulerHarness(echo_binds=False)
+    h.add_nodes(*(make_node(f"n{i}").capacity(cpu="4", memory="16Gi") for i in range(2)))
+    h.scheduler.add_pod_group(group(suspended=False))
+    h.add_pods(*(member(i) for i in range(3)))
+    h.advance(5)
+    gangs = h.scheduler.gangs
+    g = gangs.groups["ml/train"]
+    assert len(g.bound) == 3 and gangs.started(g) == 0
+    assert gangs.observed_phase(g) == "Scheduled"
+    assert h.effects.group_status["ml/train"].phase == "Scheduled"
+    assert gangs.status()["ml/train"]["phase"] == "Scheduled"
+
+    h2 = cluster()  # the in-memory API starts a pod when it is bound
+    h2.scheduler.add_pod_group(group(suspended=False))
+    h2.add_pods(*(member(i) for i in range(3)))
+    h2.advance(5)
+    g2 = h2.scheduler.gangs.groups["ml/train"]
+    assert h2.scheduler.gangs.observed_phase(g2) == "Running"
+    assert h2.effects.group_status["ml/train"].running == 3

@@ -70,3 +70,36 @@ def test_three_level_tree_converges_to_weighted_hdrf_shares() -> None:
 def test_jain_index_bounds() -> None:
     assert jain_index([1.0, 1.0, 1.0]) == 1.0
     assert abs(jain_index([1.0, 0.0, 0.0, 0.0]) - 0.25) < 1e-12
+
+
+def test_every_report_gives_the_same_fair_share() -> None:
+    # One measure (HDRF, as a dominant share): the simulator's summary, the dashboard's
+    # queue history and the CLI's tenancy status give the same number per queue (they
+    # once gave 15.0 % and 30.2 % for the same queue).
+    from shoal.sim.queue_metrics import QueueMonitor
+    from shoal.testing import SchedulerHarness
+    from shoal.web.dashboard.history import queue_shares
+
+    h = SchedulerHarness()
+    h.add_nodes(
+        *(make_node(f"n{i}").capacity({GPU: 2}, cpu="32", memory="128Gi") for i in range(4))
+    )
+    queues = [_queue("org", weight=2), _queue("batch"), _queue("a", "org"), _queue("b", "org")]
+    assert h.scheduler.apply_queues(queues) == []
+    for q, n in (("a", 6), ("b", 2), ("batch", 8)):
+        h.add_pods(
+            *(make_pod(f"{q}-{i}").labels({"shoal.dev/queue": q}).req({GPU: 1}) for i in range(n))
+        )
+    h.advance(2)
+    manager, table = h.scheduler.tenant_queues, h.scheduler.cluster.table
+    monitor = QueueMonitor(manager, table)
+    monitor.sample(0.0)
+    sim = {s.queue: s.fair_share for s in monitor.samples}
+    names, _, shares = queue_shares(manager, table)
+    dashboard = {name: float(shares[i, 0, 2]) for i, name in enumerate(names)}
+    cli = {name: float(v["fairShare"]) for name, v in manager.status(table).items()}
+    assert sim.keys() == dashboard.keys() == cli.keys()
+    for name in sim:
+        assert abs(sim[name] - dashboard[name]) < 1e-6, name
+        assert abs(sim[name] - cli[name]) < 1e-9, name
+    assert sim["batch"] > 0 and sim["org"] > sim["batch"]  # weight 2 against 1

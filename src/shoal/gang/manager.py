@@ -417,14 +417,35 @@ class GangManager:
             elif group.phase in ("Running", "Pending", ""):
                 group.phase = "Scheduling" if group.attempts else "Pending"
 
+    @staticmethod
+    def started(group: Group) -> int:
+        """Members placed and started by their kubelets (pod phase Running)."""
+        return sum(
+            1
+            for uid in group.bound
+            if (m := group.members.get(uid)) is not None and m.pod.status.phase == "Running"
+        )
+
+    def observed_phase(self, group: Group) -> str:
+        """The phase every report gives (PodGroup status, CLI, dashboard, simulator):
+        the scheduler's phase, except that a gang whose minMember are placed but not yet
+        started (Running, or already Succeeded) is `Scheduled`, as scheduler-plugins'
+        PodGroup controller says; `Running` means running."""
+        if group.phase == "Running" and self.started(group) + len(group.succeeded) < (
+            group.min_member
+        ):
+            return "Scheduled"
+        return group.phase
+
     def status(self) -> dict[str, dict[str, object]]:
         """Per group: phase, counts and reason (for reports and explanations)."""
         return {
             key: {
-                "phase": g.phase,
+                "phase": self.observed_phase(g),
                 "minMember": g.min_member,
                 "members": len(g.members),
-                "running": len(g.bound),
+                "bound": len(g.bound),
+                "running": self.started(g),
                 "succeeded": len(g.succeeded),
                 "failed": len(g.failed),
                 "reason": g.reason,

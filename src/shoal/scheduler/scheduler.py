@@ -61,7 +61,6 @@ from shoal.tenancy.manager import QueueManager
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
 
 FINISHED_PHASES = ("Succeeded", "Failed")
-RUNNING_PHASE = "Running"
 QUEUE_STATUS_SECONDS = 1.0  # queue statuses are published at most this often
 
 
@@ -559,15 +558,10 @@ class Scheduler:
                 name=group.name,
                 source=group.source,
                 has_object=group.has_object,
-                phase=group.phase,
+                phase=gangs.observed_phase(group),
                 min_member=group.min_member,
                 scheduled=len(group.bound),
-                running=sum(
-                    1
-                    for uid in group.bound
-                    if (m := group.members.get(uid)) is not None
-                    and m.pod.status.phase == RUNNING_PHASE
-                ),
+                running=gangs.started(group),
                 succeeded=len(group.succeeded),
                 failed=len(group.failed),
                 reason=group.reason,

@@ -1,8 +1,9 @@
 """Queue fairness over time: each queue's allocation against its fair share.
 
 Sampled on the virtual clock every `interval` seconds while the simulation runs: per
-queue, its dominant share of the cluster (allocation) and its weighted HDRF fair share
-(`shoal.tenancy.fairshare.fair_shares`), and over the leaf queues with demand, Jain's
+queue, its dominant share of the cluster (allocation) and its HDRF fair share as a
+dominant share (`shoal.tenancy.fairshare.fair_shares`: the number Queue status, the CLI
+and the dashboard give), and over the leaf queues with demand, Jain's
 fairness index of allocation / fair share (1.0 = every queue exactly at its fair share).
 """
 
@@ -66,7 +67,7 @@ class QueueMonitor:
             self.jain.append((at, jain_index(ratios)))
 
     def summary_table(self) -> Table:
-        table = Table(title="Queues: allocation vs weighted fair share (dominant share)")
+        table = Table(title="Queues: allocation vs HDRF fair share (dominant share)")
         for column in ("queue", "final alloc", "final fair", "mean |alloc - fair|"):
             table.add_column(column, justify="right" if column != "queue" else "left")
         by_queue: dict[str, list[QueueSample]] = {}

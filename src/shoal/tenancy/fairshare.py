@@ -37,7 +37,6 @@ __all__ = [
     "choose_leaf",
     "dominant_shares",
     "fair_shares",
-    "fair_shares_of",
     "hdrf_fair_share",
     "jain_index",
 ]
@@ -90,58 +89,17 @@ def choose_leaf(
 
 
 def fair_shares(state: QueueState, capacity: NDArray[np.float64]) -> dict[str, float]:
-    """`fair_shares_of` over a manager's usage and pending requests."""
-    return fair_shares_of(state.tree, state.usage, state.pending_sum, capacity)
-
-
-def fair_shares_of(
-    tree: QueueTree,
-    usage: NDArray[np.int64],
-    pending_sum: NDArray[np.int64],
-    capacity: NDArray[np.float64],
-) -> dict[str, float]:
-    """Each queue's weighted max-min fair dominant share (0..1) of the cluster, given
-    each queue's usage (its subtree's), each leaf's pending requests and the cluster's
-    capacity over `tree.resources` (quota units: `QueueManager.capacity`)."""
-    n = len(tree.names)
-    demand_vec = usage.astype(np.float64).copy()
-    for leaf in tree.leaves:
-        waiting = pending_sum[leaf]
-        if waiting.any():
-            demand_vec[tree.paths[leaf]] += waiting
-    demand = dominant_shares(demand_vec, capacity)
-    cap = np.array(
-        [
-            dominant_shares(np.where(tree.maximum[i] >= UNLIMITED, 0, tree.maximum[i]), capacity)
-            if (tree.maximum[i] < UNLIMITED).any()
-            else 1.0
-            for i in range(n)
-        ]
-    )
-    share = np.zeros(n)
-
-    def fill(parent: int, amount: float) -> None:
-        kids = tree.children[parent]
-        if not kids:
-            return
-        limit = {c: min(demand[c], cap[c]) for c in kids}
-        given = {c: 0.0 for c in kids}
-        active = [c for c in kids if limit[c] > 1e-12]
-        left = amount
-        while active and left > 1e-12:
-            total_w = sum(tree.weight[c] for c in active)
-            step = min((limit[c] - given[c]) / tree.weight[c] for c in active)
-            step = min(step, left / total_w)
-            for c in active:
-                given[c] += step * tree.weight[c]
-            left -= step * total_w
-            active = [c for c in active if limit[c] - given[c] > 1e-12]
-        for c in kids:
-            share[c] = given[c]
-            fill(c, given[c])
-
-    fill(0, 1.0)
-    return {tree.names[i]: float(share[i]) for i in range(1, n)}
+    """Each queue's HDRF fair share as a dominant share of the cluster (0..1): the
+    largest, over resources, of `hdrf_fair_share` / capacity, for the manager's usage and
+    pending requests. The one fair-share number every report gives (Queue status, the
+    CLI, the dashboard, the simulator's summary)."""
+    tree = state.tree
+    fair = hdrf_fair_share(tree, state.usage + state.pending_sum, capacity)
+    cap = np.asarray(capacity, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(cap[None, :] > 0, fair / cap[None, :], 0.0)
+    dominant = share.max(axis=1) if share.shape[1] else np.zeros(len(tree.names))
+    return {tree.names[i]: float(dominant[i]) for i in range(1, len(tree.names))}
 
 
 def hdrf_fair_share(

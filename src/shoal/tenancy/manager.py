@@ -44,7 +44,7 @@ from shoal.cache.cluster import ClusterState
 from shoal.cache.node_table import NodeColumns
 from shoal.framework.effects import BindingStatus, QueueStatus
 from shoal.framework.handle import Handle
-from shoal.tenancy.fairshare import choose_leaf, fair_shares_of, hdrf_fair_share
+from shoal.tenancy.fairshare import choose_leaf, fair_shares, hdrf_fair_share
 from shoal.tenancy.tree import UNLIMITED, QueueDef, QueueTree
 from shoal.tenancy.validation import TenancyObjects, problem_subject, reconcile
 
@@ -800,11 +800,7 @@ class QueueManager:
         """Per queue: parent, allocated, guaranteed and max (quota units), pending pods
         and, given the node table, the weighted max-min fair share."""
         tree = self.tree
-        shares = (
-            fair_shares_of(tree, self.usage, self.pending_sum, self.capacity(table))
-            if table is not None
-            else {}
-        )
+        shares = fair_shares(self, self.capacity(table)) if table is not None else {}
         out: dict[str, dict[str, object]] = {}
         for name, i in tree.index.items():
             if i == 0:

@@ -153,7 +153,7 @@ class ClusterView:
                 {
                     "namespace": g.namespace,
                     "name": g.name,
-                    "phase": g.phase,
+                    "phase": sched.gangs.observed_phase(g),
                     "minMember": g.min_member,
                     "members": len(g.members),
                     "scheduled": len(g.bound),

@@ -406,7 +406,11 @@ def _upstream_conditions(status: GroupStatus, conditions: list[JSON], now: str) 
     )
     if done:
         return conditions
-    if status.scheduled >= status.min_member or status.phase in ("Running", "Finished"):
+    if status.scheduled >= status.min_member or status.phase in (
+        "Scheduled",
+        "Running",
+        "Finished",
+    ):
         wanted = {
             "type": UPSTREAM_SCHEDULED,
             "status": "True",
@@ -465,11 +469,9 @@ def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, n
             body["conditions"] = _merge_conditions(conditions, wanted, now, ("transitionID",))
         return body
     # scheduler-plugins (scheduling.x-k8s.io, scheduling.sigs.k8s.io): its phase names are
-    # Shoal's own, but for Scheduled, as its PodGroup controller has it: minMember bound,
-    # fewer than minMember started (Running, or already Succeeded) by their kubelets.
+    # Shoal's own (`GangManager.observed_phase`: Scheduled while minMember are bound but
+    # fewer have started, as its PodGroup controller has it).
     phase = status.phase
-    if phase == "Running" and status.running + status.succeeded < status.min_member:
-        phase = "Scheduled"
     body = {
         "phase": phase,
         "scheduled": status.scheduled,
@@ -481,7 +483,7 @@ def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, n
         # As scheduler-plugins: when the group first got past Pending.
         body["scheduleStartTime"] = now
     wanted = []
-    if status.phase in ("Running", "Finished"):
+    if status.phase in ("Scheduled", "Running", "Finished"):
         wanted.append({"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": ""})
     elif _unschedulable(status) and status.reason:
         wanted.append(

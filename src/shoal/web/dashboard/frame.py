@@ -50,7 +50,14 @@ from shoal.web.gpu_census import FragmentationGauge, ShapeTracker
 __all__ = ["SECTIONS", "DashboardSource", "Frame", "NodeFrame", "QueueIndex", "reason_of"]
 
 EXAMPLES = 5  # example pods per pending group
-_PHASE_ORDER = {"Failed": 0, "Pending": 1, "Scheduling": 2, "Running": 3, "Finished": 4}
+_PHASE_ORDER = {
+    "Failed": 0,
+    "Pending": 1,
+    "Scheduling": 2,
+    "Scheduled": 3,
+    "Running": 4,
+    "Finished": 5,
+}
 _ARRIVAL = attrgetter("pod.timestamp", "pod.key")
 _MESSAGE = attrgetter("message")
 # The parts of a frame whose changes are tracked apart (see `Frame.digests`).
@@ -345,10 +352,11 @@ class DashboardSource:
                     "key": key,
                     "namespace": g.namespace,
                     "name": g.name,
-                    "phase": g.phase,
+                    "phase": sched.gangs.observed_phase(g),
                     "minMember": g.min_member,
                     "members": len(g.members),
-                    "running": len(g.bound),
+                    "bound": len(g.bound),
+                    "running": sched.gangs.started(g),
                     "succeeded": len(g.succeeded),
                     "failed": len(g.failed),
                     "waiting": max(len(g.members) - done, 0),
@@ -427,7 +435,7 @@ class DashboardSource:
                 elif uid in group.failed:
                     state = "Failed"
                 elif uid in group.bound:
-                    state = "Running"
+                    state = "Running" if pod.pod.status.phase == "Running" else "Bound"
                 else:
                     state = "Pending"
                 rows.append((pod, state))

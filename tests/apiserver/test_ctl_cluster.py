@@ -93,7 +93,7 @@ async def test_get_queues_reports_the_usage_of_the_pods_bound(
         assert mine["pendingPods"] == 1
         assert parse_resource_list(mine["allocated"]) == expected
         assert expected["cpu"] == 3000
-        assert mine["guaranteed"] == {"cpu": "2000m"}
+        assert mine["guaranteed"] == {"cpu": "2"}
 
         code, out, err = await _shoal(s.kubeconfig, config, "get", "queues")
         assert code == 0, err

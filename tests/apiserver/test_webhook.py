@@ -207,7 +207,7 @@ async def test_the_api_server_refuses_invalid_queues_and_pods_get_shoal_and_thei
                     return got.get("runningPods") == 1 and got.get("runningJobs") == 1
 
                 await wait_for(counted, what="the queue's status counting the pod")
-                assert (await status())["allocated"]["cpu"] == "1000m"
+                assert (await status())["allocated"]["cpu"] == "1"
                 # `kubectl get queues` shows the printer columns.
                 kubectl = Path(control_plane["K8S_BIN_DIR"]) / "kubectl"
                 done = await asyncio.to_thread(
@@ -221,7 +221,7 @@ async def test_the_api_server_refuses_invalid_queues_and_pods_get_shoal_and_thei
                 header, *rows = done.stdout.split("\n")
                 assert header.split()[:5] == ["NAME", "PARENT", "WEIGHT", "CPU", "GPU"], header
                 line = next(r.split() for r in rows if r.startswith(team))
-                assert line[1:4] == [org, "1", "1000m"], line
+                assert line[1:4] == [org, "1", "1"], line
 
 
 async def _bound(s: Space, name: str) -> bool:

@@ -100,8 +100,8 @@ async def test_get_queues_reports_the_tenancy_managers_numbers(tmp_path: Path) -
         assert by_name["team-a"]["boundPods"] == 2
         assert by_name["team-a"]["state"] == "Open"
         assert by_name["root"]["allocated"]["cpu"] == "2500m"  # the subtree's usage
-        assert by_name["root"]["max"] == {"cpu": "20000m"}
-        assert by_name["team-a"]["guaranteed"] == {"cpu": "2000m"}
+        assert by_name["root"]["max"] == {"cpu": "20"}
+        assert by_name["team-a"]["guaranteed"] == {"cpu": "2"}
         assert by_name["team-b"]["pendingPods"] == 2
         assert by_name["team-a"]["pendingPods"] == 1
         assert "cpu" in by_name["team-a"]["fairShare"]
@@ -132,7 +132,7 @@ async def test_get_podgroups_and_pools(tmp_path: Path) -> None:
         }
         assert pools["gpu"]["nodes"] == 1 and pools["gpu"]["capacity"][GPU] == "4"
         assert pools["(no pool)"]["nodes"] == 2
-        assert pools["(no pool)"]["capacity"]["cpu"] == "8000m"
+        assert pools["(no pool)"]["capacity"]["cpu"] == "8"
         assert pools["(no pool)"]["used"]["cpu"] == "2500m"
         table = await _shoal(tmp_path, api, "get", "pools")
         assert table.exit_code == 0 and "0/4" in table.stdout  # GPUs used/capacity
@@ -154,7 +154,7 @@ async def test_explain_names_the_blocker_and_exits_by_outcome(tmp_path: Path) ->
         assert greedy.exit_code == EXIT_BLOCKED
         queue = json.loads(greedy.stdout)["queue"]
         assert "queue root would exceed its max cpu" in queue["quota"]
-        assert queue["allocated"]["cpu"] == "2500m" and queue["guaranteed"] == {"cpu": "2000m"}
+        assert queue["allocated"]["cpu"] == "2500m" and queue["guaranteed"] == {"cpu": "2"}
 
         gang = await _shoal(tmp_path, api, "explain", "default/g0", "-o", "json")
         assert gang.exit_code == EXIT_BLOCKED
@@ -207,7 +207,7 @@ async def test_a_cluster_without_shoals_crds_and_an_invalid_queue(tmp_path: Path
         # No CRDs: no Queues or PodGroups to list; everything is in the default queue.
         data = _json(await _shoal(tmp_path, api, "get", "queues", "-o", "json"))
         assert [q["name"] for q in data["queues"]] == ["default"]
-        assert data["queues"][0]["allocated"]["cpu"] == "1000m"
+        assert data["queues"][0]["allocated"]["cpu"] == "1"
         assert _json(await _shoal(tmp_path, api, "get", "podgroups", "-o", "json")) == []
 
     async with FakeApiServer() as api:

@@ -46,8 +46,8 @@ async def test_queue_status_shows_usage_guarantee_and_pods(tmp_path: Path) -> No
             )
             status = _status(api, "team")
             assert status["runningPods"] == 0  # bound, not started: no kubelet here
-            assert status["allocated"] == {"cpu": "2000m", "memory": str(2 * 256 * 2**20)}
-            assert status["guaranteed"] == {"cpu": "1000m"}
+            assert status["allocated"] == {"cpu": "2", "memory": "512Mi"}
+            assert status["guaranteed"] == {"cpu": "1"}
             assert "cpu" in status["fairShare"]
             # Our own status writes come back through the watch without re-applying the
             # queue tree (which would re-file every pod).
@@ -107,13 +107,13 @@ async def test_binding_and_elastic_quota_status_and_emptied_allocation(tmp_path:
                 lambda: (
                     _status(api, "team").get("runningJobs") == 2
                     and binding().get("pods") == 3
-                    and quota().get("used", {}).get("cpu") == "1000m"
+                    and quota().get("used", {}).get("cpu") == "1"
                 ),
                 timeout=15,
                 what="queue, binding and quota statuses",
             )
             status = _status(api, "team")
-            assert status["borrowed"] == {"cpu": "2000m"}  # 3 CPUs used, 1 guaranteed
+            assert status["borrowed"] == {"cpu": "2"}  # 3 CPUs used, 1 guaranteed
             assert status["pendingJobs"] == 0
             assert binding() == {
                 "pods": 3,

@@ -98,13 +98,27 @@ def parse_quota_list(raw: Mapping[str, str | int | float]) -> ResourceList:
 
 
 def format_quota(name: str, amount: int) -> str:
-    """A quota-unit amount in Kubernetes' notation: "4000m" cpu, "2" or "1600m"
-    nvidia.com/gpu, bytes of memory as they are."""
-    if name == CPU:
-        return f"{amount}m"
+    """A quota-unit amount in Kubernetes' canonical notation, as the API server would
+    print the Quantity: "4" cpu (not "4000m"), "1500m" cpu, "2" or "1600m"
+    nvidia.com/gpu, "512Mi" of memory when it is a whole number of a binary unit, else
+    bytes; counts as they are."""
     if name in QUOTA_MILLI:
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if amount and (name == MEMORY or name.startswith(("hugepages-", "ephemeral-storage"))):
+        for unit, size in _BINARY_UNITS:
+            if amount % size == 0:
+                return f"{amount // size}{unit}"
     return str(amount)
+
+
+_BINARY_UNITS = (
+    ("Ei", 2**60),
+    ("Pi", 2**50),
+    ("Ti", 2**40),
+    ("Gi", 2**30),
+    ("Mi", 2**20),
+    ("Ki", 2**10),
+)
 
 
 def format_amount(name: str, amount: int) -> str:

@@ -163,21 +163,16 @@ class Query:
 
 
 def human(resource: str, text: str) -> str:
-    """ "1500m" cpu -> "1.5"; "1600m" nvidia.com/gpu -> "1.6"; bytes of memory -> "4Gi";
-    counts as they are."""
-    from shoal.api.resources import MEMORY
+    """A quantity as people read it (`shoal.api.resources.format_amount`): "1500m" cpu ->
+    "1.5"; "1600m" nvidia.com/gpu -> "1.6"; memory in binary units ("4Gi"); counts as
+    they are."""
+    from shoal.api.resources import format_amount, parse_quota_list
 
-    if text.endswith("m"):
-        milli = int(text.removesuffix("m"))
-        return f"{milli / 1000:g}"
-    if resource == MEMORY or resource.startswith(("hugepages-", "ephemeral-storage")):
-        value = int(text)
-        for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-            if value >= size:
-                scaled = value / size
-                return f"{scaled:.0f}{unit}" if scaled >= 100 else f"{scaled:.3g}{unit}"
-        return str(value)
-    return text
+    try:
+        amount = parse_quota_list({resource: text}).get(resource, 0)
+    except ValueError:
+        return text
+    return format_amount(resource, amount)
 
 
 def amounts(values: Mapping[str, str], resources: list[str] | None = None) -> str:

@@ -2,7 +2,7 @@
 
 A small interpreter for the part of Go's text/template and Helm's functions that the
 chart uses (if/with/range/else/end/define, pipelines, `include`, `toYaml`, `nindent`, `quote`,
-`default`, `omit`, `print`, `printf`, `sha256sum`). Anything else is an error, so a
+`default`, `omit`, `not`, `join`, `print`, `printf`, `sha256sum`). Anything else is an error, so a
 template that starts using more fails here loudly instead of being checked loosely.
 """
 
@@ -106,9 +106,13 @@ class Chart:
                 if node.kind == "define":
                     self.defines[_string(node.value)] = node.body
 
+    def values(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The values a render with `overrides` sees (coalesced over values.yaml)."""
+        return _merge(self.defaults, overrides or {})
+
     def render(self, values: dict[str, Any] | None = None) -> dict[str, str]:
         """file name -> rendered text, for every template but the helpers."""
-        merged = _merge(self.defaults, values or {})
+        merged = self.values(values)
         top = {
             "Values": merged,
             "Release": self.release,
@@ -206,6 +210,8 @@ class Chart:
             "quote": lambda *s: " ".join('"' + _text(x).replace('"', '\\"') + '"' for x in s),
             "default": lambda d, v=None: v if truthy(v) else d,
             "omit": lambda d, *keys: {k: v for k, v in (d or {}).items() if k not in keys},
+            "not": lambda v: not truthy(v),
+            "join": lambda sep, items: sep.join(_text(x) for x in items or []),
             "print": lambda *a: "".join(_text(x) for x in a),
             "printf": lambda f, *a: f % tuple(_text(x) for x in a),
             "sha256sum": lambda s: hashlib.sha256(_text(s).encode()).hexdigest(),
@@ -213,7 +219,7 @@ class Chart:
 
     def _include(self, name: str, dot: Any) -> str:
         top = dot if isinstance(dot, dict) and "Values" in dot else {}
-        nodes = self.defines.get(name) or self.templates.get(name)
+        nodes = self.defines[name] if name in self.defines else self.templates.get(name)
         if nodes is None:
             raise ValueError(f"include of unknown template {name!r}")
         return self._run([n for n in nodes if n.kind != "define"], dot, top)

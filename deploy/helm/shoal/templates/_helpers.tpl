@@ -13,3 +13,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "shoal.serviceAccount" -}}{{ .Values.serviceAccount.name | default "shoal" }}{{- end -}}
+
+{{- /* "true" when the scheduler's replicas serve the admission webhooks (shoal run --webhook-port), else empty. */ -}}
+{{- define "shoal.webhookInScheduler" -}}
+{{- if .Values.webhook.enabled }}{{ if .Values.webhook.inScheduler }}true{{ end }}{{ end -}}
+{{- end -}}

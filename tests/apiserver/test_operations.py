@@ -203,3 +203,32 @@ def test_the_operator_role_lets_a_user_open_queues_and_suspend_gangs_and_nothing
     finally:
         kubectl("delete", "clusterrolebinding", "ops-test-operator", check=False)
         kubectl("delete", "-f", str(role), check=False)
+
+
+def test_kubectl_finds_shoal_as_a_plugin(control_plane: dict[str, str]) -> None:
+    # `pip install shoal` puts kubectl-shoal on PATH: `kubectl shoal get queues` works.
+    import os
+    import shutil
+    from pathlib import Path
+
+    plugin = shutil.which("kubectl-shoal", path=str(Path(sys.executable).parent))
+    assert plugin is not None, "the kubectl-shoal entry point is not installed"
+    env = {
+        **os.environ,
+        "KUBECONFIG": control_plane["KUBECONFIG"],
+        "PATH": f"{Path(plugin).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    kubectl = str(Path(control_plane["K8S_BIN_DIR"]) / "kubectl")
+    listed = subprocess.run(
+        [kubectl, "plugin", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "kubectl-shoal" in listed.stdout, listed.stdout + listed.stderr
+    done = subprocess.run(
+        [kubectl, "shoal", "get", "queues", "-o", "name"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "queue.shoal.dev/default" in done.stdout or "queues.shoal.dev/default" in done.stdout

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -187,14 +188,29 @@ class Connection:
         self.clients.clear()
 
 
+class ConnectionConfigError(Exception):
+    """Where the API server is, and how to log in, is not known."""
+
+
 async def connect(
     kubeconfig: str | None = None,
     *,
     context: str | None = None,
     observer: RequestObserver | None = None,
 ) -> Connection:
-    """From a kubeconfig file, or the pod's service account when `kubeconfig` is None."""
+    """From a kubeconfig file; when `kubeconfig` is None, the pod's service account in
+    a pod, else ~/.kube/config (as kubectl). ConnectionConfigError says what to give
+    when there is neither."""
     configuration = Configuration()
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if not kubeconfig and not in_pod:
+        default = Path.home() / ".kube" / "config"
+        if not default.is_file():
+            raise ConnectionConfigError(
+                "no kubeconfig: give --kubeconfig FILE or set KUBECONFIG (outside a pod "
+                f"there is no service account, and {default} does not exist)"
+            )
+        kubeconfig = str(default)
     if kubeconfig:
         await kube_config.load_kube_config(
             config_file=kubeconfig,

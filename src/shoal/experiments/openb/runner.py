@@ -282,24 +282,31 @@ def run_one(
 
 
 def parse_seeds(text: str) -> list[int]:
-    """ "42-51", "42,43" or "42" -> a list of seeds."""
+    """ "42-51", "42..51", "42,43" or "42" -> a list of seeds (non-negative integers);
+    ValueError naming the part that is not one and the forms that are."""
     seeds: list[int] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
-        if "-" in part[1:]:
-            lo, hi = (
-                part.split("-", 1)
-                if not part.startswith("-")
-                else ("-" + part[1:].split("-")[0], part[1:].split("-", 1)[1])
-            )
-            a, b = int(lo), int(hi)
-            if b < a:
-                raise ValueError(f"empty seed range {part!r}")
-            seeds.extend(range(a, b + 1))
-        else:
-            seeds.append(int(part))
+        lo, sep, hi = part.partition("..")
+        if not sep:
+            lo, sep, hi = part.partition("-")
+        try:
+            if sep:
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise ValueError(f"empty seed range {part!r}: write LOW-HIGH, e.g. 42-51")
+                seeds.extend(range(a, b + 1))
+            else:
+                seeds.append(int(part))
+        except ValueError as err:
+            if "empty seed range" in str(err):
+                raise
+            raise ValueError(
+                f"--seeds: {part!r} is not a seed: give non-negative integers, a range "
+                "(42-51 or 42..51) or a list (42,43)"
+            ) from None
     if not seeds:
         raise ValueError("no seeds given")
     return seeds

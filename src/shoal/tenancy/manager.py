@@ -706,6 +706,20 @@ class QueueManager:
             )
         return out
 
+    def started_pods(self) -> list[int]:
+        """Per queue (the tree's index, subtrees summed): placed pods their kubelets
+        started (phase Running), the `running` of every report; `observed` gives the
+        placed ones (bound). O(placed pods): for status and reports, not for cycles."""
+        tree = self.tree
+        started = [0] * len(tree.names)
+        placed = self.cluster.placed if self.cluster is not None else {}
+        for uid, rec in self._placed.items():
+            record = placed.get(uid)
+            if record is not None and record.pod.pod.status.phase == "Running":
+                for q in tree.path_lists[rec.leaf]:
+                    started[q] += 1
+        return started
+
     def queue_statuses(self, table: NodeColumns) -> list[QueueStatus]:
         """What each Queue object's status shows: `observed`, plus what each queue
         borrows (allocated above its guarantee) and its pending and running jobs (a job
@@ -718,13 +732,9 @@ class QueueManager:
             if waiting is not None:
                 pending_jobs.setdefault(waiting[0], set()).add(job)
         running_jobs: dict[int, set[str]] = {}
-        started = Counter[int]()  # leaf -> placed pods a kubelet started
-        placed = self.cluster.placed if self.cluster is not None else {}
-        for uid, rec in self._placed.items():
+        for rec in self._placed.values():
             running_jobs.setdefault(rec.leaf, set()).add(rec.job)
-            record = placed.get(uid)
-            if record is not None and record.pod.pod.status.phase == "Running":
-                started[rec.leaf] += 1
+        started = self.started_pods()
         # Only resources some queue guarantees or caps: the others are not lent by anyone.
         quota = {r for r, q in zip(tree.resources, tree.quota_list, strict=True) if q}
         out = []
@@ -746,7 +756,7 @@ class QueueManager:
                     guaranteed,
                     fair,
                     pending,
-                    sum(started[leaf] for leaf in leaves),
+                    started[q],
                     borrowed=borrowed,
                     pending_jobs=len(set().union(*(pending_jobs.get(leaf, ()) for leaf in leaves))),
                     running_jobs=len(set().union(*(running_jobs.get(leaf, ()) for leaf in leaves))),

@@ -289,6 +289,7 @@ class DashboardSource:
         manager = self.scheduler.tenant_queues
         tree, table = manager.tree, self.scheduler.cluster.table
         observed = {o[0]: o for o in manager.observed(table)}
+        started = manager.started_pods()
         names, _, shares = queue_shares(manager, table)
         dominant = shares[:, 0, :]
         capacity = manager.capacity(table)
@@ -297,7 +298,7 @@ class DashboardSource:
         def walk(q: int, depth: int) -> None:
             for child in sorted(tree.children_list[q], key=lambda c: tree.names[c]):
                 name = tree.names[child]
-                _, allocated, guaranteed, fair, pending, running = observed[name]
+                _, allocated, guaranteed, fair, pending, bound = observed[name]
                 d = tree.defs[name]
                 maximum = {
                     r: int(v)
@@ -319,7 +320,8 @@ class DashboardSource:
                         "maximum": maximum,
                         "fairShare": fair,
                         "pending": pending,
-                        "running": running,
+                        "bound": bound,
+                        "running": started[child],
                         "share": {
                             "allocated": round(alloc_share, 6),
                             "guaranteed": round(guar_share, 6),

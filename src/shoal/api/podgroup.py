@@ -45,6 +45,8 @@ from shoal.api.resources import parse_resource_list
 __all__ = [
     "DEPENDS_ON",
     "MIN_EXECUTORS",
+    "SUB_GROUPS",
+    "SUB_GROUP_LABEL",
     "SUSPENDED",
     "TOPOLOGY_PREFERRED",
     "TOPOLOGY_REQUIRED",
@@ -76,6 +78,11 @@ MIN_EXECUTORS = "shoal.dev/min-executors"
 # On a PodGroup object, "true": the gang is suspended (`shoal suspend`): its pending
 # members wait and its placed members are evicted, as a whole, until it is resumed.
 SUSPENDED = "shoal.dev/suspended"
+# On a PodGroup: the gang's roles, each with its own minimum and topology, placed all or
+# nothing together: {"stage-0": {"minMember": 8, "topologyRequired": "leaf"}, ...}
+# (JSON). A member names its role with the pod label SUB_GROUP_LABEL.
+SUB_GROUPS = "shoal.dev/sub-groups"
+SUB_GROUP_LABEL = "shoal.dev/sub-group"
 
 
 class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):

@@ -16,6 +16,7 @@ it is placed).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -24,6 +25,8 @@ from shoal.api.objects import Pod
 from shoal.api.podgroup import (
     DEPENDS_ON,
     MIN_EXECUTORS,
+    SUB_GROUP_LABEL,
+    SUB_GROUPS,
     SUSPENDED,
     TOPOLOGY_PREFERRED,
     TOPOLOGY_REQUIRED,
@@ -85,6 +88,53 @@ class Reservation:
     serial: int
 
 
+@dataclass(frozen=True)
+class SubGroup:
+    """A role of a gang (launcher, workers, a pipeline stage): its own minimum and
+    topology, placed together with the rest of the gang, all or nothing."""
+
+    name: str
+    min_member: int = 1
+    topology_required: str = ""
+    topology_preferred: tuple[str, ...] = ()
+
+
+def parse_sub_groups(raw: str) -> tuple[dict[str, SubGroup], str]:
+    """The `shoal.dev/sub-groups` annotation -> (sub-groups by name, in order; problem).
+    A malformed value yields no sub-groups and a problem naming the fix."""
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        return {}, f"annotation {SUB_GROUPS} is not JSON ({err}); ignored"
+    if not isinstance(doc, dict):
+        return {}, f'annotation {SUB_GROUPS} must map names to {{"minMember": N, ...}}; ignored'
+    out: dict[str, SubGroup] = {}
+    for name, spec in doc.items():
+        if not isinstance(spec, dict):
+            return {}, f"annotation {SUB_GROUPS}: {name!r} must be an object; ignored"
+        minimum = spec.get("minMember", 1)
+        if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 0:
+            return {}, f"annotation {SUB_GROUPS}: {name}.minMember must be an integer >= 0"
+        required = spec.get("topologyRequired", "")
+        preferred = spec.get("topologyPreferred", "")
+        if not isinstance(required, str) or not isinstance(preferred, str):
+            return {}, (
+                f"annotation {SUB_GROUPS}: {name}.topologyRequired/topologyPreferred must be "
+                "node label keys (strings)"
+            )
+        out[str(name)] = SubGroup(
+            str(name),
+            minimum,
+            required.strip(),
+            tuple(k for k in (p.strip() for p in preferred.split(",")) if k and k != required),
+        )
+    return out, ""
+
+
+def sub_group_of(pod: PodInfo) -> str:
+    return pod.pod.metadata.labels.get(SUB_GROUP_LABEL, "")
+
+
 @dataclass(eq=False)
 class Group:
     key: str
@@ -101,6 +151,7 @@ class Group:
     topology_preferred: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     suspended: bool = False  # its PodGroup says shoal.dev/suspended: "true"
+    sub_groups: dict[str, SubGroup] = field(default_factory=dict)  # roles, in order
     min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
     source: str = ""
     has_object: bool = False  # backed by a PodGroup object
@@ -137,6 +188,19 @@ class Group:
     def needed(self) -> int:
         """Members still to place before the group counts as running."""
         return max(0, self.min_member - len(self.bound) - len(self.succeeded))
+
+    def sub_group_needed(self, name: str) -> int:
+        """Members of sub-group `name` still to place before it reaches its minimum
+        (placed members count; succeeded ones are no longer known by role)."""
+        sub = self.sub_groups.get(name)
+        if sub is None:
+            return 0
+        have = sum(
+            1
+            for uid in self.bound
+            if (m := self.members.get(uid)) is not None and sub_group_of(m) == name
+        )
+        return max(0, sub.min_member - have)
 
 
 class GangManager:
@@ -240,6 +304,11 @@ class GangManager:
             except ValueError:
                 group.reason = f"annotation {MIN_EXECUTORS}={raw!r} is not an integer; ignored"
         group.suspended = annotations.get(SUSPENDED, "").strip().lower() == "true"
+        group.sub_groups = {}
+        if raw := annotations.get(SUB_GROUPS):
+            group.sub_groups, problem = parse_sub_groups(raw)
+            if problem:
+                group.reason = problem
         if raw := annotations.get(DEPENDS_ON):
             group.depends_on = tuple(
                 d if "/" in d else f"{group.namespace}/{d}"

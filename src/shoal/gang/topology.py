@@ -17,7 +17,13 @@ from numpy.typing import NDArray
 from shoal.cache.labels import MISSING
 from shoal.cache.snapshot import Snapshot
 
-__all__ = ["DomainChoice", "choose_domains", "choose_levels", "members_per_node"]
+__all__ = [
+    "DomainChoice",
+    "choose_domains",
+    "choose_levels",
+    "fitting_domains",
+    "members_per_node",
+]
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,18 @@ def choose_domains(
     k = int(np.searchsorted(covered, count)) + 1
     chosen = order[:k]
     return DomainChoice(np.isin(codes, chosen), tuple(values[int(d)] for d in chosen))
+
+
+def fitting_domains(
+    snap: Snapshot, key: str, capacity: NDArray[np.int64], count: int, limit: int = 8
+) -> list[DomainChoice]:
+    """Every domain of label `key` able to hold `count` members, smallest first (at most
+    `limit`): the candidates a gang with roles tries in turn, since a domain that holds
+    the gang's members may still not have room for each role inside its own sub-domain."""
+    codes, values, per_domain = _domains(snap, key, capacity)
+    fitting = np.flatnonzero(per_domain >= count)
+    order = fitting[np.argsort(per_domain[fitting], kind="stable")][:limit]
+    return [DomainChoice(codes == int(d), (values[int(d)],)) for d in order]
 
 
 def choose_levels(

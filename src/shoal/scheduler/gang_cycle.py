@@ -46,8 +46,13 @@ from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework
 from shoal.framework.status import Code, Status
 from shoal.framework.types import Candidates
-from shoal.gang.manager import Group
-from shoal.gang.topology import choose_domains, choose_levels, members_per_node
+from shoal.gang.manager import Group, SubGroup, sub_group_of
+from shoal.gang.topology import (
+    choose_domains,
+    choose_levels,
+    fitting_domains,
+    members_per_node,
+)
 from shoal.scheduler.algorithm import PlacementAlgorithm
 from shoal.scheduling_queue.queue import QueuedPod
 
@@ -129,6 +134,7 @@ class GangCycle:
         snap = self.algorithm.snapshot
         snap.refresh()
         restrict = None
+        capacity: np.ndarray | None = None
         if need > 0 and group.min_resources:
             rejected = self._min_resources_rejection(group)
             if rejected is not None:
@@ -137,9 +143,9 @@ class GangCycle:
             representative = entries[0].pod
             state = CycleState()
             fwk.run_pre_filter(state, representative)
-            outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
+            passed = fwk.run_filters(state, representative, Candidates.all(snap.n)).passed
             shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
-            capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
+            capacity = np.where(passed, members_per_node(snap, shape), 0)
             if group.topology_preferred:
                 choice = choose_levels(
                     snap, group.topology_required, group.topology_preferred, capacity, need
@@ -152,12 +158,63 @@ class GangCycle:
                 return GangOutcome(rejected=(status, message, frozenset({"Coscheduling"})))
             restrict = choice.rows
 
-        tx = Transaction(self.cluster)
-        try:
-            return self._place(tx, entries, group, fwk, now, need, restrict, may_preempt)
-        finally:
-            if not tx.closed:
-                tx.discard()
+        candidates: list[np.ndarray | None] = [restrict]
+        if group.sub_groups:
+            # Role by role, in the order the PodGroup lists them (a role's members are
+            # placed together, each role in its own domain, after the ones before it).
+            order = {name: i for i, name in enumerate(group.sub_groups)}
+            entries.sort(key=lambda e: order.get(sub_group_of(e.pod), len(order)))
+            if capacity is not None and group.topology_required and restrict is not None:
+                # A required domain that holds the gang may still lack room for each
+                # role inside its own sub-domain: try the fitting ones, smallest first.
+                candidates = [
+                    c.rows for c in fitting_domains(snap, group.topology_required, capacity, need)
+                ] or [restrict]
+        outcome = GangOutcome()
+        for rows in candidates:
+            tx = Transaction(self.cluster)
+            try:
+                outcome = self._place(tx, entries, group, fwk, now, need, rows, may_preempt)
+            finally:
+                if not tx.closed:
+                    tx.discard()
+            if outcome.rejected is None or not outcome.rejected[1].startswith(
+                f"gang {group.key}: sub-group "
+            ):
+                return outcome
+        return outcome
+
+    def _sub_domain(
+        self,
+        fwk: Framework,
+        sub: SubGroup,
+        mates: list[QueuedPod],
+        count: int,
+        restrict: np.ndarray | None,
+    ) -> tuple[np.ndarray | None, str]:
+        """The nodes a role may use: a domain of its topology level that holds `count`
+        of its members as the cluster is now (with the roles placed before it in this
+        transaction), inside the gang's own domain; (None, why) when there is none."""
+        snap = self.algorithm.snapshot
+        snap.refresh()
+        representative = mates[0].pod
+        state = CycleState()
+        fwk.run_pre_filter(state, representative)
+        outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
+        shape = np.max([snap.pod_vector(m.pod) for m in mates[: max(count, 1)]], axis=0)
+        capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
+        if restrict is not None:
+            capacity = np.where(restrict[: snap.n], capacity, 0)
+        if sub.topology_preferred:
+            choice = choose_levels(
+                snap, sub.topology_required, sub.topology_preferred, capacity, count
+            )
+        else:
+            choice = choose_domains(snap, sub.topology_required, capacity, count, True)
+        if choice.rows is None:
+            return None, choice.message
+        rows = choice.rows if restrict is None else choice.rows & restrict[: snap.n]
+        return rows, choice.message
 
     def _min_resources_rejection(self, group: Group) -> tuple[Status, str, frozenset[str]] | None:
         snap = self.algorithm.snapshot
@@ -198,6 +255,10 @@ class GangCycle:
         holds: list[tuple[PodInfo, str]] = []  # migration plans' stand-ins (see below)
         member_uids = set(group.members)
         retry_soon = False
+        # Sub-groups (roles): each must reach its own minimum, inside its own domain.
+        sub_need = {name: group.sub_group_needed(name) for name in group.sub_groups}
+        sub_placed: Counter[str] = Counter()
+        sub_domain: dict[str, tuple[np.ndarray | None, str]] = {}
         for i, e in enumerate(entries):
             if len(placed) < need and len(placed) + len(entries) - i < need:
                 failed.extend((rest, Status(Code.UNSCHEDULABLE), None) for rest in entries[i:])
@@ -205,6 +266,22 @@ class GangCycle:
             pod = e.pod
             state = CycleState()
             restrict_now = restrict if len(placed) < need else None
+            role = sub_group_of(pod) if group.sub_groups else ""
+            sub = group.sub_groups.get(role)
+            if (
+                sub is not None
+                and sub_placed[role] < sub_need[role]
+                and (sub.topology_required or sub.topology_preferred)
+            ):
+                if role not in sub_domain:
+                    mates = [x for x in entries[i:] if sub_group_of(x.pod) == role]
+                    sub_domain[role] = self._sub_domain(fwk, sub, mates, sub_need[role], restrict)
+                mask, problem = sub_domain[role]
+                if mask is None:
+                    status = Status(Code.UNSCHEDULABLE, problem, plugin="Coscheduling")
+                    failed.append((e, status, None))
+                    continue
+                restrict_now = mask
             try:
                 node, status, diagnosis = self.algorithm.schedule_pod(fwk, state, pod, restrict_now)
             except Exception as err:  # a plugin bug must not stop the scheduler
@@ -238,6 +315,20 @@ class GangCycle:
                 failed.append((e, status, None))
                 continue
             placed.append(Placement(e, node, state))
+            if role:
+                sub_placed[role] += 1
+
+        short = [name for name, wanted in sub_need.items() if sub_placed[name] < wanted]
+        if short:
+            tx.discard()  # a role below its minimum: the gang does not start
+            name = short[0]
+            why = sub_domain.get(name, (None, ""))[1]
+            message = (
+                f"gang {group.key}: sub-group {name}: {sub_placed[name]}/{sub_need[name]} "
+                f"members placeable" + (f" ({why})" if why else "")
+            )
+            status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
+            return GangOutcome(rejected=(status, message, frozenset({"Coscheduling"})))
 
         if len(placed) < need:
             tx.discard()  # Unreserve and forget every member placed, newest first

@@ -354,14 +354,16 @@ async def test_gang_from_a_pod_group_object_is_bound_all_together(tmp_path: Path
             api.create("v1", "pods", pod("w2", cpu="2", labels=label))
             await eventually(lambda: len(bound_pods(api)) == 3, what="the whole gang")
             status = kube.scheduler.gangs.status()["default/train"]
-            assert status["phase"] == "Running"
+            # Bound, not started (no kubelet here): Scheduled, in every report.
+            assert (status["phase"], status["bound"], status["running"]) == ("Scheduled", 3, 0)
             # The series are sampled on the core's thread about once a second.
             for _ in range(50):
                 text = await _scrape(kube)
-                if 'shoal_gang_groups{phase="Running"} 1.0' in text:
+                if 'shoal_gang_groups{phase="Scheduled"} 1.0' in text:
                     break
                 await asyncio.sleep(0.1)
-            assert 'shoal_gang_groups{phase="Running"} 1.0' in text
+            assert 'shoal_gang_groups{phase="Scheduled"} 1.0' in text
+            assert 'shoal_gang_pods{state="bound"} 3.0' in text
 
 
 async def _scrape(kube: KubeBackend) -> str:

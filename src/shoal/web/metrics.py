@@ -23,7 +23,7 @@ Shoal's own:
   the informer already showed the pod bound or gone) and
   `shoal_binding_duration_seconds{result}`.
 * `shoal_evictions_total{result}` (`evicted`, `blocked`, `gone`, `error`).
-* `shoal_gang_groups{phase}` and `shoal_gang_pods{state}` (`members`, `running`).
+* `shoal_gang_groups{phase}` and `shoal_gang_pods{state}` (`members`, `bound`, `running`).
 * `shoal_queue_pending_pods{queue}`: pending pods per tenancy queue.
 * `shoal_queue_allocated{queue, resource}`, `shoal_queue_guaranteed{queue, resource}`,
   `shoal_queue_max{queue, resource}` (limited resources only) and
@@ -319,14 +319,16 @@ class _SchedulerCollector(Collector):
             for queue, count in scheduler.scheduling_queue.counts().items():
                 pending.add_metric([queue], count)
             phases: Tally[str] = Tally()
-            members = running = 0
+            members = bound = running = 0
             for status in scheduler.gangs.status().values():
                 phases[str(status["phase"])] += 1
                 members += int(str(status["members"]))
+                bound += int(str(status["bound"]))
                 running += int(str(status["running"]))
-            for phase in ("Pending", "Scheduling", "Running", "Finished", "Failed"):
+            for phase in ("Pending", "Scheduling", "Scheduled", "Running", "Finished", "Failed"):
                 groups.add_metric([phase], phases.get(phase, 0))
             gang_pods.add_metric(["members"], members)
+            gang_pods.add_metric(["bound"], bound)
             gang_pods.add_metric(["running"], running)
             # The queue each pod is in by the scheduler's own precedence (labels,
             # Volcano annotations and PodGroups, bindings), as admission sees it.

@@ -364,11 +364,10 @@ class ClusterView:
                 part[key] = quantities(amounts) if isinstance(amounts, dict) else {}
         return part
 
-    @staticmethod
-    def _gang_part(group: Any) -> dict[str, Any]:
+    def _gang_part(self, group: Any) -> dict[str, Any]:
         return {
             "name": group.key,
-            "phase": group.phase,
+            "phase": self.scheduler.gangs.observed_phase(group),
             "minMember": group.min_member,
             "members": len(group.members),
             "scheduled": len(group.bound),

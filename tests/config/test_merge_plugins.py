@@ -35,8 +35,13 @@ def _scores(built: Any) -> list[tuple[str, int]]:
 def test_default_profile_matches_kube() -> None:
     built = _profile({})
     assert built.queue_sort is not None and built.queue_sort.name == "PrioritySort"
-    # kube's SchedulingGates, then Shoal's gang gate.
-    assert _names(built.pre_enqueue) == ["SchedulingGates", "Coscheduling"]
+    # kube's SchedulingGates and DynamicResources, then Shoal's queue and gang gates.
+    assert _names(built.pre_enqueue) == [
+        "SchedulingGates",
+        "DynamicResources",
+        "QueueCapacity",
+        "Coscheduling",
+    ]
     assert _names(built.bind) == ["DefaultBinder"]
     filters = _names(built.filter)
     assert filters[:6] == [

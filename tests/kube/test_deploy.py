@@ -232,6 +232,42 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
             user = pod(f"uses-{claim}", cpu="10m")
             user["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
             api.create("v1", "pods", user)
+        # Dynamic Resource Allocation: a GPU published for node "gpu" and a pod claiming
+        # it (the claim is read, gets its finalizer, and its status is written).
+        for plural, kind, namespaced in (
+            ("deviceclasses", "DeviceClass", False),
+            ("resourceslices", "ResourceSlice", False),
+            ("resourceclaims", "ResourceClaim", True),
+            ("resourceclaimtemplates", "ResourceClaimTemplate", True),
+        ):
+            api.register("resource.k8s.io", "v1", plural, kind, namespaced)
+        api.create(
+            "resource.k8s.io/v1",
+            "deviceclasses",
+            {"metadata": {"name": "gpu"}, "spec": {}},
+        )
+        api.create(
+            "resource.k8s.io/v1",
+            "resourceslices",
+            {
+                "metadata": {"name": "gpu-slice"},
+                "spec": {
+                    "driver": "gpu.example.com",
+                    "nodeName": "gpu",
+                    "pool": {"name": "gpu", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "gpu-0"}],
+                },
+            },
+        )
+        request = {"name": "gpu", "exactly": {"deviceClassName": "gpu"}}
+        api.create(
+            "resource.k8s.io/v1",
+            "resourceclaims",
+            {"metadata": {"name": "dra"}, "spec": {"devices": {"requests": [request]}}},
+        )
+        dra_pod = pod("uses-dra", cpu="10m")
+        dra_pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "dra"}]
+        api.create("v1", "pods", dra_pod)
         # A tenant queue: its status is written.
         api.create("shoal.dev/v1alpha1", "queues", {"metadata": {"name": "team"}, "spec": {}})
         api.create("v1", "pods", pod("member", cpu="100m", labels={"shoal.dev/queue": "team"}))
@@ -315,6 +351,17 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                     ),
                     what=f"{resource} patched by VolumeBinding",
                 )
+            await eventually(
+                lambda: any(
+                    r.resource == "resourceclaims" and r.subresource == "status"
+                    for r in api.requests
+                ),
+                what="the ResourceClaim's allocation written by DynamicResources",
+            )
+            await eventually(
+                lambda: bound_pods(api).get("default/uses-dra") == "gpu",
+                what="the pod with a claim bound",
+            )
             await eventually(
                 lambda: any(r.resource == "events" and r.verb == "patch" for r in api.requests),
                 timeout=15,

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from shoal.api.errors import ManifestError
 from shoal.api.gpu import check_node_gpus
 from shoal.api.objects import Node, Pod, PriorityClass
@@ -62,6 +63,10 @@ GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("policy", "PodDisruptionBudget"): PodDisruptionBudget,
     ("storage.k8s.io", "StorageClass"): StorageClass,
     ("storage.k8s.io", "CSINode"): CSINode,
+    ("resource.k8s.io", "DeviceClass"): DeviceClass,
+    ("resource.k8s.io", "ResourceSlice"): ResourceSlice,
+    ("resource.k8s.io", "ResourceClaim"): ResourceClaim,
+    ("resource.k8s.io", "ResourceClaimTemplate"): ResourceClaimTemplate,
 }
 
 

@@ -368,8 +368,9 @@ HIGHEST_USER_PRIORITY = 1_000_000_000
 
 
 class PodResourceClaim(_Base):
-    """`spec.resourceClaims[]` (Dynamic Resource Allocation): read only to refuse the
-    pod with a message, since Shoal does not allocate claims."""
+    """`spec.resourceClaims[]` (Dynamic Resource Allocation): the claim by name, or the
+    template the resource-claim controller creates the pod's claim from (see
+    `shoal.api.dra.pod_claim_names`)."""
 
     name: str = ""
     resource_claim_name: str | None = None
@@ -415,10 +416,18 @@ class PodCondition(_Base):
     message: str = ""
 
 
+class PodResourceClaimStatus(_Base):
+    """`status.resourceClaimStatuses[]`: the claim created for a template entry."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+
+
 class PodStatus(_Base):
     phase: str = ""
     nominated_node_name: str = ""
     conditions: list[PodCondition] = []
+    resource_claim_statuses: list[PodResourceClaimStatus] = []
 
 
 class Pod(_Base):

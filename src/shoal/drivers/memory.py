@@ -16,6 +16,8 @@ objects for the driver to feed back into the core (`drain`), the way a watch wou
   would: a claim and its chosen volume come back bound to each other, a claim to be
   provisioned comes back with `volume.kubernetes.io/selected-node` (nothing provisions
   it in memory: later pods sharing it follow it to that node);
+* claim allocations (`AllocateClaims`) are written at once: each claim comes back with
+  its `status.allocation` and the pod in `status.reservedFor`, before the bound pod;
 * nominations, conditions, events and statuses are recorded for inspection.
 """
 
@@ -28,9 +30,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from shoal.api.dra import with_allocation
 from shoal.api.podinfo import PodInfo
+from shoal.cache.dra import DeviceCatalog
 from shoal.cache.volumes import VolumeCatalog
 from shoal.framework.effects import (
+    AllocateClaims,
     Bind,
     BindingStatus,
     BindOutcome,
@@ -89,6 +94,11 @@ class _VolumeEcho:
 
 
 @dataclass(frozen=True, slots=True)
+class _ClaimEcho:
+    allocate: AllocateClaims
+
+
+@dataclass(frozen=True, slots=True)
 class _DeleteEcho:
     pod: PodInfo
     reason: str
@@ -114,7 +124,10 @@ class MemoryEffects:
         self.listeners: list[Callable[[Effect], None]] = []
         self.on_evicted: list[Callable[[PodInfo, str], None]] = []
         self.volume_bindings: list[BindVolumes] = []
-        self._echoes: deque[_BindEcho | _DeleteEcho | _VolumeEcho | BindOutcome] = deque()
+        self.claim_allocations: list[AllocateClaims] = []
+        self._echoes: deque[_BindEcho | _DeleteEcho | _VolumeEcho | _ClaimEcho | BindOutcome] = (
+            deque()
+        )
 
     # ---- the port ------------------------------------------------------------------
 
@@ -167,6 +180,9 @@ class MemoryEffects:
         elif isinstance(effect, BindVolumes):
             self.volume_bindings.append(effect)
             self._echoes.append(_VolumeEcho(effect))
+        elif isinstance(effect, AllocateClaims):
+            self.claim_allocations.append(effect)
+            self._echoes.append(_ClaimEcho(effect))
         for listener in self.listeners:
             listener(effect)
 
@@ -203,6 +219,8 @@ class MemoryEffects:
                 scheduler.bind_outcome(echo)
             elif isinstance(echo, _VolumeEcho):
                 _apply_volumes(scheduler, echo.bind)
+            elif isinstance(echo, _ClaimEcho):
+                _apply_claims(scheduler, echo.allocate)
             else:
                 pod = echo.pod
                 self.bound.pop(pod.uid, None)
@@ -222,6 +240,19 @@ def _apply_volumes(scheduler: Scheduler, bind: BindVolumes) -> None:
     scheduler.notify(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.UPDATE))
     if bind.static:
         scheduler.notify(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.UPDATE))
+
+
+def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:
+    from shoal.scheduler.dra import upsert_dra
+
+    catalog = DeviceCatalog.of(scheduler.handle)
+    pod = allocate.pod
+    for entry in allocate.claims:
+        claim = catalog.claims.get(entry.claim)
+        if claim is not None:
+            upsert_dra(
+                scheduler, with_allocation(claim, entry.results, entry.node, pod.name, pod.uid)
+            )
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

@@ -41,6 +41,7 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.status import Status
 
 __all__ = [
+    "AllocateClaims",
     "Bind",
     "BindError",
     "BindFailed",
@@ -48,6 +49,7 @@ __all__ = [
     "BindVolumes",
     "BindingStatus",
     "Bound",
+    "ClaimAllocation",
     "Effect",
     "Effects",
     "Evict",
@@ -210,6 +212,28 @@ class BindVolumes:
     provision: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """One ResourceClaim of a pod: `results` (request, driver, pool, device) to write as
+    its `status.allocation`, restricted to `node` ("" when its devices are reachable
+    from every node), or no results when the claim is already allocated."""
+
+    claim: str  # namespace/name
+    results: tuple[tuple[str, str, str, str], ...] = ()
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateClaims:
+    """DynamicResources' PreBind for `pod` on `node`: write each claim's allocation
+    (when it has results) and add the pod to its `status.reservedFor`. A port carries
+    these out before the pod's own `Bind` (which fails if they did)."""
+
+    pod: PodInfo
+    node: str
+    claims: tuple[ClaimAllocation, ...] = ()
+
+
 Effect = (
     Bind
     | Nominate
@@ -221,6 +245,7 @@ Effect = (
     | QueueStatus
     | BindingStatus
     | BindVolumes
+    | AllocateClaims
 )
 
 

@@ -115,6 +115,9 @@ class Framework:
     def has_filter(self, name: str) -> bool:
         return any(p.name == name for p in self.plugins.filter)
 
+    def has_pre_enqueue(self, name: str) -> bool:
+        return any(p.name == name for p in self.plugins.pre_enqueue)
+
     def run_pre_enqueue(self, pod: PodInfo) -> Status:
         for plugin in self.plugins.pre_enqueue:
             status = plugin.pre_enqueue(pod)

@@ -123,6 +123,9 @@ class EventResource(Flag):
     PERSISTENT_VOLUME = auto()
     STORAGE_CLASS = auto()
     CSI_NODE = auto()
+    RESOURCE_CLAIM = auto()
+    RESOURCE_SLICE = auto()
+    DEVICE_CLASS = auto()
     WILDCARD = (
         POD
         | ASSIGNED_POD
@@ -133,6 +136,9 @@ class EventResource(Flag):
         | PERSISTENT_VOLUME
         | STORAGE_CLASS
         | CSI_NODE
+        | RESOURCE_CLAIM
+        | RESOURCE_SLICE
+        | DEVICE_CLASS
     )
 
 

@@ -2,7 +2,7 @@
 
 `IN_TREE` is the explicit registry literal; `DEFAULT_MULTI_POINT` is kube-scheduler's
 default profile (same order and weights), minus the plugins Shoal does not have
-(VolumeRestrictions, ImageLocality), plus Shoal's own (tenant queues, gangs).
+(VolumeRestrictions, ImageLocality, NodeDeclaredFeatures), plus Shoal's own (tenant queues, gangs).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     coscheduling,
     default_binder,
     default_preemption,
+    dynamic_resources,
     gpu_best_fit,
     gpu_clustering,
     gpu_dot_product,
@@ -104,6 +105,9 @@ IN_TREE: dict[str, PluginSpec] = {
         volume_binding.VolumeBinding.new, volume_binding.VolumeBindingArgs
     ),
     volume_zone.NAME: PluginSpec(volume_zone.VolumeZone.new),
+    dynamic_resources.NAME: PluginSpec(
+        dynamic_resources.DynamicResources.new, dynamic_resources.DynamicResourcesArgs
+    ),
     gpu_frag_guard.NAME: PluginSpec(
         gpu_frag_guard.GpuFragGuard.new, gpu_frag_guard.GpuFragGuardArgs
     ),
@@ -124,6 +128,8 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (volume_zone.NAME, None),
     (pod_topology_spread.NAME, 2),
     (inter_pod_affinity.NAME, 2),
+    # kube-scheduler puts it before DefaultPreemption (DRA is GA since 1.34).
+    (dynamic_resources.NAME, None),
     (default_preemption.NAME, None),
     (balanced_allocation.NAME, 1),
     # Shoal's additions after kube-scheduler's defaults:
@@ -146,7 +152,6 @@ KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
     "AzureDiskLimits": "NodeVolumeLimits replaced it",
     "CinderLimits": "NodeVolumeLimits replaced it",
     "ImageLocality": "Shoal does not track container images on nodes",
-    "DynamicResources": "Shoal does not implement dynamic resource allocation",
     "NodeDeclaredFeatures": "Shoal does not match pods against the features nodes declare",
 }
 

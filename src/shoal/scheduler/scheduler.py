@@ -457,21 +457,22 @@ class Scheduler:
             self._gated(entry, status)
 
     def _pre_enqueue(self, pod: PodInfo) -> Status:
+        fwk = self.profiles.get(pod.scheduler_name)
         claims = pod.pod.spec.resource_claims
-        if claims:
+        if claims and (fwk is None or not fwk.has_pre_enqueue("DynamicResources")):
             # Placing it as if it asked for nothing would start it on a node without
             # its devices (the kubelet waits for an allocation that never comes).
             names = ", ".join(c.name or "?" for c in claims)
             return Status(
                 Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
                 f"the pod asks for devices through ResourceClaims (spec.resourceClaims: "
-                f"{names}); Shoal does not allocate Dynamic Resource Allocation claims yet: "
-                "ask for whole GPUs or a GPU share with resource requests "
-                "(docs/gpu-sharing.md), or give the pod a scheduler that allocates claims",
+                f"{names}), and its profile does not enable DynamicResources, the plugin "
+                "that allocates Dynamic Resource Allocation claims: enable it (it is in the "
+                "default profile), or ask for whole GPUs or a GPU share with resource "
+                "requests (docs/gpu-sharing.md)",
                 plugin="DynamicResources",
             )
         # Gangs gate here through Coscheduling's PreEnqueue, when the profile has it.
-        fwk = self.profiles.get(pod.scheduler_name)
         return fwk.run_pre_enqueue(pod) if fwk is not None else Status()
 
     # ---- driving -------------------------------------------------------------------

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from shoal.api.dra import claims_from_templates
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
+from shoal.cache.dra import DeviceCatalog
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.extenders import http_extenders
 from shoal.drivers.loop import Driver
@@ -31,6 +33,7 @@ from shoal.preemption.budgets import DisruptionBudgets
 from shoal.rescheduler.commit import next_hold_expiry
 from shoal.rescheduler.planner import BIND_ANNOTATIONS
 from shoal.scheduler import CycleResult, Scheduler, new_scheduler
+from shoal.scheduler.dra import upsert_dra
 from shoal.scheduler.volumes import upsert_storage
 from shoal.sim.events import (
     BindingsDue,
@@ -157,6 +160,11 @@ class Simulation:
                 upsert_storage(self.scheduler, obj)
             except ValueError as err:
                 self.warnings.append(f"{obj.kind} ignored: {err}")
+        for dra in sc.dra:
+            try:
+                upsert_dra(self.scheduler, dra)
+            except ValueError as err:
+                self.warnings.append(f"{dra.kind} ignored: {err}")
         for node in self.scenario.nodes:
             self.scheduler.add_node(node)
         for change in self.scenario.node_changes:
@@ -292,6 +300,13 @@ class Simulation:
     def _arrive(self, event: PodArrival) -> None:
         source = event.source
         pod = source.build()
+        if pod.spec.resource_claims and not pod.spec.node_name:
+            # The resource-claim controller: a claim per template entry, named in the
+            # pod's status.
+            templates = DeviceCatalog.of(self.scheduler.handle).templates
+            pod, claims = claims_from_templates(pod, templates)
+            for claim in claims:
+                upsert_dra(self.scheduler, claim)
         info = self.scheduler.add_pod(pod)  # a finished pod holds nothing there
         record = self.recorder.arrived(info, source.duration)
         record.origin = source.origin

@@ -7,6 +7,10 @@ is flattened. Cluster and workload files are read the same way, in the order giv
   `scheduling.x-k8s.io`, or Volcano `scheduling.volcano.sh`): known from the start;
 * `PersistentVolumeClaim`, `PersistentVolume`, `StorageClass`, `CSINode`: known from
   the start (for the volume plugins, see docs/volumes.md);
+* `DeviceClass`, `ResourceSlice`, `ResourceClaim`, `ResourceClaimTemplate`
+  (resource.k8s.io): known from the start (Dynamic Resource Allocation, see
+  docs/dra.md); a pod naming a template gets its claim when it arrives, as the
+  resource-claim controller would make it;
 * `Pod`: arrives at its `sim.shoal.dev/arrival` annotation (a pod with `spec.nodeName` is
   already bound when it arrives);
 * `Workload` (sim.shoal.dev/v1alpha1): generated pods and node events;
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from shoal.api.errors import ManifestError
 from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
 from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
@@ -102,6 +107,9 @@ class Scenario:
     storage: list[PersistentVolumeClaim | PersistentVolume | StorageClass | CSINode] = field(
         default_factory=list
     )
+    dra: list[DeviceClass | ResourceSlice | ResourceClaim | ResourceClaimTemplate] = field(
+        default_factory=list
+    )
     pods: list[PodSource] = field(default_factory=list)
     node_changes: list[NodeChange] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
@@ -142,6 +150,7 @@ _CAPACITY_KINDS: dict[type, str] = {
 
 
 _STORAGE_KINDS = (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode)
+_DRA_KINDS = (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate)
 
 
 def load_scenario(
@@ -207,6 +216,8 @@ def load_scenario(
                     scenario.cluster.proposed_nodes += 1
             elif cls in _STORAGE_KINDS:
                 scenario.storage.append(decode(doc, cls, where))  # type: ignore[arg-type]
+            elif cls in _DRA_KINDS:
+                scenario.dra.append(decode(doc, cls, where))  # type: ignore[arg-type]
             elif cls is PriorityClass:
                 pc = decode(doc, PriorityClass, where)
                 _check_name("PriorityClass", pc.metadata, where)

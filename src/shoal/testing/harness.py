@@ -22,8 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from shoal.api.dra import claims_from_templates
 from shoal.api.objects import Node, Pod
 from shoal.api.podinfo import PodInfo, pod_key
+from shoal.cache.dra import DeviceCatalog
 from shoal.config.load import parse_config
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.extenders import http_extenders
@@ -33,6 +35,7 @@ from shoal.framework.effects import BindFailed, Bound, Effect, Evict, Unschedula
 from shoal.framework.extender import Extender
 from shoal.framework.registry import PluginSpec
 from shoal.scheduler import new_scheduler
+from shoal.scheduler.dra import DraObject, delete_dra, upsert_dra
 from shoal.scheduler.scheduler import CycleResult, Scheduler
 from shoal.scheduler.volumes import StorageObject, delete_storage, upsert_storage
 from shoal.testing.builders import NodeBuilder, PodBuilder
@@ -190,11 +193,28 @@ class SchedulerHarness:
         """Delete a storage object by kind ("PersistentVolumeClaim", ...) and name."""
         delete_storage(self.scheduler, kind, namespace, name)
 
+    def add_dra(self, *objects: DraObject) -> None:
+        """Add or update DeviceClasses, ResourceSlices, ResourceClaims and
+        ResourceClaimTemplates (see `shoal.testing.dra` for builders)."""
+        for obj in objects:
+            upsert_dra(self.scheduler, obj)
+
+    def delete_dra(self, kind: str, name: str, namespace: str = "default") -> None:
+        """Delete a DRA object by kind ("ResourceClaim", "ResourceSlice", ...) and name."""
+        delete_dra(self.scheduler, kind, namespace, name)
+
     def add_pods(self, *pods: Pod | PodBuilder) -> list[PodInfo]:
-        """Add pods (pending ones are queued; ones with spec.nodeName count as bound)."""
+        """Add pods (pending ones are queued; ones with spec.nodeName count as bound).
+        For `resourceClaimTemplateName` entries the harness plays the resource-claim
+        controller: it creates the pod's claim and names it in the pod's status."""
         out = []
         for pod in pods:
             obj = pod.obj() if isinstance(pod, PodBuilder) else pod
+            if obj.spec.resource_claims:
+                templates = DeviceCatalog.of(self.scheduler.handle).templates
+                obj, created = claims_from_templates(obj, templates)
+                for claim in created:
+                    upsert_dra(self.scheduler, claim)
             info = self.scheduler.add_pod(obj)
             self._uids[info.key] = info.uid
             if info.node_name:

@@ -56,6 +56,7 @@ from shoal.drivers.extenders import http_extenders
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
 from shoal.drivers.kube.core import CoreThread, IoPort, ThreadedEffects
+from shoal.drivers.kube.dra import ClaimWriter
 from shoal.drivers.kube.effects import KubeEffects
 from shoal.drivers.kube.informer import Informer, InformerSettings
 from shoal.drivers.kube.intake import WATCHED, Intake, Watched
@@ -299,6 +300,7 @@ class KubeBackend:
             queues=self.queue_status,
             bindings=self.binding_status,
             volumes=VolumeWriter(self.client, self._lookup, timeout=opts.request_timeout),
+            claims=ClaimWriter(self.client, timeout=opts.request_timeout),
         )
         self.clock = WallClock()
         self._extender_transports: list[ExtenderTransport] = []

@@ -21,6 +21,8 @@
   jobs in its namespaces; `BindingStatusWriter`).
 * `BindVolumes`: claims' selected node and volumes' claimRef (`VolumeWriter`), started
   at once and awaited by the pod's `bind`, which fails if they did.
+* `AllocateClaims`: ResourceClaims' allocation and reservedFor (`ClaimWriter`), started
+  at once and awaited by the pod's `bind` likewise.
 
 Everything is queued: `emit` never blocks and never raises.
 """
@@ -33,6 +35,7 @@ from collections.abc import Callable, Mapping
 
 from shoal.api.podinfo import PodInfo
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
+from shoal.drivers.kube.dra import ClaimWriter
 from shoal.drivers.kube.status import (
     BindingStatusWriter,
     EventRecorder,
@@ -43,6 +46,7 @@ from shoal.drivers.kube.status import (
 )
 from shoal.drivers.kube.volumes import VolumeWriter
 from shoal.framework.effects import (
+    AllocateClaims,
     Bind,
     BindFailed,
     BindingStatus,
@@ -85,9 +89,11 @@ class KubeEffects:
         queues: QueueStatusWriter | None = None,
         bindings: BindingStatusWriter | None = None,
         volumes: VolumeWriter | None = None,
+        claims: ClaimWriter | None = None,
     ) -> None:
         self.binder = binder
         self.volumes = volumes
+        self.claims = claims
         self.groups = groups
         self.queues = queues
         self.bindings = bindings
@@ -103,9 +109,15 @@ class KubeEffects:
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> None:
         """Bind through the API now (VolumeBinding's writes first); BindError if it did
         not happen. (`shoal extender` awaits this; the core emits `Bind`.)"""
-        if self.volumes is not None:
-            await self.volumes.wait(pod.uid)  # VolumeBinding's writes land first
+        await self._prebind_writes(pod)
         await self.binder.bind(pod, node, annotations)
+
+    async def _prebind_writes(self, pod: PodInfo) -> None:
+        """VolumeBinding's and DynamicResources' writes land before the Binding."""
+        if self.volumes is not None:
+            await self.volumes.wait(pod.uid)
+        if self.claims is not None:
+            await self.claims.wait(pod.uid)
 
     def _start_bind(self, bind: Bind) -> None:
         task = asyncio.get_running_loop().create_task(self._carry_bind(bind))
@@ -117,8 +129,7 @@ class KubeEffects:
         error = ""
         try:
             if bind.binder is not None:
-                if self.volumes is not None:
-                    await self.volumes.wait(pod.uid)
+                await self._prebind_writes(pod)
                 await bind.binder.bind(pod, node)
             else:
                 await self.bind(pod, node, bind.annotations)
@@ -145,11 +156,17 @@ class KubeEffects:
         elif isinstance(effect, BindFailed):
             if self.volumes is not None:
                 self.volumes.forget(effect.pod.uid)
+            if self.claims is not None:
+                self.claims.forget(effect.pod.uid)
             self._bind_failed(effect.pod, effect.node, effect.status)
         elif isinstance(effect, BindVolumes):
             if self.volumes is None:
                 raise RuntimeError("no VolumeWriter: volume bindings cannot be written")
             self.volumes.start(effect)
+        elif isinstance(effect, AllocateClaims):
+            if self.claims is None:
+                raise RuntimeError("no ClaimWriter: claim allocations cannot be written")
+            self.claims.start(effect)
         elif isinstance(effect, Evict):
             self.evictor.evict(effect.pod, effect.reason, self.on_eviction_failed)
         elif isinstance(effect, GroupStatus):

@@ -28,6 +28,7 @@ from shoal.api.queue import PodDisruptionBudget
 from shoal.drivers.kube.binder import SCHEDULED_BY
 from shoal.drivers.kube.client import JSON
 from shoal.drivers.kube.core import CoreThread, IoPort
+from shoal.drivers.kube.dra import DRA_WATCHED
 from shoal.drivers.kube.leader import LeaderElector
 from shoal.drivers.kube.resources import (
     ELASTIC_QUOTAS,
@@ -177,6 +178,7 @@ WATCHED: list[Watched] = [
     _tenancy(ELASTIC_QUOTAS),
     _tenancy(ELASTIC_QUOTAS_SIGS),
     *(Watched(kind, upsert, remove) for kind, upsert, remove in VOLUME_KINDS),
+    *(Watched(kind, upsert, remove) for kind, upsert, remove in DRA_WATCHED),
 ]
 
 
@@ -479,15 +481,18 @@ class Intake:
 
 
 def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
-    """What of a pod the scheduler reads: spec, labels, annotations, deletion, phase
-    (status conditions, nominations and resourceVersions are not)."""
+    """What of a pod the scheduler reads: spec, labels, annotations, deletion, phase,
+    the ResourceClaims made for it (status conditions, nominations and
+    resourceVersions are not)."""
     meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
     return (
         raw.get("spec"),
         meta.get("labels"),
         meta.get("annotations"),
         meta.get("deletionTimestamp"),
-        (raw.get("status") or {}).get("phase"),
+        status.get("phase"),
+        status.get("resourceClaimStatuses"),
     )
 
 

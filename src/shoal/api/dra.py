@@ -1,0 +1,321 @@
+"""Dynamic Resource Allocation objects (resource.k8s.io/v1) as pure values.
+
+DeviceClass, ResourceSlice, ResourceClaim and ResourceClaimTemplate are decoded with
+the fields Shoal's DynamicResources plugin reads; everything else in a manifest is
+ignored. `pod_claim_names` says which ResourceClaim each of a pod's
+`spec.resourceClaims` names (directly, or through the claim the resource-claim
+controller created from a template, recorded in `status.resourceClaimStatuses`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from shoal.api.objects import NodeSelector, ObjectMeta, Pod
+
+__all__ = [
+    "AllocationResult",
+    "CELSelector",
+    "ClaimUse",
+    "DeviceAllocationResult",
+    "DeviceAttribute",
+    "DeviceClass",
+    "DeviceConstraint",
+    "DeviceRequest",
+    "DeviceRequestAllocationResult",
+    "DeviceSelector",
+    "ExactDeviceRequest",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "ResourceSlice",
+    "SliceDevice",
+    "claim_key",
+    "pod_claim_names",
+]
+
+
+class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+class CELSelector(_Base):
+    expression: str = ""
+
+
+class DeviceSelector(_Base):
+    cel: CELSelector | None = None
+
+
+class DeviceClassSpec(_Base):
+    selectors: list[DeviceSelector] = []
+    # config, extendedResourceName: not read.
+
+
+class DeviceClass(_Base):
+    api_version: str = "resource.k8s.io/v1"
+    kind: str = "DeviceClass"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: DeviceClassSpec = msgspec.field(default_factory=DeviceClassSpec)
+
+
+# ---- ResourceSlice -----------------------------------------------------------------
+
+
+class DeviceAttribute(_Base):
+    """Exactly one of the fields is set in a valid slice."""
+
+    integer: int | None = msgspec.field(default=None, name="int")
+    boolean: bool | None = msgspec.field(default=None, name="bool")
+    string: str | None = None
+    version: str | None = None
+
+    def value(self) -> object:
+        for found in (self.integer, self.boolean, self.string, self.version):
+            if found is not None:
+                return found
+        return None
+
+
+class DeviceCapacity(_Base):
+    value: str | int = "0"
+
+
+class SliceDevice(_Base):
+    name: str = ""
+    attributes: dict[str, DeviceAttribute] = {}
+    capacity: dict[str, DeviceCapacity] = {}
+    # Not modelled yet (refused where they matter, see docs/dra.md): shared counters,
+    # consumable capacity, taints.
+    consumes_counters: list[dict[str, Any]] = []
+    taints: list[dict[str, Any]] = []
+
+
+class ResourcePool(_Base):
+    name: str = ""
+    generation: int = 0
+    resource_slice_count: int = 1
+
+
+class ResourceSliceSpec(_Base):
+    driver: str = ""
+    pool: ResourcePool = msgspec.field(default_factory=ResourcePool)
+    node_name: str | None = None
+    all_nodes: bool | None = None
+    node_selector: NodeSelector | None = None
+    per_device_node_selection: bool | None = None
+    devices: list[SliceDevice] = []
+
+
+class ResourceSlice(_Base):
+    api_version: str = "resource.k8s.io/v1"
+    kind: str = "ResourceSlice"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ResourceSliceSpec = msgspec.field(default_factory=ResourceSliceSpec)
+
+
+# ---- ResourceClaim -----------------------------------------------------------------
+
+
+class ExactDeviceRequest(_Base):
+    device_class_name: str = ""
+    selectors: list[DeviceSelector] = []
+    allocation_mode: Literal["ExactCount", "All"] = "ExactCount"
+    count: int = 1
+    admin_access: bool | None = None
+    tolerations: list[dict[str, Any]] = []
+    capacity: dict[str, Any] | None = None
+
+
+class DeviceRequest(_Base):
+    name: str = ""
+    exactly: ExactDeviceRequest | None = None
+    first_available: list[dict[str, Any]] = []
+
+
+class DeviceConstraint(_Base):
+    requests: list[str] = []
+    match_attribute: str | None = None
+    distinct_attribute: str | None = None
+
+
+class DeviceClaim(_Base):
+    requests: list[DeviceRequest] = []
+    constraints: list[DeviceConstraint] = []
+    config: list[dict[str, Any]] = []
+
+
+class ResourceClaimSpec(_Base):
+    devices: DeviceClaim = msgspec.field(default_factory=DeviceClaim)
+
+
+class DeviceRequestAllocationResult(_Base):
+    request: str = ""
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+
+
+class DeviceAllocationResult(_Base):
+    results: list[DeviceRequestAllocationResult] = []
+    config: list[dict[str, Any]] = []
+
+
+class AllocationResult(_Base):
+    devices: DeviceAllocationResult = msgspec.field(default_factory=DeviceAllocationResult)
+    node_selector: NodeSelector | None = None
+
+
+class ResourceClaimConsumerReference(_Base):
+    api_group: str = ""
+    resource: str = ""
+    name: str = ""
+    uid: str = ""
+
+
+class ResourceClaimStatus(_Base):
+    allocation: AllocationResult | None = None
+    reserved_for: list[ResourceClaimConsumerReference] = []
+
+
+class ResourceClaim(_Base):
+    api_version: str = "resource.k8s.io/v1"
+    kind: str = "ResourceClaim"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ResourceClaimSpec = msgspec.field(default_factory=ResourceClaimSpec)
+    status: ResourceClaimStatus = msgspec.field(default_factory=ResourceClaimStatus)
+
+    @property
+    def key(self) -> str:
+        return claim_key(self.metadata.namespace, self.metadata.name)
+
+
+class ResourceClaimTemplateSpec(_Base):
+    metadata: dict[str, Any] = {}
+    spec: ResourceClaimSpec = msgspec.field(default_factory=ResourceClaimSpec)
+
+
+class ResourceClaimTemplate(_Base):
+    api_version: str = "resource.k8s.io/v1"
+    kind: str = "ResourceClaimTemplate"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ResourceClaimTemplateSpec = msgspec.field(default_factory=ResourceClaimTemplateSpec)
+
+    @property
+    def key(self) -> str:
+        return claim_key(self.metadata.namespace, self.metadata.name)
+
+
+def claim_key(namespace: str, name: str) -> str:
+    return f"{namespace or 'default'}/{name}"
+
+
+class ClaimUse(msgspec.Struct, frozen=True):
+    """One entry of a pod's `spec.resourceClaims`: the claim it names (`key`, "" while
+    the resource-claim controller has not created the claim of a template yet)."""
+
+    entry: str  # spec.resourceClaims[].name
+    key: str
+    template: str = ""  # resourceClaimTemplateName, when the claim comes from one
+
+
+def _claim_statuses(raw: Pod) -> dict[str, str]:
+    return {s.name: s.resource_claim_name or "" for s in raw.status.resource_claim_statuses}
+
+
+def pod_claim_names(pod: Pod) -> list[ClaimUse]:
+    """The ResourceClaims a pod uses, in `spec.resourceClaims` order (kube's
+    resourceclaim.Name: a template's claim is named in the pod's status)."""
+    namespace = pod.metadata.namespace or "default"
+    statuses: dict[str, str] | None = None
+    out = []
+    for entry in pod.spec.resource_claims:
+        if entry.resource_claim_name:
+            out.append(ClaimUse(entry.name, claim_key(namespace, entry.resource_claim_name)))
+            continue
+        if statuses is None:
+            statuses = _claim_statuses(pod)
+        name = statuses.get(entry.name, "")
+        template = entry.resource_claim_template_name or ""
+        out.append(ClaimUse(entry.name, claim_key(namespace, name) if name else "", template))
+    return out
+
+
+def allocation_json(results: tuple[tuple[str, str, str, str], ...], node: str) -> dict[str, Any]:
+    """`status.allocation` as the API takes it: the devices per request and, for
+    devices of one node, a node selector naming it (as kube-scheduler writes it)."""
+    out: dict[str, Any] = {
+        "devices": {
+            "results": [
+                {"request": request, "driver": driver, "pool": pool, "device": device}
+                for request, driver, pool, device in results
+            ]
+        }
+    }
+    if node:
+        out["nodeSelector"] = {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        }
+    return out
+
+
+def consumer_json(pod_name: str, pod_uid: str) -> dict[str, str]:
+    """A `status.reservedFor` entry for a pod."""
+    return {"resource": "pods", "name": pod_name, "uid": pod_uid}
+
+
+def with_allocation(
+    claim: ResourceClaim,
+    results: tuple[tuple[str, str, str, str], ...],
+    node: str,
+    pod_name: str,
+    pod_uid: str,
+) -> ResourceClaim:
+    """The claim as the API has it after the scheduler's status write: allocated (when
+    `results` are given) and reserved for the pod."""
+    status = claim.status
+    allocation = status.allocation
+    if results:
+        allocation = msgspec.convert(allocation_json(results, node), AllocationResult)
+    reserved = list(status.reserved_for)
+    if all(r.uid != pod_uid for r in reserved):
+        reserved.append(
+            msgspec.convert(consumer_json(pod_name, pod_uid), ResourceClaimConsumerReference)
+        )
+    new_status = msgspec.structs.replace(status, allocation=allocation, reserved_for=reserved)
+    return msgspec.structs.replace(claim, status=new_status)
+
+
+def claims_from_templates(
+    pod: Pod, templates: dict[str, ResourceClaimTemplate]
+) -> tuple[Pod, list[ResourceClaim]]:
+    """What the resource-claim controller does for a new pod: a ResourceClaim per
+    template entry without one (named `<pod>-<entry>`, owned by the pod), and the pod's
+    `status.resourceClaimStatuses` naming them. Entries whose template is unknown are
+    left alone (the pod waits for it)."""
+    from shoal.api.objects import OwnerReference, PodResourceClaimStatus
+
+    namespace = pod.metadata.namespace or "default"
+    statuses = list(pod.status.resource_claim_statuses)
+    named = {s.name for s in statuses}
+    claims: list[ResourceClaim] = []
+    for entry in pod.spec.resource_claims:
+        template_name = entry.resource_claim_template_name
+        if not template_name or entry.name in named:
+            continue
+        template = templates.get(claim_key(namespace, template_name))
+        if template is None:
+            continue
+        name = f"{pod.metadata.name}-{entry.name}"
+        owner = OwnerReference(kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid)
+        owner = msgspec.structs.replace(owner, controller=True)
+        meta = ObjectMeta(name=name, namespace=namespace, owner_references=[owner])
+        claims.append(ResourceClaim(metadata=meta, spec=template.spec.spec))
+        statuses.append(PodResourceClaimStatus(name=entry.name, resource_claim_name=name))
+    if not claims:
+        return pod, []
+    status = msgspec.structs.replace(pod.status, resource_claim_statuses=statuses)
+    return msgspec.structs.replace(pod, status=status), claims

@@ -1,0 +1,460 @@
+"""DeviceCatalog: the scheduler's cache of Dynamic Resource Allocation objects.
+
+Backends feed it DeviceClasses, ResourceSlices, ResourceClaims and
+ResourceClaimTemplates (the kube backend from informers, the simulator and the test
+harness directly; `shoal.scheduler.dra`). The DynamicResources plugin reads it.
+
+* **Devices are rows** of a table rebuilt when slices change: driver, pool, name, the
+  node they are on (a node row per cycle, `GLOBAL` for `allNodes` slices), and per
+  selector a boolean column (`match`), computed once per slice generation with the
+  evaluation itself cached by what the expression can see of a device
+  (`shoal.cache.dra_cel`). Only the newest generation of a pool counts, as in kube.
+* **Allocated devices** are those of claims with an allocation: written in
+  `status.allocation` (from the API) or chosen by this scheduler and not echoed yet
+  (*assumed*). A claim whose users (pods placed in the cache, and pods in its
+  `status.reservedFor` that are not known to be gone) have all left counts no more:
+  the resource-claim controller deallocates it, Shoal does not wait to see that.
+* **Placement observer.** When a pending pod is assumed on a node (a single pod, a
+  gang member in its transaction, a what-if), its unallocated claims are allocated on
+  that node at once, so the next pod of the same cycle or gang sees those devices
+  taken; when it leaves the node the assumed allocation goes (a transaction's
+  rollback, Unreserve's forget). A claim re-placed on the node it had keeps its
+  devices when they are still free.
+
+Nothing here performs I/O; it is created once per scheduler (`DeviceCatalog.of`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.api.dra import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    SliceDevice,
+    pod_claim_names,
+)
+from shoal.api.podinfo import PodInfo
+from shoal.cache.cluster import ClusterState
+from shoal.cache.dra_alloc import GLOBAL, Constraint, Req, allocate
+from shoal.cache.dra_cel import CompiledSelector
+
+__all__ = ["GLOBAL", "Assumed", "DeviceCatalog", "DeviceId", "PodPlan"]
+
+_SERVICE = "dra"
+
+DeviceId = tuple[str, str, str]  # driver, pool, device
+
+
+class _Services(Protocol):
+    services: dict[str, object]
+    cluster: ClusterState
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """Devices this scheduler chose for a claim, not yet seen in its status."""
+
+    node: str
+    results: tuple[tuple[str, int], ...]  # (request, device index in the table)
+    devices: tuple[DeviceId, ...]
+    node_local: bool
+    owner: str  # uid of the pod whose placement chose them (it writes the allocation)
+
+
+@dataclass
+class PodPlan:
+    """What the plugin asked for, per pod, so the observer can allocate at assume."""
+
+    reqs: list[Req]
+    constraints: list[Constraint]
+    version: int
+
+
+@dataclass
+class _Table:
+    ids: list[DeviceId] = field(default_factory=list)
+    devices: list[SliceDevice] = field(default_factory=list)
+    node: list[str] = field(default_factory=list)  # "" = every node
+    index: dict[DeviceId, int] = field(default_factory=dict)
+
+
+class DeviceCatalog:
+    def __init__(self, cluster: ClusterState) -> None:
+        self.cluster = cluster
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.claims: dict[str, ResourceClaim] = {}
+        self.templates: dict[str, ResourceClaimTemplate] = {}
+        self.version = 0  # any change (plugins key cycle caches on it)
+        self._slices_version = 0
+        self._table = _Table()
+        self._table_version = -1
+        self._rows: NDArray[np.intp] = np.zeros(0, np.intp)
+        self._rows_key: tuple[int, int, int] = (-1, -1, -1)
+        self._match: dict[tuple[str, ...], NDArray[np.bool_]] = {}
+        self._codes: dict[str, NDArray[np.int64]] = {}
+        self._code_of: dict[str, dict[object, int]] = {}
+        # Allocations.
+        self.assumed: dict[str, Assumed] = {}
+        self._sticky: dict[str, Assumed] = {}
+        self._users: dict[str, set[str]] = {}  # claim key -> uids placed in the cache
+        self._pod_claims: dict[str, list[str]] = {}  # uid -> claim keys
+        self._gone: set[str] = set()  # uids that left the cache
+        self._ever_used: set[str] = set()
+        # Allocated devices, kept incrementally: per device the claims holding it, per
+        # claim the devices marked, and the claims changed since (`free`).
+        self._taken: NDArray[np.int32] = np.zeros(0, np.int32)
+        self._marked: dict[str, tuple[int, ...]] = {}
+        self._dirty: set[str] = set()
+        self._taken_table = -1
+        self._free: NDArray[np.bool_] = np.zeros(0, bool)
+        self.plans: dict[str, PodPlan] = {}  # uid -> the pod's requests (PreFilter)
+        self.failed: dict[str, str] = {}  # uid -> why its claims did not fit at assume
+
+    @classmethod
+    def of(cls, handle: _Services) -> DeviceCatalog:
+        services = handle.services
+        found = services.get(_SERVICE)
+        if isinstance(found, DeviceCatalog):
+            return found
+        catalog = cls(handle.cluster)
+        services[_SERVICE] = catalog
+        catalog.cluster.observers.append(catalog)
+        table = catalog.cluster.table
+        for row in range(table.n):
+            for pod in table.pods[row].values():
+                catalog.pod_placed(row, pod)
+        return catalog
+
+    # ---- objects from the API -------------------------------------------------------
+
+    def upsert_class(self, obj: DeviceClass) -> None:
+        self.classes[obj.metadata.name] = obj
+        self._match.clear()
+        self.version += 1
+
+    def delete_class(self, name: str) -> None:
+        self.classes.pop(name, None)
+        self._match.clear()
+        self.version += 1
+
+    def upsert_slice(self, obj: ResourceSlice) -> None:
+        self.slices[obj.metadata.name] = obj
+        self._slices_changed()
+
+    def delete_slice(self, name: str) -> None:
+        self.slices.pop(name, None)
+        self._slices_changed()
+
+    def _slices_changed(self) -> None:
+        self._slices_version += 1
+        self.version += 1
+
+    def upsert_claim(self, obj: ResourceClaim) -> None:
+        key = obj.key
+        self.claims[key] = obj
+        if obj.status.allocation is not None:
+            self.assumed.pop(key, None)  # the API has the word now
+            self._sticky.pop(key, None)
+        if obj.status.reserved_for:
+            self._ever_used.add(key)
+            for consumer in obj.status.reserved_for:
+                self.plans.pop(consumer.uid, None)  # its pod is placed: nothing to plan
+        self._dirty.add(key)
+        self.version += 1
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        key = f"{namespace or 'default'}/{name}"
+        self.claims.pop(key, None)
+        self.assumed.pop(key, None)
+        self._sticky.pop(key, None)
+        self._dirty.add(key)
+        self.version += 1
+
+    def upsert_template(self, obj: ResourceClaimTemplate) -> None:
+        self.templates[obj.key] = obj
+        self.version += 1
+
+    def delete_template(self, namespace: str, name: str) -> None:
+        self.templates.pop(f"{namespace or 'default'}/{name}", None)
+        self.version += 1
+
+    # ---- the device table -------------------------------------------------------------
+
+    @property
+    def table_version(self) -> int:
+        """The version of the device table `table()` returns (after calling it)."""
+        return self._table_version
+
+    def table(self) -> _Table:
+        if self._table_version == self._slices_version:
+            return self._table
+        newest: dict[tuple[str, str], int] = {}
+        for s in self.slices.values():
+            pool = (s.spec.driver, s.spec.pool.name)
+            newest[pool] = max(newest.get(pool, s.spec.pool.generation), s.spec.pool.generation)
+        table = _Table()
+        for name in sorted(self.slices):
+            s = self.slices[name]
+            spec = s.spec
+            if spec.pool.generation != newest[(spec.driver, spec.pool.name)]:
+                continue
+            if spec.node_name:
+                node = spec.node_name
+            elif spec.all_nodes:
+                node = ""
+            else:
+                continue  # nodeSelector / per-device selection: not modelled (docs/dra.md)
+            for device in spec.devices:
+                ident = (spec.driver, spec.pool.name, device.name)
+                if ident in table.index:
+                    continue
+                table.index[ident] = len(table.ids)
+                table.ids.append(ident)
+                table.devices.append(device)
+                table.node.append(node)
+        self._table = table
+        self._table_version = self._slices_version
+        self._match.clear()
+        self._codes.clear()
+        self._code_of.clear()
+        self._rows_key = (-1, -1, -1)
+        return table
+
+    def rows(self) -> NDArray[np.intp]:
+        """Per device: the node row it is on, GLOBAL, or -1 (node not in the cache)."""
+        table = self.table()
+        node_table = self.cluster.table
+        key = (self._table_version, node_table.nodes_version, node_table.n)
+        if key != self._rows_key:
+            row_of = node_table.row_of
+            self._rows = np.fromiter(
+                (GLOBAL if not node else row_of.get(node, -1) for node in table.node),
+                dtype=np.intp,
+                count=len(table.node),
+            )
+            self._rows_key = key
+        return self._rows
+
+    def match(self, selectors: Iterable[CompiledSelector]) -> NDArray[np.bool_]:
+        """Per device: do all the selectors match it (cached per device table)."""
+        chosen = list(selectors)
+        table = self.table()
+        key = tuple(s.expression for s in chosen)
+        found = self._match.get(key)
+        if found is not None:
+            return found
+        mask = np.ones(len(table.ids), dtype=bool)
+        for sel in chosen:
+            single = self._match.get((sel.expression,))
+            if single is None:
+                single = np.fromiter(
+                    (
+                        sel.matches(driver, dev)
+                        for (driver, _, _), dev in zip(table.ids, table.devices, strict=True)
+                    ),
+                    dtype=bool,
+                    count=len(table.ids),
+                )
+                self._match[(sel.expression,)] = single
+            mask &= single
+        self._match[key] = mask
+        return mask
+
+    def codes(self, attribute: str) -> NDArray[np.int64]:
+        """Per device: an integer code of the attribute's value (-1 without it)."""
+        table = self.table()
+        found = self._codes.get(attribute)
+        if found is not None:
+            return found
+        domain, _, name = attribute.rpartition("/")
+        values = self._code_of.setdefault(attribute, {})
+        out = np.full(len(table.ids), -1, dtype=np.int64)
+        for i, ((driver, _, _), dev) in enumerate(zip(table.ids, table.devices, strict=True)):
+            attr = dev.attributes.get(attribute)
+            if attr is None and domain == driver:
+                attr = dev.attributes.get(name)
+            if attr is None:
+                continue
+            value = attr.value()
+            out[i] = values.setdefault(value, len(values))
+        self._codes[attribute] = out
+        return out
+
+    # ---- allocations ------------------------------------------------------------------
+
+    def _live(self, key: str) -> bool:
+        if self._users.get(key):
+            return True
+        claim = self.claims.get(key)
+        if claim is not None and any(r.uid not in self._gone for r in claim.status.reserved_for):
+            return True
+        return key not in self._ever_used
+
+    def allocated(self, key: str) -> tuple[DeviceId, ...] | None:
+        """The devices of the claim's counted allocation, or None when it has none."""
+        found = self.assumed.get(key)
+        if found is not None:
+            return found.devices
+        claim = self.claims.get(key)
+        if claim is None or claim.status.allocation is None or not self._live(key):
+            return None
+        return tuple((r.driver, r.pool, r.device) for r in claim.status.allocation.devices.results)
+
+    def allocated_node(self, key: str) -> str | None:
+        """The node named by the allocation's nodeSelector (matchFields metadata.name),
+        if it names one."""
+        claim = self.claims.get(key)
+        selector = (
+            claim.status.allocation.node_selector if claim and claim.status.allocation else None
+        )
+        if selector is None:
+            return None
+        for term in selector.node_selector_terms:
+            for req in term.match_fields:
+                if req.key == "metadata.name" and req.operator == "In" and len(req.values) == 1:
+                    return req.values[0]
+        return None
+
+    def free(self) -> NDArray[np.bool_]:
+        """Per device: not part of a counted allocation."""
+        table = self.table()
+        if self._taken_table != self._table_version:
+            self._taken = np.zeros(len(table.ids), dtype=np.int32)
+            self._marked = {}
+            self._dirty = set(self.claims) | set(self.assumed)
+            self._taken_table = self._table_version
+            self._free = np.ones(len(table.ids), dtype=bool)
+        if self._dirty:
+            taken = self._taken
+            for claim in self._dirty:
+                old = self._marked.pop(claim, ())
+                if old:
+                    np.subtract.at(taken, np.array(old, dtype=np.intp), 1)
+                new = tuple(
+                    at
+                    for ident in self.allocated(claim) or ()
+                    if (at := table.index.get(ident)) is not None
+                )
+                if new:
+                    self._marked[claim] = new
+                    np.add.at(taken, np.array(new, dtype=np.intp), 1)
+            self._dirty.clear()
+            self._free = taken == 0
+        return self._free
+
+    # ---- placement observer -----------------------------------------------------------
+
+    def pod_placed(self, row: int, pod: PodInfo) -> None:
+        if not pod.pod.spec.resource_claims:
+            return
+        keys = [use.key for use in pod_claim_names(pod.pod) if use.key]
+        self._pod_claims[pod.uid] = keys
+        self._gone.discard(pod.uid)
+        for key in keys:
+            self._users.setdefault(key, set()).add(pod.uid)
+            self._ever_used.add(key)
+        self._dirty.update(keys)
+        if pod.node_name:
+            self.plans.pop(pod.uid, None)  # bound: nothing left to plan
+        else:
+            self._assume(row, pod, keys)
+
+    def _assume(self, row: int, pod: PodInfo, keys: list[str]) -> None:
+        plan = self.plans.get(pod.uid)
+        if plan is None or plan.version != self._table_version:
+            return
+        todo = [k for k in dict.fromkeys(r.claim for r in plan.reqs) if self.allocated(k) is None]
+        if not todo:
+            return
+        node = self.cluster.table.nodes[row].metadata.name
+        self.table()
+        rows = self.rows()
+        free = self.free()
+        devices = np.flatnonzero((rows == row) | (rows == GLOBAL))
+        sticky = self._reuse(todo, node, free)
+        if sticky:
+            for key, assumed in sticky.items():
+                self.assumed[key] = replace(assumed, owner=pod.uid)
+            self._dirty.update(sticky)
+            return
+        reqs = [r for r in plan.reqs if r.claim in todo]
+        positions = {id(r): i for i, r in enumerate(reqs)}
+        constraints = [
+            Constraint(
+                c.claim, c.attribute, [positions[id(plan.reqs[i])] for i in c.requests], c.codes
+            )
+            for c in plan.constraints
+            if c.claim in todo
+        ]
+        chosen = allocate(reqs, constraints, devices.astype(np.intp), free)
+        if chosen is None:
+            self.failed[pod.uid] = f"the devices for the pod's claims are no longer free on {node}"
+            return
+        self.failed.pop(pod.uid, None)
+        table = self._table
+        per_claim: dict[str, list[tuple[str, int]]] = {}
+        for r, devs in zip(reqs, chosen, strict=True):
+            per_claim.setdefault(r.claim, []).extend((r.name, d) for d in devs)
+        for key, results in per_claim.items():
+            self.assumed[key] = Assumed(
+                node,
+                tuple(results),
+                tuple(table.ids[d] for _, d in results),
+                any(table.node[d] for _, d in results),
+                pod.uid,
+            )
+        self._dirty.update(per_claim)
+
+    def _reuse(self, todo: list[str], node: str, free: NDArray[np.bool_]) -> dict[str, Assumed]:
+        """The claims' previous choices on this node, if all of them still hold."""
+        out = {}
+        ids = self._table.ids
+        for key in todo:
+            prev = self._sticky.get(key)
+            if prev is None or prev.node != node:
+                return {}
+            for (_, d), ident in zip(prev.results, prev.devices, strict=True):
+                if d >= len(ids) or ids[d] != ident or not free[d]:
+                    return {}
+            out[key] = prev
+        return out
+
+    def pod_unplaced(self, row: int, pod: PodInfo) -> None:
+        if not pod.pod.spec.resource_claims:
+            return
+        if pod.uid in self.cluster.placed:
+            # Still placed: its node left the cache (the pod still exists) or it is
+            # being moved to another node. It keeps using its claims.
+            return
+        self._gone.add(pod.uid)
+        keys = self._pod_claims.pop(pod.uid, [])
+        self._dirty.update(keys)
+        for key in keys:
+            users = self._users.get(key)
+            if users is not None:
+                users.discard(pod.uid)
+                if not users:
+                    del self._users[key]
+                    gone = self.assumed.pop(key, None)
+                    if gone is not None and self._table_version == self._slices_version:
+                        self._sticky[key] = gone
+
+    def row_moved(self, src: int, dst: int) -> None:
+        return None
+
+    def node_changed(self, row: int) -> None:
+        return None
+
+    def forget_pod(self, uid: str) -> None:
+        """The pod left the scheduler (deleted): drop what PreFilter planned for it."""
+        self.plans.pop(uid, None)
+        self.failed.pop(uid, None)

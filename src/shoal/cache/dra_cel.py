@@ -1,0 +1,212 @@
+"""CEL device selectors (DeviceClass and request `selectors[].cel.expression`), on
+cel-python (`celpy`, the interpreted runner).
+
+* Each expression is compiled once (`compile_selector`); a parse error raises
+  `SelectorError`, which the plugin turns into a refusal naming the claim and field.
+* `device.driver`, `device.attributes["domain"].name` and
+  `device.capacity["domain"].name` are available, with unqualified attribute names
+  in the driver's domain, as in Kubernetes. Quantities are values of their own:
+  `quantity("40Gi")`, `.compareTo(q)`, `.isGreaterThan(q)`, `.isLessThan(q)`,
+  `.asInteger()`, `.asApproximateFloat()`, and (beyond Kubernetes) `<`, `<=`, `>`, `>=`,
+  `==` between quantities. `semver(...)` and Kubernetes' other CEL libraries are not
+  available: such an expression fails to evaluate.
+* Evaluation is cached by the device's content as far as the expression can see it
+  (the attributes and capacities it names), so identical GPUs on thousands of nodes
+  cost one evaluation. An expression that fails at run time (a missing attribute,
+  an unknown function) does not match the device; Kubernetes reports such a failure
+  as an allocation error instead (see docs/dra.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import celpy
+from celpy import celtypes
+
+from shoal.api.dra import SliceDevice
+from shoal.api.quantity import parse_quantity
+
+__all__ = ["CompiledSelector", "SelectorError", "compile_selector"]
+
+_MACROS = re.compile(r"\.(all|exists|exists_one|map|filter)\s*\(|\bsize\s*\(")
+_WORDS = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'|([A-Za-z_][A-Za-z0-9_.\-/]*)')
+
+
+class SelectorError(ValueError):
+    """A selector expression CEL cannot compile."""
+
+
+class Quantity:
+    """A resource quantity inside CEL (kube's quantity library, the parts listed above)."""
+
+    __slots__ = ("text", "value")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.value: Fraction = parse_quantity(text)
+
+    def __lt__(self, other: object) -> bool:
+        return self.value < _as_quantity(other).value
+
+    def __le__(self, other: object) -> bool:
+        return self.value <= _as_quantity(other).value
+
+    def __gt__(self, other: object) -> bool:
+        return self.value > _as_quantity(other).value
+
+    def __ge__(self, other: object) -> bool:
+        return self.value >= _as_quantity(other).value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Quantity) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"quantity({self.text!r})"
+
+
+def _as_quantity(value: object) -> Quantity:
+    if isinstance(value, Quantity):
+        return value
+    if isinstance(value, str | int):
+        return Quantity(str(value))
+    raise TypeError(f"not a quantity: {value!r}")
+
+
+def _compare(a: object, b: object) -> celtypes.IntType:
+    x, y = _as_quantity(a).value, _as_quantity(b).value
+    return celtypes.IntType((x > y) - (x < y))
+
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "quantity": lambda text: Quantity(str(text)),
+    "compareTo": _compare,
+    "isGreaterThan": lambda a, b: celtypes.BoolType(_as_quantity(a) > _as_quantity(b)),
+    "isLessThan": lambda a, b: celtypes.BoolType(_as_quantity(a) < _as_quantity(b)),
+    "asInteger": lambda a: celtypes.IntType(int(_as_quantity(a).value)),
+    "asApproximateFloat": lambda a: celtypes.DoubleType(float(_as_quantity(a).value)),
+}
+
+_ENV = celpy.Environment()
+
+
+def _cel_value(value: object) -> Any:
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if isinstance(value, int):
+        return celtypes.IntType(value)
+    return celtypes.StringType(str(value))
+
+
+def _qualified(driver: str, name: str) -> tuple[str, str]:
+    domain, slash, rest = name.rpartition("/")
+    return (domain, rest) if slash else (driver, name)
+
+
+@dataclass
+class CompiledSelector:
+    expression: str
+    program: Any
+    # Names the expression mentions (None: it iterates over maps, see everything).
+    names: frozenset[str] | None
+    results: dict[tuple[object, ...], bool] = field(default_factory=dict)
+
+    def _view(self, driver: str, device: SliceDevice) -> tuple[object, ...]:
+        """The part of the device the expression can see, hashable (the cache key)."""
+        names = self.names
+        attrs = tuple(
+            sorted(
+                (_qualified(driver, key), repr(a.value()))
+                for key, a in device.attributes.items()
+                if names is None or _qualified(driver, key)[1] in names
+            )
+        )
+        caps = tuple(
+            sorted(
+                (_qualified(driver, key), str(c.value))
+                for key, c in device.capacity.items()
+                if names is None or _qualified(driver, key)[1] in names
+            )
+        )
+        return (driver, attrs, caps)
+
+    def matches(self, driver: str, device: SliceDevice) -> bool:
+        key = self._view(driver, device)
+        found = self.results.get(key)
+        if found is None:
+            found = self._evaluate(driver, device)
+            self.results[key] = found
+        return found
+
+    def _evaluate(self, driver: str, device: SliceDevice) -> bool:
+        attributes: dict[str, dict[str, Any]] = {}
+        for key, attr in device.attributes.items():
+            domain, name = _qualified(driver, key)
+            attributes.setdefault(domain, {})[name] = _cel_value(attr.value())
+        capacity: dict[str, dict[str, Any]] = {}
+        for key, cap in device.capacity.items():
+            domain, name = _qualified(driver, key)
+            try:
+                capacity.setdefault(domain, {})[name] = Quantity(str(cap.value))
+            except ValueError:
+                continue
+        activation = {
+            "device": celtypes.MapType(
+                {
+                    celtypes.StringType("driver"): celtypes.StringType(driver),
+                    celtypes.StringType("attributes"): _map_of_maps(attributes),
+                    celtypes.StringType("capacity"): _map_of_maps(capacity),
+                }
+            )
+        }
+        try:
+            result = self.program.evaluate(activation)
+        except Exception:
+            return False
+        return isinstance(result, bool | celtypes.BoolType) and bool(result)
+
+
+def _map_of_maps(values: dict[str, dict[str, Any]]) -> celtypes.MapType:
+    return celtypes.MapType(
+        {
+            celtypes.StringType(domain): celtypes.MapType(
+                {celtypes.StringType(k): v for k, v in inner.items()}
+            )
+            for domain, inner in values.items()
+        }
+    )
+
+
+_COMPILED: dict[str, CompiledSelector] = {}
+
+
+def compile_selector(expression: str) -> CompiledSelector:
+    """The compiled selector (compiled once per distinct expression)."""
+    found = _COMPILED.get(expression)
+    if found is not None:
+        return found
+    if not expression.strip():
+        raise SelectorError("the expression is empty")
+    try:
+        program = _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SelectorError(f"CEL cannot compile it: {first}") from None
+    names: frozenset[str] | None = None
+    if not _MACROS.search(expression):
+        words: set[str] = set()
+        for match in _WORDS.finditer(expression):
+            text = match.group(1) or match.group(2) or match.group(3) or ""
+            words.update(text.split("."))
+            words.add(text)
+        names = frozenset(words)
+    compiled = CompiledSelector(expression, program, names)
+    _COMPILED[expression] = compiled
+    return compiled

@@ -1,0 +1,229 @@
+"""Dynamic Resource Allocation in a cluster: what the kube backend watches for the
+DynamicResources plugin, and how its decisions (`AllocateClaims`) are written.
+
+Watched (list+watch of resource.k8s.io/v1, into the scheduler's `DeviceCatalog`):
+DeviceClasses, ResourceSlices, ResourceClaims, ResourceClaimTemplates. All are
+optional: on a cluster that does not serve the API they are marked absent and looked
+for again later, and pods with claims wait.
+
+Written (`ClaimWriter`), as kube-scheduler writes them, before the pod's Binding:
+
+* a claim to allocate gets kube's finalizer `resource.kubernetes.io/delete-protection`
+  (so it is not deleted under its pod), then its `status.allocation` (devices per
+  request, and a node selector naming the node for node-local devices) and the pod in
+  `status.reservedFor`, in one status patch;
+* an allocated claim (shared) gets the pod added to `status.reservedFor`.
+
+Each patch carries the claim's resourceVersion (read fresh first). A 409 conflict
+reads the claim again and retries (a few times); a claim someone else allocated to
+other devices meanwhile, or gone, fails the pod's bind (`BindError`): the pod is
+requeued and its assumed devices released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from shoal.api.dra import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    allocation_json,
+    consumer_json,
+)
+from shoal.drivers.kube.client import JSON, ApiError, KubeClient
+from shoal.drivers.kube.resources import ResourceKind
+from shoal.framework.effects import AllocateClaims, BindError, ClaimAllocation
+from shoal.scheduler.dra import delete_dra, upsert_dra
+from shoal.scheduler.scheduler import Scheduler
+
+__all__ = [
+    "DEVICE_CLASSES",
+    "DRA_WATCHED",
+    "FINALIZER",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
+    "ClaimWriter",
+]
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+_GROUP, _VERSION = "resource.k8s.io", "v1"
+_ATTEMPTS = 4
+
+
+class _Intake(Protocol):
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+
+DEVICE_CLASSES = ResourceKind(
+    _GROUP, _VERSION, "deviceclasses", "DeviceClass", False, DeviceClass, optional=True
+)
+RESOURCE_SLICES = ResourceKind(
+    _GROUP, _VERSION, "resourceslices", "ResourceSlice", False, ResourceSlice, optional=True
+)
+RESOURCE_CLAIMS = ResourceKind(
+    _GROUP, _VERSION, "resourceclaims", "ResourceClaim", True, ResourceClaim, optional=True
+)
+RESOURCE_CLAIM_TEMPLATES = ResourceKind(
+    _GROUP,
+    _VERSION,
+    "resourceclaimtemplates",
+    "ResourceClaimTemplate",
+    True,
+    ResourceClaimTemplate,
+    optional=True,
+)
+
+
+def _upsert(backend: _Intake, obj: Any, raw: JSON) -> None:
+    upsert_dra(backend.scheduler, obj)
+
+
+def _remover(kind: ResourceKind) -> Callable[[_Intake, str, str], None]:
+    def remove(backend: _Intake, namespace: str, name: str) -> None:
+        delete_dra(backend.scheduler, kind.kind, namespace, name)
+
+    return remove
+
+
+# (kind, upsert, remove) for the backend's WATCHED list.
+DRA_WATCHED: list[
+    tuple[ResourceKind, Callable[[_Intake, Any, JSON], None], Callable[..., None]]
+] = [
+    (kind, _upsert, _remover(kind))
+    for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
+]
+
+
+class ClaimWriter:
+    """Carries out `AllocateClaims` (see the module docstring)."""
+
+    def __init__(self, client: KubeClient, timeout: float = 10.0) -> None:
+        self.client = client
+        self.timeout = timeout
+        self._pending: dict[str, asyncio.Task[None]] = {}  # pod uid -> writes
+        # One write at a time per claim, in the order emitted: the pod that allocates a
+        # shared claim writes before the pods that only join its reservedFor.
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def start(self, effect: AllocateClaims) -> None:
+        """Begin the writes (called from `emit`, inside a binding cycle)."""
+        self._pending[effect.pod.uid] = asyncio.ensure_future(self.write(effect))
+
+    def forget(self, uid: str) -> None:
+        self._pending.pop(uid, None)
+
+    async def wait(self, uid: str) -> None:
+        """Before the pod's Binding: the claim writes for it, if any, must have landed."""
+        task = self._pending.pop(uid, None)
+        if task is not None:
+            await task
+
+    async def write(self, effect: AllocateClaims) -> None:
+        for entry in effect.claims:
+            await self._write_one(effect, entry)
+
+    async def _write_one(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
+        lock = self._locks.setdefault(entry.claim, asyncio.Lock())
+        try:
+            async with lock:
+                await self._write_locked(effect, entry)
+        finally:
+            if not lock.locked() and self._locks.get(entry.claim) is lock:
+                del self._locks[entry.claim]
+
+    async def _write_locked(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
+        namespace, _, name = entry.claim.partition("/")
+        path = RESOURCE_CLAIMS.path(namespace, name)
+        for _ in range(_ATTEMPTS):
+            claim = await self._call(effect, entry, "GET", path)
+            meta = claim.get("metadata") or {}
+            status = claim.get("status") or {}
+            if entry.results:
+                wanted = allocation_json(entry.results, entry.node)
+                current = status.get("allocation")
+                if current and _devices(current) != _devices(wanted):
+                    raise BindError(
+                        f"pod {effect.pod.key}: resourceclaim {entry.claim} was allocated "
+                        "to other devices meanwhile"
+                    )
+                finalizers = list(meta.get("finalizers") or [])
+                if FINALIZER not in finalizers:
+                    body = {
+                        "metadata": {
+                            "finalizers": [*finalizers, FINALIZER],
+                            "resourceVersion": meta.get("resourceVersion", ""),
+                        }
+                    }
+                    if not await self._patch(effect, entry, path, body):
+                        continue
+                    claim = await self._call(effect, entry, "GET", path)
+                    meta = claim.get("metadata") or {}
+                    status = claim.get("status") or {}
+            elif not status.get("allocation"):
+                raise BindError(
+                    f"pod {effect.pod.key}: resourceclaim {entry.claim} is no longer allocated"
+                )
+            reserved = list(status.get("reservedFor") or [])
+            if not any(r.get("uid") == effect.pod.uid for r in reserved):
+                reserved.append(consumer_json(effect.pod.name, effect.pod.uid))
+            new_status: JSON = {"reservedFor": reserved}
+            if entry.results and not status.get("allocation"):
+                new_status["allocation"] = allocation_json(entry.results, entry.node)
+            body = {
+                "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
+                "status": new_status,
+            }
+            if await self._patch(
+                effect, entry, RESOURCE_CLAIMS.path(namespace, name, "status"), body
+            ):
+                return
+        raise BindError(
+            f"pod {effect.pod.key}: writing resourceclaim {entry.claim} kept conflicting "
+            f"({_ATTEMPTS} attempts)"
+        )
+
+    async def _patch(
+        self, effect: AllocateClaims, entry: ClaimAllocation, path: str, body: JSON
+    ) -> bool:
+        """True when written, False on a conflict (read again and retry)."""
+        try:
+            await self.client.request(
+                "PATCH",
+                path,
+                body=body,
+                content_type="application/merge-patch+json",
+                timeout=self.timeout,
+            )
+        except ApiError as err:
+            if err.conflict:
+                return False
+            raise self._error(effect, entry, err) from None
+        return True
+
+    async def _call(
+        self, effect: AllocateClaims, entry: ClaimAllocation, method: str, path: str
+    ) -> JSON:
+        try:
+            return await self.client.request(method, path, timeout=self.timeout)
+        except ApiError as err:
+            raise self._error(effect, entry, err) from None
+
+    def _error(self, effect: AllocateClaims, entry: ClaimAllocation, err: ApiError) -> BindError:
+        return BindError(
+            f"pod {effect.pod.key}: writing the allocation of resourceclaim {entry.claim} "
+            f"for {effect.node} failed: {err.status} {err.reason}: {err.message}"
+        )
+
+
+def _devices(allocation: JSON) -> list[tuple[str, str, str, str]]:
+    results = (allocation.get("devices") or {}).get("results") or []
+    return sorted(
+        (r.get("request", ""), r.get("driver", ""), r.get("pool", ""), r.get("device", ""))
+        for r in results
+    )

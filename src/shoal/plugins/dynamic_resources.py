@@ -1,0 +1,382 @@
+"""DynamicResources (PreEnqueue, PreFilter, Filter, Reserve, Unreserve, PreBind):
+kube-scheduler's Dynamic Resource Allocation for the core subset (docs/dra.md).
+
+* PreEnqueue: the pod waits until each of its ResourceClaims exists (for a template,
+  the claim the resource-claim controller creates, named in the pod's
+  `status.resourceClaimStatuses`, and owned by the pod).
+* PreFilter reads the claims once per cycle. An allocated claim (by its status, or
+  chosen by this scheduler for a pod placed earlier) restricts the pod to the nodes
+  where its devices are; an unallocated claim's requests (`exactly`: device class,
+  CEL selectors, `ExactCount` with `count` or `All`, `matchAttribute` constraints)
+  are judged against every node's free devices at once (`shoal.cache.dra_alloc`).
+  What Shoal cannot allocate yet (firstAvailable, adminAccess, consumable capacity,
+  distinctAttribute, a selector CEL cannot compile) refuses the pod with a message
+  naming the claim, the field and what to do.
+* Filter indexes the verdict; the explanations count per node, in kube's FitError.
+* The devices are chosen when the pod is assumed on its node (the `DeviceCatalog`
+  observes placements, so gang members and later pods see them taken); Reserve
+  checks that the choice was made and records it; Unreserve forgets the record (the
+  cache releases the devices when the pod is forgotten).
+* PreBind emits `AllocateClaims`: the claims' `status.allocation` (results and the
+  node selector) and the pod added to `status.reservedFor`, written before the bind.
+
+The logic lives in `shoal.cache.dra` (the catalog and the observer) and
+`shoal.cache.dra_alloc` (the allocation); this module is the framework's side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from shoal.api.dra import ClaimUse, ResourceClaim, pod_claim_names
+from shoal.api.podinfo import PodInfo
+from shoal.cache.dra import GLOBAL, DeviceCatalog, PodPlan
+from shoal.cache.dra_alloc import Constraint, Req, allocate, feasible
+from shoal.cache.dra_cel import CompiledSelector, SelectorError, compile_selector
+from shoal.framework.cycle_state import CycleState
+from shoal.framework.effects import AllocateClaims, ClaimAllocation
+from shoal.framework.handle import Handle
+from shoal.framework.status import Code, Status
+from shoal.framework.types import (
+    ActionType,
+    Candidates,
+    ClusterEvent,
+    EventResource,
+    Failure,
+    FilterResult,
+    PreFilterResult,
+)
+
+__all__ = ["NAME", "DynamicResources", "DynamicResourcesArgs"]
+
+NAME = "DynamicResources"
+_UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+_STATE = "PreFilter" + NAME
+_RESERVED = NAME + "/claims"
+_DOCS = "see docs/dra.md"
+
+
+class DynamicResourcesArgs(BaseModel):
+    """kube's DynamicResourcesArgs, accepted so stock configurations load; neither
+    timeout changes what Shoal does (see `not_used`)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    filter_timeout: str | float | None = None
+    binding_timeout: str | float | None = None
+
+    def not_used(self) -> list[str]:
+        notes = []
+        if self.filter_timeout is not None:
+            notes.append(
+                "DynamicResources' filterTimeout is not used: Shoal's Filter judges every "
+                "node at once over device columns"
+            )
+        if self.binding_timeout is not None:
+            notes.append(
+                "DynamicResources' bindingTimeout is not used: Shoal does not wait for "
+                "device binding conditions"
+            )
+        return notes
+
+
+@dataclass
+class _Verdict:
+    keys: list[str]
+    passed: NDArray[np.bool_]
+    failures: list[Failure] = field(default_factory=list)
+
+
+class DynamicResources:
+    name = NAME
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+        self.catalog = DeviceCatalog.of(handle)
+
+    # ---- PreEnqueue -----------------------------------------------------------------
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if not pod.pod.spec.resource_claims:
+            return Status()
+        _, status = self._claims(pod)
+        return status
+
+    def _claims(self, pod: PodInfo) -> tuple[list[ResourceClaim], Status]:
+        claims: list[ResourceClaim] = []
+        seen: set[str] = set()
+        for use in pod_claim_names(pod.pod):
+            claim, why = self._claim(pod, use)
+            if claim is None:
+                return [], Status(_UNRESOLVABLE, why)
+            if claim.key not in seen:
+                seen.add(claim.key)
+                claims.append(claim)
+        return claims, Status()
+
+    def _claim(self, pod: PodInfo, use: ClaimUse) -> tuple[ResourceClaim | None, str]:
+        if not use.key:
+            return None, (
+                f"waiting for the resource claim controller to create the ResourceClaim of "
+                f'spec.resourceClaims "{use.entry}" (from ResourceClaimTemplate '
+                f'"{use.template}")'
+            )
+        claim = self.catalog.claims.get(use.key)
+        name = use.key.partition("/")[2]
+        if claim is None:
+            return None, f'resourceclaim "{name}" not found'
+        if use.template and not _owned_by(claim, pod):
+            return (
+                None,
+                f"ResourceClaim {use.key} was not created for pod {pod.key} (pod is not owner)",
+            )
+        if claim.metadata.deletion_timestamp:
+            return None, f'resourceclaim "{name}" is being deleted'
+        return claim, ""
+
+    # ---- PreFilter --------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        if not pod.pod.spec.resource_claims:
+            return None, Status(Code.SKIP)
+        claims, status = self._claims(pod)
+        if not status.ok:
+            return None, status
+        catalog = self.catalog
+        n = self.handle.snapshot.n
+        rows = catalog.rows()
+        free = catalog.free()
+        passed = np.ones(n, dtype=bool)
+        failures: list[Failure] = []
+        reqs: list[Req] = []
+        constraints: list[Constraint] = []
+        for claim in claims:
+            devices = catalog.allocated(claim.key)
+            if devices is not None:
+                allowed = self._allocated_rows(claim, devices, rows, n)
+                bad = passed & ~allowed
+                if bad.any():
+                    reason = (
+                        f"resourceclaim {claim.metadata.name} is allocated to devices "
+                        "of another node"
+                    )
+                    failures.append(Failure(reason, bad, _UNRESOLVABLE))
+                    passed &= allowed
+                continue
+            problem = self._requests(claim, reqs, constraints)
+            if problem:
+                return None, Status(_UNRESOLVABLE, problem)
+        catalog.plans[pod.uid] = PodPlan(reqs, constraints, catalog.table_version)
+        if reqs:
+
+            def exact(row: int) -> bool:
+                devs = np.flatnonzero((rows == row) | (rows == GLOBAL)).astype(np.intp)
+                return allocate(reqs, constraints, devs, free) is not None
+
+            verdict = feasible(reqs, constraints, rows, free, n, exact)
+            for reason, mask in verdict.reasons:
+                code = _UNRESOLVABLE if reason.startswith("no device") else Code.UNSCHEDULABLE
+                bad = mask & passed
+                if bad.any():
+                    failures.append(Failure(reason, bad, code))
+            passed &= verdict.passed
+        state.write(_STATE, _Verdict([c.key for c in claims], passed, failures))
+        return None, Status()
+
+    def _allocated_rows(
+        self,
+        claim: ResourceClaim,
+        devices: tuple[tuple[str, str, str], ...],
+        rows: NDArray[np.intp],
+        n: int,
+    ) -> NDArray[np.bool_]:
+        allowed = np.ones(n, dtype=bool)
+        index = self.catalog.table().index
+        for ident in devices:
+            at = index.get(ident)
+            if at is None:
+                node = self.catalog.allocated_node(claim.key)
+                if node is not None:
+                    allowed &= self.handle.snapshot.names[:n] == node
+                continue
+            row = int(rows[at])
+            if row == GLOBAL:
+                continue
+            only = np.zeros(n, dtype=bool)
+            if 0 <= row < n:
+                only[row] = True
+            allowed &= only
+        return allowed
+
+    def _requests(
+        self, claim: ResourceClaim, reqs: list[Req], constraints: list[Constraint]
+    ) -> str:
+        """Add the claim's requests; the refusal's text when Shoal cannot judge them."""
+        name = claim.metadata.name
+        spec = claim.spec.devices
+        where = f"resourceclaim {claim.key}"
+        if not spec.requests:
+            return f"{where} has no spec.devices.requests"
+        by_name: dict[str, int] = {}
+        for i, request in enumerate(spec.requests):
+            field_path = f"spec.devices.requests[{i}]"
+            exact = request.exactly
+            if exact is None:
+                return (
+                    f'{where}: {field_path} ("{request.name}") uses firstAvailable, which '
+                    f"Shoal does not allocate yet: use exactly ({_DOCS})"
+                )
+            unsupported = [
+                what
+                for what, used in (
+                    ("adminAccess", exact.admin_access),
+                    ("capacity", exact.capacity),
+                )
+                if used
+            ]
+            if unsupported:
+                return (
+                    f"{where}: {field_path}.exactly.{unsupported[0]} is not supported by "
+                    f"Shoal yet: remove it or use kube-scheduler for this pod ({_DOCS})"
+                )
+            device_class = self.catalog.classes.get(exact.device_class_name)
+            if device_class is None:
+                return f'deviceclass "{exact.device_class_name}" not found (requested by {where})'
+            selectors: list[CompiledSelector] = []
+            sources = [
+                (f"deviceclass {exact.device_class_name} spec.selectors[{j}]", sel)
+                for j, sel in enumerate(device_class.spec.selectors)
+            ] + [
+                (f"{field_path}.exactly.selectors[{j}]", sel)
+                for j, sel in enumerate(exact.selectors)
+            ]
+            for path, sel in sources:
+                if sel.cel is None:
+                    return f"{where}: {path} has no cel expression, the only selector Shoal reads"
+                try:
+                    selectors.append(compile_selector(sel.cel.expression))
+                except SelectorError as err:
+                    return (
+                        f"{where}: {path}.cel.expression cannot be used ({err}); fix the "
+                        f"expression: Shoal evaluates selectors with cel-python ({_DOCS})"
+                    )
+            if exact.allocation_mode == "ExactCount" and exact.count < 1:
+                return f"{where}: {field_path}.exactly.count must be at least 1"
+            by_name[request.name] = len(reqs)
+            reqs.append(
+                Req(
+                    claim.key,
+                    request.name,
+                    exact.device_class_name,
+                    self.catalog.match(selectors),
+                    all_mode=exact.allocation_mode == "All",
+                    count=exact.count,
+                    has_selectors=bool(exact.selectors),
+                )
+            )
+        for j, constraint in enumerate(spec.constraints):
+            path = f"spec.devices.constraints[{j}]"
+            if constraint.distinct_attribute:
+                return f"{where}: {path}.distinctAttribute is not supported by Shoal yet ({_DOCS})"
+            if not constraint.match_attribute:
+                continue
+            members = constraint.requests or [r.name for r in spec.requests]
+            unknown = [m for m in members if m not in by_name]
+            if unknown:
+                return f"{where}: {path}.requests names {unknown[0]!r}, not a request of {name}"
+            constraints.append(
+                Constraint(
+                    claim.key,
+                    constraint.match_attribute,
+                    [by_name[m] for m in members],
+                    self.catalog.codes(constraint.match_attribute),
+                )
+            )
+        return ""
+
+    # ---- Filter -----------------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
+        verdict: _Verdict = state.read(_STATE)
+        index = nodes.index
+        passed = verdict.passed[index]
+        if passed.all():
+            return FilterResult(passed)
+        return FilterResult(
+            passed, [Failure(f.reason, f.nodes[index], f.code) for f in verdict.failures]
+        )
+
+    # ---- Reserve / PreBind ------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        if not pod.pod.spec.resource_claims:
+            return Status()
+        catalog = self.catalog
+        failed = catalog.failed.pop(pod.uid, None)
+        if failed:
+            return Status(Code.UNSCHEDULABLE, failed)
+        claims, status = self._claims(pod)
+        if not status.ok:
+            return status
+        out: list[ClaimAllocation] = []
+        table = catalog.table()
+        for claim in claims:
+            assumed = catalog.assumed.get(claim.key)
+            if assumed is not None and assumed.owner == pod.uid:
+                if assumed.node != node:
+                    return Status(
+                        Code.UNSCHEDULABLE,
+                        f"resourceclaim {claim.metadata.name} was allocated on {assumed.node}",
+                    )
+                results = tuple((request, *table.ids[d]) for request, d in assumed.results)
+                out.append(ClaimAllocation(claim.key, results, node if assumed.node_local else ""))
+            elif catalog.allocated(claim.key) is not None:
+                out.append(ClaimAllocation(claim.key))
+            else:
+                return Status(
+                    Code.UNSCHEDULABLE,
+                    f"resourceclaim {claim.metadata.name} could not be allocated on {node}",
+                )
+        state.write(_RESERVED, tuple(out))
+        return Status()
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        # The devices are released by the cache when the pod is forgotten.
+        if state.get(_RESERVED) is not None:
+            state.delete(_RESERVED)
+
+    def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        claims: tuple[ClaimAllocation, ...] | None = state.get(_RESERVED)
+        if claims:
+            self.handle.effects.emit(AllocateClaims(pod, node, claims))
+        return Status()
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return [
+            ClusterEvent(EventResource.RESOURCE_CLAIM, ActionType.ALL),
+            ClusterEvent(EventResource.RESOURCE_SLICE, ActionType.ALL),
+            ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
+            ClusterEvent(EventResource.NODE, ActionType.ADD),
+            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
+        ]
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> DynamicResources:
+        return cls(handle)
+
+
+def _owned_by(claim: ResourceClaim, pod: PodInfo) -> bool:
+    """kube's resourceclaim.IsForPod: the claim's controller is the pod."""
+    for ref in claim.metadata.owner_references:
+        if ref.controller and ref.kind == "Pod" and ref.name == pod.name:
+            return not ref.uid or not pod.uid or ref.uid == pod.uid
+    return False

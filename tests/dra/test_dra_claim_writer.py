@@ -1,0 +1,98 @@
+"""ClaimWriter (the kube backend's side of `AllocateClaims`): the finalizer, then the
+status with the allocation and reservedFor; a 409 conflict reads again and retries; a
+claim allocated elsewhere meanwhile fails the bind; writes to one claim keep the order
+they were emitted in."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from shoal.api.podinfo import PodInfo
+from shoal.drivers.kube.client import ApiError
+from shoal.drivers.kube.dra import FINALIZER, ClaimWriter
+from shoal.framework.effects import AllocateClaims, BindError, ClaimAllocation
+from shoal.testing import make_pod
+
+JSON = dict[str, Any]
+RESULTS = (("gpu", "gpu.example.com", "n1", "gpu-0"),)
+
+
+class StubClient:
+    """One claim behind merge patches with resourceVersion preconditions."""
+
+    def __init__(self, claim: JSON) -> None:
+        self.claim = claim
+        self.conflicts = 0  # answer this many status patches with 409 first
+        self.calls: list[tuple[str, str]] = []
+
+    async def request(self, method: str, path: str, **kw: Any) -> JSON:
+        self.calls.append((method, path))
+        await asyncio.sleep(0)
+        if method == "GET":
+            return copy.deepcopy(self.claim)
+        body = kw["body"]
+        meta = self.claim["metadata"]
+        if body["metadata"].get("resourceVersion") != meta["resourceVersion"]:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        if path.endswith("/status") and self.conflicts:
+            self.conflicts -= 1
+            meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+            raise ApiError(409, "Conflict", "the object has been modified")
+        if "finalizers" in body["metadata"]:
+            meta["finalizers"] = body["metadata"]["finalizers"]
+        if "status" in body:
+            self.claim.setdefault("status", {}).update(body["status"])
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        return copy.deepcopy(self.claim)
+
+
+def _claim() -> JSON:
+    return {"metadata": {"name": "c", "namespace": "default", "resourceVersion": "1"}}
+
+
+def _effect(name: str, results: tuple[tuple[str, str, str, str], ...] = RESULTS) -> AllocateClaims:
+    pod = PodInfo(make_pod(name).uid(f"uid-{name}").obj())
+    return AllocateClaims(pod, "n1", (ClaimAllocation("default/c", results, "n1"),))
+
+
+def test_the_allocation_is_written_after_a_conflict() -> None:
+    client = StubClient(_claim())
+    client.conflicts = 1
+    writer = ClaimWriter(client)  # type: ignore[arg-type]
+    asyncio.run(writer.write(_effect("a")))
+    claim = client.claim
+    assert FINALIZER in claim["metadata"]["finalizers"]
+    allocation = claim["status"]["allocation"]
+    assert allocation["devices"]["results"][0]["device"] == "gpu-0"
+    term = allocation["nodeSelector"]["nodeSelectorTerms"][0]
+    assert term["matchFields"][0] == {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "a", "uid": "uid-a"}]
+
+
+def test_a_claim_allocated_elsewhere_fails_the_bind() -> None:
+    claim = _claim()
+    other = {
+        "devices": {"results": [{"request": "gpu", "driver": "d", "pool": "n2", "device": "x"}]}
+    }
+    claim["status"] = {"allocation": other}
+    writer = ClaimWriter(StubClient(claim))  # type: ignore[arg-type]
+    with pytest.raises(BindError, match="allocated to other devices"):
+        asyncio.run(writer.write(_effect("a")))
+
+
+def test_the_allocating_pod_writes_before_the_pods_joining_it() -> None:
+    client = StubClient(_claim())
+    writer = ClaimWriter(client)  # type: ignore[arg-type]
+
+    async def both() -> None:
+        writer.start(_effect("a"))
+        writer.start(_effect("b", results=()))  # only joins reservedFor
+        await writer.wait("uid-b")
+        await writer.wait("uid-a")
+
+    asyncio.run(both())
+    assert [r["name"] for r in client.claim["status"]["reservedFor"]] == ["a", "b"]

@@ -204,7 +204,8 @@ async def test_the_api_server_refuses_invalid_queues_and_pods_get_shoal_and_thei
 
                 async def counted() -> bool:
                     got = await status()
-                    return got.get("runningPods") == 1 and got.get("runningJobs") == 1
+                    # Bound, not started: there is no kubelet here.
+                    return got.get("boundPods") == 1 and got.get("runningJobs") == 1
 
                 await wait_for(counted, what="the queue's status counting the pod")
                 assert (await status())["allocated"]["cpu"] == "1"
@@ -219,9 +220,11 @@ async def test_the_api_server_refuses_invalid_queues_and_pods_get_shoal_and_thei
                     timeout=60,
                 )
                 header, *rows = done.stdout.split("\n")
-                assert header.split()[:5] == ["NAME", "PARENT", "WEIGHT", "CPU", "GPU"], header
+                assert header.split()[:6] == ["NAME", "STATE", "PARENT", "WEIGHT", "CPU", "GPU"], (
+                    header
+                )
                 line = next(r.split() for r in rows if r.startswith(team))
-                assert line[1:4] == [org, "1", "1"], line
+                assert line[1:5] == ["Open", org, "1", "1"], line
 
 
 async def _bound(s: Space, name: str) -> bool:

@@ -20,6 +20,7 @@ cel-python (`celpy`, the interpreted runner).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -94,7 +95,19 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "asApproximateFloat": lambda a: celtypes.DoubleType(float(_as_quantity(a).value)),
 }
 
-_ENV = celpy.Environment()
+
+def _environment() -> celpy.Environment:
+    """celpy's Environment raises the process's recursion limit as a side effect (to
+    2500): put it back, since the Kubernetes client's guard against objects nested too
+    deeply to decode relies on it (tests/kube/test_units.py)."""
+    limit = sys.getrecursionlimit()
+    try:
+        return celpy.Environment()
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+_ENV = _environment()
 
 
 def _cel_value(value: object) -> Any:

@@ -24,12 +24,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
-
-import celpy
-from celpy import celtypes
+from typing import TYPE_CHECKING, Any
 
 from shoal.api.dra import SliceDevice
+
+if TYPE_CHECKING:
+    import celpy
+    from celpy import celtypes
 from shoal.api.quantity import parse_quantity
 
 __all__ = ["CompiledSelector", "SelectorError", "compile_selector"]
@@ -82,35 +83,50 @@ def _as_quantity(value: object) -> Quantity:
 
 
 def _compare(a: object, b: object) -> celtypes.IntType:
+    from celpy import celtypes
+
     x, y = _as_quantity(a).value, _as_quantity(b).value
     return celtypes.IntType((x > y) - (x < y))
 
 
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "quantity": lambda text: Quantity(str(text)),
-    "compareTo": _compare,
-    "isGreaterThan": lambda a, b: celtypes.BoolType(_as_quantity(a) > _as_quantity(b)),
-    "isLessThan": lambda a, b: celtypes.BoolType(_as_quantity(a) < _as_quantity(b)),
-    "asInteger": lambda a: celtypes.IntType(int(_as_quantity(a).value)),
-    "asApproximateFloat": lambda a: celtypes.DoubleType(float(_as_quantity(a).value)),
-}
+def _functions() -> dict[str, Callable[..., Any]]:
+    from celpy import celtypes
+
+    return {
+        "quantity": lambda text: Quantity(str(text)),
+        "compareTo": _compare,
+        "isGreaterThan": lambda a, b: celtypes.BoolType(_as_quantity(a) > _as_quantity(b)),
+        "isLessThan": lambda a, b: celtypes.BoolType(_as_quantity(a) < _as_quantity(b)),
+        "asInteger": lambda a: celtypes.IntType(int(_as_quantity(a).value)),
+        "asApproximateFloat": lambda a: celtypes.DoubleType(float(_as_quantity(a).value)),
+    }
 
 
-def _environment() -> celpy.Environment:
-    """celpy's Environment raises the process's recursion limit as a side effect (to
-    2500): put it back, since the Kubernetes client's guard against objects nested too
-    deeply to decode relies on it (tests/kube/test_units.py)."""
-    limit = sys.getrecursionlimit()
-    try:
-        return celpy.Environment()
-    finally:
-        sys.setrecursionlimit(limit)
+_RUNTIME: tuple[celpy.Environment, dict[str, Callable[..., Any]]] | None = None
 
 
-_ENV = _environment()
+def _runtime() -> tuple[celpy.Environment, dict[str, Callable[..., Any]]]:
+    """celpy and its CEL grammar (some 40,000 objects, which every full garbage
+    collection would then walk: SchedulingBasic ran 13 % slower with them loaded at
+    import), loaded the first time a selector is compiled. Its Environment raises the
+    process's recursion limit as a side effect (to 2500): that is put back, since the
+    Kubernetes client's guard against objects nested too deeply to decode relies on it
+    (tests/kube/test_units.py)."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        import celpy
+
+        limit = sys.getrecursionlimit()
+        try:
+            _RUNTIME = (celpy.Environment(), _functions())
+        finally:
+            sys.setrecursionlimit(limit)
+    return _RUNTIME
 
 
 def _cel_value(value: object) -> Any:
+    from celpy import celtypes
+
     if isinstance(value, bool):
         return celtypes.BoolType(value)
     if isinstance(value, int):
@@ -159,6 +175,8 @@ class CompiledSelector:
         return found
 
     def _evaluate(self, driver: str, device: SliceDevice) -> bool:
+        from celpy import celtypes
+
         attributes: dict[str, dict[str, Any]] = {}
         for key, attr in device.attributes.items():
             domain, name = _qualified(driver, key)
@@ -187,6 +205,8 @@ class CompiledSelector:
 
 
 def _map_of_maps(values: dict[str, dict[str, Any]]) -> celtypes.MapType:
+    from celpy import celtypes
+
     return celtypes.MapType(
         {
             celtypes.StringType(domain): celtypes.MapType(
@@ -208,7 +228,8 @@ def compile_selector(expression: str) -> CompiledSelector:
     if not expression.strip():
         raise SelectorError("the expression is empty")
     try:
-        program = _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
+        env, functions = _runtime()
+        program = env.program(env.compile(expression), functions=functions)
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SelectorError(f"CEL cannot compile it: {first}") from None

@@ -16,10 +16,10 @@ Two kinds of observers keep derived state incremental:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, node_gpus
 from shoal.api.objects import Node
@@ -29,7 +29,14 @@ from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_fence import NodeFence
 from shoal.cache.node_table import NodeTable
 
-__all__ = ["AssignmentObserver", "ClusterState", "PlacedPods", "PlacementObserver", "PodRecord"]
+__all__ = [
+    "AssignmentObserver",
+    "ClusterState",
+    "PlacedPods",
+    "PlacementObserver",
+    "PodRecord",
+    "observer_service",
+]
 
 
 class PlacementObserver(Protocol):
@@ -39,6 +46,32 @@ class PlacementObserver(Protocol):
     def pod_unplaced(self, row: int, pod: PodInfo) -> None: ...
     def row_moved(self, src: int, dst: int) -> None: ...
     def node_changed(self, row: int) -> None: ...
+
+
+_Observer = TypeVar("_Observer", bound=PlacementObserver)
+
+
+def observer_service(
+    services: dict[str, object],
+    cluster: ClusterState,
+    key: str,
+    kind: type[_Observer],
+    build: Callable[[ClusterState], _Observer],
+) -> _Observer:
+    """The handle's service `key` (an index kept by placement events, e.g. the volume or
+    device catalog): built on first use, told about every pod already placed, then
+    registered as an observer of the cluster."""
+    found = services.get(key)
+    if isinstance(found, kind):
+        return found
+    made = build(cluster)
+    services[key] = made
+    cluster.observers.append(made)
+    table = cluster.table
+    for row in range(table.n):
+        for pod in table.pods[row].values():
+            made.pod_placed(row, pod)
+    return made
 
 
 def same_footprint(a: PodInfo, b: PodInfo) -> bool:

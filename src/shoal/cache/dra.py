@@ -42,7 +42,7 @@ from shoal.api.dra import (
     pod_claim_names,
 )
 from shoal.api.podinfo import PodInfo
-from shoal.cache.cluster import ClusterState
+from shoal.cache.cluster import ClusterState, observer_service
 from shoal.cache.dra_alloc import GLOBAL, Constraint, Req, allocate
 from shoal.cache.dra_cel import CompiledSelector
 
@@ -121,18 +121,7 @@ class DeviceCatalog:
 
     @classmethod
     def of(cls, handle: _Services) -> DeviceCatalog:
-        services = handle.services
-        found = services.get(_SERVICE)
-        if isinstance(found, DeviceCatalog):
-            return found
-        catalog = cls(handle.cluster)
-        services[_SERVICE] = catalog
-        catalog.cluster.observers.append(catalog)
-        table = catalog.cluster.table
-        for row in range(table.n):
-            for pod in table.pods[row].values():
-                catalog.pod_placed(row, pod)
-        return catalog
+        return observer_service(handle.services, handle.cluster, _SERVICE, cls, cls)
 
     # ---- objects from the API -------------------------------------------------------
 

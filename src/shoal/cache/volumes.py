@@ -43,7 +43,7 @@ from shoal.api.volumes import (
     claim_class,
     pod_claims,
 )
-from shoal.cache.cluster import ClusterState
+from shoal.cache.cluster import ClusterState, observer_service
 
 __all__ = ["ClaimBinding", "VolumeCatalog"]
 
@@ -102,18 +102,7 @@ class VolumeCatalog:
     @classmethod
     def of(cls, handle: _Services) -> VolumeCatalog:
         """The scheduler's catalog (created on first use, watching the cluster)."""
-        services = handle.services
-        found = services.get(_SERVICE)
-        if isinstance(found, VolumeCatalog):
-            return found
-        catalog = cls(handle.cluster)
-        services[_SERVICE] = catalog
-        catalog.cluster.observers.append(catalog)
-        table = catalog.cluster.table
-        for row in range(table.n):
-            for pod in table.pods[row].values():
-                catalog.pod_placed(row, pod)
-        return catalog
+        return observer_service(handle.services, handle.cluster, _SERVICE, cls, cls)
 
     # ---- objects from the API -------------------------------------------------------
 

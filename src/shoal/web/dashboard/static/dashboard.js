@@ -268,7 +268,7 @@ function queueRow(x, depth, capacity, search) {
     `<td class="num" title="${esc(amounts(x.allocated, r))}"><span class="bar" style="width:${(Math.min(1, a) * 50).toFixed(0)}px"></span>${pct(a)}</td>` +
     `<td class="num" title="${esc(amounts(x.guaranteed, r))}">${pct(shareOf(x, "guaranteed", capacity))}</td>` +
     `<td class="num" title="${esc(amounts(x.fairShare, r))}">${pct(shareOf(x, "fairShare", capacity))}</td>` +
-    `<td class="num">${esc(max)}</td><td class="num">${x.running}</td><td class="num">${x.pending}</td></tr>`;
+    `<td class="num">${esc(max)}</td><td class="num" title="${x.running} started by their kubelets, ${x.bound} bound (placed)">${x.running}</td><td class="num">${x.pending}</td></tr>`;
 }
 
 function renderTree(levels) {
@@ -473,7 +473,7 @@ function renderGangs(g, pods) {
     const open = x.key === state.openGang;
     return `<tr data-gang="${esc(x.key)}"${open ? ' class="selected"' : ""}><td>${open ? "▾" : "▸"} ${esc(x.key)}</td><td>${esc(x.queue)}</td>` +
       `<td><span class="phase phase-${esc(x.phase)}">${esc(x.phase)}</span></td>` +
-      `<td class="num">${x.minMember}</td><td class="num">${x.members}</td><td class="num">${x.running}</td>` +
+      `<td class="num">${x.minMember}</td><td class="num">${x.members}</td><td class="num" title="${x.running} started by their kubelets, ${x.bound} bound (placed)">${x.running}</td>` +
       `<td class="num">${x.waiting}</td><td class="num">${x.succeeded}</td><td class="num">${x.failed}</td>` +
       `<td class="num">${duration(x.age)}</td><td class="why short" title="${esc(x.reason)}">${esc(x.reason)}</td></tr>` +
       (open ? `<tr class="detail"><td colspan="11">${gangDetail(x, pods)}</td></tr>` : "");

@@ -14,6 +14,7 @@ from typing import Any
 from shoal.api.objects import (
     Container,
     NodeSelectorTerm,
+    ObjectMeta,
     Pod,
     PodAffinityTerm,
     PodSpec,
@@ -35,7 +36,7 @@ from shoal.api.resources import (
     parse_resource_list,
 )
 
-__all__ = ["HostPort", "PodInfo", "pod_key", "pod_requests", "qos_class"]
+__all__ = ["HostPort", "PodInfo", "controlled_by_pod", "pod_key", "pod_requests", "qos_class"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,3 +266,12 @@ def qos_class(pod: Pod) -> str:
     if not requests_any:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
+
+
+def controlled_by_pod(meta: ObjectMeta, pod: PodInfo) -> bool:
+    """Is the object's controller this pod (kube's resourceclaim.IsForPod and
+    ephemeral.VolumeIsForPod: a claim made from a template for this very pod)?"""
+    for ref in meta.owner_references:
+        if ref.controller and ref.kind == "Pod" and ref.name == pod.name:
+            return not ref.uid or not pod.uid or ref.uid == pod.uid
+    return False

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from shoal.api.dra import ClaimUse, ResourceClaim, pod_claim_names
-from shoal.api.podinfo import PodInfo
+from shoal.api.podinfo import PodInfo, controlled_by_pod
 from shoal.cache.dra import GLOBAL, DeviceCatalog, PodPlan
 from shoal.cache.dra_alloc import Constraint, Req, allocate, feasible
 from shoal.cache.dra_cel import CompiledSelector, SelectorError, compile_selector
@@ -134,7 +134,7 @@ class DynamicResources:
         name = use.key.partition("/")[2]
         if claim is None:
             return None, f'resourceclaim "{name}" not found'
-        if use.template and not _owned_by(claim, pod):
+        if use.template and not controlled_by_pod(claim.metadata, pod):
             return (
                 None,
                 f"ResourceClaim {use.key} was not created for pod {pod.key} (pod is not owner)",
@@ -372,11 +372,3 @@ class DynamicResources:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DynamicResources:
         return cls(handle)
-
-
-def _owned_by(claim: ResourceClaim, pod: PodInfo) -> bool:
-    """kube's resourceclaim.IsForPod: the claim's controller is the pod."""
-    for ref in claim.metadata.owner_references:
-        if ref.controller and ref.kind == "Pod" and ref.name == pod.name:
-            return not ref.uid or not pod.uid or ref.uid == pod.uid
-    return False

@@ -46,7 +46,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from shoal.api.podinfo import PodInfo
+from shoal.api.podinfo import PodInfo, controlled_by_pod
 from shoal.api.volumes import (
     ANNOTATION_SELECTED_NODE,
     NO_PROVISIONER,
@@ -188,7 +188,7 @@ class VolumeBinding:
                 else:
                     why = f'persistentvolumeclaim "{use.name}" not found'
                 return None, Status(_UNRESOLVABLE, why)
-            if use.ephemeral and not _owned_by(claim, pod):
+            if use.ephemeral and not controlled_by_pod(claim.metadata, pod):
                 why = f"PVC {use.key} was not created for pod {pod.key} (pod is not owner)"
                 return None, Status(_UNRESOLVABLE, why)
             if claim.metadata.deletion_timestamp:
@@ -411,11 +411,3 @@ class VolumeBinding:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> VolumeBinding:
         return cls(handle)
-
-
-def _owned_by(claim: PersistentVolumeClaim, pod: PodInfo) -> bool:
-    """kube's ephemeral.VolumeIsForPod: the claim's controller is the pod."""
-    for ref in claim.metadata.owner_references:
-        if ref.controller and ref.kind == "Pod" and ref.name == pod.name:
-            return not ref.uid or not pod.uid or ref.uid == pod.uid
-    return False

@@ -37,6 +37,7 @@ T = TypeVar("T", bound=np.generic)
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 _INITIAL_CAPACITY = 64
+_POD_VECTORS_KEPT = 4096  # distinct request shapes remembered (then forgotten at once)
 
 
 class NodeColumns(Protocol):
@@ -82,6 +83,7 @@ class NodeTable:
         self.host_ports: list[list[HostPort]] = []
         # Distinct taint lists; set 0 is "no taints". Few distinct sets exist in practice,
         # so taint checks are done once per set and broadcast to rows.
+        self._pod_vectors: dict[tuple[int, tuple[tuple[str, int], ...]], NDArray[np.int64]] = {}
         self.taint_sets: list[tuple[Taint, ...]] = [()]
         self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
         # Bumped whenever columns are reallocated or added: snapshots rebuild their views.
@@ -122,9 +124,18 @@ class NodeTable:
         if cached is not None and cached[0] is self and cached[1] == width:
             found: NDArray[np.int64] = cached[2]
             return found
-        vec = self.vector(pod.requests)
-        vec[self.resource_index[PODS]] += 1
-        vec.flags.writeable = False
+        # Pods of one template ask for the same: their vectors are shared too.
+        key = (width, tuple(pod.requests.items()))
+        vec = self._pod_vectors.get(key)
+        if vec is None:
+            vec = self.vector(pod.requests)
+            vec[self.resource_index[PODS]] += 1
+            vec.flags.writeable = False
+            if len(self._pod_vectors) >= _POD_VECTORS_KEPT:
+                self._pod_vectors.clear()
+            # `vector` may have added a column: key by the width it has now.
+            self._pod_vectors[(len(self.resources), key[1])] = vec
+            width = len(self.resources)
         pod.table_vector = (self, width, vec)
         return vec
 

@@ -85,7 +85,7 @@ class FilterResult:
 
     @classmethod
     def all_pass(cls, size: int) -> FilterResult:
-        return cls(np.ones(size, dtype=bool))
+        return cls(_all_true(size))
 
     @classmethod
     def from_mask(
@@ -171,3 +171,17 @@ class ClusterEvent:
 
     def matches(self, other: ClusterEvent) -> bool:
         return bool(self.resource & other.resource) and bool(self.action & other.action)
+
+
+_ALL_TRUE: list[NDArray[np.bool_]] = [np.ones(0, dtype=bool)]
+
+
+def _all_true(size: int) -> NDArray[np.bool_]:
+    """A read-only all-True mask of `size` (one kept, as most calls ask for the node
+    count again and again): filters that pass everything skip an allocation each."""
+    mask = _ALL_TRUE[0]
+    if mask.size != size:
+        mask = np.ones(size, dtype=bool)
+        mask.flags.writeable = False
+        _ALL_TRUE[0] = mask
+    return mask

@@ -42,38 +42,35 @@ class BalancedAllocation:
         return Status()
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
-        columns = allocatable_and_requested(
+        counted = allocatable_and_requested(
             self.handle.snapshot, pod, nodes, self.resources, use_requested=True
         )
-        fractions = []
-        counted = []
-        everywhere = True  # every candidate has every resource (the usual case)
-        for _, alloc, req in columns:
-            has = alloc > 0
-            fraction = req / np.maximum(alloc, 1)
-            np.minimum(fraction, 1.0, out=fraction)
-            if not has.all():
-                everywhere = False
-                fraction[~has] = 0.0
-            fractions.append(fraction)
-            counted.append(has)
-        if not fractions:
+        alloc = counted.allocatable
+        k = counted.positions.size
+        if k == 0:
             return np.full(nodes.size, MAX_NODE_SCORE, dtype=np.int64)
-        if len(fractions) == 2:
+        # Utilisation fractions of every resource of every candidate (k x candidates).
+        fraction = counted.requested / np.maximum(alloc, 1)
+        np.minimum(fraction, 1.0, out=fraction)
+        has = alloc > 0
+        everywhere = bool(has.all())  # every candidate has every resource (the usual case)
+        if not everywhere:
+            fraction[~has] = 0.0
+        if k == 2:
             # kube's special case for two resources: |f1 - f2| / 2 (the population std),
             # when both count on the node; with one or none the deviation is 0.
-            std = np.abs(fractions[0] - fractions[1])
+            std = np.abs(fraction[0] - fraction[1])
             std /= 2
             if not everywhere:
-                std[~(counted[0] & counted[1])] = 0.0
+                std[~(has[0] & has[1])] = 0.0
         else:
-            f = np.array(fractions)
-            c = np.array(counted)
-            k = c.sum(axis=0)
-            mean = f.sum(axis=0) / np.maximum(k, 1)
-            dev = np.where(c, (f - mean) ** 2, 0.0).sum(axis=0) / np.maximum(k, 1)
-            std = np.where(k >= 2, np.sqrt(dev), 0.0)
-        return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+            count = has.sum(axis=0)
+            mean = fraction.sum(axis=0) / np.maximum(count, 1)
+            dev = np.where(has, (fraction - mean) ** 2, 0.0).sum(axis=0)
+            dev /= np.maximum(count, 1)
+            std = np.where(count >= 2, np.sqrt(dev), 0.0)
+        scores: NDArray[np.int64] = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+        return scores
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return [

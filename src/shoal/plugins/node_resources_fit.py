@@ -138,7 +138,10 @@ class NodeResourcesFit:
             self._checked_columns = np.array([self._checked(r) for r in names], dtype=bool)
         cols = cols[self._checked_columns[cols]]
         gpu = self._whole_gpu_position(state, pod, vector, cols)
-        state.write(_STATE_KEY, (cols, vector[cols], gpu))
+        need = vector[cols]
+        # Plain ints too, for the Filter's per-column loop (numpy scalars index slower).
+        pairs = list(zip(cols.tolist(), need.tolist(), strict=True))
+        state.write(_STATE_KEY, (cols, need, gpu, pairs))
         return None, Status()
 
     def _gpu_without_gpu_share(self, state: CycleState, pod: PodInfo) -> str:
@@ -192,17 +195,23 @@ class NodeResourcesFit:
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
         snap = self.handle.snapshot
-        cols, need, gpu = state.read(_STATE_KEY)
+        cols, need, gpu, pairs = state.read(_STATE_KEY)
         idx = nodes.index
         free = snap.free
         # One contiguous column per requested resource (the table is column-major).
-        fits = [free[:, col][idx] >= amount for col, amount in zip(cols, need, strict=True)]
+        fits = [free[:, col][idx] >= amount for col, amount in pairs]
+        if not fits:
+            return FilterResult(np.ones(nodes.size, dtype=bool))
         devices = self.handle.snapshot.gpu_devices
         if gpu >= 0 and devices is not None:
             fits[gpu] = self._whole_gpus_free(devices, idx, free[idx, cols[gpu]]) >= need[gpu]
         if self.handle.snapshot.nominations:
             self._leave_room_for_nominated(pod, nodes, cols, need, fits, gpu)
-        passed = np.logical_and.reduce(fits) if len(fits) > 1 else fits[0]
+        passed = fits[0]
+        if len(fits) > 1:
+            passed = passed & fits[1]
+            for fit in fits[2:]:
+                passed &= fit
         if passed.all():
             return FilterResult(passed)
         failures = []
@@ -223,7 +232,7 @@ class NodeResourcesFit:
         row i, nominated room included, as it would be with those pods evicted from the
         cache: preemption's victim arithmetic. None when the verdict needs more than the
         columns (whole GPUs judged per device)."""
-        cols, need, gpu = state.read(_STATE_KEY)
+        cols, need, gpu, _ = state.read(_STATE_KEY)
         if gpu >= 0:
             return None
         free = (self.handle.snapshot.free_for(pod, rows) + freed)[:, cols]
@@ -276,44 +285,44 @@ class NodeResourcesFit:
     # ---- Score ---------------------------------------------------------------------
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
-        columns = allocatable_and_requested(
+        counted = allocatable_and_requested(
             self.handle.snapshot, pod, nodes, self.score_resources, use_requested=False
         )
-        total = np.zeros(nodes.size, dtype=np.int64)
-        weight_sum = np.zeros(nodes.size, dtype=np.int64)
-        for j, alloc, req in columns:
-            if self.strategy == "LeastAllocated":
-                per_resource = least_allocated(alloc, req)
-            elif self.strategy == "MostAllocated":
-                per_resource = most_allocated(alloc, req)
-            else:
-                assert self._shape is not None
-                safe = np.where(alloc == 0, 1, alloc)
-                util = np.where(
-                    (alloc == 0) | (req > alloc), MAX_UTILIZATION, (req * MAX_UTILIZATION) // safe
-                )
-                per_resource = self._shape(util)
-            if self.strategy == "RequestedToCapacityRatio":
-                # kube's RTCR scorer leaves resources that score 0 out of the average.
-                weight = np.where((alloc > 0) & (per_resource > 0), self.weights[j], 0)
-                total += per_resource * weight
-                weight_sum += weight
-            elif alloc.all():
-                # The usual case: every candidate has some of it (cpu, memory).
-                total += per_resource * self.weights[j]
-                weight_sum += self.weights[j]
-            else:
-                # A resource with zero allocatable on a node does not count on that node
-                # (its score there is 0 already).
-                weight = (alloc > 0) * self.weights[j]
-                total += per_resource * weight
-                weight_sum += weight
-        safe_sum = np.maximum(weight_sum, 1)
-        if self.strategy == "RequestedToCapacityRatio":
-            # Go's math.Round: halves round away from zero (np.round would round to even).
-            out = np.floor(total / safe_sum + 0.5).astype(np.int64)
+        alloc, req = counted.allocatable, counted.requested
+        if not counted.positions.size:
+            return np.zeros(nodes.size, dtype=np.int64)
+        weights = self.weights[counted.positions]
+        # Every resource of every candidate at once (resources x candidates).
+        if self.strategy == "LeastAllocated":
+            per_resource = least_allocated(alloc, req)
+        elif self.strategy == "MostAllocated":
+            per_resource = most_allocated(alloc, req)
         else:
-            out = total // safe_sum
+            assert self._shape is not None
+            safe = np.where(alloc == 0, 1, alloc)
+            util = np.where(
+                (alloc == 0) | (req > alloc), MAX_UTILIZATION, (req * MAX_UTILIZATION) // safe
+            )
+            per_resource = self._shape(util)
+            # kube's RTCR scorer leaves resources that score 0 out of the average.
+            weight = np.where((alloc > 0) & (per_resource > 0), weights[:, None], 0)
+            total = (per_resource * weight).sum(axis=0)
+            weight_sum = weight.sum(axis=0)
+            # Go's math.Round: halves round away from zero (np.round would round to even).
+            out = np.floor(total / np.maximum(weight_sum, 1) + 0.5).astype(np.int64)
+            return np.where(weight_sum == 0, 0, out)
+        if alloc.all():
+            # The usual case: every candidate has some of every resource (cpu, memory).
+            weight_total = int(weights.sum())
+            if weight_total == 0:
+                return np.zeros(nodes.size, dtype=np.int64)
+            scores: NDArray[np.int64] = (weights @ per_resource) // weight_total
+            return scores
+        # A resource with zero allocatable on a node does not count on that node (its
+        # score there is 0 already).
+        weight = (alloc > 0) * weights[:, None]
+        weight_sum = weight.sum(axis=0)
+        out = (per_resource * weight).sum(axis=0) // np.maximum(weight_sum, 1)
         return np.where(weight_sum == 0, 0, out)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:

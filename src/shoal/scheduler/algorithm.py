@@ -131,7 +131,8 @@ class PlacementAlgorithm:
         if not status.ok:
             return None, status, None
         scores = fwk.run_score(state, pod, feasible)
-        if scores.max() > fwk.max_total_score or scores.min() < 0:
+        top = int(scores.max())
+        if top > fwk.max_total_score or scores.min() < 0:
             fwk.check_scores(state, pod, feasible)  # raises, naming the plugin
         if self._prioritizing(pod):
             added = prioritize_with_extenders(
@@ -141,7 +142,8 @@ class PlacementAlgorithm:
                 names = snap.names[feasible.rows]
                 extra = (added.get(str(name), 0) for name in names)
                 scores = scores + np.fromiter(extra, dtype=scores.dtype, count=len(names))
-        return str(snap.names[self._select_host(feasible, scores)]), Status(), None
+                top = int(scores.max())
+        return str(snap.names[self._select_host(feasible, scores, top)]), Status(), None
 
     # ---- extenders -----------------------------------------------------------------
 
@@ -212,12 +214,25 @@ class PlacementAlgorithm:
         """The first numFeasibleNodesToFind passing nodes, starting where the last cycle
         stopped (kube's nextStartNodeIndex rotation)."""
         cands = outcome.candidates
+        size = cands.size
+        if size == 0:
+            return None
+        start = self._next_start_node_index % size
+        limit = num_feasible_nodes_to_find(size, fwk.percentage_of_nodes_to_score)
+        if outcome.passed.all():
+            # Every candidate passed (the usual case on a cluster with room): the first
+            # `limit` from `start` on, without searching the mask.
+            count = min(limit, size)
+            positions = np.arange(start, start + count, dtype=np.intp)
+            if start + count > size:
+                positions %= size
+            processed = count if size > limit else size
+            self._next_start_node_index = (start + processed) % size
+            rows = positions if isinstance(cands.index, slice) else cands.rows[positions]
+            return Candidates.of(rows)
         positions = np.flatnonzero(outcome.passed)
         if positions.size == 0:
             return None
-        size = cands.size
-        start = self._next_start_node_index % size
-        limit = num_feasible_nodes_to_find(size, fwk.percentage_of_nodes_to_score)
         if start:
             split = int(np.searchsorted(positions, start))
             positions = np.concatenate([positions[split:], positions[:split]])
@@ -230,7 +245,7 @@ class PlacementAlgorithm:
         rows = positions if isinstance(cands.index, slice) else cands.rows[positions]
         return Candidates.of(rows)
 
-    def _select_host(self, nodes: Candidates, scores: np.ndarray) -> int:
-        best = np.flatnonzero(scores == scores.max())
+    def _select_host(self, nodes: Candidates, scores: np.ndarray, top: int) -> int:
+        best = np.flatnonzero(scores == top)
         pick = best[0] if best.size == 1 else best[self.rng.integers(best.size)]
         return int(nodes.rows[pick])

@@ -151,7 +151,7 @@ class _FirstInOrder(PlacementAlgorithm):
     """Equal best scores go to the candidate in the lowest row (nodes were added in the
     seed's random order, so this is "a fixed random node order per seed")."""
 
-    def _select_host(self, nodes: Candidates, scores: np.ndarray) -> int:
+    def _select_host(self, nodes: Candidates, scores: np.ndarray, top: int) -> int:
         return int(nodes.rows[int(np.argmax(scores))])
 
 

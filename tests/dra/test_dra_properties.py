@@ -1,15 +1,20 @@
-"""Property: whatever pods, claims and deletions come, no device is ever allocated to
-two claims at once (counted allocations: written or assumed), and every bound pod's
-claims are allocated on its node."""
+"""Property: whatever pods, claims, deletions and preemptions come, no device is ever
+allocated to two claims at once (counted allocations: written or assumed; and written
+allocations of claims in use by a running pod), and every bound pod's claims are
+allocated on its node."""
 
 from __future__ import annotations
+
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.cache.dra import DeviceCatalog
+from shoal.cache.dra import RECENT_DEPARTURES, DeviceCatalog
 from shoal.testing import SchedulerHarness, make_node, make_pod
 from shoal.testing.dra import DRIVER, device_class, gpu_slice, resource_claim, with_claims
+
+from .test_dra_preemption import play_claim_controller
 
 _claims = st.lists(
     st.tuples(
@@ -95,3 +100,67 @@ def test_no_device_is_allocated_twice(
                 h.delete_pod(key)
         h.advance(20)
         _check(h)
+
+
+def _check_in_use(h: SchedulerHarness) -> None:
+    """No device is in the written allocation of two claims a placed pod uses, and the
+    departed pods remembered are bounded by what the claims name."""
+    catalog = DeviceCatalog.of(h.scheduler.handle)
+    placed = h.scheduler.cluster.placed
+    owner: dict[tuple[str, str, str], str] = {}
+    named = 0
+    for key, claim in sorted(catalog.claims.items()):
+        status = claim.status
+        named += len(status.reserved_for)
+        if status.allocation is None or not any(r.uid in placed for r in status.reserved_for):
+            continue
+        for r in status.allocation.devices.results:
+            device = (r.driver, r.pool, r.device)
+            assert device not in owner, f"{device} in use by {owner[device]} and {key}"
+            owner[device] = key
+    assert catalog.departed <= named + RECENT_DEPARTURES
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    gpus=st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=2),
+    waves=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from([0, 100, 1000]), st.integers(min_value=1, max_value=2)),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    controller=st.booleans(),
+)
+def test_preemption_never_gives_a_device_to_two_claims(
+    gpus: list[int], waves: list[list[tuple[int, int]]], controller: bool
+) -> None:
+    h = SchedulerHarness()
+    h.add_dra(device_class())
+    for i, count in enumerate(gpus):
+        h.add_nodes(make_node(f"n{i}").capacity(cpu="64", memory="256Gi"))
+        h.add_dra(gpu_slice(f"n{i}", count=count))
+    made = 0
+    for later, wave in enumerate(waves):
+        for priority, count in wave:
+            name = f"p{made}"
+            made += 1
+            h.add_dra(resource_claim(name, count=count))
+            # Later waves tend to outrank the earlier ones: preemption is exercised.
+            pod = make_pod(name).priority(priority + 100 * later)
+            h.add_pods(with_claims(pod, gpu=name))
+        h.advance(30)
+        _check(h)
+        _check_in_use(h)
+        if controller:
+            play_claim_controller(h)
+            h.advance(30)
+            _check(h)
+            _check_in_use(h)
+    # Every eviction was for a preemptor of higher priority.
+    for key, reason in h.evicted.items():
+        found = re.search(r"preempted by \S+ \(priority (-?\d+) > (-?\d+)\)", reason)
+        assert found is not None and int(found[1]) > int(found[2]), (key, reason)

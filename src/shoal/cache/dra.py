@@ -8,12 +8,23 @@ harness directly; `shoal.scheduler.dra`). The DynamicResources plugin reads it.
   node they are on (a node row per cycle, `GLOBAL` for `allNodes` slices), and per
   selector a boolean column (`match`), computed once per slice generation with the
   evaluation itself cached by what the expression can see of a device
-  (`shoal.cache.dra_cel`). Only the newest generation of a pool counts, as in kube.
+  (`shoal.cache.dra_cel`); the devices where evaluating a selector failed are kept
+  with the error (`selector_failure`). Only the newest generation of a pool counts, as
+  in kube.
 * **Allocated devices** are those of claims with an allocation: written in
   `status.allocation` (from the API) or chosen by this scheduler and not echoed yet
   (*assumed*). A claim whose users (pods placed in the cache, and pods in its
   `status.reservedFor` that are not known to be gone) have all left counts no more:
-  the resource-claim controller deallocates it, Shoal does not wait to see that.
+  the resource-claim controller deallocates it, Shoal does not wait to see that. The
+  same holds inside a what-if: a preemption victim taken off its node in a transaction
+  frees the devices of the claims only it used (kube's DRA preemption, KEP-5690).
+* **Departed pods** are remembered only while a claim still names them in
+  `status.reservedFor` (the controller removes them, or the claim goes), plus the
+  last `RECENT_DEPARTURES` that no claim names (a claim written for a pod may be seen
+  after the pod is gone): memory is bounded by the claims the cache holds.
+* **Nominated preemptors** (`nominees`, `leaving`): the plugin keeps the devices a
+  nominated pod with claims will take on its node away from pods of lower priority,
+  as kube keeps nominated room.
 * **Placement observer.** When a pending pod is assumed on a node (a single pod, a
   gang member in its transaction, a what-if), its unallocated claims are allocated on
   that node at once, so the next pod of the same cycle or gang sees those devices
@@ -26,7 +37,7 @@ Nothing here performs I/O; it is created once per scheduler (`DeviceCatalog.of`)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -46,9 +57,10 @@ from shoal.cache.cluster import ClusterState, observer_service
 from shoal.cache.dra_alloc import GLOBAL, Constraint, Req, allocate
 from shoal.cache.dra_cel import CompiledSelector
 
-__all__ = ["GLOBAL", "Assumed", "DeviceCatalog", "DeviceId", "PodPlan"]
+__all__ = ["GLOBAL", "RECENT_DEPARTURES", "Assumed", "DeviceCatalog", "DeviceId", "PodPlan"]
 
 _SERVICE = "dra"
+RECENT_DEPARTURES = 1024  # departed claim users no claim names yet, kept for late echoes
 
 DeviceId = tuple[str, str, str]  # driver, pool, device
 
@@ -76,6 +88,8 @@ class PodPlan:
     reqs: list[Req]
     constraints: list[Constraint]
     version: int
+    # Devices kept for nominated pods of equal or higher priority (not for this pod).
+    held: NDArray[np.bool_] | None = None
 
 
 @dataclass
@@ -100,6 +114,8 @@ class DeviceCatalog:
         self._rows: NDArray[np.intp] = np.zeros(0, np.intp)
         self._rows_key: tuple[int, int, int] = (-1, -1, -1)
         self._match: dict[tuple[str, ...], NDArray[np.bool_]] = {}
+        # expression -> {device index: why evaluating it there failed}, in table order.
+        self._errors: dict[str, dict[int, str]] = {}
         self._codes: dict[str, NDArray[np.int64]] = {}
         self._code_of: dict[str, dict[object, int]] = {}
         # Allocations.
@@ -107,8 +123,16 @@ class DeviceCatalog:
         self._sticky: dict[str, Assumed] = {}
         self._users: dict[str, set[str]] = {}  # claim key -> uids placed in the cache
         self._pod_claims: dict[str, list[str]] = {}  # uid -> claim keys
-        self._gone: set[str] = set()  # uids that left the cache
+        # uid -> keys of the claims whose status.reservedFor names it.
+        self._listed: dict[str, set[str]] = {}
+        # Pods that left the cache: named by a claim's reservedFor (`_gone`, pruned when
+        # no claim names them any more), or not (`_left`, the newest RECENT_DEPARTURES,
+        # oldest first, moved to `_gone` if a claim naming them arrives late).
+        self._gone: set[str] = set()
+        self._left: dict[str, None] = {}
         self._ever_used: set[str] = set()
+        self._nominees: list[tuple[str, str, PodInfo]] = []
+        self._nominees_version = -1
         # Allocated devices, kept incrementally: per device the claims holding it, per
         # claim the devices marked, and the claims changed since (`free`).
         self._taken: NDArray[np.int32] = np.zeros(0, np.int32)
@@ -128,11 +152,13 @@ class DeviceCatalog:
     def upsert_class(self, obj: DeviceClass) -> None:
         self.classes[obj.metadata.name] = obj
         self._match.clear()
+        self._errors.clear()
         self.version += 1
 
     def delete_class(self, name: str) -> None:
         self.classes.pop(name, None)
         self._match.clear()
+        self._errors.clear()
         self.version += 1
 
     def upsert_slice(self, obj: ResourceSlice) -> None:
@@ -149,6 +175,8 @@ class DeviceCatalog:
 
     def upsert_claim(self, obj: ResourceClaim) -> None:
         key = obj.key
+        old = self.claims.get(key)
+        self._relist(key, old, obj)
         self.claims[key] = obj
         if obj.status.allocation is not None:
             self.assumed.pop(key, None)  # the API has the word now
@@ -162,11 +190,37 @@ class DeviceCatalog:
 
     def delete_claim(self, namespace: str, name: str) -> None:
         key = f"{namespace or 'default'}/{name}"
-        self.claims.pop(key, None)
+        self._relist(key, self.claims.pop(key, None), None)
         self.assumed.pop(key, None)
         self._sticky.pop(key, None)
+        if key not in self._users:
+            self._ever_used.discard(key)  # a claim made again by that name starts afresh
         self._dirty.add(key)
         self.version += 1
+
+    def _relist(self, key: str, old: ResourceClaim | None, new: ResourceClaim | None) -> None:
+        """Keep `_listed` (and the departed pods worth remembering) in step with the
+        claim's status.reservedFor."""
+        before = {r.uid for r in old.status.reserved_for} if old is not None else set()
+        after = {r.uid for r in new.status.reserved_for} if new is not None else set()
+        for uid in after - before:
+            self._listed.setdefault(uid, set()).add(key)
+            if uid in self._left:
+                del self._left[uid]
+                self._gone.add(uid)  # it left before the claim naming it was seen
+        for uid in before - after:
+            keys = self._listed.get(uid)
+            if keys is None:
+                continue
+            keys.discard(key)
+            if not keys:
+                del self._listed[uid]
+                self._gone.discard(uid)  # no claim names it: nothing to remember
+
+    @property
+    def departed(self) -> int:
+        """How many departed pods the catalog remembers (bounded, see the module)."""
+        return len(self._gone) + len(self._left)
 
     def upsert_template(self, obj: ResourceClaimTemplate) -> None:
         self.templates[obj.key] = obj
@@ -213,6 +267,7 @@ class DeviceCatalog:
         self._table = table
         self._table_version = self._slices_version
         self._match.clear()
+        self._errors.clear()
         self._codes.clear()
         self._code_of.clear()
         self._rows_key = (-1, -1, -1)
@@ -245,18 +300,43 @@ class DeviceCatalog:
         for sel in chosen:
             single = self._match.get((sel.expression,))
             if single is None:
-                single = np.fromiter(
-                    (
-                        sel.matches(driver, dev)
-                        for (driver, _, _), dev in zip(table.ids, table.devices, strict=True)
-                    ),
-                    dtype=bool,
-                    count=len(table.ids),
-                )
+                single = np.zeros(len(table.ids), dtype=bool)
+                errors: dict[int, str] = {}
+                for i, ((driver, _, _), dev) in enumerate(
+                    zip(table.ids, table.devices, strict=True)
+                ):
+                    outcome = sel.outcome(driver, dev)
+                    if isinstance(outcome, str):
+                        errors[i] = outcome
+                    elif outcome:
+                        single[i] = True
                 self._match[(sel.expression,)] = single
+                self._errors[sel.expression] = errors
             mask &= single
         self._match[key] = mask
         return mask
+
+    def selector_failure(
+        self, selectors: Sequence[CompiledSelector]
+    ) -> tuple[int, int, str] | None:
+        """(position of the selector, device index, error) of the first failed
+        evaluation on a device of a node (in the cache, or of every node) that every
+        earlier selector accepted, or None. Kube's allocator evaluates a class's
+        selectors, then the request's, in order, stops at the first that does not
+        match, and fails on an evaluation error. `match(selectors)` must have been
+        called (per device table)."""
+        if not any(self._errors.get(s.expression) for s in selectors):
+            return None
+        reached = self.rows() != -1
+        for position, sel in enumerate(selectors):
+            for device, why in self._errors.get(sel.expression, {}).items():
+                if reached[device]:
+                    return position, device, why
+            single = self._match.get((sel.expression,))
+            if single is None:
+                return None
+            reached = reached & single
+        return None
 
     def codes(self, attribute: str) -> NDArray[np.int64]:
         """Per device: an integer code of the attribute's value (-1 without it)."""
@@ -340,6 +420,42 @@ class DeviceCatalog:
             self._free = taken == 0
         return self._free
 
+    # ---- nominated preemptors -----------------------------------------------------------
+
+    def nominees(self) -> list[tuple[str, str, PodInfo]]:
+        """(uid, node, pod) of the nominated pods that have claims (cached per change
+        of the nominations: pods without claims never look at them)."""
+        cluster = self.cluster
+        if self._nominees_version != cluster.nominations_version:
+            self._nominees = [
+                (uid, node, other)
+                for uid, (node, other) in cluster.nominations.items()
+                if other.pod.spec.resource_claims
+            ]
+            self._nominees_version = cluster.nominations_version
+        return self._nominees
+
+    def leaving(self) -> NDArray[np.bool_]:
+        """Per device: allocated only to claims every user of which is being evicted
+        (free once the victims are gone; `free()` first)."""
+        out = np.zeros(len(self._table.ids), dtype=bool)
+        evicting = self.cluster.evicting
+        seen: set[str] = set()
+        for uid in evicting:
+            for key in self._pod_claims.get(uid, ()):
+                marked = self._marked.get(key)
+                if key in seen or not marked:
+                    continue
+                seen.add(key)
+                users = set(self._users.get(key, ()))
+                claim = self.claims.get(key)
+                if claim is not None:
+                    users.update(r.uid for r in claim.status.reserved_for)
+                users -= self._gone
+                if users and users <= evicting:
+                    out[list(marked)] = True
+        return out
+
     # ---- placement observer -----------------------------------------------------------
 
     def pod_placed(self, row: int, pod: PodInfo) -> None:
@@ -348,6 +464,7 @@ class DeviceCatalog:
         keys = [use.key for use in pod_claim_names(pod.pod) if use.key]
         self._pod_claims[pod.uid] = keys
         self._gone.discard(pod.uid)
+        self._left.pop(pod.uid, None)
         for key in keys:
             self._users.setdefault(key, set()).add(pod.uid)
             self._ever_used.add(key)
@@ -368,6 +485,8 @@ class DeviceCatalog:
         self.table()
         rows = self.rows()
         free = self.free()
+        if plan.held is not None and plan.held.size == free.size:
+            free = free & ~plan.held  # what nominated preemptors will take stays theirs
         devices = np.flatnonzero((rows == row) | (rows == GLOBAL))
         sticky = self._reuse(todo, node, free)
         if sticky:
@@ -424,7 +543,14 @@ class DeviceCatalog:
             # Still placed: its node left the cache (the pod still exists) or it is
             # being moved to another node. It keeps using its claims.
             return
-        self._gone.add(pod.uid)
+        if pod.uid in self._listed:
+            self._gone.add(pod.uid)
+        else:
+            left = self._left
+            left.pop(pod.uid, None)
+            left[pod.uid] = None
+            if len(left) > RECENT_DEPARTURES:
+                del left[next(iter(left))]
         keys = self._pod_claims.pop(pod.uid, [])
         self._dirty.update(keys)
         for key in keys:

@@ -13,8 +13,9 @@ cel-python (`celpy`, the interpreted runner).
 * Evaluation is cached by the device's content as far as the expression can see it
   (the attributes and capacities it names), so identical GPUs on thousands of nodes
   cost one evaluation. An expression that fails at run time (a missing attribute,
-  an unknown function) does not match the device; Kubernetes reports such a failure
-  as an allocation error instead (see docs/dra.md).
+  an unknown function, a result that is not a bool) does not match the device, and
+  `outcome` says why, so the plugin can refuse the pod naming the claim, the selector
+  and the error, as kube-scheduler reports such a failure (see docs/dra.md).
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ class CompiledSelector:
     program: Any
     # Names the expression mentions (None: it iterates over maps, see everything).
     names: frozenset[str] | None
-    results: dict[tuple[object, ...], bool] = field(default_factory=dict)
+    # Per device view: True or False, or why evaluating the expression failed.
+    results: dict[tuple[object, ...], bool | str] = field(default_factory=dict)
 
     def _view(self, driver: str, device: SliceDevice) -> tuple[object, ...]:
         """The part of the device the expression can see, hashable (the cache key)."""
@@ -167,6 +169,11 @@ class CompiledSelector:
         return (driver, attrs, caps)
 
     def matches(self, driver: str, device: SliceDevice) -> bool:
+        return self.outcome(driver, device) is True
+
+    def outcome(self, driver: str, device: SliceDevice) -> bool | str:
+        """Whether the expression accepts the device, or (a non-empty string) why
+        evaluating it on the device failed."""
         key = self._view(driver, device)
         found = self.results.get(key)
         if found is None:
@@ -174,7 +181,7 @@ class CompiledSelector:
             self.results[key] = found
         return found
 
-    def _evaluate(self, driver: str, device: SliceDevice) -> bool:
+    def _evaluate(self, driver: str, device: SliceDevice) -> bool | str:
         from celpy import celtypes
 
         attributes: dict[str, dict[str, Any]] = {}
@@ -199,9 +206,34 @@ class CompiledSelector:
         }
         try:
             result = self.program.evaluate(activation)
-        except Exception:
-            return False
-        return isinstance(result, bool | celtypes.BoolType) and bool(result)
+        except Exception as err:
+            return _runtime_error(err)
+        if isinstance(result, Exception):  # celpy may return an error as the value
+            return _runtime_error(result)
+        if isinstance(result, bool | celtypes.BoolType):
+            return bool(result)
+        return f"the result is {_type_name(result)} {_shorten(repr(result), 60)}, not a bool"
+
+
+def _runtime_error(err: BaseException) -> str:
+    """A one-line account of a CEL evaluation error (celpy's CELEvalError carries
+    (message, exception type, details); its messages can embed the whole activation)."""
+    args = err.args
+    text = str(args[0]) if args else ""
+    text = text.split(" (in activation", 1)[0].strip() or type(err).__name__
+    details = args[2] if len(args) > 2 else None
+    if text == "no such key" and isinstance(details, tuple) and details:
+        text += ": " + ", ".join(repr(str(d)) for d in details)
+    return _shorten(text, 200)
+
+
+def _type_name(value: object) -> str:
+    name = type(value).__name__
+    return name[:-4].lower() if name.endswith("Type") else name
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _map_of_maps(values: dict[str, dict[str, Any]]) -> celtypes.MapType:

@@ -11,7 +11,15 @@ kube-scheduler's Dynamic Resource Allocation for the core subset (docs/dra.md).
   are judged against every node's free devices at once (`shoal.cache.dra_alloc`).
   What Shoal cannot allocate yet (firstAvailable, adminAccess, consumable capacity,
   distinctAttribute, a selector CEL cannot compile) refuses the pod with a message
-  naming the claim, the field and what to do.
+  naming the claim, the field and what to do; so does a selector whose evaluation
+  fails on a device of a node (kube's "CEL runtime error"), naming the device and
+  the error too. Devices a nominated preemptor of equal or higher priority will take
+  on its node are not offered (kube keeps nominated room the same way), so the
+  devices its victims free are not taken by another pod before it is retried.
+* Preemption: PreFilter and Filter judge the cache as it is, so in a victim search's
+  transaction (victims taken off their node) the devices of claims only the victims
+  used count as free (`shoal.cache.dra`): a pod asking for devices can preempt the
+  pods holding them.
 * Filter indexes the verdict; the explanations count per node, in kube's FitError.
 * The devices are chosen when the pod is assumed on its node (the `DeviceCatalog`
   observes placements, so gang members and later pods see them taken); Reserve
@@ -35,7 +43,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from shoal.api.dra import ClaimUse, ResourceClaim, pod_claim_names
+from shoal.api.dra import ClaimUse, DeviceSelector, ResourceClaim, pod_claim_names
 from shoal.api.podinfo import PodInfo, controlled_by_pod
 from shoal.cache.dra import GLOBAL, DeviceCatalog, PodPlan
 from shoal.cache.dra_alloc import Constraint, Req, allocate, feasible
@@ -155,6 +163,9 @@ class DynamicResources:
         n = self.handle.snapshot.n
         rows = catalog.rows()
         free = catalog.free()
+        held = self._held_for_nominees(pod, claims, rows, free)
+        if held is not None:
+            free = free & ~held
         passed = np.ones(n, dtype=bool)
         failures: list[Failure] = []
         reqs: list[Req] = []
@@ -172,10 +183,10 @@ class DynamicResources:
                     failures.append(Failure(reason, bad, _UNRESOLVABLE))
                     passed &= allowed
                 continue
-            problem = self._requests(claim, reqs, constraints)
+            problem = self._requests(claim, reqs, constraints, evaluated=True)
             if problem:
                 return None, Status(_UNRESOLVABLE, problem)
-        catalog.plans[pod.uid] = PodPlan(reqs, constraints, catalog.table_version)
+        catalog.plans[pod.uid] = PodPlan(reqs, constraints, catalog.table_version, held)
         if reqs:
 
             def exact(row: int) -> bool:
@@ -217,10 +228,67 @@ class DynamicResources:
             allowed &= only
         return allowed
 
+    def _held_for_nominees(
+        self,
+        pod: PodInfo,
+        claims: list[ResourceClaim],
+        rows: NDArray[np.intp],
+        free: NDArray[np.bool_],
+    ) -> NDArray[np.bool_] | None:
+        """Devices kept for nominated pods of equal or higher priority than `pod`
+        (kube's rule for nominated room), on their nominated nodes: the devices each
+        would be allocated there now. While its victims are still being evicted, the
+        devices they will free count for it too, and what of its choice is free now
+        is kept. None when nothing is kept."""
+        nominees = self.catalog.nominees()
+        if not nominees:
+            return None
+        catalog = self.catalog
+        row_of = self.handle.snapshot.row_of
+        mine = {c.key for c in claims}
+        held: NDArray[np.bool_] | None = None
+        leaving: NDArray[np.bool_] | None = None
+        for uid, node, other in nominees:
+            row = row_of.get(node)
+            if uid == pod.uid or other.priority < pod.priority or row is None:
+                continue
+            theirs, status = self._claims(other)
+            if not status.ok:
+                continue
+            reqs: list[Req] = []
+            constraints: list[Constraint] = []
+            todo = [c for c in theirs if c.key not in mine and catalog.allocated(c.key) is None]
+            if not todo or any(self._requests(c, reqs, constraints) for c in todo):
+                continue
+            available = free if held is None else free & ~held
+            devices = np.flatnonzero((rows == row) | (rows == GLOBAL)).astype(np.intp)
+            chosen = allocate(reqs, constraints, devices, available)
+            if chosen is None:
+                if leaving is None:
+                    leaving = catalog.leaving()
+                soon = leaving if held is None else leaving & ~held
+                chosen = allocate(reqs, constraints, devices, available | soon)
+            if chosen is None:
+                continue
+            if held is None:
+                held = np.zeros_like(free)
+            for devs in chosen:
+                held[np.array(devs, dtype=np.intp)] = True
+        if held is not None:
+            held &= free  # what is not free yet is not offered anyway
+        return held
+
     def _requests(
-        self, claim: ResourceClaim, reqs: list[Req], constraints: list[Constraint]
+        self,
+        claim: ResourceClaim,
+        reqs: list[Req],
+        constraints: list[Constraint],
+        *,
+        evaluated: bool = False,
     ) -> str:
-        """Add the claim's requests; the refusal's text when Shoal cannot judge them."""
+        """Add the claim's requests; the refusal's text when Shoal cannot judge them.
+        With `evaluated`, also when a selector fails to evaluate on a device of a node
+        (kube's CEL runtime error; see `DeviceCatalog.selector_failure`)."""
         name = claim.metadata.name
         spec = claim.spec.devices
         where = f"resourceclaim {claim.key}"
@@ -252,7 +320,7 @@ class DynamicResources:
             if device_class is None:
                 return f'deviceclass "{exact.device_class_name}" not found (requested by {where})'
             selectors: list[CompiledSelector] = []
-            sources = [
+            sources: list[tuple[str, DeviceSelector]] = [
                 (f"deviceclass {exact.device_class_name} spec.selectors[{j}]", sel)
                 for j, sel in enumerate(device_class.spec.selectors)
             ] + [
@@ -271,13 +339,26 @@ class DynamicResources:
                     )
             if exact.allocation_mode == "ExactCount" and exact.count < 1:
                 return f"{where}: {field_path}.exactly.count must be at least 1"
+            match = self.catalog.match(selectors)
+            if evaluated:
+                failure = self.catalog.selector_failure(selectors)
+                if failure is not None:
+                    position, device, why = failure
+                    path, sel = sources[position]
+                    expression = sel.cel.expression if sel.cel is not None else ""
+                    ident = "/".join(self.catalog.table().ids[device])
+                    return (
+                        f"{where}: {path}.cel.expression {_quoted(expression)} failed on "
+                        f"device {ident}: CEL runtime error: {why}; guard attributes a "
+                        f"device may lack with has(...) ({_DOCS})"
+                    )
             by_name[request.name] = len(reqs)
             reqs.append(
                 Req(
                     claim.key,
                     request.name,
                     exact.device_class_name,
-                    self.catalog.match(selectors),
+                    match,
                     all_mode=exact.allocation_mode == "All",
                     count=exact.count,
                     has_selectors=bool(exact.selectors),
@@ -372,3 +453,8 @@ class DynamicResources:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DynamicResources:
         return cls(handle)
+
+
+def _quoted(expression: str, limit: int = 120) -> str:
+    text = expression if len(expression) <= limit else expression[: limit - 3] + "..."
+    return f"({text!r})"

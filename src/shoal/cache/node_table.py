@@ -92,6 +92,7 @@ class NodeTable:
         self.generation = 0
         # Bumped only when a node is added, changed or removed (not on pod placement).
         self.nodes_version = 0
+        self._cordoned_at = (-1, False)  # (nodes_version, any row unschedulable)
 
     # ---- resource columns ----------------------------------------------------------
 
@@ -138,6 +139,14 @@ class NodeTable:
             width = len(self.resources)
         pod.table_vector = (self, width, vec)
         return vec
+
+    def any_unschedulable(self) -> bool:
+        """Is any node cordoned? (Rechecked only when nodes change.)"""
+        version, cordoned = self._cordoned_at
+        if version != self.nodes_version:
+            cordoned = bool(self.unschedulable[: self.n].any())
+            self._cordoned_at = (self.nodes_version, cordoned)
+        return cordoned
 
     # ---- rows ----------------------------------------------------------------------
 

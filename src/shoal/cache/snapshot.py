@@ -155,6 +155,10 @@ class Snapshot:
     def host_ports(self, row: int) -> list[HostPort]:
         return self._cluster.table.host_ports[row]
 
+    def any_unschedulable(self) -> bool:
+        """Is any node cordoned (`spec.unschedulable`)?"""
+        return self._cluster.table.any_unschedulable()
+
     def rows_with_host_ports(self) -> NDArray[np.intp]:
         table = self._cluster.table
         return np.flatnonzero(table.host_port_count[: table.n])

@@ -173,15 +173,18 @@ class ClusterEvent:
         return bool(self.resource & other.resource) and bool(self.action & other.action)
 
 
-_ALL_TRUE: list[NDArray[np.bool_]] = [np.ones(0, dtype=bool)]
+_ALL_TRUE: dict[int, NDArray[np.bool_]] = {}
+_ALL_TRUE_KEPT = 64  # distinct sizes (node counts, preemption's one-row checks, ...)
 
 
 def _all_true(size: int) -> NDArray[np.bool_]:
-    """A read-only all-True mask of `size` (one kept, as most calls ask for the node
-    count again and again): filters that pass everything skip an allocation each."""
-    mask = _ALL_TRUE[0]
-    if mask.size != size:
+    """A read-only all-True mask of `size`, shared: filters that pass everything skip
+    an allocation each (most calls ask for the node count again and again)."""
+    mask = _ALL_TRUE.get(size)
+    if mask is None:
+        if len(_ALL_TRUE) >= _ALL_TRUE_KEPT:
+            _ALL_TRUE.clear()
         mask = np.ones(size, dtype=bool)
         mask.flags.writeable = False
-        _ALL_TRUE[0] = mask
+        _ALL_TRUE[size] = mask
     return mask

@@ -45,6 +45,7 @@ _STATE_KEY = "PreFilter" + NAME
 _GPU_SHARE = "GpuShare"  # the plugin that places devices (plugins never import each other)
 MAX_CUSTOM_PRIORITY_SCORE = 10  # RequestedToCapacityRatio shape scores are 0..10
 MAX_UTILIZATION = 100
+_CHECKED_KEPT = 4096  # request vectors whose checked columns are remembered
 
 Scorer = Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]], NDArray[np.int64]]
 
@@ -106,6 +107,10 @@ class NodeResourcesFit:
         self._ignored = set(args.ignored_resources) | set(DEVICE_LEVEL_RESOURCES)
         self._ignored_groups = set(args.ignored_resource_groups)
         self._checked_columns: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        self._checked_of: dict[
+            int,
+            tuple[NDArray[np.int64], NDArray[np.intp], NDArray[np.int64], list[tuple[int, int]]],
+        ] = {}
         self._shape: Callable[[NDArray[np.int64]], NDArray[np.int64]] | None = None
         if strategy.requested_to_capacity_ratio is not None:
             factor = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
@@ -132,17 +137,34 @@ class NodeResourcesFit:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, unplaceable)
         snap = self.handle.snapshot
         vector = snap.pod_vector(pod)
-        cols = np.flatnonzero(vector)
-        names = snap.resources
-        if len(self._checked_columns) != len(names):  # columns are only ever appended
-            self._checked_columns = np.array([self._checked(r) for r in names], dtype=bool)
-        cols = cols[self._checked_columns[cols]]
+        checked = self._checked_of.get(id(vector))
+        if checked is None or checked[0] is not vector:
+            checked = self._checked_for(vector)
+        _, cols, need, pairs = checked
         gpu = self._whole_gpu_position(state, pod, vector, cols)
-        need = vector[cols]
-        # Plain ints too, for the Filter's per-column loop (numpy scalars index slower).
-        pairs = list(zip(cols.tolist(), need.tolist(), strict=True))
         state.write(_STATE_KEY, (cols, need, gpu, pairs))
         return None, Status()
+
+    def _checked_for(
+        self, vector: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.intp], NDArray[np.int64], list[tuple[int, int]]]:
+        """The columns Filter checks for a request vector, the amounts, and both as
+        plain ints (numpy scalars index slower). Kept per vector: pods of one shape share
+        their vector (`NodeTable.pod_vector`), so most pods find theirs here."""
+        names = self.handle.snapshot.resources
+        if len(self._checked_columns) != len(names):  # columns are only ever appended
+            self._checked_columns = np.array([self._checked(r) for r in names], dtype=bool)
+        cols = np.flatnonzero(vector)
+        cols = cols[self._checked_columns[cols]]
+        need = vector[cols]
+        cols.flags.writeable = need.flags.writeable = False  # shared by many cycles
+        pairs = list(zip(cols.tolist(), need.tolist(), strict=True))
+        if len(self._checked_of) >= _CHECKED_KEPT:
+            self._checked_of.clear()
+        # The vector is kept with its entry, so its id is not reused while it is here.
+        entry = (vector, cols, need, pairs)
+        self._checked_of[id(vector)] = entry
+        return entry
 
     def _gpu_without_gpu_share(self, state: CycleState, pod: PodInfo) -> str:
         """Why a pod asking for GPU devices the `nvidia.com/gpu` column cannot see (a

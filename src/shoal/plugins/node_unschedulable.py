@@ -39,8 +39,11 @@ class NodeUnschedulable:
         self.handle = handle
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
-        cordoned = self.handle.snapshot.unschedulable[nodes.index]
-        if not cordoned.any() or pod.tolerates(UNSCHEDULABLE_TAINT):
+        snap = self.handle.snapshot
+        if not snap.any_unschedulable() or pod.tolerates(UNSCHEDULABLE_TAINT):
+            return FilterResult.all_pass(nodes.size)
+        cordoned = snap.unschedulable[nodes.index]
+        if not cordoned.any():
             return FilterResult.all_pass(nodes.size)
         return FilterResult.from_mask(~cordoned, REASON, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 

@@ -55,6 +55,7 @@ __all__ = [
     "PodGroupCondition",
     "PodGroupSpec",
     "PodGroupStatus",
+    "PodGroupSubGroupStatus",
     "UpstreamPodGroup",
     "VolcanoPodGroup",
     "group_of",
@@ -116,6 +117,17 @@ class PodGroupCondition(_Base):
     observed_generation: int | None = None
 
 
+class PodGroupSubGroupStatus(_Base):
+    """A role of a gang with sub-groups (`shoal.dev/sub-groups`) and its pods' counts."""
+
+    name: str
+    min_member: int = 0  # the role's own minimum
+    members: int = 0  # its pods that exist and have not finished
+    scheduled: int = 0  # of those, bound to a node (placed)
+    running: int = 0  # of those, started by their kubelet (phase Running)
+    succeeded: int = 0
+
+
 class PodGroupStatus(_Base):
     # Every phase scheduler-plugins defines: objects its controller wrote must decode.
     phase: Literal[
@@ -136,6 +148,7 @@ class PodGroupStatus(_Base):
     failed: int = 0
     schedule_start_time: str | None = None
     conditions: list[PodGroupCondition] = []
+    sub_groups: list[PodGroupSubGroupStatus] = []  # written by Shoal for gangs with roles
 
 
 class PodGroup(_Base):

@@ -58,6 +58,7 @@ __all__ = [
     "Nominate",
     "NullEffects",
     "QueueStatus",
+    "SubGroupStatus",
     "Unschedulable",
     "annotate",
     "annotations_of",
@@ -150,6 +151,20 @@ class BindFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class SubGroupStatus:
+    """One role (sub-group) of a pod group, counted as the group is: its members (pods
+    that exist and have not finished), of those bound to a node and started by their
+    kubelet, and those that succeeded, against the role's own minMember."""
+
+    name: str
+    min_member: int
+    members: int
+    scheduled: int  # bound (placed), started or not
+    running: int  # of those, started by a kubelet (pod phase Running)
+    succeeded: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class GroupStatus:
     """The observed state of a pod group, for its PodGroup object's status."""
 
@@ -164,6 +179,7 @@ class GroupStatus:
     succeeded: int
     failed: int
     reason: str = ""
+    sub_groups: tuple[SubGroupStatus, ...] = ()  # per role, in declared order (if any)
 
 
 @dataclass(frozen=True, slots=True)

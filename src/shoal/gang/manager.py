@@ -17,6 +17,7 @@ it is placed).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -38,6 +39,7 @@ from shoal.api.podgroup import (
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import ResourceList, parse_resource_list
+from shoal.framework.effects import SubGroupStatus
 from shoal.framework.handle import Handle
 
 __all__ = [
@@ -47,6 +49,9 @@ __all__ = [
     "GangPlugin",
     "Group",
     "Reservation",
+    "SubGroup",
+    "parse_sub_groups",
+    "sub_group_of",
 ]
 
 DEFAULT_SCHEDULE_TIMEOUT = 60.0  # scheduler-plugins' default scheduleTimeoutSeconds
@@ -152,6 +157,10 @@ class Group:
     depends_on: tuple[str, ...] = ()
     suspended: bool = False  # its PodGroup says shoal.dev/suspended: "true"
     sub_groups: dict[str, SubGroup] = field(default_factory=dict)  # roles, in order
+    # With sub-groups only: members (not finished) and succeeded members per role label,
+    # kept as members come and go (`GangManager`), so admission need not count them.
+    role_members: Counter[str] = field(default_factory=Counter)
+    role_succeeded: Counter[str] = field(default_factory=Counter)
     min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
     source: str = ""
     has_object: bool = False  # backed by a PodGroup object
@@ -191,7 +200,7 @@ class Group:
 
     def sub_group_needed(self, name: str) -> int:
         """Members of sub-group `name` still to place before it reaches its minimum
-        (placed members count; succeeded ones are no longer known by role)."""
+        (placed and succeeded members of the role count, as for the gang's own)."""
         sub = self.sub_groups.get(name)
         if sub is None:
             return 0
@@ -200,7 +209,37 @@ class Group:
             for uid in self.bound
             if (m := self.members.get(uid)) is not None and sub_group_of(m) == name
         )
-        return max(0, sub.min_member - have)
+        return max(0, sub.min_member - have - self.role_succeeded[name])
+
+    def _count_roles(self) -> None:
+        """Recount `role_members` (after the sub-groups were declared or changed)."""
+        self.role_members = (
+            Counter(sub_group_of(m) for m in self.members.values())
+            if self.sub_groups
+            else Counter()
+        )
+
+    def _role_joined(self, pod: PodInfo, before: PodInfo | None) -> None:
+        if self.sub_groups:
+            if before is not None:
+                self.role_members[sub_group_of(before)] -= 1
+            self.role_members[sub_group_of(pod)] += 1
+
+    def _role_left(self, pod: PodInfo | None, succeeded: bool = False) -> None:
+        if pod is not None and self.sub_groups:
+            role = sub_group_of(pod)
+            self.role_members[role] -= 1
+            if succeeded:
+                self.role_succeeded[role] += 1
+
+    def short_sub_group(self) -> tuple[str, int, int] | None:
+        """The first role (in declared order) with fewer members than its minimum, as
+        (name, members that exist incl. succeeded ones, minMember); None if none is."""
+        for name, sub in self.sub_groups.items():
+            exist = self.role_members[name] + self.role_succeeded[name]
+            if exist < sub.min_member:
+                return name, exist, sub.min_member
+        return None
 
 
 class GangManager:
@@ -304,11 +343,14 @@ class GangManager:
             except ValueError:
                 group.reason = f"annotation {MIN_EXECUTORS}={raw!r} is not an integer; ignored"
         group.suspended = annotations.get(SUSPENDED, "").strip().lower() == "true"
+        before = group.sub_groups
         group.sub_groups = {}
         if raw := annotations.get(SUB_GROUPS):
             group.sub_groups, problem = parse_sub_groups(raw)
             if problem:
                 group.reason = problem
+        if group.sub_groups != before:
+            group._count_roles()
         if raw := annotations.get(DEPENDS_ON):
             group.depends_on = tuple(
                 d if "/" in d else f"{group.namespace}/{d}"
@@ -337,6 +379,7 @@ class GangManager:
         group.source = group.source or ref.source
         if not group.has_object:
             self._read_shoal_annotations(group, pod.pod.metadata.annotations)
+        group._role_joined(pod, group.members.get(pod.uid))
         group.members[pod.uid] = pod
         group.priority = max(group.priority, pod.priority)
         self._group_of_uid[pod.uid] = group.key
@@ -344,6 +387,11 @@ class GangManager:
             group.bound.add(pod.uid)
         self._update_phase(group)
         return group
+
+    def member_updated(self, group: Group, pod: PodInfo) -> None:
+        """A member's pod object changed (labels, phase): the group keeps the new copy."""
+        group._role_joined(pod, group.members.get(pod.uid))
+        group.members[pod.uid] = pod
 
     def member_bound(self, uid: str) -> None:
         group = self.group_of_uid(uid)
@@ -363,8 +411,9 @@ class GangManager:
         if group is None:
             return
         group.bound.discard(uid)
-        group.members.pop(uid, None)
-        (group.succeeded if succeeded else group.failed).add(uid)
+        done = group.succeeded if succeeded else group.failed
+        group._role_left(group.members.pop(uid, None), succeeded and uid not in done)
+        done.add(uid)
         self._update_phase(group)
 
     def member_removed(self, uid: str) -> None:
@@ -372,7 +421,7 @@ class GangManager:
         group = self.groups.get(key) if key else None
         if group is None:
             return
-        group.members.pop(uid, None)
+        group._role_left(group.members.pop(uid, None))
         group.bound.discard(uid)
         if not group.members and not group.has_object and not group.succeeded:
             del self.groups[group.key]
@@ -417,10 +466,18 @@ class GangManager:
                 f"(pods name it via {group.source} keys)"
             )
         existing = len(group.members) + len(group.succeeded)
+        short = group.short_sub_group() if group.sub_groups else None
         if existing < group.min_member:
             return (
                 f"gang {group.key}: {existing}/{group.min_member} members exist, "
                 f"waiting for {group.min_member - existing} more"
+                + (f" (sub-group {short[0]}: {short[1]}/{short[2]})" if short else "")
+            )
+        if short is not None:
+            name, exist, minimum = short
+            return (
+                f"gang {group.key}: sub-group {name}: {exist}/{minimum} members exist, "
+                f"waiting for {minimum - exist} more"
             )
         for dep in group.depends_on:
             other = self.groups.get(dep)
@@ -506,10 +563,58 @@ class GangManager:
             return "Scheduled"
         return group.phase
 
+    @staticmethod
+    def sub_group_status(group: Group) -> tuple[SubGroupStatus, ...]:
+        """Per role, in declared order: minMember, members, bound (placed), running
+        (started by their kubelets) and succeeded; () for a gang without roles."""
+        if not group.sub_groups:
+            return ()
+        bound: Counter[str] = Counter()
+        running: Counter[str] = Counter()
+        for uid in group.bound:
+            member = group.members.get(uid)
+            if member is None:
+                continue
+            role = sub_group_of(member)
+            bound[role] += 1
+            if member.pod.status.phase == "Running":
+                running[role] += 1
+        return tuple(
+            SubGroupStatus(
+                name=name,
+                min_member=sub.min_member,
+                members=group.role_members[name],
+                scheduled=bound[name],
+                running=running[name],
+                succeeded=group.role_succeeded[name],
+            )
+            for name, sub in group.sub_groups.items()
+        )
+
+    @staticmethod
+    def short_role(roles: tuple[SubGroupStatus, ...]) -> str:
+        """Which role keeps its gang short, in words: the first (in declared order) with
+        fewer members than its minimum ("sub-group workers: 3/4 members exist"); else,
+        once some of the gang is placed, the first with fewer placed ("sub-group workers:
+        3/4 bound", e.g. a member lost and not yet replaced); "" when none is. (A gang
+        none of which is placed yet says in its reason which role did not fit.)"""
+        for role in roles:
+            exist = role.members + role.succeeded
+            if exist < role.min_member:
+                return f"sub-group {role.name}: {exist}/{role.min_member} members exist"
+        if any(role.scheduled or role.succeeded for role in roles):
+            for role in roles:
+                placed = role.scheduled + role.succeeded
+                if placed < role.min_member:
+                    return f"sub-group {role.name}: {placed}/{role.min_member} bound"
+        return ""
+
     def status(self) -> dict[str, dict[str, object]]:
-        """Per group: phase, counts and reason (for reports and explanations)."""
-        return {
-            key: {
+        """Per group: phase, counts and reason (for reports and explanations); with
+        roles, `subGroups` gives each role's counts (`sub_group_status`)."""
+        out: dict[str, dict[str, object]] = {}
+        for key, g in self.groups.items():
+            entry: dict[str, object] = {
                 "phase": self.observed_phase(g),
                 "minMember": g.min_member,
                 "members": len(g.members),
@@ -519,5 +624,17 @@ class GangManager:
                 "failed": len(g.failed),
                 "reason": g.reason,
             }
-            for key, g in self.groups.items()
-        }
+            if g.sub_groups:
+                entry["subGroups"] = [
+                    {
+                        "name": r.name,
+                        "minMember": r.min_member,
+                        "members": r.members,
+                        "bound": r.scheduled,
+                        "running": r.running,
+                        "succeeded": r.succeeded,
+                    }
+                    for r in self.sub_group_status(g)
+                ]
+            out[key] = entry
+        return out

@@ -23,6 +23,7 @@ __all__ = [
     "choose_levels",
     "fitting_domains",
     "members_per_node",
+    "preemption_domains",
 ]
 
 
@@ -33,13 +34,16 @@ class DomainChoice:
     message: str = ""
 
 
-def members_per_node(snap: Snapshot, shape: NDArray[np.int64]) -> NDArray[np.int64]:
+def members_per_node(
+    snap: Snapshot, shape: NDArray[np.int64], free: NDArray[np.int64] | None = None
+) -> NDArray[np.int64]:
     """How many more pods of `shape` (a request vector incl. one pod slot) each node
-    holds."""
+    holds, with its free resources now or, given, `free` (rows 0..n-1: e.g. what would be
+    free with lower-priority pods preempted)."""
     n = snap.n
     cols = np.flatnonzero(shape)
-    free = snap.free[:n][:, cols]
-    per: NDArray[np.int64] = (np.maximum(free, 0) // shape[cols]).min(axis=1)
+    room = (snap.free[:n] if free is None else free)[:, cols]
+    per: NDArray[np.int64] = (np.maximum(room, 0) // shape[cols]).min(axis=1)
     return per
 
 
@@ -103,6 +107,27 @@ def fitting_domains(
     codes, values, per_domain = _domains(snap, key, capacity)
     fitting = np.flatnonzero(per_domain >= count)
     order = fitting[np.argsort(per_domain[fitting], kind="stable")][:limit]
+    return [DomainChoice(codes == int(d), (values[int(d)],)) for d in order]
+
+
+def preemption_domains(
+    snap: Snapshot,
+    key: str,
+    capacity: NDArray[np.int64],
+    preemptible: NDArray[np.int64],
+    count: int,
+    limit: int = 3,
+) -> list[DomainChoice]:
+    """Domains of label `key` that could hold `count` members once lower-priority pods
+    are preempted (`preemptible`: members per node with them gone; `capacity`: as
+    things are), fewest members left to make room for first (least to evict), then the
+    smallest; at most `limit`. What job-level preemption of a gang with a required
+    topology tries when no domain holds it as things are."""
+    codes, values, now = _domains(snap, key, capacity)
+    _, _, then = _domains(snap, key, preemptible)
+    fitting = np.flatnonzero(then >= count)
+    missing = np.maximum(count - now[fitting], 0)
+    order = fitting[np.lexsort((then[fitting], missing))][:limit]
     return [DomainChoice(codes == int(d), (values[int(d)],)) for d in order]
 
 

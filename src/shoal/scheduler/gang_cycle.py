@@ -18,6 +18,15 @@ decision becomes: evict every victim, nominate every member to the node the plan
 it; the members are retried when the victims are gone, and their nominations hold the
 room against lower-priority work. If the minimum is not reached, nothing is evicted.
 
+Sub-groups (roles): every role's minimum is placed first, role by role, each in its own
+domain; a member preempts while its role is below its minimum (or the gang below
+minMember). A role or gang with a required topology that finds no domain with room
+is given the domains that would hold it with lower-priority pods preempted
+(`_preemptible_capacity`, an upper bound), fewest to evict first; its victims are then
+searched inside that domain only, and the next domain is tried if the search cannot
+give the role its minimum there (`_Trial`). A gang with roles is judged without its
+members' own nominations, and each member first tries the node it was nominated to.
+
 Spark driver-first: with `min_executors`, phantom executors of the remaining
 minResources shape are placed through the normal filters and scores after the driver,
 inside the same transaction, then rolled back.
@@ -45,13 +54,15 @@ from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework
 from shoal.framework.status import Code, Status
-from shoal.framework.types import Candidates
+from shoal.framework.types import Candidates, FilterResult
 from shoal.gang.manager import Group, SubGroup, sub_group_of
 from shoal.gang.topology import (
+    DomainChoice,
     choose_domains,
     choose_levels,
     fitting_domains,
     members_per_node,
+    preemption_domains,
 )
 from shoal.scheduler.algorithm import PlacementAlgorithm
 from shoal.scheduling_queue.queue import QueuedPod
@@ -84,6 +95,40 @@ class GangOutcome:
     victims: list[Victim] = field(default_factory=list)
     nominations: list[tuple[PodInfo, str]] = field(default_factory=list)
     retry_soon: bool = False
+
+
+NO_ROOM_BY_PREEMPTION = "preempting lower-priority pods would not make room either"
+
+
+@dataclass
+class _Trial:
+    """Which of its candidate domains each role is tried in (`pick`, by index), how many
+    it has (`options`), and the role that fell short in the last try (`short`): a role
+    placed by preemption may not fit the domain the estimate chose (victims the search
+    may not take), and is then tried in the next one."""
+
+    pick: dict[str, int] = field(default_factory=dict)
+    options: dict[str, int] = field(default_factory=dict)
+    short: str = ""
+
+    def next_option(self) -> bool:
+        """Move the role that fell short to its next domain; False when it has none."""
+        role, self.short = self.short, ""
+        if not role or self.pick.get(role, 0) + 1 >= self.options.get(role, 1):
+            return False
+        self.pick[role] = self.pick.get(role, 0) + 1
+        return True
+
+
+def _unresolvable(n: int, results: list[tuple[str, FilterResult]]) -> np.ndarray:
+    """Per node: rejected by a filter as UnschedulableAndUnresolvable (preemption cannot
+    help there), from the filters' results over all `n` nodes."""
+    out = np.zeros(n, dtype=bool)
+    for _, result in results:
+        for failure in result.failures:
+            if failure.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                out |= failure.nodes[:n]
+    return out
 
 
 def _fmt(resource: str, amount: int) -> str:
@@ -133,56 +178,170 @@ class GangCycle:
         need = group.needed()
         snap = self.algorithm.snapshot
         snap.refresh()
-        restrict = None
-        capacity: np.ndarray | None = None
         if need > 0 and group.min_resources:
             rejected = self._min_resources_rejection(group)
             if rejected is not None:
                 return GangOutcome(rejected=rejected)
+        candidates: list[np.ndarray | None] = [None]
         if need > 0 and (group.topology_required or group.topology_preferred):
-            representative = entries[0].pod
-            state = CycleState()
-            fwk.run_pre_filter(state, representative)
-            passed = fwk.run_filters(state, representative, Candidates.all(snap.n)).passed
-            shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
-            capacity = np.where(passed, members_per_node(snap, shape), 0)
-            if group.topology_preferred:
-                choice = choose_levels(
-                    snap, group.topology_required, group.topology_preferred, capacity, need
-                )
+            if group.sub_groups:
+                # Its members' own nominations (from job-level preemption) must not
+                # hide the room they were made for.
+                with Transaction(self.cluster) as held:
+                    for e in entries:
+                        held.clear_nomination(e.pod)
+                    found = self._gang_domains(entries, group, fwk, need, may_preempt)
             else:
-                choice = choose_domains(snap, group.topology_required, capacity, need, True)
-            if choice.rows is None:
-                message = f"gang {group.key}: {choice.message}"
+                found = self._gang_domains(entries, group, fwk, need, may_preempt)
+            if isinstance(found, str):
+                message = f"gang {group.key}: {found}"
                 status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
                 return GangOutcome(rejected=(status, message, frozenset({"Coscheduling"})))
-            restrict = choice.rows
+            candidates = found
 
-        candidates: list[np.ndarray | None] = [restrict]
         if group.sub_groups:
             # Role by role, in the order the PodGroup lists them (a role's members are
-            # placed together, each role in its own domain, after the ones before it).
+            # placed together, each role in its own domain, after the ones before it);
+            # every role's minimum first, then the members beyond the minimums.
             order = {name: i for i, name in enumerate(group.sub_groups)}
             entries.sort(key=lambda e: order.get(sub_group_of(e.pod), len(order)))
-            if capacity is not None and group.topology_required and restrict is not None:
-                # A required domain that holds the gang may still lack room for each
-                # role inside its own sub-domain: try the fitting ones, smallest first.
-                candidates = [
-                    c.rows for c in fitting_domains(snap, group.topology_required, capacity, need)
-                ] or [restrict]
+            wanted = {name: group.sub_group_needed(name) for name in group.sub_groups}
+            seen: Counter[str] = Counter()
+            minimums: list[QueuedPod] = []
+            beyond: list[QueuedPod] = []
+            for e in entries:
+                role = sub_group_of(e.pod)
+                seen[role] += 1
+                (minimums if seen[role] <= wanted.get(role, 0) else beyond).append(e)
+            entries[:] = minimums + beyond
         outcome = GangOutcome()
         for rows in candidates:
-            tx = Transaction(self.cluster)
-            try:
-                outcome = self._place(tx, entries, group, fwk, now, need, rows, may_preempt)
-            finally:
-                if not tx.closed:
-                    tx.discard()
+            trial = _Trial()
+            while True:
+                tx = Transaction(self.cluster)
+                try:
+                    outcome = self._place(
+                        tx, entries, group, fwk, now, need, rows, may_preempt, trial
+                    )
+                finally:
+                    if not tx.closed:
+                        tx.discard()
+                if not trial.next_option():
+                    break
             if outcome.rejected is None or not outcome.rejected[1].startswith(
                 f"gang {group.key}: sub-group "
             ):
                 return outcome
         return outcome
+
+    def _gang_domains(
+        self,
+        entries: list[QueuedPod],
+        group: Group,
+        fwk: Framework,
+        need: int,
+        may_preempt: bool,
+    ) -> list[np.ndarray | None] | str:
+        """The node sets (domains of the gang's topology) to try the gang in, in turn, or
+        why there is none. With roles and a required level: every domain that holds the
+        gang, smallest first (a domain may still lack room for each role inside its own
+        sub-domain); when none does as things are, those that would with lower-priority
+        pods preempted (job-level preemption then makes the room inside one)."""
+        snap = self.algorithm.snapshot
+        representative = entries[0].pod
+        state = CycleState()
+        fwk.run_pre_filter(state, representative)
+        outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
+        shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
+        capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
+        required, preferred = group.topology_required, group.topology_preferred
+        choice = self._choose(required, preferred, capacity, need)
+        if choice.rows is not None:
+            if group.sub_groups and required:
+                fitting = fitting_domains(snap, required, capacity, need)
+                return [c.rows for c in fitting] or [choice.rows]
+            return [choice.rows]
+        if not (group.sub_groups and may_preempt):
+            return choice.message
+        room = self._preemptible_capacity(fwk, representative, shape, group, outcome.results)
+        if room is None:
+            return choice.message
+        options = self._preemption_choices(required, preferred, capacity, room, need)
+        if not options:
+            return f"{choice.message}; {NO_ROOM_BY_PREEMPTION}"
+        return options
+
+    def _choose(
+        self,
+        required: str,
+        preferred: tuple[str, ...],
+        capacity: np.ndarray,
+        count: int,
+    ) -> DomainChoice:
+        snap = self.algorithm.snapshot
+        if preferred:
+            return choose_levels(snap, required, preferred, capacity, count)
+        return choose_domains(snap, required, capacity, count, True)
+
+    def _preemption_choices(
+        self,
+        required: str,
+        preferred: tuple[str, ...],
+        capacity: np.ndarray,
+        room: np.ndarray,
+        count: int,
+    ) -> list[np.ndarray | None]:
+        """Domains that would hold `count` members with lower-priority pods preempted
+        (`room`), least to evict first (with preferred levels: the one `choose_levels`
+        picks on that room)."""
+        snap = self.algorithm.snapshot
+        if preferred:
+            choice = choose_levels(snap, required, preferred, room, count)
+            return [choice.rows] if choice.rows is not None else []
+        return [c.rows for c in preemption_domains(snap, required, capacity, room, count)]
+
+    def _preemptible_capacity(
+        self,
+        fwk: Framework,
+        pod: PodInfo,
+        shape: np.ndarray,
+        group: Group,
+        results: list[tuple[str, FilterResult]],
+    ) -> np.ndarray | None:
+        """Members of `shape` each node would hold with every lower-priority pod on it
+        gone (not the gang's own, nor pods being bound or already being evicted), on the
+        nodes where `pod`'s rejection is one preemption may resolve (`results`: its
+        filters over every node): the room job-level preemption could make, an upper
+        bound the victim search then settles. None when `pod` may not preempt."""
+        if not fwk.plugins.post_filter or pod.pod.spec.preemption_policy == "Never":
+            return None
+        snap = self.algorithm.snapshot
+        n = snap.n
+        cluster = self.cluster
+        table = cluster.table
+        free = snap.free[:n]
+        width = free.shape[1]
+        evicting, members, row_of = cluster.evicting, group.members, table.row_of
+        rows: list[int] = []
+        vectors: list[np.ndarray] = []
+        for uid, record in cluster.placed.items():
+            if (
+                record.assumed
+                or record.pod.priority >= pod.priority
+                or uid in evicting
+                or uid in members
+            ):
+                continue
+            row = row_of.get(record.node)
+            if row is not None and row < n:
+                rows.append(row)
+                vectors.append(table.pod_vector(record.pod)[:width])
+        if not rows:
+            return None  # nothing here is of lower priority: preemption cannot help
+        room = free.copy()
+        np.add.at(room, np.array(rows, dtype=np.intp), np.stack(vectors))
+        eligible = ~_unresolvable(n, results)
+        return np.where(eligible, members_per_node(snap, shape, room), 0)
 
     def _sub_domain(
         self,
@@ -191,30 +350,46 @@ class GangCycle:
         mates: list[QueuedPod],
         count: int,
         restrict: np.ndarray | None,
-    ) -> tuple[np.ndarray | None, str]:
-        """The nodes a role may use: a domain of its topology level that holds `count`
-        of its members as the cluster is now (with the roles placed before it in this
-        transaction), inside the gang's own domain; (None, why) when there is none."""
+        group: Group,
+        may_preempt: bool,
+    ) -> list[tuple[np.ndarray | None, str]]:
+        """The node sets a role may use, best first: a domain of its topology level that
+        holds `count` of its members as the cluster is now (with the roles placed before
+        it in this transaction), inside the gang's own domain; else, when its members
+        may preempt, the domains that would hold them with lower-priority pods preempted
+        (fewest to evict first). [(None, why)] when there is none."""
         snap = self.algorithm.snapshot
         snap.refresh()
+        n = snap.n
         representative = mates[0].pod
         state = CycleState()
         fwk.run_pre_filter(state, representative)
-        outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
+        outcome = fwk.run_filters(state, representative, Candidates.all(n))
         shape = np.max([snap.pod_vector(m.pod) for m in mates[: max(count, 1)]], axis=0)
         capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
         if restrict is not None:
-            capacity = np.where(restrict[: snap.n], capacity, 0)
-        if sub.topology_preferred:
-            choice = choose_levels(
-                snap, sub.topology_required, sub.topology_preferred, capacity, count
-            )
-        else:
-            choice = choose_domains(snap, sub.topology_required, capacity, count, True)
-        if choice.rows is None:
-            return None, choice.message
-        rows = choice.rows if restrict is None else choice.rows & restrict[: snap.n]
-        return rows, choice.message
+            capacity = np.where(restrict[:n], capacity, 0)
+        required, preferred = sub.topology_required, sub.topology_preferred
+        choice = self._choose(required, preferred, capacity, count)
+        if choice.rows is not None:
+            rows = choice.rows if restrict is None else choice.rows & restrict[:n]
+            return [(rows, choice.message)]
+        room = (
+            self._preemptible_capacity(fwk, representative, shape, group, outcome.results)
+            if may_preempt
+            else None
+        )
+        if room is None:
+            return [(None, choice.message)]
+        if restrict is not None:
+            room = np.where(restrict[:n], room, 0)
+        options = self._preemption_choices(required, preferred, capacity, room, count)
+        if not options:
+            return [(None, f"{choice.message}; {NO_ROOM_BY_PREEMPTION}")]
+        return [
+            (rows if restrict is None or rows is None else rows & restrict[:n], "")
+            for rows in options
+        ]
 
     def _min_resources_rejection(self, group: Group) -> tuple[Status, str, frozenset[str]] | None:
         snap = self.algorithm.snapshot
@@ -241,14 +416,21 @@ class GangCycle:
         need: int,
         restrict: np.ndarray | None,
         may_preempt: bool,
+        trial: _Trial | None = None,
     ) -> GangOutcome:
         # A retried gang competes with others for room, not with its own nominations.
+        # With roles, a member's nomination is given up only once it has been tried:
+        # each first tries the room preemption made for it (members of different shapes
+        # and domains), and the room made for the others stays theirs meanwhile.
         # Every member is attempted now, also those the loop below never reaches once
         # the minimum is out of reach: waiting (e.g. reclaim's delay) counts from here.
+        by_member = bool(group.sub_groups)
         for e in entries:
-            tx.clear_nomination(e.pod)
+            if not by_member:
+                tx.clear_nomination(e.pod)
             if e.pod.initial_attempt_time is None:
                 e.pod.initial_attempt_time = now
+        trial = trial if trial is not None else _Trial()
         placed: list[Placement] = []
         failed: list[tuple[QueuedPod, Status, Diagnosis | None]] = []
         victims: dict[str, Victim] = {}
@@ -259,6 +441,12 @@ class GangCycle:
         sub_need = {name: group.sub_group_needed(name) for name in group.sub_groups}
         sub_placed: Counter[str] = Counter()
         sub_domain: dict[str, tuple[np.ndarray | None, str]] = {}
+        # Members of each role not tried yet, and the first diagnosis of each role's.
+        left: Counter[str] = (
+            Counter(sub_group_of(e.pod) for e in entries) if group.sub_groups else Counter()
+        )
+        why_role: dict[str, Diagnosis] = {}
+        hopeless = ""  # a role that can no longer reach its minimum
         for i, e in enumerate(entries):
             if len(placed) < need and len(placed) + len(entries) - i < need:
                 failed.extend((rest, Status(Code.UNSCHEDULABLE), None) for rest in entries[i:])
@@ -268,29 +456,42 @@ class GangCycle:
             restrict_now = restrict if len(placed) < need else None
             role = sub_group_of(pod) if group.sub_groups else ""
             sub = group.sub_groups.get(role)
-            if (
-                sub is not None
-                and sub_placed[role] < sub_need[role]
-                and (sub.topology_required or sub.topology_preferred)
-            ):
+            short = sub is not None and sub_placed[role] < sub_need[role]
+            if role:
+                left[role] -= 1
+            node: str | None = None
+            diagnosis: Diagnosis | None = None
+            status = Status()
+            if short and sub is not None and (sub.topology_required or sub.topology_preferred):
                 if role not in sub_domain:
                     mates = [x for x in entries[i:] if sub_group_of(x.pod) == role]
-                    sub_domain[role] = self._sub_domain(fwk, sub, mates, sub_need[role], restrict)
+                    # Judged without the members' nominations, as the gang's domains
+                    # are: the room preemption made for them is theirs.
+                    mark = tx.mark()
+                    for x in entries:
+                        tx.clear_nomination(x.pod)
+                    options = self._sub_domain(
+                        fwk, sub, mates, sub_need[role], restrict, group, may_preempt
+                    )
+                    tx.rollback(mark)
+                    trial.options[role] = len(options)
+                    sub_domain[role] = options[min(trial.pick.get(role, 0), len(options) - 1)]
                 mask, problem = sub_domain[role]
                 if mask is None:
                     status = Status(Code.UNSCHEDULABLE, problem, plugin="Coscheduling")
-                    failed.append((e, status, None))
-                    continue
                 restrict_now = mask
-            try:
-                node, status, diagnosis = self.algorithm.schedule_pod(fwk, state, pod, restrict_now)
-            except Exception as err:  # a plugin bug must not stop the scheduler
-                node, diagnosis = None, None
-                status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
+            if status.ok:
+                try:
+                    node, status, diagnosis = self.algorithm.schedule_pod(
+                        fwk, state, pod, restrict_now
+                    )
+                except Exception as err:  # a plugin bug must not stop the scheduler
+                    node, diagnosis = None, None
+                    status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
             if (
                 node is None
                 and may_preempt
-                and len(placed) < need
+                and (len(placed) < need or short)
                 and diagnosis is not None
                 and status.rejected
                 and fwk.plugins.post_filter
@@ -302,33 +503,52 @@ class GangCycle:
                 if node is not None:
                     state = CycleState()
                     fwk.run_pre_filter(state, pod)  # fresh state for Reserve on that node
-            if node is None:
-                failed.append((e, status, diagnosis))
-                continue
-            mark = tx.mark()
-            tx.assume(pod, node)
-            # kube runs Unreserve after a failed Reserve too; so does taking the gang back.
-            tx.on_undo(functools.partial(fwk.run_unreserve, state, pod, node))
-            status = fwk.run_reserve(state, pod, node)
-            if not status.ok:
+            if by_member:
+                tx.clear_nomination(pod)
+            if node is not None:
+                mark = tx.mark()
+                tx.assume(pod, node)
+                # kube runs Unreserve after a failed Reserve too; so does taking the gang
+                # back.
+                tx.on_undo(functools.partial(fwk.run_unreserve, state, pod, node))
+                status = fwk.run_reserve(state, pod, node)
+                if status.ok:
+                    placed.append(Placement(e, node, state))
+                    if role:
+                        sub_placed[role] += 1
+                    continue
                 tx.rollback(mark)
-                failed.append((e, status, None))
-                continue
-            placed.append(Placement(e, node, state))
-            if role:
-                sub_placed[role] += 1
+                diagnosis = None
+            failed.append((e, status, diagnosis))
+            if short:
+                if diagnosis is not None:
+                    why_role.setdefault(role, diagnosis)
+                if sub_placed[role] + left[role] < sub_need[role]:
+                    # This role cannot reach its minimum: neither can the gang.
+                    hopeless = role
+                    failed.extend(
+                        (rest, Status(Code.UNSCHEDULABLE), None) for rest in entries[i + 1 :]
+                    )
+                    break
 
-        short = [name for name, wanted in sub_need.items() if sub_placed[name] < wanted]
-        if short:
+        short_roles = [name for name, wanted in sub_need.items() if sub_placed[name] < wanted]
+        if short_roles:
             tx.discard()  # a role below its minimum: the gang does not start
-            name = short[0]
+            name = hopeless or short_roles[0]
+            trial.short = name
             why = sub_domain.get(name, (None, ""))[1]
             message = (
                 f"gang {group.key}: sub-group {name}: {sub_placed[name]}/{sub_need[name]} "
                 f"members placeable" + (f" ({why})" if why else "")
             )
+            first = why_role.get(name)
+            if first is not None:
+                message += f"; {first.message()}"
             status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
-            return GangOutcome(rejected=(status, message, frozenset({"Coscheduling"})))
+            rejectors = frozenset(
+                {"Coscheduling", *(p for _, _, d in failed if d for p in d.unschedulable_plugins)}
+            )
+            return GangOutcome(rejected=(status, message, rejectors), retry_soon=retry_soon)
 
         if len(placed) < need:
             tx.discard()  # Unreserve and forget every member placed, newest first

@@ -297,7 +297,7 @@ class Scheduler:
         self._pods[info.uid] = info
         group = self.gangs.group_of_uid(info.uid)
         if group is not None:
-            group.members[info.uid] = info
+            self.gangs.member_updated(group, info)
             if old is None or old.pod.status.phase != info.pod.status.phase:
                 self.gangs.dirty.add(group.key)  # its running count may have changed
         if info.node_name:
@@ -566,6 +566,7 @@ class Scheduler:
                 succeeded=len(group.succeeded),
                 failed=len(group.failed),
                 reason=group.reason,
+                sub_groups=gangs.sub_group_status(group),
             )
             if self._published_groups.get(key) != status:
                 self._published_groups[key] = status

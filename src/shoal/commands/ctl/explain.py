@@ -119,6 +119,16 @@ def _print_explanation(a: dict[str, Any], blocked: bool) -> None:
             f"{gang['members']} members (minMember {gang['minMember']})"
             + (f"; {gang['reason']}" if gang["reason"] else ""),
         )
+        for role in gang.get("subGroups") or []:
+            line(
+                "",
+                f"sub-group {role['name']}: {role['members']} members, {role['scheduled']} "
+                f"scheduled, {role['running']} running"
+                + (f", {role['succeeded']} succeeded" if role.get("succeeded") else "")
+                + f" (minMember {role['minMember']})",
+            )
+        if gang.get("shortSubGroup"):
+            line("Short", gang["shortSubGroup"])
     gate = a.get("gate")
     if gate:
         line("Gated", gate["message"])

@@ -74,12 +74,22 @@ def _podgroup_columns(wide: bool) -> list[Column]:
     ]
     if wide:
         columns += [
+            ("SUB-GROUPS", _sub_groups),
+            ("SHORT", lambda r: str(r.data.get("shortSubGroup") or "-")),
             ("SUCCEEDED", get("succeeded")),
             ("FAILED", get("failed")),
             ("SOURCE", lambda r: r.data["source"] or "-"),
             ("API", lambda r: r.group or "-"),
         ]
     return columns
+
+
+def _sub_groups(r: Row) -> str:
+    """A gang's roles as `NAME=SCHEDULED/MIN`, e.g. `driver=1/1,workers=0/4` ("-": none)."""
+    roles = r.data.get("subGroups") or []
+    return (
+        ",".join(f"{role['name']}={role['scheduled']}/{role['minMember']}" for role in roles) or "-"
+    )
 
 
 def _pool_columns(wide: bool) -> list[Column]:

@@ -15,6 +15,7 @@ Kubernetes' notation, as on Queue status (cpu in millicores "1500m", memory in b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
 from collections import Counter
@@ -35,6 +36,7 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.status import Code
 from shoal.framework.types import Candidates
+from shoal.gang.manager import sub_group_of
 from shoal.scheduler import Scheduler
 from shoal.web.dashboard.frame import DashboardSource
 
@@ -144,29 +146,60 @@ class ClusterView:
             if namespace is not None and g.namespace != namespace:
                 continue
             running = 0
-            for info in g.members.values():
+            started: set[str] = set()
+            for uid, info in g.members.items():
                 raw = store.get(info.key) or {}
                 if (raw.get("status") or {}).get("phase") == "Running":
                     running += 1
+                    started.add(uid)
             first = next(iter(g.members.values()), None)
-            out.append(
-                {
-                    "namespace": g.namespace,
-                    "name": g.name,
-                    "phase": sched.gangs.observed_phase(g),
-                    "minMember": g.min_member,
-                    "members": len(g.members),
-                    "scheduled": len(g.bound),
-                    "running": running,
-                    "succeeded": len(g.succeeded),
-                    "failed": len(g.failed),
-                    "queue": sched.tenant_queues.named_queue(first) if first is not None else "",
-                    "source": g.source,
-                    "hasObject": g.has_object,
-                    "reason": g.reason,
-                }
-            )
+            row: dict[str, Any] = {
+                "namespace": g.namespace,
+                "name": g.name,
+                "phase": sched.gangs.observed_phase(g),
+                "minMember": g.min_member,
+                "members": len(g.members),
+                "scheduled": len(g.bound),
+                "running": running,
+                "succeeded": len(g.succeeded),
+                "failed": len(g.failed),
+                "queue": sched.tenant_queues.named_queue(first) if first is not None else "",
+                "source": g.source,
+                "hasObject": g.has_object,
+                "reason": g.reason,
+            }
+            if g.sub_groups:
+                row.update(self._sub_groups_part(g, started))
+            out.append(row)
         return out
+
+    def _sub_groups_part(self, group: Any, started: set[str] | None = None) -> dict[str, Any]:
+        """A gang's roles: per role minMember, members, scheduled (bound), running
+        (started by a kubelet: `started`, else the members' phase) and succeeded; and
+        which role keeps it short (`shortSubGroup`, "" when none does)."""
+        gangs = self.scheduler.gangs
+        roles = gangs.sub_group_status(group)
+        if started is not None:
+            per_role = Counter(
+                sub_group_of(group.members[uid])
+                for uid in group.bound
+                if uid in started and uid in group.members
+            )
+            roles = tuple(dataclasses.replace(r, running=per_role[r.name]) for r in roles)
+        return {
+            "subGroups": [
+                {
+                    "name": r.name,
+                    "minMember": r.min_member,
+                    "members": r.members,
+                    "scheduled": r.scheduled,
+                    "running": r.running,
+                    "succeeded": r.succeeded,
+                }
+                for r in roles
+            ],
+            "shortSubGroup": gangs.short_role(roles),
+        }
 
     # ---- node pools ----------------------------------------------------------------
 
@@ -365,7 +398,7 @@ class ClusterView:
         return part
 
     def _gang_part(self, group: Any) -> dict[str, Any]:
-        return {
+        part: dict[str, Any] = {
             "name": group.key,
             "phase": self.scheduler.gangs.observed_phase(group),
             "minMember": group.min_member,
@@ -373,6 +406,9 @@ class ClusterView:
             "scheduled": len(group.bound),
             "reason": group.reason,
         }
+        if group.sub_groups:
+            part.update(self._sub_groups_part(group))
+        return part
 
 
 def _pod_scheduled(status: JSON) -> dict[str, str] | None:

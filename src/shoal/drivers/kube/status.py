@@ -470,7 +470,10 @@ def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, n
         return body
     # scheduler-plugins (scheduling.x-k8s.io, scheduling.sigs.k8s.io): its phase names are
     # Shoal's own (`GangManager.observed_phase`: Scheduled while minMember are bound but
-    # fewer have started, as its PodGroup controller has it).
+    # fewer have started, as its PodGroup controller has it). A gang with roles
+    # (shoal.dev/sub-groups) also gets `subGroups`: per role, its minMember, members,
+    # scheduled (bound), running (started by a kubelet) and succeeded, in the words of
+    # the group's own counts (Shoal's CRD keeps the field; Volcano's would drop it).
     phase = status.phase
     body = {
         "phase": phase,
@@ -479,6 +482,20 @@ def group_status_patch(kind: ResourceKind, status: GroupStatus, current: JSON, n
         "succeeded": status.succeeded,
         "failed": status.failed,
     }
+    if status.sub_groups:
+        body["subGroups"] = [
+            {
+                "name": role.name,
+                "minMember": role.min_member,
+                "members": role.members,
+                "scheduled": role.scheduled,
+                "running": role.running,
+                "succeeded": role.succeeded,
+            }
+            for role in status.sub_groups
+        ]
+    elif existing.get("subGroups") is not None:
+        body["subGroups"] = None  # the roles were dropped from the PodGroup
     if status.phase != "Pending" and not existing.get("scheduleStartTime"):
         # As scheduler-plugins: when the group first got past Pending.
         body["scheduleStartTime"] = now

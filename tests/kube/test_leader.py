@@ -100,6 +100,28 @@ async def test_release_on_shutdown_hands_over_at_once(tmp_path: Path) -> None:
 
 
 @async_test()
+async def test_release_reads_the_lease_back_when_a_renewal_moved_it_on(tmp_path: Path) -> None:
+    """A renewal that landed while its answer was lost (or that was in flight when the
+    renewals stopped) leaves the elector a stale resourceVersion: the release gets 409,
+    reads the lease back, and releases it since it is still its own."""
+    async with FakeApiServer() as api, clients(api, tmp_path, "a", "b") as (ca, cb):
+        a, b = elector(ca, "a"), elector(cb, "b")
+        await a.acquire()
+        lease = api.get("coordination.k8s.io", "leases", "kube-system", "shoal")
+        assert lease is not None
+        renewed = {**lease, "spec": {**lease["spec"], "renewTime": "2026-01-01T00:00:00.000000Z"}}
+        api.update("coordination.k8s.io", "leases", renewed)  # a's renewal, answer lost
+        standby = asyncio.create_task(b.acquire())
+        await asyncio.sleep(0.3)
+        released = time.monotonic()
+        await a.release()
+        await asyncio.wait_for(standby, 2)
+        # At once, not after the lease ran out (leaseDuration 1 s).
+        assert time.monotonic() - released < 3 * LEASE["retry_period"] + 0.2
+        assert holder(api) == "b"
+
+
+@async_test()
 async def test_a_partitioned_leader_steps_down_before_anyone_else_takes_over(
     tmp_path: Path,
 ) -> None:

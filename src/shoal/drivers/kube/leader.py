@@ -241,17 +241,38 @@ class LeaderElector:
         if not self.is_leader or self._lease is None:
             return
         self._set_leader(False)
-        lease = dict(self._lease)
-        spec = dict(lease.get("spec") or {})
-        spec.update({"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": micro_time()})
-        lease["spec"] = spec
-        try:
-            await self.client.request(
-                "PUT", self.path, body=lease, timeout=self.settings.retry_period
+        identity = self.settings.identity
+        # A renewal stopped mid-flight may have moved the lease on (409), or the answer
+        # may be lost: read it back once and release what is still ours. Given up to
+        # renewDeadline, as a renewal is: retryPeriod alone is too short on a busy
+        # API server, and a standby then waits a whole leaseDuration.
+        timeout = self.settings.renew_deadline
+        lease: dict[str, Any] | None = dict(self._lease)
+        for attempt in (1, 2):
+            assert lease is not None
+            spec = dict(lease.get("spec") or {})
+            spec.update(
+                {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": micro_time()}
             )
-            log.info("released the lease", extra={"identity": self.settings.identity})
-        except ApiError as err:
-            log.warning("releasing the lease failed: %s", err, extra={"error": str(err)})
+            try:
+                await self.client.request(
+                    "PUT", self.path, body={**lease, "spec": spec}, timeout=timeout
+                )
+                log.info("released the lease", extra={"identity": identity})
+                return
+            except ApiError as err:
+                if attempt == 2 or not (err.conflict or err.ambiguous):
+                    log.warning("releasing the lease failed: %s", err, extra={"error": str(err)})
+                    return
+            try:
+                lease = await self.client.request("GET", self.path, timeout=timeout)
+            except ApiError as err:
+                log.warning("releasing the lease failed: %s", err, extra={"error": str(err)})
+                return
+            holder = str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+            if holder != identity:
+                log.info("the lease is no longer ours", extra={"holder": holder})
+                return
 
     async def try_acquire_or_renew(self) -> bool:
         s = self.settings

@@ -22,6 +22,7 @@ __all__ = [
     "choose_domains",
     "choose_levels",
     "fitting_domains",
+    "largest_domain",
     "members_per_node",
     "preemption_domains",
 ]
@@ -108,6 +109,13 @@ def fitting_domains(
     fitting = np.flatnonzero(per_domain >= count)
     order = fitting[np.argsort(per_domain[fitting], kind="stable")][:limit]
     return [DomainChoice(codes == int(d), (values[int(d)],)) for d in order]
+
+
+def largest_domain(snap: Snapshot, key: str, capacity: NDArray[np.int64]) -> int:
+    """Members the largest domain of label `key` holds (0 when no node carries it):
+    what a refusal says, e.g. with lower-priority pods preempted."""
+    _, _, per_domain = _domains(snap, key, capacity)
+    return int(per_domain.max()) if per_domain.size else 0
 
 
 def preemption_domains(

@@ -18,14 +18,18 @@ decision becomes: evict every victim, nominate every member to the node the plan
 it; the members are retried when the victims are gone, and their nominations hold the
 room against lower-priority work. If the minimum is not reached, nothing is evicted.
 
+Required topology: a gang (with or without roles) or a role with a required level that
+finds no domain with room is given the domains that would hold it with lower-priority
+pods preempted (`_preemptible_capacity`, an upper bound), fewest to evict first; its
+victims are then searched inside that domain only, and the next domain is tried if the
+search cannot give it its minimum there (a role's: `_Trial`). Nothing is evicted unless
+the whole minimum fits. The gang's domains are judged without its members' own
+nominations (the room preemption made for them is theirs), so a gang coming back once
+its victims are gone finds that room as things are, without a second estimate.
+
 Sub-groups (roles): every role's minimum is placed first, role by role, each in its own
 domain; a member preempts while its role is below its minimum (or the gang below
-minMember). A role or gang with a required topology that finds no domain with room
-is given the domains that would hold it with lower-priority pods preempted
-(`_preemptible_capacity`, an upper bound), fewest to evict first; its victims are then
-searched inside that domain only, and the next domain is tried if the search cannot
-give the role its minimum there (`_Trial`). A gang with roles is judged without its
-members' own nominations, and each member first tries the node it was nominated to.
+minMember), and each member first tries the node it was nominated to.
 
 Spark driver-first: with `min_executors`, phantom executors of the remaining
 minResources shape are placed through the normal filters and scores after the driver,
@@ -61,6 +65,7 @@ from shoal.gang.topology import (
     choose_domains,
     choose_levels,
     fitting_domains,
+    largest_domain,
     members_per_node,
     preemption_domains,
 )
@@ -184,14 +189,11 @@ class GangCycle:
                 return GangOutcome(rejected=rejected)
         candidates: list[np.ndarray | None] = [None]
         if need > 0 and (group.topology_required or group.topology_preferred):
-            if group.sub_groups:
-                # Its members' own nominations (from job-level preemption) must not
-                # hide the room they were made for.
-                with Transaction(self.cluster) as held:
-                    for e in entries:
-                        held.clear_nomination(e.pod)
-                    found = self._gang_domains(entries, group, fwk, need, may_preempt)
-            else:
+            # Its members' own nominations (from job-level preemption) must not hide the
+            # room they were made for (a no-op for members without one).
+            with Transaction(self.cluster) as held:
+                for e in entries:
+                    held.clear_nomination(e.pod)
                 found = self._gang_domains(entries, group, fwk, need, may_preempt)
             if isinstance(found, str):
                 message = f"gang {group.key}: {found}"
@@ -215,6 +217,7 @@ class GangCycle:
                 (minimums if seen[role] <= wanted.get(role, 0) else beyond).append(e)
             entries[:] = minimums + beyond
         outcome = GangOutcome()
+        retry_soon = False
         for rows in candidates:
             trial = _Trial()
             while True:
@@ -226,9 +229,16 @@ class GangCycle:
                 finally:
                     if not tx.closed:
                         tx.discard()
+                retry_soon = retry_soon or outcome.retry_soon
                 if not trial.next_option():
                     break
-            if outcome.rejected is None or not outcome.rejected[1].startswith(
+            if outcome.rejected is None:
+                return outcome
+            outcome.retry_soon = retry_soon
+            # The next domain is tried when this one fell short: with roles, when a role
+            # did (the gang's domain held it, a role's sub-domain did not); without, when
+            # the victim search could not make the room the estimate promised.
+            if group.sub_groups and not outcome.rejected[1].startswith(
                 f"gang {group.key}: sub-group "
             ):
                 return outcome
@@ -245,8 +255,11 @@ class GangCycle:
         """The node sets (domains of the gang's topology) to try the gang in, in turn, or
         why there is none. With roles and a required level: every domain that holds the
         gang, smallest first (a domain may still lack room for each role inside its own
-        sub-domain); when none does as things are, those that would with lower-priority
-        pods preempted (job-level preemption then makes the room inside one)."""
+        sub-domain); without roles, the one chosen. With a required level, when none
+        holds it as things are and its members may preempt: those that would with
+        lower-priority pods preempted, fewest to evict first (job-level preemption then
+        makes the room inside one). The estimate runs only then: a gang that fits
+        costs nothing more."""
         snap = self.algorithm.snapshot
         representative = entries[0].pod
         state = CycleState()
@@ -261,14 +274,14 @@ class GangCycle:
                 fitting = fitting_domains(snap, required, capacity, need)
                 return [c.rows for c in fitting] or [choice.rows]
             return [choice.rows]
-        if not (group.sub_groups and may_preempt):
+        if not (required and may_preempt):
             return choice.message
         room = self._preemptible_capacity(fwk, representative, shape, group, outcome.results)
         if room is None:
             return choice.message
         options = self._preemption_choices(required, preferred, capacity, room, need)
         if not options:
-            return f"{choice.message}; {NO_ROOM_BY_PREEMPTION}"
+            return f"{choice.message}; {self._no_room(required, room)}"
         return options
 
     def _choose(
@@ -299,6 +312,15 @@ class GangCycle:
             choice = choose_levels(snap, required, preferred, room, count)
             return [choice.rows] if choice.rows is not None else []
         return [c.rows for c in preemption_domains(snap, required, capacity, room, count)]
+
+    def _no_room(self, required: str, room: np.ndarray) -> str:
+        """Why preempting does not help either, with what the largest domain would hold
+        with lower-priority pods preempted (`room`)."""
+        if not required:
+            return NO_ROOM_BY_PREEMPTION
+        most = largest_domain(self.algorithm.snapshot, required, room)
+        unit = "member" if most == 1 else "members"
+        return f"{NO_ROOM_BY_PREEMPTION}: the largest {required} domain would hold {most} {unit}"
 
     def _preemptible_capacity(
         self,
@@ -385,7 +407,7 @@ class GangCycle:
             room = np.where(restrict[:n], room, 0)
         options = self._preemption_choices(required, preferred, capacity, room, count)
         if not options:
-            return [(None, f"{choice.message}; {NO_ROOM_BY_PREEMPTION}")]
+            return [(None, f"{choice.message}; {self._no_room(required, room)}")]
         return [
             (rows if restrict is None or rows is None else rows & restrict[:n], "")
             for rows in options

@@ -25,6 +25,7 @@ from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPod
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
+from shoal.cache.dra import DeviceCatalog
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
@@ -318,7 +319,11 @@ class Scheduler:
         return record is not None and record.assumed
 
     def delete_pod(self, uid: str) -> None:
-        self._pods.pop(uid, None)
+        info = self._pods.pop(uid, None)
+        if info is not None and info.pod.spec.resource_claims:
+            # DynamicResources' per-pod state (PreFilter's plan, a failed assume): a
+            # pending pod deleted before it is placed has no placement to release it.
+            DeviceCatalog.of(self.handle).forget_pod(uid)
         self.cluster.clear_nomination(uid)
         self.cluster.evicting.discard(uid)
         group = self.gangs.group_of_uid(uid)

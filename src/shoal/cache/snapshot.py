@@ -50,14 +50,14 @@ class Snapshot:
         self._cluster = cluster
         self._layout = -1
         self._nominated_key: tuple[int, int, int] = (-1, -1, -1)
-        self._nominated: tuple[
-            NDArray[np.intp], NDArray[np.int64], NDArray[np.object_], NDArray[np.int64]
-        ] = (
+        # (rows, priorities, request vectors) of the nominated pods, and each one's
+        # position by uid (a pod never leaves room for itself).
+        self._nominated: tuple[NDArray[np.intp], NDArray[np.int64], NDArray[np.int64]] = (
             np.zeros(0, np.intp),
             np.zeros(0, np.int64),
-            np.zeros(0, object),
             np.zeros((0, 0), np.int64),
         )
+        self._nominated_at: dict[str, int] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -192,12 +192,17 @@ class Snapshot:
                 else np.zeros((0, len(table.resources)), dtype=np.int64)
             )
             known = rows >= 0
-            self._nominated = (rows[known], priorities[known], uids[known], vectors[known])
+            kept = uids[known].tolist()
+            self._nominated = (rows[known], priorities[known], vectors[known])
+            self._nominated_at = {uid: i for i, uid in enumerate(kept)}
             self._nominated_key = (key[0], key[1], len(table.resources))
-        rows, priorities, uids, vectors = self._nominated
+        rows, priorities, vectors = self._nominated
         if rows.size == 0:
             return rows, vectors
-        mine = (priorities >= pod.priority) & (uids != pod.uid)
+        mine = priorities >= pod.priority
+        own = self._nominated_at.get(pod.uid)
+        if own is not None:
+            mine[own] = False
         return rows[mine], vectors[mine]
 
     def free_for(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.int64]:

@@ -26,6 +26,7 @@ scheduler-plugins, generalised to a queue tree):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -83,7 +84,9 @@ class QueueCapacity:
         closed = self.queues.closed_reason(pod)
         if closed:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, closed)
-        reason = self.queues.admit(pod, table=self.handle.snapshot, ahead=self._ahead(pod))
+        reason = self.queues.admit(
+            pod, table=self.handle.snapshot, ahead=functools.partial(self._ahead, pod)
+        )
         if reason:
             return None, Status(Code.UNSCHEDULABLE, reason)
         return None, Status(Code.SKIP)

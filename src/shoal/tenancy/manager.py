@@ -498,16 +498,17 @@ class QueueManager:
         self,
         pod: PodInfo,
         table: NodeColumns | None = None,
-        ahead: Iterable[PodInfo] = (),
+        ahead: Callable[[], Iterable[PodInfo]] | None = None,
     ) -> str:
         """Why placing the pod would break a queue limit ("" if it would not).
 
         Two rules: every queue on the pod's path stays within its maximum; and a queue
         that would go above its guarantee (borrow) may only use capacity that no other
         queue is waiting for up to its own guarantee (given `table`, for capacity).
-        `ahead`: pods that come first (nominated preemptors of higher or equal
-        priority): what they will use is held for them in every queue they share with
-        this pod, as kube holds nominated pods' room on their node.
+        `ahead`: the pods that come first (nominated preemptors of higher or equal
+        priority), asked for only when some queue has a max: what they will use is
+        held for them in every queue they share with this pod, as kube holds nominated
+        pods' room on their node.
         """
         leaf, error = self.queue_of(pod)
         if error:
@@ -536,7 +537,7 @@ class QueueManager:
         if not self._has_quota:
             return ""
         vec = tree.charge(pod)
-        held = self._held_for(leaf, ahead)
+        held = self._held_for(leaf, ahead()) if ahead is not None else {}
         # Plain Python over the path: a few queues x a few resources, the common case
         # being "fits" (numpy's per-call overhead would dominate here).
         asked = vec.tolist()

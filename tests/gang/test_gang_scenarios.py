@@ -7,7 +7,9 @@ import pytest
 
 from shoal.api.objects import ObjectMeta
 from shoal.api.podgroup import PodGroup, PodGroupSpec, VolcanoPodGroup
+from shoal.cache.dra import DeviceCatalog
 from shoal.testing import SchedulerHarness, make_node, make_pod
+from shoal.testing.dra import device_class, gpu_slice, resource_claim, with_claims
 
 LIGHT_NAME = "pod-group.scheduling.sigs.k8s.io/name"
 LIGHT_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
@@ -466,3 +468,26 @@ def test_a_dependency_finished_before_a_restart_is_read_from_its_status(
     h.advance(1)
     assert h.scheduler.gangs.groups["ml/prep"].phase == "Finished"
     assert bound_of(h, "train-") == 2
+
+
+def test_spark_driver_first_phantoms_do_not_ask_for_the_drivers_claims() -> None:
+    """The phantom executors are minResources' shape: a driver holding a claim for the
+    node's only GPU still goes when its executors fit (before, every phantom asked for
+    the driver's claim too, found its device taken and the driver never started), and
+    no DRA plan is left behind for the phantoms' made-up uids."""
+    h = SchedulerHarness()
+    h.add_nodes(*(make_node(f"n{i}").capacity(cpu="5", memory="16Gi") for i in range(4)))
+    h.add_dra(device_class(), gpu_slice("n0", count=1), resource_claim("driver-gpu"))
+    driver = (
+        make_pod("driver")
+        .namespace("default")
+        .labels({LIGHT_NAME: "job", LIGHT_MIN: "1", "spark-role": "driver"})
+        .annotations({"shoal.dev/min-executors": "3"})
+        .req(cpu="2")
+    )
+    h.add_pods(with_claims(driver, gpu="driver-gpu"))
+    h.scheduler.gangs.groups["default/job"].min_resources = {"cpu": 2000 + 3 * 4000}
+    h.run()
+    assert h.node_of("default/driver") == "n0"
+    plans = DeviceCatalog.of(h.scheduler.handle).plans
+    assert not [uid for uid in plans if uid.startswith("shoal-phantom/")]

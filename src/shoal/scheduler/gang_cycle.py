@@ -670,6 +670,9 @@ class GangCycle:
             init_containers=[],
             overhead={},
             node_name="",
+            # The executors' shape is minResources' (the driver's claims would tie each
+            # phantom to the driver's devices, and leave plans behind for made-up uids).
+            resource_claims=[],
         )
         mark = tx.mark()
         try:

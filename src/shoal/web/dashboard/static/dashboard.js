@@ -268,7 +268,7 @@ function queueRow(x, depth, capacity, search) {
     `<td class="num" title="${esc(amounts(x.allocated, r))}"><span class="bar" style="width:${(Math.min(1, a) * 50).toFixed(0)}px"></span>${pct(a)}</td>` +
     `<td class="num" title="${esc(amounts(x.guaranteed, r))}">${pct(shareOf(x, "guaranteed", capacity))}</td>` +
     `<td class="num" title="${esc(amounts(x.fairShare, r))}">${pct(shareOf(x, "fairShare", capacity))}</td>` +
-    `<td class="num">${esc(max)}</td><td class="num" title="${x.running} started by their kubelets, ${x.bound} bound (placed)">${x.running}</td><td class="num">${x.pending}</td></tr>`;
+    `<td class="num">${esc(max)}</td><td class="num">${x.bound}</td><td class="num">${x.running}</td><td class="num">${x.pending}</td></tr>`;
 }
 
 function renderTree(levels) {
@@ -279,7 +279,7 @@ function renderTree(levels) {
   const more = (key, data, depth) => {
     if (data.total <= state.queuePage && !data.offset) return;
     const shown = data.queues.length;
-    rows.push(`<tr class="more"><td colspan="8" style="padding-left:${(0.2 + 1.1 * depth).toFixed(1)}em">` +
+    rows.push(`<tr class="more"><td colspan="9" style="padding-left:${(0.2 + 1.1 * depth).toFixed(1)}em">` +
       `<button data-page="queues" data-key="${esc(key)}" data-to="${Math.max(0, data.offset - state.queuePage)}"` +
       ` aria-label="previous page"${data.offset ? "" : " disabled"}>‹</button> ${data.offset + 1}–${data.offset + shown} of ${data.total}` +
       `${key && key !== "?" ? ` in ${esc(key)}` : ""} <button data-page="queues" data-key="${esc(key)}" data-to="${data.offset + state.queuePage}"` +
@@ -298,7 +298,7 @@ function renderTree(levels) {
   const top = levels.get(state.queueQuery ? "?" : "");
   walk(state.queueQuery ? "?" : "", 0);
   $("queue-table").tBodies[0].innerHTML = rows.join("") ||
-    `<tr><td colspan="8" class="note">${state.queueQuery ? "no queue matches" : "no queues"}</td></tr>`;
+    `<tr><td colspan="9" class="note">${state.queueQuery ? "no queue matches" : "no queues"}</td></tr>`;
   if (top) {
     const d = top.data;
     $("queue-count").textContent = state.queueQuery ? `${d.total} of ${d.count} match` : `${d.count} in the tree`;
@@ -473,11 +473,11 @@ function renderGangs(g, pods) {
     const open = x.key === state.openGang;
     return `<tr data-gang="${esc(x.key)}"${open ? ' class="selected"' : ""}><td>${open ? "▾" : "▸"} ${esc(x.key)}</td><td>${esc(x.queue)}</td>` +
       `<td><span class="phase phase-${esc(x.phase)}">${esc(x.phase)}</span></td>` +
-      `<td class="num">${x.minMember}</td><td class="num">${x.members}</td><td class="num" title="${x.running} started by their kubelets, ${x.bound} bound (placed)">${x.running}</td>` +
+      `<td class="num">${x.minMember}</td><td class="num">${x.members}</td><td class="num">${x.bound}</td><td class="num">${x.running}</td>` +
       `<td class="num">${x.waiting}</td><td class="num">${x.succeeded}</td><td class="num">${x.failed}</td>` +
       `<td class="num">${duration(x.age)}</td><td class="why short" title="${esc(x.reason)}">${esc(x.reason)}</td></tr>` +
-      (open ? `<tr class="detail"><td colspan="11">${gangDetail(x, pods)}</td></tr>` : "");
-  }).join("") || `<tr><td colspan="11" class="note">no pod groups${state.selected ? ` in ${esc(state.selected)}` : ""}</td></tr>`;
+      (open ? `<tr class="detail"><td colspan="12">${gangDetail(x, pods)}</td></tr>` : "");
+  }).join("") || `<tr><td colspan="12" class="note">no pod groups${state.selected ? ` in ${esc(state.selected)}` : ""}</td></tr>`;
   pager("gang-pager", g.offset, g.items.length, g.total, state.gangPage, "gangs");
 }
 

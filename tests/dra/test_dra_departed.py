@@ -80,14 +80,14 @@ def test_departures_no_claim_names_are_capped() -> None:
     h, catalog = _harness()
     h.add_dra(resource_claim("c"))
     pods = h.add_pods(*(with_claims(make_pod(f"p{i}"), gpu="c") for i in range(3)))
-    # Pods that were assumed and taken back (or bound, with no claim naming them
-    # yet) leave without a claim naming them: only the newest are remembered.
+    # Pods deleted with no claim naming them yet leave: only the newest are
+    # remembered (a claim written for one may still be seen after it).
     for round_ in range(RECENT_DEPARTURES // 3 + 10):
         for info in pods:
-            catalog.pod_unplaced(0, info)
+            catalog.forget_pod(info.uid)
             if round_ % 2:
                 catalog.pod_placed(0, info)  # placed again: not departed
-                catalog.pod_unplaced(0, info)
+                catalog.forget_pod(info.uid)
     assert catalog.departed == 3
     extra = [
         info
@@ -95,7 +95,7 @@ def test_departures_no_claim_names_are_capped() -> None:
         for info in h.add_pods(with_claims(make_pod(f"x{i}"), gpu="c"))
     ]
     for info in extra:
-        catalog.pod_unplaced(0, info)
+        catalog.forget_pod(info.uid)
     assert catalog.departed == RECENT_DEPARTURES
 
 

@@ -543,14 +543,13 @@ class DeviceCatalog:
             # Still placed: its node left the cache (the pod still exists) or it is
             # being moved to another node. It keeps using its claims.
             return
-        if pod.uid in self._listed:
-            self._gone.add(pod.uid)
-        else:
-            left = self._left
-            left.pop(pod.uid, None)
-            left[pod.uid] = None
-            if len(left) > RECENT_DEPARTURES:
-                del left[next(iter(left))]
+        if pod.node_name:
+            # A bound pod off its node: deleted or evicted (in the cluster, or in a
+            # preemption what-if). A pod that was only assumed (its bind failed, a
+            # transaction rolled back) still exists and goes back to the queue: what
+            # the cluster allocated and reserved for it stays its own (kube's Unreserve
+            # keeps the devices too); it departs when it is deleted (`forget_pod`).
+            self._depart(pod.uid)
         keys = self._pod_claims.pop(pod.uid, [])
         self._dirty.update(keys)
         for key in keys:
@@ -570,6 +569,23 @@ class DeviceCatalog:
         return None
 
     def forget_pod(self, uid: str) -> None:
-        """The pod left the scheduler (deleted): drop what PreFilter planned for it."""
+        """The pod left the scheduler (deleted): drop what PreFilter planned for it; the
+        claims that still name it no longer count it as a user."""
         self.plans.pop(uid, None)
         self.failed.pop(uid, None)
+        self._depart(uid)  # also for a claim written for it that is seen only later
+        listed = self._listed.get(uid)
+        if listed:
+            self._dirty.update(listed)
+            self.version += 1
+
+    def _depart(self, uid: str) -> None:
+        """Remember that the pod is gone (bounded: see the module)."""
+        if uid in self._listed:
+            self._gone.add(uid)
+            return
+        left = self._left
+        left.pop(uid, None)
+        left[uid] = None
+        if len(left) > RECENT_DEPARTURES:
+            del left[next(iter(left))]

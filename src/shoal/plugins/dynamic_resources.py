@@ -421,6 +421,14 @@ class DynamicResources:
                 results = tuple((request, *table.ids[d]) for request, d in assumed.results)
                 out.append(ClaimAllocation(claim.key, results, node if assumed.node_local else ""))
             elif catalog.allocated(claim.key) is not None:
+                # Allocated already (written for this pod before a failed bind, or
+                # shared): its node-local devices decide where the pod may go.
+                where = catalog.allocated_node(claim.key)
+                if where is not None and where != node:
+                    return Status(
+                        Code.UNSCHEDULABLE,
+                        f"resourceclaim {claim.metadata.name} is allocated on {where}",
+                    )
                 out.append(ClaimAllocation(claim.key))
             else:
                 return Status(

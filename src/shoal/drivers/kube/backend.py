@@ -300,7 +300,9 @@ class KubeBackend:
             queues=self.queue_status,
             bindings=self.binding_status,
             volumes=VolumeWriter(self.client, self._lookup, timeout=opts.request_timeout),
-            claims=ClaimWriter(self.client, timeout=opts.request_timeout),
+            claims=ClaimWriter(
+                self.client, timeout=opts.request_timeout, concurrency=opts.bind_concurrency
+            ),
         )
         self.clock = WallClock()
         self._extender_transports: list[ExtenderTransport] = []

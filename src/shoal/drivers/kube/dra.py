@@ -103,9 +103,13 @@ DRA_WATCHED: list[
 class ClaimWriter:
     """Carries out `AllocateClaims` (see the module docstring)."""
 
-    def __init__(self, client: KubeClient, timeout: float = 10.0) -> None:
+    def __init__(self, client: KubeClient, timeout: float = 10.0, concurrency: int = 64) -> None:
         self.client = client
         self.timeout = timeout
+        # At most this many claims written at once, as binds are (each write is a few
+        # requests): thousands started at once time out waiting for connections, and
+        # every timed-out write fails its pod's bind.
+        self._slots = asyncio.Semaphore(concurrency)
         self._pending: dict[str, asyncio.Task[None]] = {}  # pod uid -> writes
         # One write at a time per claim, in the order emitted: the pod that allocates a
         # shared claim writes before the pods that only join its reservedFor.
@@ -131,7 +135,7 @@ class ClaimWriter:
     async def _write_one(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
         lock = self._locks.setdefault(entry.claim, asyncio.Lock())
         try:
-            async with lock:
+            async with lock, self._slots:
                 await self._write_locked(effect, entry)
         finally:
             if not lock.locked() and self._locks.get(entry.claim) is lock:

@@ -20,6 +20,18 @@ Shapes:
               v1alpha2 PodGroups of --gang-size (gang minCount = size), pods naming
               them in spec.schedulingGroup; the API server runs with GenericWorkload
               and kube-scheduler with its GangScheduling plugin (both alpha in v1.36).
+  dra         Dynamic Resource Allocation (resource.k8s.io/v1, GA in v1.36): one
+              DeviceClass, every node publishing --gpus GPUs in a ResourceSlice (one
+              pool per node, as a DRA driver would), every pod (100m / 500Mi) with a
+              one-GPU ResourceClaim; kube-scheduler's DynamicResources and Shoal's
+              allocate the devices, write each claim's status and bind. The kit runs no
+              kube-controller-manager, so no resource-claim controller turns templates
+              into claims: the claims are created up front, one per pod, and named by
+              the pods (spec.resourceClaims[].resourceClaimName), for both schedulers.
+              Checked after the run from the claims' status: devices given to two
+              claims, claims not allocated, pods bound elsewhere than their devices or
+              missing from their claim's reservedFor (the bare binder allocates nothing,
+              so not checked for it).
 
 Reported per run: pods/s over the whole run (scheduler start to last bind, informer
 sync included) and steady pods/s (first bind to last bind); then the ratio Shoal /
@@ -30,7 +42,9 @@ summed per node against the node's allocatable: no node may be overcommitted.
 
   python bench/vs_kube_scheduler.py [--nodes 5000] [--pods 10000] [--qps 1000]
       [--burst 2000] [--shape basic,gang-queue] [--scheduler kube,shoal,shoal-x2,bare]
-      [--repeat 1]
+      [--repeat 1] [--gpus 8]
+  python bench/vs_kube_scheduler.py --shape dra --nodes 1000 --pods 4000 \
+      --scheduler kube,shoal,bare
 
 `shoal-x2` (x3, x4, x8) runs that many `shoal run` replicas at once, each with its own
 identity and leader election off: they split the nodes into node shards and route the
@@ -69,6 +83,7 @@ from typing import Any
 
 from shoal.api.quantity import parse_quantity
 from shoal.drivers.kube.client import ClientSettings, KubeClient, Undecodable, connect
+from shoal.drivers.kube.dra import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from shoal.drivers.kube.resources import NAMESPACES, NODES, PODGROUPS, PODS, QUEUE_BINDINGS, QUEUES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +109,7 @@ class Result:
     control_plane_cpu: float  # CPU seconds of kube-apiserver + etcd during the run
     partial_gangs: int = 0  # gangs with some but not all members bound at the end
     bound_at_end: int = 0  # pods with a node when the run ended (after --settle)
+    claims: ClaimCheck | None = None  # shape dra: what the claims' status says
 
     @property
     def pods_per_second(self) -> float:
@@ -102,6 +118,18 @@ class Result:
     @property
     def steady_pods_per_second(self) -> float:
         return (self.bound - 1) / self.steady_seconds if self.steady_seconds > 0 else 0.0
+
+
+@dataclass
+class ClaimCheck:
+    """Shape dra, after the run, from the claims' status and the pods' nodes."""
+
+    claims: int  # ResourceClaims in the cluster
+    allocated: int  # with status.allocation
+    devices: int  # devices named by all allocations
+    double_allocated: int  # devices named by more than one claim's allocation
+    misplaced: int  # bound pods whose claim is unallocated, on other nodes' devices,
+    #                 or whose status.reservedFor does not name the pod
 
 
 # ---- the control plane ------------------------------------------------------------------
@@ -178,25 +206,129 @@ async def create_node(client: KubeClient, i: int) -> None:
     )
 
 
-def pod(namespace: str, name: str, group: str = "", upstream: bool = False) -> JSON:
+def pod(
+    namespace: str, name: str, group: str = "", upstream: bool = False, claim: str = ""
+) -> JSON:
     labels = {GROUP_LABEL: group} if group and not upstream else {}
-    extra: JSON = {"schedulingGroup": {"podGroupName": group}} if upstream else {}
+    extra: JSON = {"schedulerName": SCHEDULER_NAME}
+    if upstream:
+        extra["schedulingGroup"] = {"podGroupName": group}
+    resources: JSON = {"requests": REQUESTS}
+    if claim:
+        extra["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+        resources["claims"] = [{"name": "gpu"}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             **extra,
-            "schedulerName": SCHEDULER_NAME,
             "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.9",
-                    "resources": {"requests": REQUESTS},
-                }
+                {"name": "c", "image": "registry.k8s.io/pause:3.9", "resources": resources}
             ],
         },
     }
+
+
+# ---- shape dra: what a DRA driver publishes, and one claim per pod ----------------------
+
+DRIVER = "gpu.example.com"
+GPU_MEMORY = "80Gi"
+
+
+def device_class() -> JSON:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+    }
+
+
+def gpu_slice(node: str, gpus: int) -> JSON:
+    """The ResourceSlice a driver on `node` publishes: its GPUs, one pool per node."""
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {
+                "index": {"int": i},
+                "model": {"string": "bench-gpu"},
+                "uuid": {"string": f"GPU-{node}-{i}"},
+            },
+            "capacity": {"memory": {"value": GPU_MEMORY}},
+        }
+        for i in range(gpus)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def one_gpu_claim(namespace: str, name: str) -> JSON:
+    """What the resource-claim controller would make from a one-GPU template."""
+    exactly = {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+async def create_dra_objects(client: KubeClient, nodes: int, gpus: int) -> None:
+    await client.request("POST", DEVICE_CLASSES.path(), body=device_class())
+    await gather_limited(
+        [
+            client.request("POST", RESOURCE_SLICES.path(), body=gpu_slice(f"node-{i}", gpus))
+            for i in range(nodes)
+        ]
+    )
+
+
+def check_claims(claim_list: list[JSON], pod_list: list[JSON]) -> ClaimCheck:
+    """Devices given twice, and bound pods not where their claim's devices are."""
+    owners: dict[tuple[str, str, str], int] = defaultdict(int)
+    claims: dict[tuple[str, str], JSON] = {}
+    allocated = 0
+    for obj in claim_list:
+        meta = obj["metadata"]
+        claims[(meta["namespace"], meta["name"])] = obj
+        allocation = (obj.get("status") or {}).get("allocation")
+        if not allocation:
+            continue
+        allocated += 1
+        for r in (allocation.get("devices") or {}).get("results") or []:
+            owners[(r["driver"], r["pool"], r["device"])] += 1
+    misplaced = 0
+    for item in pod_list:
+        node = (item.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        meta = item["metadata"]
+        for entry in item["spec"].get("resourceClaims") or []:
+            claim = claims.get((meta["namespace"], entry.get("resourceClaimName", "")))
+            status = (claim or {}).get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results")
+            reserved = {r.get("uid") for r in status.get("reservedFor") or []}
+            # one pool per node, named after it (gpu_slice)
+            elsewhere = not results or any(r["pool"] != node for r in results)
+            if elsewhere or meta["uid"] not in reserved:
+                misplaced += 1
+    return ClaimCheck(
+        claims=len(claim_list),
+        allocated=allocated,
+        devices=len(owners),
+        double_allocated=sum(1 for n in owners.values() if n > 1),
+        misplaced=misplaced,
+    )
 
 
 def namespaces() -> list[str]:
@@ -266,6 +398,23 @@ async def create_workload(client: KubeClient, shape: str, pods: int, gang_size: 
             g = i // gang_size
             ns = spaces[g % NAMESPACE_COUNT]
             body = pod(ns, f"pod-{i}", f"job-{g}", upstream=True)
+            jobs.append(client.request("POST", PODS.path(ns), body=body))
+    elif shape == "dra":
+        # The claims first (a pod naming a missing claim just waits, but this way the
+        # schedulers start from the same complete state).
+        await gather_limited(
+            [
+                client.request(
+                    "POST",
+                    RESOURCE_CLAIMS.path(spaces[i % NAMESPACE_COUNT]),
+                    body=one_gpu_claim(spaces[i % NAMESPACE_COUNT], f"pod-{i}-gpu"),
+                )
+                for i in range(pods)
+            ]
+        )
+        for i in range(pods):
+            ns = spaces[i % NAMESPACE_COUNT]
+            body = pod(ns, f"pod-{i}", claim=f"pod-{i}-gpu")
             jobs.append(client.request("POST", PODS.path(ns), body=body))
     else:
         for i in range(pods):
@@ -453,11 +602,12 @@ def overcommitted(pod_list: list[JSON]) -> int:
     )
 
 
-async def list_pods(client: KubeClient) -> tuple[list[JSON], str]:
+async def list_pods(client: KubeClient, path: str = "") -> tuple[list[JSON], str]:
+    """Every pod (or every object at `path`) and the list's resourceVersion."""
     items: list[JSON] = []
     query = {"limit": "5000"}
     while True:
-        page = await client.request("GET", PODS.path(), query=query, timeout=120)
+        page = await client.request("GET", path or PODS.path(), query=query, timeout=120)
         items += page.get("items") or []
         meta = page.get("metadata") or {}
         if not meta.get("continue"):
@@ -482,6 +632,8 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
         try:
             started = time.monotonic()
             await gather_limited([create_node(client, i) for i in range(args.nodes)])
+            if shape == "dra":
+                await create_dra_objects(client, args.nodes, args.gpus)
             await create_workload(client, shape, args.pods, args.gang_size)
             print(
                 f"  {shape}/{scheduler}: {args.nodes} nodes and {args.pods} pods created in "
@@ -492,6 +644,8 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
             config = write_config(state, env, args.qps, args.burst)
             log = state / f"{scheduler}.log"
             plane_before = control_plane_cpu(state)
+            # what else the machine runs shows in the rates: say so beside them
+            print(f"  load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
             async with contextlib.AsyncExitStack() as stack:
                 processes = [
                     await stack.enter_async_context(
@@ -511,6 +665,10 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 plane_cpu = control_plane_cpu(state) - plane_before
             pod_list, _ = await list_pods(client)
             bound_now = sum(1 for p in pod_list if (p.get("spec") or {}).get("nodeName"))
+            claims = None
+            if shape == "dra" and scheduler != "bare":  # the bare binder allocates nothing
+                claim_list, _ = await list_pods(client, RESOURCE_CLAIMS.path())
+                claims = check_claims(claim_list, pod_list)
             if len(times) < expect:
                 tail = log.read_text()[-2000:]
                 print(f"  only {len(times)}/{args.pods} bound; log tail:\n{tail}", flush=True)
@@ -524,8 +682,11 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 overcommitted=overcommitted(pod_list),
                 scheduler_cpu=scheduler_cpu,
                 control_plane_cpu=plane_cpu,
-                partial_gangs=partial_gangs(pod_list, args.gang_size) if shape != "basic" else 0,
+                partial_gangs=partial_gangs(pod_list, args.gang_size)
+                if shape in ("gang-queue", "upstream-gang")
+                else 0,
                 bound_at_end=bound_now,
+                claims=claims,
             )
         finally:
             await connection.close()
@@ -554,6 +715,20 @@ def report(results: list[Result]) -> None:
             f"{r.overcommitted:>13} {r.partial_gangs:>13} {r.scheduler_cpu * per_pod:>16.2f} "
             f"{r.control_plane_cpu * per_pod:>21.2f}"
         )
+    checked = [r for r in results if r.claims is not None]
+    if checked:
+        print()
+        print(
+            f"{'shape':<11} {'scheduler':<15} {'claims':>7} {'allocated':>9} {'devices':>7} "
+            f"{'double-allocated':>16} {'misplaced':>9}"
+        )
+        for r in checked:
+            c = r.claims
+            assert c is not None
+            print(
+                f"{r.shape:<11} {NAMES[r.scheduler]:<15} {c.claims:>7} {c.allocated:>9} "
+                f"{c.devices:>7} {c.double_allocated:>16} {c.misplaced:>9}"
+            )
     print()
     for shape in dict.fromkeys(r.shape for r in results):
         kube = [r for r in results if r.shape == shape and r.scheduler == "kube"]
@@ -629,6 +804,7 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=1000)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--gang-size", type=int, default=8)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (shape dra)")
     parser.add_argument("--shape", default="basic,gang-queue")
     parser.add_argument("--scheduler", default="kube,shoal")
     parser.add_argument("--repeat", type=int, default=1)
@@ -658,7 +834,14 @@ def main() -> None:
                     f"({result.steady_pods_per_second:.0f} steady), "
                     f"{result.overcommitted} overcommitted nodes, "
                     f"{result.partial_gangs} partly bound gangs, "
-                    f"{result.bound_at_end} bound at the end",
+                    f"{result.bound_at_end} bound at the end"
+                    + (
+                        f", {result.claims.double_allocated} devices given twice, "
+                        f"{result.claims.allocated}/{result.claims.claims} claims allocated, "
+                        f"{result.claims.misplaced} pods not where their devices are"
+                        if result.claims
+                        else ""
+                    ),
                     flush=True,
                 )
                 results.append(result)

@@ -732,7 +732,9 @@ class KubeBackend:
         names = self.scheduler.profiles
         out = []
         for raw in self.pods.store.values():
-            spec = raw.get("spec") or {}
+            spec = raw.get("spec")
+            if not isinstance(spec, dict):
+                continue  # cannot be read: reported by the intake, never scheduled
             if spec.get("nodeName") or spec.get("schedulerName", "default-scheduler") not in names:
                 continue
             if handoff_only and unschedulable_since(raw) is None:

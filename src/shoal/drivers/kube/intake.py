@@ -25,6 +25,7 @@ from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.queue import PodDisruptionBudget
+from shoal.api.resources import ResourceList, parse_resource_list
 from shoal.drivers.kube.binder import SCHEDULED_BY
 from shoal.drivers.kube.client import JSON
 from shoal.drivers.kube.core import CoreThread, IoPort
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from shoal.drivers.kube.informer import Informer
     from shoal.drivers.kube.tenancy import TenancySync
 
-__all__ = ["WATCHED", "Intake", "Watched"]
+__all__ = ["GROUP_PRECEDENCE", "WATCHED", "Intake", "Watched"]
 
 log = logging.getLogger("shoal.kube")
 
@@ -94,17 +95,93 @@ def _priority_class_gone(b: Intake, namespace: str, name: str) -> None:
     b.scheduler.priority_classes.pop(name, None)
 
 
+AnyPodGroup = PodGroup | VolcanoPodGroup | UpstreamPodGroup
+
+# PodGroup objects of one namespace/name in several APIs define one gang. When they
+# disagree on it (minMember, minResources), the one of the API first here is in force and
+# the others are skipped and reported, whatever order the informers deliver them in.
+GROUP_PRECEDENCE = (PODGROUPS, PODGROUPS_SIGS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS)
+_GROUP_RANK = {k.name: i for i, k in enumerate(GROUP_PRECEDENCE)}
+
+
+def _gang_terms(group: AnyPodGroup) -> tuple[int, ResourceList]:
+    """What a PodGroup object says of its gang: the minimum members and resources."""
+    if isinstance(group, UpstreamPodGroup):
+        return group.min_member, {}
+    return max(1, group.spec.min_member), parse_resource_list(group.spec.min_resources)
+
+
+def _say(terms: tuple[int, ResourceList]) -> str:
+    minimum, resources = terms
+    return f"minMember {minimum}" + (f", minResources {resources}" if resources else "")
+
+
+def _other_groups(
+    b: Intake, kind: ResourceKind, key: str
+) -> list[tuple[ResourceKind, JSON, tuple[int, ResourceList]]]:
+    """The readable PodGroup objects of `key` in the other APIs, with their terms."""
+    out = []
+    for other in list(b.group_kinds.get(key, {}).values()):
+        informer = b.informers.get(other.name)
+        raw = informer.store.get(key) if informer is not None else None
+        if other.name == kind.name or raw is None or other.model is None:
+            continue
+        try:
+            obj = decode(raw, other.model)
+            if isinstance(obj, PodGroup | VolcanoPodGroup | UpstreamPodGroup):
+                out.append((other, raw, _gang_terms(obj)))
+        except (ManifestError, ValueError):
+            continue  # reported on its own
+    return out
+
+
+def _conflict(
+    key: str,
+    kind: ResourceKind,
+    terms: tuple[int, ResourceList],
+    winner: ResourceKind,
+    winning: tuple[int, ResourceList],
+) -> str:
+    order = ", ".join(k.group for k in GROUP_PRECEDENCE)
+    return (
+        f"PodGroup {key} ({kind.group}) says {_say(terms)}, but PodGroup {key} "
+        f"({winner.group}) says {_say(winning)}: a gang is defined once, and the "
+        f"{winner.group} one is in force (precedence: {order}); delete one of them or make "
+        "them agree"
+    )
+
+
 def _pod_groups(kind: ResourceKind) -> Watched:
     """PodGroups of one API (scheduler-plugins' two groups, Volcano). The intake records
     which APIs hold an object for each group: its status is written back there."""
 
-    def upsert(b: Intake, group: PodGroup | VolcanoPodGroup | UpstreamPodGroup, raw: JSON) -> None:
+    def upsert(b: Intake, group: AnyPodGroup, raw: JSON) -> None:
         key = object_key(raw)
         meta = raw.get("metadata") or {}
         # Our own status writes come back through the watch: not a change for the core.
         relevant = (raw.get("spec"), meta.get("labels"), meta.get("annotations"))
         if b._group_seen.get((kind.name, key)) == relevant:
             return
+        mine = _gang_terms(group)
+        rivals = [r for r in _other_groups(b, kind, key) if r[2] != mine]
+        above = [r for r in rivals if _GROUP_RANK[r[0].name] < _GROUP_RANK[kind.name]]
+        if above:
+            # Another API's object of this name is in force: this one is skipped (and
+            # applies if that one goes: `remove` re-reads the APIs recorded here).
+            b.group_kinds.setdefault(key, {})[kind.name] = kind
+            b._group_seen.pop((kind.name, key), None)
+            b._group_conflicts.add((kind.name, key))
+            winner, _, winning = min(above, key=lambda r: _GROUP_RANK[r[0].name])
+            raise ValueError(_conflict(key, kind, mine, winner, winning))
+        for other, other_raw, theirs in rivals:  # all below this one: skipped from now on
+            b._group_seen.pop((other.name, key), None)
+            b._group_conflicts.add((other.name, key))
+            b.report_invalid(other, other_raw, _conflict(key, other, theirs, kind, mine))
+        for other, other_raw, theirs in _other_groups(b, kind, key):
+            if theirs == mine and (other.name, key) in b._group_conflicts:
+                b._group_conflicts.discard((other.name, key))  # agrees now
+                b.clear_invalid(other, other_raw)
+        b._group_conflicts.discard((kind.name, key))
         b.scheduler.add_pod_group(group)
         b._group_seen[(kind.name, key)] = relevant
         b.group_kinds.setdefault(key, {})[kind.name] = kind
@@ -113,6 +190,7 @@ def _pod_groups(kind: ResourceKind) -> Watched:
         namespace = namespace or "default"
         key = f"{namespace}/{name}"
         b._group_seen.pop((kind.name, key), None)
+        b._group_conflicts.discard((kind.name, key))
         kinds = b.group_kinds.get(key, {})
         kinds.pop(kind.name, None)
         if not kinds:
@@ -143,7 +221,22 @@ def _pdb_gone(b: Intake, namespace: str, name: str) -> None:
 
 def _namespace(b: Intake, namespace: JSON, raw: JSON) -> None:
     meta = raw.get("metadata") or {}
-    b.scheduler.set_namespace_labels(str(meta.get("name", "")), dict(meta.get("labels") or {}))
+    name = str(meta.get("name", ""))
+    labels = meta.get("labels") or {}
+    # Kept as raw JSON (no model): labels that are not a map of strings would otherwise
+    # reach the selectors as whatever they are. Reported; the labels in force stay.
+    if not isinstance(labels, dict):
+        raise ValueError(
+            f"Namespace {name}: field metadata.labels: expected a map of strings, got "
+            f"{type(labels).__name__}"
+        )
+    for key, value in labels.items():
+        if not isinstance(value, str):
+            raise ValueError(
+                f"Namespace {name}: field metadata.labels.{key}: expected a string, got "
+                f"{type(value).__name__} {value!r}"
+            )
+    b.scheduler.set_namespace_labels(name, dict(labels))
 
 
 def _namespace_gone(b: Intake, namespace: str, name: str) -> None:
@@ -229,6 +322,9 @@ class Intake:
         # namespace/name -> the PodGroup APIs holding an object of that name (by kind name).
         self.group_kinds: dict[str, dict[str, ResourceKind]] = {}
         self._group_seen: dict[tuple[str, str], tuple[object, ...]] = {}
+        # (kind name, namespace/name) of PodGroup objects skipped because another API's
+        # object of that name says otherwise (GROUP_PRECEDENCE).
+        self._group_conflicts: set[tuple[str, str]] = set()
         # Which pending pods this replica decides when several share the nodes (node
         # shards); None: all of them.
         self.routing: Routing | None = None
@@ -277,6 +373,9 @@ class Intake:
                         watched.upsert(self, obj, new)
                     except ValueError as err:
                         self.report_invalid(kind, new, str(err))
+                    else:
+                        if kind.model is None:  # raw JSON, checked by `upsert`: fine now
+                            self.clear_invalid(kind, new)
         self.wake()
 
     def _delete(self, kind: ResourceKind, old: JSON) -> None:

@@ -226,9 +226,12 @@ class Routing:
 
 def unschedulable_since(raw: JSON) -> float | None:
     """When the pod's PodScheduled condition turned False with reason Unschedulable."""
-    for condition in (raw.get("status") or {}).get("conditions") or ():
+    status = raw.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions if isinstance(conditions, list) else ():
         if (
-            condition.get("type") == "PodScheduled"
+            isinstance(condition, dict)
+            and condition.get("type") == "PodScheduled"
             and condition.get("status") == "False"
             and condition.get("reason") == "Unschedulable"
         ):

@@ -47,6 +47,16 @@ def _trace_folder(trace_dir: Path | None) -> Path:
     return folder
 
 
+def _warn(traces: list[tuple[Path, str]]) -> None:
+    """Say what each trace's files had that is ignored or can never be placed (the run
+    goes on); TraceError for a file that cannot be used."""
+    from shoal.experiments.openb.trace import load_trace
+
+    for folder, name in traces:
+        for warning in load_trace(folder, name).warnings:
+            typer.echo(f"warning: {warning}", err=True)
+
+
 @experiment_app.command("openb")
 def openb(
     trace: Annotated[
@@ -83,11 +93,14 @@ def openb(
         write_svg,
     )
     from shoal.experiments.openb.runner import parse_seeds, policy_name, run_sweep
-    from shoal.experiments.openb.trace import TraceError, list_traces
+    from shoal.experiments.openb.trace import POD_FILE_PREFIX, TraceError, list_traces
 
     folder = _trace_folder(trace_dir)
     try:
         names = list_traces(folder) if trace == "all" else [t.strip() for t in trace.split(",")]
+        if not names:
+            raise TraceError(f"{folder}: no {POD_FILE_PREFIX}*.csv files: no trace to run")
+        _warn([(folder, name) for name in names])
         policies = [p.strip() for p in policy.split(",") if p.strip()]
         seed_list = parse_seeds(seeds)
         units = [(t, policy_name(p), s) for t in names for p in policies for s in seed_list]
@@ -174,13 +187,13 @@ def openb_replay(
         write_wait_csv,
     )
     from shoal.experiments.openb.runner import parse_seeds
-    from shoal.experiments.openb.trace import TraceError, load_trace
+    from shoal.experiments.openb.trace import TraceError
 
     folder = _trace_folder(trace_dir)
     started = time.perf_counter()
     try:
         seed_list = parse_seeds(seeds) if seeds is not None else None
-        load_trace(folder, trace)
+        _warn([(folder, trace)])
         results = replay_policies(
             str(folder),
             trace,
@@ -341,6 +354,7 @@ def openb_sweep(
     done: list[RunResult] = []
     try:
         found = resolve_traces(traces)
+        _warn(found)
         if out is not None and resume and out.exists():
             done = read_runs_csv(out)
         if out is not None:

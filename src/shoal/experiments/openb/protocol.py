@@ -24,15 +24,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from shoal.api.gpu import parse_models
-from shoal.experiments.openb.trace import PodRow, Trace
+from shoal.api.gpu import GPU_MILLI, parse_models
+from shoal.experiments.openb.trace import POD_FILE_PREFIX, PodRow, Trace, TraceError
 from shoal.gpu.fragmentation import TargetShape, TargetWorkload
 
 __all__ = [
     "DEFAULT_RATIO",
     "MAX_BIN",
+    "MAX_INFLATED_PODS",
     "Curve",
     "bin_curve",
+    "check_inflation",
     "inflate",
     "prepare_workload",
     "shape_of",
@@ -88,8 +90,35 @@ def inflate(
     return pods
 
 
+# Inflation resamples the trace until its GPU demand reaches `ratio` x the capacity: a
+# node list far larger than the pod list would take millions of pods (hours, then
+# memory). Refused up front beyond this many pods.
+MAX_INFLATED_PODS = 1_000_000
+
+
+def check_inflation(trace: Trace, ratio: float = DEFAULT_RATIO) -> None:
+    """TraceError when inflating `trace` to `ratio` x its GPU capacity would take more
+    than `MAX_INFLATED_PODS` pods (the expected count: resamples are uniform)."""
+    demand = sum(p.total_milli for p in trace.pods)
+    target = ratio * trace.gpu_capacity_milli
+    if ratio <= 0 or demand >= target or not demand:
+        return
+    expected = len(trace.pods) + (target - demand) * len(trace.pods) / demand
+    if expected > MAX_INFLATED_PODS:
+        raise TraceError(
+            f"{POD_FILE_PREFIX}{trace.name}.csv: its {len(trace.pods)} pods ask for "
+            f"{demand / GPU_MILLI:g} GPUs in all; reaching {ratio:.0%} of the "
+            f"{trace.gpu_capacity_milli // GPU_MILLI} GPUs of its nodes would take about "
+            f"{expected:,.0f} pods (at most {MAX_INFLATED_PODS:,}): the node list is far "
+            "larger than the pod list was made for; use the node list of the trace, or a "
+            "pod list with more GPU demand"
+        )
+
+
 def prepare_workload(trace: Trace, seed: int, ratio: float = DEFAULT_RATIO) -> list[PodRow]:
-    """The pods in arrival order for one seed."""
+    """The pods in arrival order for one seed (TraceError when inflation would take more
+    than `MAX_INFLATED_PODS` pods)."""
+    check_inflation(trace, ratio)
     rng = np.random.default_rng(seed)
     ordered = sorted(trace.pods, key=lambda p: p.name)
     shuffled = [ordered[i] for i in rng.permutation(len(ordered))]

@@ -36,6 +36,7 @@ from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.experiments.openb.protocol import (
     DEFAULT_RATIO,
     bin_curve,
+    check_inflation,
     prepare_workload,
     target_workload,
 )
@@ -347,7 +348,8 @@ def run_sweep(
         (str(trace_dir), t, policy_name(p), s) for t in traces for p in policies for s in seeds
     ]
     for name in {t for _, t, _, _ in tasks}:
-        load_trace(trace_dir, name)  # fail early on a bad file
+        # Fail early on a bad file, or on a trace inflation cannot fill.
+        check_inflation(load_trace(trace_dir, name), opts.get("ratio", DEFAULT_RATIO))
     if ray_address:
         results = _run_ray(tasks, ray_address, opts, progress, started)
     else:
@@ -425,7 +427,8 @@ def run_tasks(
     """Run (trace folder, trace, policy, seed) tasks from any folders, locally or on Ray;
     results in completion order."""
     for folder, name in {(d, t) for d, t, _, _ in tasks}:
-        load_trace(Path(folder), name)  # fail early on a bad file
+        # Fail early on a bad file, or on a trace inflation cannot fill.
+        check_inflation(load_trace(Path(folder), name), opts.get("ratio", DEFAULT_RATIO))
     tasks = [(d, t, policy_name(p), s) for d, t, p, s in tasks]
     if ray_address:
         return _run_ray(tasks, ray_address, opts, progress)

@@ -606,9 +606,6 @@ def order_cases() -> Iterator[KubeCase]:
         "order",
         later=(pool("first-pool", "first"), node("first-pool-node", pool="first")),
         bound=(pod_key(user),),
-        known_gap="with no NodePool object in the cluster at all, NodePools.pre_filter skips, "
-        "so a queue naming a pool that does not exist yet places its pods anywhere "
-        "(docs/queues.md: they wait): src/shoal/plugins/node_pools.py (not the driver)",
     )
 
 

@@ -221,6 +221,29 @@ def test_node_pools_exclusive_and_restricted() -> None:
     } == {"own0", "own1"}
 
 
+def test_a_queue_naming_a_pool_that_does_not_exist_yet_waits_for_it() -> None:
+    """No NodePool exists at all: the pods of a queue that names one wait (before, the
+    plugin skipped when there were no pools and placed them anywhere), and run on the
+    pool's nodes once it is created."""
+    from shoal.api.queue import NodePoolSpec
+
+    h = harness()
+    h.add_nodes(make_node("plain").capacity({GPU: 1}, cpu="8", memory="32Gi"))
+    assert h.scheduler.apply_queues([queue("q", pools=["later"])]) == []
+    h.add_pods(gpu_pod("p", "q"))
+    h.run()
+    assert h.node_of("default/p") is None
+    assert "outside queue q's node pools ['later']" in h.scheduler.explain("default/p")
+    h.add_nodes(make_node("pooled").labels(pool="later").capacity({GPU: 1}, cpu="8"))
+    pool = NodePool(
+        metadata=ObjectMeta(name="later"),
+        spec=decode({"nodeSelector": {"pool": "later"}}, NodePoolSpec),
+    )
+    assert h.scheduler.apply_queues(pools=[pool]) == []
+    h.advance(30)
+    assert h.node_of("default/p") == "pooled"
+
+
 def test_binding_limits_running_jobs_per_namespace() -> None:
     from shoal.api.queue import QueueBindingSpec
 

@@ -111,6 +111,8 @@ def parse_sub_groups(raw: str) -> tuple[dict[str, SubGroup], str]:
         doc = json.loads(raw)
     except ValueError as err:
         return {}, f"annotation {SUB_GROUPS} is not JSON ({err}); ignored"
+    except RecursionError:
+        return {}, f"annotation {SUB_GROUPS} is nested too deeply to read; ignored"
     if not isinstance(doc, dict):
         return {}, f'annotation {SUB_GROUPS} must map names to {{"minMember": N, ...}}; ignored'
     out: dict[str, SubGroup] = {}

@@ -51,11 +51,20 @@ class NodePools:
         self.queues = QueueManager.of(handle)
         self._cache: dict[int, tuple[NDArray[np.bool_], NDArray[np.bool_], str, str]] = {}
         self._cache_key: tuple[int, int] = (-1, -1)
+        self._named_at: tuple[int, bool] = (-1, False)  # (queues version, any pools named)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        if not self.queues.pools:
-            return None, Status(Code.SKIP)
+        if not self.queues.pools and not self._pools_named():
+            return None, Status(Code.SKIP)  # no pool exists, and no queue asks for one
         return None, Status()
+
+    def _pools_named(self) -> bool:
+        """Does some queue name node pools? (Its pods wait while none of them exists.)"""
+        version = self.queues.version
+        if self._named_at[0] != version:
+            named = any(d.pools for d in self.queues.tree.defs.values())
+            self._named_at = (version, named)
+        return self._named_at[1]
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
         leaf, error = self.queues.queue_of(pod)

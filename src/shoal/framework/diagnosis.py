@@ -28,10 +28,6 @@ class Diagnosis:
     reasons: Counter[str] = field(default_factory=Counter)
     unschedulable_plugins: set[str] = field(default_factory=set)
     pre_filter_message: str = ""
-    # A PreFilter rejected the pod with Unschedulable: every node carries that status
-    # (kube's SetAbsentNodesStatus), so preemption may try any node; e.g. a queue's max
-    # held by lower-priority pods of the pod's own queue.
-    pre_filter_resolvable: bool = False
     post_filter_message: str = ""
     # PostFilter plugins that tried and could not help yet (they said why): the pod is
     # also worth retrying on the events they registered for.

@@ -103,14 +103,6 @@ class NodeFilterStatuses(Protocol):
         (Unschedulable, not UnschedulableAndUnresolvable, and not left out by PreFilter)?"""
         ...
 
-    @property
-    def pre_filter_resolvable(self) -> bool:
-        """Was the pod rejected by a PreFilter with Unschedulable (not by Filters)? Then
-        every node carries that status, as in kube: a victim search may try any node,
-        re-running PreFilter with the victims gone (`resolvable` stays False for all
-        rows: no Filter said anything about them)."""
-        ...
-
 
 class Victim:
     """A running pod a PostFilter wants evicted, and why (the reason its owner reads)."""

@@ -26,7 +26,6 @@ scheduler-plugins, generalised to a queue tree):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -84,25 +83,10 @@ class QueueCapacity:
         closed = self.queues.closed_reason(pod)
         if closed:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, closed)
-        reason = self.queues.admit(
-            pod, table=self.handle.snapshot, ahead=functools.partial(self._ahead, pod)
-        )
+        reason = self.queues.admit(pod, table=self.handle.snapshot)
         if reason:
             return None, Status(Code.UNSCHEDULABLE, reason)
         return None, Status(Code.SKIP)
-
-    def _ahead(self, pod: PodInfo) -> list[PodInfo]:
-        """Nominated preemptors of higher or equal priority (not `pod`): the quota they
-        will use is held for them, so the room their victims free in a queue is not
-        taken by a lower-priority pod of that queue before they are retried."""
-        nominations = self.handle.snapshot.nominations
-        if not nominations:
-            return []
-        return [
-            other
-            for uid, (_, other) in nominations.items()
-            if uid != pod.uid and other.priority >= pod.priority
-        ]
 
     # ---- reclaim -------------------------------------------------------------------
 

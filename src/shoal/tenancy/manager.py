@@ -497,18 +497,14 @@ class QueueManager:
     def admit(
         self,
         pod: PodInfo,
+        extra: NDArray[np.int64] | None = None,
         table: NodeColumns | None = None,
-        ahead: Callable[[], Iterable[PodInfo]] | None = None,
     ) -> str:
         """Why placing the pod would break a queue limit ("" if it would not).
 
         Two rules: every queue on the pod's path stays within its maximum; and a queue
         that would go above its guarantee (borrow) may only use capacity that no other
         queue is waiting for up to its own guarantee (given `table`, for capacity).
-        `ahead`: the pods that come first (nominated preemptors of higher or equal
-        priority), asked for only when some queue has a max: what they will use is
-        held for them in every queue they share with this pod, as kube holds nominated
-        pods' room on their node.
         """
         leaf, error = self.queue_of(pod)
         if error:
@@ -537,29 +533,22 @@ class QueueManager:
         if not self._has_quota:
             return ""
         vec = tree.charge(pod)
-        held = self._held_for(leaf, ahead()) if ahead is not None else {}
+        if extra is not None:
+            vec = vec + extra
         # Plain Python over the path: a few queues x a few resources, the common case
         # being "fits" (numpy's per-call overhead would dominate here).
         asked = vec.tolist()
         maximum = tree.maximum_lists
         for q in tree.path_lists[leaf]:
-            kept = held.get(q)
             for k, (used, want, cap) in enumerate(
                 zip(self.usage[q].tolist(), asked, maximum[q], strict=True)
             ):
-                hold = kept[k] if kept is not None else 0
-                if used + hold + want > cap:
+                if used + want > cap:
                     res = tree.resources[k]
-                    holding = (
-                        f" (+{format_amount(res, hold)} held for nominated pods of higher "
-                        "or equal priority)"
-                        if hold
-                        else ""
-                    )
                     return (
                         f"queue {tree.names[q]} would exceed its max {res}: uses "
-                        f"{format_amount(res, used)}{holding}, pod asks "
-                        f"{format_amount(res, want)}, max {format_amount(res, cap)}"
+                        f"{format_amount(res, used)}, pod asks {format_amount(res, want)}, "
+                        f"max {format_amount(res, cap)}"
                     )
         guaranteed = tree.guaranteed_lists[leaf]
         quota = tree.quota_list
@@ -569,25 +558,6 @@ class QueueManager:
         ):
             return ""  # within its guarantee: no borrowing
         return self._borrow_check(leaf, vec, table)
-
-    def _held_for(self, leaf: int, ahead: Iterable[PodInfo]) -> dict[int, list[int]]:
-        """Per queue on `leaf`'s path: what the pods `ahead` will use there (each is
-        charged to the queues its own path shares with `leaf`'s)."""
-        tree = self.tree
-        path = tree.path_lists[leaf]
-        held: dict[int, list[int]] = {}
-        for other in ahead:
-            other_leaf, error = self.queue_of(other)
-            if error:
-                continue
-            shared = set(tree.path_lists[other_leaf])
-            amounts = tree.charge(other).tolist()
-            for q in path:
-                if q in shared:
-                    total = held.setdefault(q, [0] * len(amounts))
-                    for k, amount in enumerate(amounts):
-                        total[k] += amount
-        return held
 
     def beyond_max(self, pods: list[PodInfo]) -> str:
         """Why these pods together could never run, even alone in their queues: what

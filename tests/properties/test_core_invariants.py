@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shoal.api.manifests import decode
@@ -181,6 +181,22 @@ class World:
     churn=st.lists(churn_st, max_size=3),
     fair_share=st.booleans(),
     seed=st.integers(0, 3),
+)
+# Found by this test (2026-11-27): pods held by the borrowing rule (q1 borrowing while q2
+# waits below its guarantee) that preempted inside their own queue looped against
+# reclaim until the end.
+@example(
+    nodes=[(2, 0), (2, 4)],
+    queues=[(0, None), (0, None), (2, None)],
+    jobs=[
+        (0, 1, 0, 1, 0, 0, 0),
+        (1, 1, 0, 1, 1, 0, 3),
+        (1, 3, 0, 1, 2, 1, 0),
+        (2, 1, 0, 2, 2, 0, 0),
+    ],
+    churn=[(1, 5, 3)],
+    fair_share=False,
+    seed=1,
 )
 def test_no_overcommit_no_queue_over_max_no_partial_gang_no_eviction_loop(
     nodes: list[tuple[int, int]],

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT = Path(os.environ.get("SHOAL_K8S_KIT") or ROOT.parent / "shared" / "k8s")
@@ -121,3 +122,53 @@ def kubectl(control_plane: dict[str, str]) -> Callable[..., str]:
         return _kubectl(control_plane, *args, timeout=timeout, check=check)
 
     return run
+
+
+VOLCANO_PODGROUP_CRD = "podgroups.scheduling.volcano.sh"
+# Volcano's PodGroup as a lax schema: anything goes (Volcano's own CRD has a full one), so
+# what the API server lets through reaches the scheduler.
+LAX_VOLCANO_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": VOLCANO_PODGROUP_CRD},
+    "spec": {
+        "group": "scheduling.volcano.sh",
+        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1beta1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def lax_volcano_crd(
+    kubectl: Callable[..., str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Volcano's PodGroup CRD with a lax schema, for the module that asks (another module
+    may have just deleted its copy: wait until it is gone before installing this one)."""
+    crd = VOLCANO_PODGROUP_CRD
+    existed = bool(kubectl("get", "crd", crd, "--ignore-not-found"))
+    if not existed:
+        kubectl("wait", "--for=delete", f"crd/{crd}", "--timeout=60s", timeout=90, check=False)
+    path = tmp_path_factory.mktemp("volcano") / "crd.yaml"
+    path.write_text(yaml.safe_dump(LAX_VOLCANO_CRD))
+    kubectl("apply", "-f", str(path))
+    kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s", timeout=90)
+    try:
+        yield
+    finally:
+        if not existed:
+            kubectl("delete", "crd", crd, "--wait=true", "--timeout=60s", timeout=90, check=False)

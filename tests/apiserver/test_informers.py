@@ -10,12 +10,11 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from apihelpers import Space, space, wait_for
 from kubehelpers import async_test
@@ -25,55 +24,6 @@ from shoal.drivers.kube.informer import InformerSettings
 from shoal.drivers.kube.resources import VOLCANO_PODGROUPS
 
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
-
-# Volcano's PodGroup, as far as Shoal reads it (Volcano's own CRD has a full schema).
-VOLCANO_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "podgroups.scheduling.volcano.sh"},
-    "spec": {
-        "group": "scheduling.volcano.sh",
-        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1beta1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def volcano_crd(
-    kubectl: Callable[..., str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
-    """Volcano's PodGroup CRD, installed for this module (the others do not use it)."""
-    existed = bool(kubectl("get", "crd", "podgroups.scheduling.volcano.sh", check=False))
-    path = tmp_path_factory.mktemp("volcano") / "crd.yaml"
-    path.write_text(yaml.safe_dump(VOLCANO_CRD))
-    kubectl("apply", "-f", str(path))
-    kubectl(
-        "wait",
-        "--for=condition=Established",
-        "crd/podgroups.scheduling.volcano.sh",
-        "--timeout=60s",
-        timeout=90,
-    )
-    try:
-        yield
-    finally:
-        if not existed:
-            kubectl("delete", "crd", "podgroups.scheduling.volcano.sh", "--wait=false", check=False)
 
 
 @contextlib.contextmanager
@@ -129,7 +79,7 @@ def _detail(kube: KubeBackend, check: str) -> str:
 
 @async_test(timeout=120)
 async def test_a_volcano_podgroup_nested_1500_levels_is_named_and_later_gangs_are_scheduled(
-    control_plane: dict[str, str], volcano_crd: None
+    control_plane: dict[str, str], lax_volcano_crd: None
 ) -> None:
     async with space(control_plane["KUBECONFIG"], "deep") as s:
         for i in range(2):

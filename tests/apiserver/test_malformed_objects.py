@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import pytest
-import yaml
 from apihelpers import Space, space, wait_for
 from kubehelpers import async_test
 
@@ -30,52 +28,6 @@ from shoal.drivers.kube.resources import (
 JSON = dict[str, Any]
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-CRD = "podgroups.scheduling.volcano.sh"
-# Volcano's PodGroup as a lax schema: anything goes (Volcano's own CRD has a full one).
-VOLCANO_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": CRD},
-    "spec": {
-        "group": "scheduling.volcano.sh",
-        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1beta1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def lax_volcano_crd(
-    kubectl: Callable[..., str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
-    """Volcano's PodGroup CRD with a lax schema, for this module (another module may have
-    just deleted its copy: wait until it is gone before installing ours)."""
-    existed = bool(kubectl("get", "crd", CRD, "--ignore-not-found"))
-    if not existed:
-        kubectl("wait", "--for=delete", f"crd/{CRD}", "--timeout=60s", timeout=90, check=False)
-    path = tmp_path_factory.mktemp("volcano") / "crd.yaml"
-    path.write_text(yaml.safe_dump(VOLCANO_CRD))
-    kubectl("apply", "-f", str(path))
-    kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s", timeout=90)
-    try:
-        yield
-    finally:
-        if not existed:
-            kubectl("delete", "crd", CRD, "--wait=true", "--timeout=60s", timeout=90, check=False)
 
 
 class _Records(logging.Handler):

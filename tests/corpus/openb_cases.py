@@ -26,22 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.experiments.openb.trace import NODE_COLUMNS, POD_COLUMNS
+
 NODE_FILE = "openb_node_list_gpu_node.csv"
 POD_FILE = "openb_pod_list_x.csv"
-NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = (
-    "name",
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "gpu_spec",
-    "qos",
-    "pod_phase",
-    "creation_time",
-    "deletion_time",
-    "scheduled_time",
-)
 
 # The clean trace: three GPU nodes and a CPU node; small GPU shares, so every
 # arrived-% bin of the protocol gets samples and the headline is a number.

@@ -37,6 +37,7 @@ import numpy as np
 from shoal.api.gpu import GPU_MILLI
 from shoal.experiments.openb.trace import (
     DEFAULT_NODE_FILE,
+    POD_COLUMNS,
     POD_FILE_PREFIX,
     NodeRow,
     PodRow,
@@ -63,19 +64,6 @@ FAMILY_RANGES = {
 """The ranges of the family the grid covers (units as in `FamilyParams`)."""
 
 _CATEGORIES = ("share", "whole", "multi")
-_POD_COLUMNS = (
-    "name",
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "gpu_spec",
-    "qos",
-    "pod_phase",
-    "creation_time",
-    "deletion_time",
-    "scheduled_time",
-)
 
 
 @dataclass(frozen=True)
@@ -245,7 +233,7 @@ def _write_pods(path: Path, pods: Sequence[PodRow]) -> None:
 
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(_POD_COLUMNS)
+        writer.writerow(POD_COLUMNS)
         for p in pods:
             writer.writerow(
                 (

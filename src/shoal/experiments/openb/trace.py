@@ -53,6 +53,8 @@ __all__ = [
     "MAX_CPU_MILLI",
     "MAX_MEMORY_MIB",
     "MAX_TIME",
+    "NODE_COLUMNS",
+    "POD_COLUMNS",
     "NodeRow",
     "PodRow",
     "Trace",
@@ -71,7 +73,23 @@ POD_FILE_PREFIX = "openb_pod_list_"
 ENV_TRACE_DIR = "SHOAL_OPENB_TRACE_DIR"
 NAMESPACE = "openb"
 
-_NODE_FIELDS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+"""A node list's columns, in the published trace's order (all required)."""
+POD_COLUMNS = (
+    "name",
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "pod_phase",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+)
+"""A pod list's columns, in the published trace's order (`_POD_FIELDS` are required)."""
+_NODE_FIELDS = NODE_COLUMNS
 _POD_FIELDS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
 

@@ -353,7 +353,10 @@ class KubeBackend:
             issued=self.binder.issued,
         )
         self.tenancy = TenancySync(
-            self.scheduler, self.intake.report_invalid, self.intake.clear_invalid
+            self.scheduler,
+            self.intake.report_invalid,
+            self.intake.clear_invalid,
+            keep=self.intake.keep_invalid,
         )
         self.intake.tenancy = self.tenancy
         self.informers: dict[str, Informer] = {

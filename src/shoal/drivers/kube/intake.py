@@ -410,6 +410,11 @@ class Intake:
     def clear_invalid(self, kind: ResourceKind, raw: JSON) -> None:
         self.invalid.pop((kind.name, object_key(raw)), None)
 
+    def keep_invalid(self, kind: ResourceKind, raw: JSON, message: str) -> None:
+        """Still bad and reported already (a status-only change of it came back): named
+        on /readyz under its newest version, with no new event, log line or count."""
+        self.invalid[(kind.name, object_key(raw))] = (kind, raw, message)
+
     def report_invalid(
         self, kind: ResourceKind, raw: JSON, message: str, log_it: bool = True
     ) -> None:

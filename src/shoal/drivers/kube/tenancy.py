@@ -47,6 +47,8 @@ class TenancySync:
     scheduler: Scheduler
     report: Report  # an event + log line on a bad object
     clear: Callable[[ResourceKind, JSON], None]  # the object is fine again
+    # Still bad, said already: keep it named (e.g. on /readyz) under its newest version.
+    keep: Report = lambda kind, raw, problem: None
     ready: bool = False
     queues: dict[str, Queue] = field(default_factory=dict)
     bindings: dict[str, QueueBinding] = field(default_factory=dict)
@@ -57,7 +59,7 @@ class TenancySync:
     deleted_bindings: set[str] = field(default_factory=set)
     deleted_pools: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
-    _flagged: set[tuple[str, str]] = field(default_factory=set)
+    _flagged: dict[tuple[str, str], str] = field(default_factory=dict)  # key -> problem
 
     def upsert(self, kind: ResourceKind, obj: object, raw: JSON) -> None:
         key = _raw_key(obj)
@@ -70,6 +72,10 @@ class TenancySync:
             elif isinstance(obj, ElasticQuota):
                 self.elastic[obj.metadata.namespace or "default"] = obj
             self.raw[key] = (kind, raw)
+            problem = self._flagged.get(key)
+            if problem is not None:
+                # Decoding the new version counted it as fine; it is not.
+                self.keep(kind, raw, problem)
             return
         if isinstance(obj, Queue):
             self.queues[obj.metadata.name] = obj
@@ -133,7 +139,7 @@ class TenancySync:
         }
         self.deleted_bindings = {n for n in self.deleted_bindings if n in in_force.bindings}
         self.deleted_pools = {n for n in self.deleted_pools if n in in_force.pools}
-        flagged: set[tuple[str, str]] = set()
+        flagged: dict[tuple[str, str], str] = {}
         for problem in problems:
             subject = problem_subject(problem)
             key: tuple[str, str] | None = subject
@@ -150,12 +156,12 @@ class TenancySync:
                 )
                 found = self.raw.get(key) if key else None
             if found is not None and key is not None:
-                flagged.add(key)
+                flagged[key] = problem
                 self.report(found[0], found[1], problem)
             else:
                 kind = _KINDS.get(subject[0], QUEUES) if subject else QUEUES
                 self.report(kind, {"metadata": {"name": subject[1] if subject else ""}}, problem)
-        for key in self._flagged - flagged:
+        for key in self._flagged.keys() - flagged.keys():
             fine = self.raw.get(key)
             if fine is not None:
                 self.clear(*fine)

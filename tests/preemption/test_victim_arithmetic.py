@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.preemption.evaluator import VictimSearch
+from shoal.preemption.evaluator import VictimSearch, _Fallback
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
 pod_shape = st.tuples(st.integers(1, 8), st.integers(1, 8), st.integers(0, 5))  # cpu, GiB, prio
@@ -91,7 +91,7 @@ def test_a_filter_that_reads_pods_keeps_the_transaction_path() -> None:
     assert chosen is not None and [p.name for u in chosen for p in u] == ["low"]
 
 
-def test_preemption_basic_shape_uses_the_arithmetic() -> None:
+def test_preemption_basic_shape_uses_the_columns() -> None:
     h = SchedulerHarness()
     h.add_nodes(*(make_node(f"n{i}").capacity(cpu="4", memory="32Gi") for i in range(4)))
     h.add_pods(
@@ -103,19 +103,19 @@ def test_preemption_basic_shape_uses_the_arithmetic() -> None:
     )
     h.run()
     calls: list[bool] = []
-    original = VictimSearch._select_by_arithmetic
+    original = VictimSearch._best_by_columns
 
     def spy(self: VictimSearch, *args: Any) -> Any:
         found = original(self, *args)
-        calls.append(found is not None)
+        calls.append(not isinstance(found, _Fallback))
         return found
 
-    VictimSearch._select_by_arithmetic = spy  # type: ignore[method-assign]
+    VictimSearch._best_by_columns = spy  # type: ignore[method-assign]
     try:
         h.add_pods(make_pod("high").req(cpu="3", memory="500Mi").priority(10))
         h.advance(2)
     finally:
-        VictimSearch._select_by_arithmetic = original  # type: ignore[method-assign]
+        VictimSearch._best_by_columns = original  # type: ignore[method-assign]
     assert calls and all(calls)
     assert h.node_of("high") is not None
     assert len(h.evicted) == 3

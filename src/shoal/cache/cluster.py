@@ -28,6 +28,7 @@ from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_fence import NodeFence
 from shoal.cache.node_table import NodeTable
+from shoal.cache.nominations import NominatedColumns
 
 __all__ = [
     "AssignmentObserver",
@@ -145,9 +146,14 @@ class ClusterState:
     # Pods that preempted room on a node and wait to be placed there (kube's nominator):
     # uid -> (node, pod). Lower- or equal-priority pods treat that room as taken.
     nominations: dict[str, tuple[str, PodInfo]] = field(default_factory=dict)
+    # The same as columns (`shoal.cache.nominations`), kept in step by nominate/clear.
+    nominated: NominatedColumns = field(default_factory=NominatedColumns)
     # Pods whose eviction was decided and sent, still counted until they are deleted.
     # They are never chosen as victims again.
     evicting: set[str] = field(default_factory=set)
+    # Pods assumed and not yet confirmed bound (`placed` records with `assumed`), so a
+    # search over many pods can leave them out without reading every record.
+    assumed: set[str] = field(default_factory=set)
     # Labels of namespaces, for namespace selectors (pod affinity terms, queue bindings).
     namespaces: NamespaceLabels = field(default_factory=NamespaceLabels)
     # GPU devices per node row; created with the first node that has GPUs, so a cluster
@@ -164,10 +170,12 @@ class ClusterState:
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)
+        self.nominated.set(self.table, pod, node)
         self.nominations_version += 1
 
     def clear_nomination(self, uid: str) -> None:
         if self.nominations.pop(uid, None) is not None:
+            self.nominated.remove(uid)
             self.nominations_version += 1
 
     # ---- nodes -------------------------------------------------------------------
@@ -224,6 +232,7 @@ class ClusterState:
         if pod.uid in self.placed:
             raise ValueError(f"pod {pod.key} is already placed on {self.placed[pod.uid].node}")
         self.placed[pod.uid] = PodRecord(pod, node, assumed=True)
+        self.assumed.add(pod.uid)
         self._assigned(pod, node)
         self._attach(pod, node)
 
@@ -233,6 +242,7 @@ class ClusterState:
         if record is None or not record.assumed:
             return
         del self.placed[pod.uid]
+        self.assumed.discard(pod.uid)
         self._detach(record.pod, record.node)
         self._released(record.pod, record.node)
 
@@ -241,10 +251,12 @@ class ClusterState:
         record = self.placed.get(uid)
         if record is not None:
             record.assumed = False
+            self.assumed.discard(uid)
 
     def add_bound_pod(self, pod: PodInfo, node: str) -> None:
         """A pod observed with spec.nodeName set (bound by us, by others, or static)."""
         record = self.placed.get(pod.uid)
+        self.assumed.discard(pod.uid)
         if record is not None:
             if record.node == node:
                 record.assumed = False
@@ -269,12 +281,13 @@ class ClusterState:
         record.pod = pod
         row = self.table.row_of.get(record.node)
         if row is not None:
-            self.table.pods[row][pod.uid] = pod
+            self.table.replace(row, pod)
         else:
             self._waiting_for_node.setdefault(record.node, {})[pod.uid] = pod
 
     def remove_pod(self, uid: str) -> PodInfo | None:
         record = self.placed.pop(uid, None)
+        self.assumed.discard(uid)
         if record is None:
             return None
         self._detach(record.pod, record.node)

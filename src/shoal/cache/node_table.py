@@ -30,6 +30,7 @@ from shoal.api.resources import (
     parse_resource_list,
 )
 from shoal.cache.labels import LabelColumns
+from shoal.cache.pod_columns import PodColumns
 
 __all__ = ["BASE_RESOURCES", "NodeColumns", "NodeTable", "node_hash"]
 
@@ -93,6 +94,7 @@ class NodeTable:
         # Bumped only when a node is added, changed or removed (not on pod placement).
         self.nodes_version = 0
         self._cordoned_at = (-1, False)  # (nodes_version, any row unschedulable)
+        self._pod_columns: PodColumns | None = None  # see `pod_columns`
 
     # ---- resource columns ----------------------------------------------------------
 
@@ -106,6 +108,8 @@ class NodeTable:
             self.allocatable = _widened(self.allocatable)
             self.requested = _widened(self.requested)
             self.free = _widened(self.free)
+            if self._pod_columns is not None:
+                self._pod_columns.widen(len(self.resources))
             self.layout_version += 1
         return col
 
@@ -139,6 +143,17 @@ class NodeTable:
             width = len(self.resources)
         pod.table_vector = (self, width, vec)
         return vec
+
+    def pod_columns(self) -> PodColumns:
+        """The placed pods as columns (`shoal.cache.pod_columns`): built from the rows on
+        first use, then kept up to date by every placement."""
+        if self._pod_columns is None:
+            columns = PodColumns(len(self.resources))
+            for row in range(self.n):
+                for pod in self.pods[row].values():
+                    columns.add(row, pod, self.pod_vector(pod))
+            self._pod_columns = columns
+        return self._pod_columns
 
     def any_unschedulable(self) -> bool:
         """Is any node cordoned? (Rechecked only when nodes change.)"""
@@ -224,6 +239,11 @@ class NodeTable:
         row = self.row_of.pop(name)
         orphans = list(self.pods[row].values())
         last = self.n - 1
+        if self._pod_columns is not None:
+            for pod in orphans:
+                self._pod_columns.remove(pod.uid)
+            if row != last:
+                self._pod_columns.move_row(last, row)
         if row != last:
             for array in (
                 self.allocatable,
@@ -264,6 +284,8 @@ class NodeTable:
         self.nonzero_requested[row, 0] += pod.nonzero[0]
         self.nonzero_requested[row, 1] += pod.nonzero[1]
         self.pods[row][pod.uid] = pod
+        if self._pod_columns is not None:
+            self._pod_columns.add(row, pod, vector)
         if pod.host_ports:
             self.host_ports[row].extend(pod.host_ports)
             self.host_port_count[row] += len(pod.host_ports)
@@ -276,10 +298,19 @@ class NodeTable:
         self.nonzero_requested[row, 0] -= pod.nonzero[0]
         self.nonzero_requested[row, 1] -= pod.nonzero[1]
         del self.pods[row][pod.uid]
+        if self._pod_columns is not None:
+            self._pod_columns.remove(pod.uid)
         for port in pod.host_ports:
             self.host_ports[row].remove(port)
         self.host_port_count[row] -= len(pod.host_ports)
         self.generation += 1
+
+    def replace(self, row: int, pod: PodInfo) -> None:
+        """A new object of a pod placed on `row` that counts the same
+        (`shoal.cache.cluster.same_footprint`)."""
+        self.pods[row][pod.uid] = pod
+        if self._pod_columns is not None:
+            self._pod_columns.replace(pod)
 
     def rows(self, names: Iterable[str]) -> NDArray[np.intp]:
         return np.array([self.row_of[n] for n in names if n in self.row_of], dtype=np.intp)

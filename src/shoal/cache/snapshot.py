@@ -49,15 +49,6 @@ class Snapshot:
     def __init__(self, cluster: ClusterState) -> None:
         self._cluster = cluster
         self._layout = -1
-        self._nominated_key: tuple[int, int, int] = (-1, -1, -1)
-        # (rows, priorities, request vectors) of the nominated pods, and each one's
-        # position by uid (a pod never leaves room for itself).
-        self._nominated: tuple[NDArray[np.intp], NDArray[np.int64], NDArray[np.int64]] = (
-            np.zeros(0, np.intp),
-            np.zeros(0, np.int64),
-            np.zeros((0, 0), np.int64),
-        )
-        self._nominated_at: dict[str, int] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -170,40 +161,18 @@ class Snapshot:
 
     def nominated_room(self, pod: PodInfo) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
         """(rows, request vectors over all columns) of the nominated pods `pod` must
-        leave room for, as `nominated_against`, vectorised: the nominations' rows,
-        priorities and vectors are gathered once per change of the nominations or the
-        nodes, not per filter call (preemption waves leave hundreds waiting at once)."""
-        cluster, table = self._cluster, self._cluster.table
-        key = (cluster.nominations_version, table.nodes_version, len(table.resources))
-        if key != self._nominated_key:
-            entries = list(cluster.nominations.items())
-            count = len(entries)
-            for _, (_, other) in entries:
-                table.pod_vector(other)  # a resource no node has adds a column first
-            self.refresh()
-            rows = np.fromiter(
-                (table.row_of.get(node, -1) for _, (node, _) in entries), np.intp, count
-            )
-            priorities = np.fromiter((p.priority for _, (_, p) in entries), np.int64, count)
-            uids = np.array([uid for uid, _ in entries], dtype=object)
-            vectors = (
-                np.stack([table.pod_vector(p) for _, (_, p) in entries])
-                if count
-                else np.zeros((0, len(table.resources)), dtype=np.int64)
-            )
-            known = rows >= 0
-            kept = uids[known].tolist()
-            self._nominated = (rows[known], priorities[known], vectors[known])
-            self._nominated_at = {uid: i for i, uid in enumerate(kept)}
-            self._nominated_key = (key[0], key[1], len(table.resources))
-        rows, priorities, vectors = self._nominated
-        if rows.size == 0:
-            return rows, vectors
-        mine = priorities >= pod.priority
-        own = self._nominated_at.get(pod.uid)
+        leave room for, as `nominated_against`, vectorised over the nominations kept as
+        columns (`shoal.cache.nominations`: preemption waves leave hundreds waiting)."""
+        columns = self._cluster.nominated
+        columns.sync(self._cluster.table)
+        self.refresh()
+        size = columns.size
+        rows = columns.row[:size]
+        mine = (columns.priority[:size] >= pod.priority) & (rows >= 0)
+        own = columns.index.get(pod.uid)
         if own is not None:
             mine[own] = False
-        return rows[mine], vectors[mine]
+        return rows[mine], columns.vector[:size][mine]
 
     def free_for(self, pod: PodInfo, rows: NDArray[np.intp]) -> NDArray[np.int64]:
         """Free resources of `rows` (all columns, a copy) less the room nominated to

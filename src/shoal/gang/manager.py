@@ -449,6 +449,10 @@ class GangManager:
             self.released = True
             self.reservation_changed()
 
+    def any_member(self, uids: Iterable[str]) -> bool:
+        """Does any of these pods name a group (known or still awaited)?"""
+        return bool(self._group_of_uid) and not self._group_of_uid.keys().isdisjoint(uids)
+
     def group_of_uid(self, uid: str) -> Group | None:
         key = self._group_of_uid.get(uid)
         return self.groups.get(key) if key else None

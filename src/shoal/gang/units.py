@@ -7,6 +7,8 @@ leave a partial gang running.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import PlacedPods
 from shoal.gang.manager import GangManager
@@ -40,6 +42,9 @@ class GangUnits:
             if uid not in evicting and (record := placed.get(uid)) is not None
         ]
         return group.key, len(members) - group.min_member, members
+
+    def any_grouped(self, uids: Iterable[str]) -> bool:
+        return self.gangs.any_member(uids)
 
     def __call__(self, pod: PodInfo) -> list[PodInfo]:
         found = self.running(pod)

@@ -21,7 +21,7 @@ from shoal.gang.manager import GangManager
 from shoal.gang.units import GangUnits
 from shoal.plugins.args import DefaultPreemptionArgs
 from shoal.preemption.budgets import DisruptionBudgets
-from shoal.preemption.evaluator import VictimSearch
+from shoal.preemption.evaluator import LowerPriority, VictimSearch
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["NAME", "DefaultPreemption"]
@@ -94,11 +94,8 @@ class DefaultPreemption:
         placed = self.handle.snapshot.placed
         if len(self.queues.tree.leaves) > 1 and not error:
             mine = set(self.queues.placed_in({leaf}))
-            return (
-                lambda record: record.pod.uid in mine and record.pod.priority < pod.priority,
-                (placed.get(uid) for uid in mine),
-            )
-        return (lambda record: record.pod.priority < pod.priority), placed.values()
+            return LowerPriority(pod.priority, mine), (placed.get(uid) for uid in mine)
+        return LowerPriority(pod.priority), placed.values()
 
     @classmethod
     def new(cls, args: DefaultPreemptionArgs | None, handle: Handle) -> DefaultPreemption:

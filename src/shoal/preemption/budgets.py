@@ -10,6 +10,7 @@ from shoal.api.queue import PodDisruptionBudget
 from shoal.api.selectors import label_selector_matches
 from shoal.cache.cluster import PlacedPods
 from shoal.framework.handle import Handle
+from shoal.preemption.evaluator import no_violations
 
 __all__ = ["DisruptionBudgets"]
 
@@ -44,7 +45,7 @@ class DisruptionBudgets:
         that asks about many sets against the same cluster."""
         budgets = [p for p in self.budgets.values() if p.spec.selector is not None]
         if not budgets:
-            return lambda victims: 0
+            return no_violations
         allowed: list[int] = []
         for pdb in budgets:
             ns = pdb.metadata.namespace or "default"

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from itertools import chain
+from typing import Any, Final, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -51,7 +52,15 @@ from shoal.framework.interfaces import NodeFilterStatuses
 from shoal.framework.runner import PluginRunner
 from shoal.framework.types import Candidates
 
-__all__ = ["MAX_CANDIDATE_NODES", "Candidate", "GroupUnits", "VictimSearch", "more_important"]
+__all__ = [
+    "MAX_CANDIDATE_NODES",
+    "Candidate",
+    "GroupUnits",
+    "LowerPriority",
+    "VictimSearch",
+    "more_important",
+    "no_violations",
+]
 
 MAX_CANDIDATE_NODES = 100  # kube's minCandidateNodesAbsolute
 RESOURCE_FILTER = "NodeResourcesFit"
@@ -72,6 +81,37 @@ class GroupUnits(Protocol):
         """(group key, members that may go one by one, the running members), or None
         for a pod outside any group."""
         ...
+
+    def any_grouped(self, uids: Iterable[str]) -> bool:
+        """Is any of these pods a member of some group (its units may be more than
+        itself)?"""
+        ...
+
+
+@dataclass(frozen=True)
+class LowerPriority:
+    """The pool of priority preemption as a test: running pods of lower priority than
+    `priority`, and when `uids` is given only those (the preemptor's leaf queue). Being
+    this plain, the search can also apply it to the pods as columns at once."""
+
+    priority: int
+    uids: Collection[str] | None = None
+
+    def __call__(self, record: PodRecord) -> bool:
+        pod = record.pod
+        return pod.priority < self.priority and (self.uids is None or pod.uid in self.uids)
+
+
+def no_violations(victims: Iterable[PodInfo]) -> int:
+    """The PDB check when no disruption budget selects any pod."""
+    return 0
+
+
+class _Fallback:
+    """The columnar search does not apply: search pod by pod."""
+
+
+_FALLBACK: Final = _Fallback()
 
 
 def more_important(pod: PodInfo) -> tuple[int, float]:
@@ -105,7 +145,9 @@ class VictimSearch:
         self.gangs: GroupUnits | None = (
             cast(GroupUnits, units) if units is not None and hasattr(units, "running") else None
         )
-        self.pdb_violations = pdb_violations or (lambda victims: 0)
+        # Every victim is a unit of its own unless groups say otherwise.
+        self._units_known = units is None or self.gangs is not None
+        self.pdb_violations = pdb_violations or no_violations
         self.extender_error = ""  # why preemption stopped at an extender, if it did
 
     def best(
@@ -155,6 +197,10 @@ class VictimSearch:
         rows.sort()
         offset = int(handle.rng.integers(rows.size)) if rows.size > 1 else 0
         order = np.concatenate([rows[offset:], rows[:offset]])
+        if isinstance(pool, LowerPriority) and budget is None:
+            columnar = self._best_by_columns(runner, pod, order, pool, max_candidates)
+            if not isinstance(columnar, _Fallback):
+                return columnar
         local = self.node_local(runner, pod)
         best: Candidate | None = None
         best_rank: tuple[int, int, int, int, float] = (0, 0, 0, 0, 0.0)
@@ -304,20 +350,12 @@ class VictimSearch:
             out[row] = victims[row] or None
         return out
 
-    def _select_by_arithmetic(
-        self,
-        runner: PluginRunner,
-        pod: PodInfo,
-        rows: list[int],
-        units_of: dict[int, list[list[PodInfo]]],
-    ) -> dict[int, list[list[PodInfo]] | None] | None:
-        """`select_on_nodes` without touching the cache, when NodeResourcesFit is the only
-        filter taking part whose verdict depends on the pods on a node (the others,
-        `preemption_node_only`, are judged once with no victim gone): every victim's
-        requests are taken off in arrays, then reprieve proceeds in the same rounds with
-        NodeResourcesFit's own arithmetic (`fits_after`). The same victims as the
-        transaction path; None when it does not apply (another filter reads pods, whole
-        GPUs judged per device)."""
+    def _arithmetic_setup(
+        self, runner: PluginRunner, pod: PodInfo
+    ) -> tuple[CycleState, Any, Any] | None:
+        """(cycle state, PreFilter result, NodeResourcesFit) when NodeResourcesFit is the
+        only filter taking part whose verdict depends on the pods on a node (the others,
+        `preemption_node_only`, are judged once with no victim gone), else None."""
         state = CycleState(dry_run=True)
         pre, status = runner.run_pre_filter(state, pod)
         if not status.ok:
@@ -331,54 +369,222 @@ class VictimSearch:
             for p in (*plugins.pre_filter, *plugins.filter)
         ):
             return None
-        at = np.array(rows, dtype=np.intp)
+        return state, pre, fit
+
+    def _select_by_arithmetic(
+        self,
+        runner: PluginRunner,
+        pod: PodInfo,
+        rows: list[int],
+        units_of: dict[int, list[list[PodInfo]]],
+    ) -> dict[int, list[list[PodInfo]] | None] | None:
+        """`select_on_nodes` without touching the cache, when `_arithmetic_setup`
+        applies: every victim's requests are taken off in arrays, then reprieve proceeds
+        in the same rounds with NodeResourcesFit's own arithmetic (`fits_after`). The
+        same victims as the transaction path; None when it does not apply (another
+        filter reads pods, whole GPUs judged per device)."""
+        setup = self._arithmetic_setup(runner, pod)
+        if setup is None:
+            return None
         table = self.handle.cluster.table
         ordered = [self._reprieve_order(units_of[row]) for row in rows]
-        vectors = [
-            [
-                np.sum([table.pod_vector(v) for v in unit], axis=0)
-                if len(unit) > 1
-                else table.pod_vector(unit[0])
-                for unit in units
-            ]
-            for units in ordered
-        ]
+        flat = [unit for units in ordered for unit in units]
+        owner = np.repeat(np.arange(len(rows), dtype=np.intp), [len(u) for u in ordered])
         # Placed pods' columns all exist already: every vector has the table's width.
-        freed = np.zeros((len(rows), len(table.resources)), dtype=np.int64)
-        for i, unit_vectors in enumerate(vectors):
-            for vector in unit_vectors:
-                freed[i] += vector
+        width = len(table.resources)
+        vectors = (
+            np.stack(
+                [
+                    np.sum([table.pod_vector(v) for v in unit], axis=0)
+                    if len(unit) > 1
+                    else table.pod_vector(unit[0])
+                    for unit in flat
+                ]
+            )
+            if flat
+            else np.zeros((0, width), dtype=np.int64)
+        )
+        judged = self._reprieve_by_arithmetic(
+            setup, pod, np.array(rows, dtype=np.intp), owner, vectors
+        )
+        if judged is None:
+            return None
+        passed, victim = judged
+        out: dict[int, list[list[PodInfo]] | None] = {row: None for row in rows}
+        for j in np.flatnonzero(victim & passed[owner]).tolist():
+            chosen = out[rows[int(owner[j])]]
+            if chosen is None:
+                chosen = out[rows[int(owner[j])]] = []
+            chosen.append(flat[j])
+        return out
+
+    def _reprieve_by_arithmetic(
+        self,
+        setup: tuple[CycleState, Any, Any],
+        pod: PodInfo,
+        at: NDArray[np.intp],
+        owner: NDArray[np.intp],
+        vectors: NDArray[np.int64],
+    ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]] | None:
+        """kube's SelectVictimsOnNode for the rows `at` at once, in arrays: victim unit j
+        sits on row `at[owner[j]]`, frees `vectors[j]`, and the units of a row come in
+        reprieve order (`owner` ascending). All of a row's units are taken off, the row
+        is judged, then the k-th unit of every row is put back together while the pod
+        still fits (NodeResourcesFit's `fits_after`). Returns (rows where the pod fits
+        with every unit gone, units that stay victims), or None when `fits_after` cannot
+        judge this pod."""
+        state, pre, fit = setup
+        runner = self.handle.runner(pod)
+        freed = np.zeros((at.size, vectors.shape[1]), dtype=np.int64)
+        np.add.at(freed, owner, vectors)
         # The verdict of every other filter, once: it does not change as pods go.
         state.skip_filter.add(fit.name)
-        passed = runner.run_filters(state, pod, Candidates.of(at)).passed.copy()
+        passed: NDArray[np.bool_] = runner.run_filters(state, pod, Candidates.of(at)).passed.copy()
         state.skip_filter.discard(fit.name)
         if pre is not None and pre.node_names is not None:
-            names = table.names
-            passed &= np.array([str(names[r]) in pre.node_names for r in rows], bool)
+            names = self.handle.cluster.table.names
+            passed &= np.array([str(names[r]) in pre.node_names for r in at.tolist()], bool)
         fits = fit.fits_after(state, pod, at, freed)
         if fits is None:
             return None
         passed &= fits
-        out: dict[int, list[list[PodInfo]] | None] = {row: None for row in rows}
-        victims: dict[int, list[list[PodInfo]]] = {i: [] for i in np.flatnonzero(passed).tolist()}
-        k = 0
-        while True:
-            batch = [i for i in victims if k < len(ordered[i])]
-            if not batch:
-                break
-            where = np.array(batch, dtype=np.intp)
-            back = freed[where] - np.stack([vectors[i][k] for i in batch])
+        victim = np.zeros(owner.size, dtype=bool)
+        # Rank of each unit within its row; round k puts back the k-th unit of each row.
+        first = np.searchsorted(owner, np.arange(at.size, dtype=np.intp))
+        rank = np.arange(owner.size, dtype=np.intp) - first[owner]
+        live = np.flatnonzero(passed[owner])
+        by_round = live[np.argsort(rank[live], kind="stable")]
+        bounds = np.searchsorted(rank[by_round], np.arange(int(rank.max(initial=-1)) + 2))
+        for k in range(bounds.size - 1):
+            batch = by_round[bounds[k] : bounds[k + 1]]
+            if not batch.size:
+                continue
+            where = owner[batch]
+            back = freed[where] - vectors[batch]
             ok = fit.fits_after(state, pod, at[where], back)
-            assert ok is not None
-            for i, reprieved, left in zip(batch, ok.tolist(), back, strict=True):
-                if reprieved:
-                    freed[i] = left
-                else:
-                    victims[i].append(ordered[i][k])
-            k += 1
-        for i, chosen in victims.items():
-            out[rows[i]] = chosen or None
-        return out
+            freed[where[ok]] = back[ok]
+            victim[batch[~ok]] = True
+        return passed, victim
+
+    def _best_by_columns(
+        self,
+        runner: PluginRunner,
+        pod: PodInfo,
+        order: NDArray[np.intp],
+        pool: LowerPriority,
+        max_candidates: int,
+    ) -> Candidate | _Fallback | None:
+        """`best` over the pods as columns (`NodeTable.pod_columns`): the same nodes
+        visited in the same order, the same victims and the same choice as the search
+        pod by pod, with no Python loop over the candidate nodes' pods. Applies when
+        every victim is a unit of its own (no group member among them), no disruption
+        budget selects pods, no extender takes part in preemption and
+        `_arithmetic_setup` holds; `_FALLBACK` otherwise."""
+        handle = self.handle
+        if not self._units_known or self.pdb_violations is not no_violations:
+            return _FALLBACK
+        if any(e.supports_preemption and e.is_interested(pod) for e in handle.extenders):
+            return _FALLBACK
+        if not self.node_local(runner, pod):
+            return _FALLBACK
+        setup = self._arithmetic_setup(runner, pod)
+        if setup is None:
+            return _FALLBACK
+        cluster = handle.cluster
+        table = cluster.table
+        columns = table.pod_columns()
+        size = columns.size
+        slot_of = columns.slot_of
+        takeable = (columns.row[:size] >= 0) & (columns.priority[:size] < pool.priority)
+        if pool.uids is not None:
+            allowed = np.zeros(size, dtype=bool)
+            allowed[[slot for uid in pool.uids if (slot := slot_of.get(uid)) is not None]] = True
+            takeable &= allowed
+        # Pods still being bound or already being evicted are never victims.
+        busy = [
+            slot
+            for uid in chain(cluster.evicting, cluster.assumed)
+            if (slot := slot_of.get(uid)) is not None
+        ]
+        takeable[busy] = False
+        slots = np.flatnonzero(takeable)
+        if not slots.size:
+            return None
+        slot_rows = columns.row[slots]
+        holds = np.zeros(table.n, dtype=bool)
+        holds[slot_rows] = True
+        order = order[holds[order]]
+        # Rows where removing every takeable pod would free enough (`_could_fit`).
+        need = table.pod_vector(pod)
+        cols = np.flatnonzero(need)
+        if cols.size and order.size:
+            freed_all = np.stack(
+                [
+                    np.bincount(slot_rows, weights=columns.vector[slots, c], minlength=table.n)
+                    for c in cols.tolist()
+                ],
+                axis=1,
+            ).astype(np.int64)
+            free = handle.snapshot.free_for(pod, order)[:, cols] + freed_all[order]
+            order = order[np.all(free >= need[cols], axis=1)]
+        best: Candidate | None = None
+        best_rank: tuple[int, int, int, int, float] = (0, 0, 0, 0, 0.0)
+        position_of = np.full(table.n, -1, dtype=np.intp)
+        found = 0
+        position = 0
+        while position < order.size and found < max_candidates:
+            at = order[position : position + max_candidates - found]
+            position += at.size
+            position_of[at] = np.arange(at.size, dtype=np.intp)
+            owner = position_of[slot_rows]
+            position_of[at] = -1
+            mine, owner = slots[owner >= 0], owner[owner >= 0]
+            if self.gangs is not None and self.gangs.any_grouped(columns.uids[mine].tolist()):
+                return _FALLBACK
+            # Per row, most important first (higher priority, earlier start), then the
+            # order the row holds its pods in: `_reprieve_order` without budgets.
+            sort = np.lexsort(
+                (columns.sequence[mine], columns.timestamp[mine], -columns.priority[mine], owner)
+            )
+            mine, owner = mine[sort], owner[sort]
+            judged = self._reprieve_by_arithmetic(setup, pod, at, owner, columns.vector[mine])
+            if judged is None:
+                return _FALLBACK
+            passed, victim = judged
+            mine, owner = mine[victim], owner[victim]
+            count = np.bincount(owner, minlength=at.size)
+            valid = np.flatnonzero(passed & (count > 0))[: max_candidates - found]
+            found += valid.size
+            if not valid.size:
+                continue
+            priority = columns.priority[mine]
+            highest = np.full(at.size, np.iinfo(np.int64).min, dtype=np.int64)
+            np.maximum.at(highest, owner, priority)
+            total = np.zeros(at.size, dtype=np.int64)
+            np.add.at(total, owner, priority)
+            latest = np.full(at.size, -np.inf)
+            np.maximum.at(latest, owner, columns.timestamp[mine])
+            # Candidate.rank, first in visiting order among equals.
+            pick = int(
+                valid[
+                    np.lexsort((valid, -latest[valid], count[valid], total[valid], highest[valid]))[
+                        0
+                    ]
+                ]
+            )
+            rank = (
+                0,
+                int(highest[pick]),
+                int(total[pick]),
+                int(count[pick]),
+                -float(latest[pick]),
+            )
+            if best is None or rank < best_rank:
+                row = int(at[pick])
+                on_row = table.pods[row]
+                victims = [on_row[uid] for uid in columns.uids[mine[owner == pick]].tolist()]
+                best, best_rank = Candidate(str(table.names[row]), victims, 0), rank
+        return best
 
     def fits_rows(
         self, runner: PluginRunner, pod: PodInfo, rows: NDArray[np.intp]

@@ -5,6 +5,11 @@ node can still hold, the capacity of each domain is a `bincount` over the label 
 To cover `count` members with the fewest domains, taking domains in decreasing capacity
 is optimal; when one domain is enough, the smallest one that fits is chosen (best fit),
 so large empty domains stay free for larger gangs.
+
+A gang already (partly) placed is held where it is (`HeldDomains`): members placed
+later (elastic growth, members beyond a role's minimum, replacements of lost members)
+go to the domains of the required level its placed members occupy, and preferably to
+the domains of its preferred levels they occupy, lowest level first.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from shoal.cache.snapshot import Snapshot
 
 __all__ = [
     "DomainChoice",
+    "HeldDomains",
     "choose_domains",
     "choose_levels",
     "fitting_domains",
@@ -33,6 +39,102 @@ class DomainChoice:
     rows: NDArray[np.bool_] | None  # nodes the gang may use (None: no placement possible)
     domains: tuple[str, ...]
     message: str = ""
+
+
+class _Level:
+    """One topology level of a `HeldDomains`: the label codes the placed members
+    occupy, and (read only when asked: a gang none of whose members is placed costs
+    nothing) the nodes of those domains."""
+
+    __slots__ = ("_codes", "_mask", "_n", "_snap", "key", "spanned")
+
+    def __init__(self, snap: Snapshot, key: str, rows: NDArray[np.intp]) -> None:
+        self.key = key
+        self._snap = snap
+        self._n = snap.n
+        self._codes: NDArray[np.int32] | None = None
+        self._mask: NDArray[np.bool_] | None = None
+        self.spanned: set[int] = set()
+        if rows.size:
+            here = np.unique(self.codes[rows])
+            self.spanned = set(here[here != MISSING].tolist())
+
+    @property
+    def codes(self) -> NDArray[np.int32]:
+        if self._codes is None:
+            self._codes = self._snap.labels.column(self.key, slice(0, self._n))
+        return self._codes
+
+    @property
+    def mask(self) -> NDArray[np.bool_]:
+        """The nodes of the domains the members occupy."""
+        if self._mask is None:
+            spanned = self.spanned
+            if len(spanned) == 1:
+                self._mask = self.codes == next(iter(spanned))
+            else:
+                self._mask = np.isin(self.codes, np.fromiter(spanned, np.int64, len(spanned)))
+        return self._mask
+
+    def add(self, row: int) -> bool:
+        code = int(self.codes[row])
+        if code == MISSING or code in self.spanned:
+            return False
+        self.spanned.add(code)
+        self._mask = None
+        return True
+
+    def describe(self) -> str:
+        """ "topo/rack r0" (or "topo/rack r0 or r1")."""
+        values = self._snap.labels.values.get(self.key, [])
+        names = sorted(values[c] for c in self.spanned if c < len(values))
+        return f"{self.key} {' or '.join(names)}"
+
+
+class HeldDomains:
+    """Where a gang (or one of its roles) is already placed: per topology level, the
+    domains its placed members occupy (`rows`: their node rows).
+
+    Members placed later are held there: strictly to the required level's domains
+    (`pinned`; normally one, several only when the members were placed before the
+    level was required, or their nodes relabelled: then any of those, never a new
+    one), and preferably to the preferred levels' domains the members span, lowest
+    level first (`tiers`; a preference never blocks). A gang none of whose members is
+    placed on a labelled node holds nothing: it chooses its domains anew. `add` counts
+    a member placed in the open transaction (`version` changes when a domain is new).
+    """
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        required: str,
+        preferred: tuple[str, ...],
+        rows: NDArray[np.intp],
+    ) -> None:
+        self.required = _Level(snap, required, rows) if required else None
+        self.preferred = [_Level(snap, key, rows) for key in preferred if key != required]
+        self.version = 0
+
+    def add(self, row: int) -> None:
+        for level in (self.required, *self.preferred):
+            if level is not None and level.add(row):
+                self.version += 1
+
+    @property
+    def pinned(self) -> NDArray[np.bool_] | None:
+        """Nodes of the required level's domains the members occupy (None: no pin)."""
+        level = self.required
+        return level.mask if level is not None and level.spanned else None
+
+    def tiers(self) -> list[tuple[str, NDArray[np.bool_]]]:
+        """(level, nodes of the domains the members occupy) per preferred level, lowest
+        first; levels they occupy no domain of are left out."""
+        return [(level.key, level.mask) for level in self.preferred if level.spanned]
+
+    def describe(self) -> str:
+        """The required domains the members occupy ("topo/rack r0"; "" when none)."""
+        level = self.required
+        return level.describe() if level is not None and level.spanned else ""
 
 
 def members_per_node(

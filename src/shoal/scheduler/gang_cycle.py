@@ -27,6 +27,12 @@ the whole minimum fits. The gang's domains are judged without its members' own
 nominations (the room preemption made for them is theirs), so a gang coming back once
 its victims are gone finds that room as things are, without a second estimate.
 
+A gang (or role) already partly placed is held where it is (`HeldDomains`): members
+placed after the minimum (elastic growth, members beyond a role's minimum) and
+replacements of lost members keep to the required domain its placed members occupy (a
+replacement's victims are searched there only) and try the preferred domains they span
+first, lowest level first, without preempting there (a preference never blocks).
+
 Sub-groups (roles): every role's minimum is placed first, role by role, each in its own
 domain; a member preempts while its role is below its minimum (or the gang below
 minMember), and each member first tries the node it was nominated to.
@@ -62,6 +68,7 @@ from shoal.framework.types import Candidates, FilterResult
 from shoal.gang.manager import Group, SubGroup, sub_group_of
 from shoal.gang.topology import (
     DomainChoice,
+    HeldDomains,
     choose_domains,
     choose_levels,
     fitting_domains,
@@ -164,6 +171,42 @@ def _shortfall(unplaced: list[PodInfo], diagnoses: list[Diagnosis | None]) -> st
     return f", needs {' and '.join(parts)} more" if parts else ""
 
 
+def _both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """Nodes in both sets (None: every node)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    both: np.ndarray = a & b
+    return both
+
+
+def _where(held: HeldDomains | None, who: str) -> str:
+    """ "topo/rack r0 (where gang ml/train runs)", or "" when `held` pins nothing."""
+    if held is None or held.pinned is None:
+        return ""
+    return f"{held.describe()} (where {who} runs)"
+
+
+def _outside(diagnosis: Diagnosis, n: int, where: str) -> None:
+    """Count the nodes a held member was not tried on in its explanation, naming the
+    domain it is held to: "4 node(s) outside topo/rack r0 (where gang ml/train runs)"."""
+    if diagnosis.candidates is None:
+        return
+    outside = n - diagnosis.candidates.size
+    if outside > 0:
+        diagnosis.reasons[f"node(s) outside {where}"] += outside
+
+
+def _held_short(where: str, capacity: np.ndarray, count: int) -> str:
+    """Why members held where their gang (or role) is placed do not fit there."""
+    room = int(capacity.sum())
+    return (
+        f"held to {where}, where its placed members are: room there for {room} of the "
+        f"{count} member(s) still to place"
+    )
+
+
 class GangCycle:
     """Places gangs against the cache through a transaction (see the module docstring)."""
 
@@ -187,13 +230,15 @@ class GangCycle:
             rejected = self._min_resources_rejection(group)
             if rejected is not None:
                 return GangOutcome(rejected=rejected)
-        candidates: list[np.ndarray | None] = [None]
+        # Node sets to try the gang's minimum in, in turn, each with whether its members
+        # may preempt there (not in the domains a preference merely favours).
+        candidates: list[tuple[np.ndarray | None, bool]] = [(None, True)]
         if need > 0 and (group.topology_required or group.topology_preferred):
             # Its members' own nominations (from job-level preemption) must not hide the
             # room they were made for (a no-op for members without one).
-            with Transaction(self.cluster) as held:
+            with Transaction(self.cluster) as unheld:
                 for e in entries:
-                    held.clear_nomination(e.pod)
+                    unheld.clear_nomination(e.pod)
                 found = self._gang_domains(entries, group, fwk, need, may_preempt)
             if isinstance(found, str):
                 message = f"gang {group.key}: {found}"
@@ -218,13 +263,13 @@ class GangCycle:
             entries[:] = minimums + beyond
         outcome = GangOutcome()
         retry_soon = False
-        for rows in candidates:
+        for rows, preempt in candidates:
             trial = _Trial()
             while True:
                 tx = Transaction(self.cluster)
                 try:
                     outcome = self._place(
-                        tx, entries, group, fwk, now, need, rows, may_preempt, trial
+                        tx, entries, group, fwk, now, need, rows, may_preempt and preempt, trial
                     )
                 finally:
                     if not tx.closed:
@@ -237,9 +282,12 @@ class GangCycle:
             outcome.retry_soon = retry_soon
             # The next domain is tried when this one fell short: with roles, when a role
             # did (the gang's domain held it, a role's sub-domain did not); without, when
-            # the victim search could not make the room the estimate promised.
-            if group.sub_groups and not outcome.rejected[1].startswith(
-                f"gang {group.key}: sub-group "
+            # the victim search could not make the room the estimate promised; always
+            # after a domain only preferred (where the gang already is).
+            if (
+                preempt
+                and group.sub_groups
+                and not outcome.rejected[1].startswith(f"gang {group.key}: sub-group ")
             ):
                 return outcome
         return outcome
@@ -251,15 +299,20 @@ class GangCycle:
         fwk: Framework,
         need: int,
         may_preempt: bool,
-    ) -> list[np.ndarray | None] | str:
-        """The node sets (domains of the gang's topology) to try the gang in, in turn, or
-        why there is none. With roles and a required level: every domain that holds the
-        gang, smallest first (a domain may still lack room for each role inside its own
-        sub-domain); without roles, the one chosen. With a required level, when none
-        holds it as things are and its members may preempt: those that would with
-        lower-priority pods preempted, fewest to evict first (job-level preemption then
-        makes the room inside one). The estimate runs only then: a gang that fits
-        costs nothing more."""
+    ) -> list[tuple[np.ndarray | None, bool]] | str:
+        """The node sets (domains of the gang's topology) to try the gang in, in turn,
+        each with whether its members may preempt there, or why there is none. With
+        roles and a required level: every domain that holds the gang, smallest first (a
+        domain may still lack room for each role inside its own sub-domain); without
+        roles, the one chosen. With a required level, when none holds it as things are
+        and its members may preempt: those that would with lower-priority pods
+        preempted, fewest to evict first (job-level preemption then makes the room
+        inside one). The estimate runs only then: a gang that fits costs nothing more.
+
+        A gang partly placed (members lost and re-created, or a minimum raised) is held
+        where it is (`HeldDomains`): only the required domain its placed members occupy
+        is considered, for placing and for preempting, and the preferred domains they
+        span are tried first (without preempting there), lowest level first."""
         snap = self.algorithm.snapshot
         representative = entries[0].pod
         state = CycleState()
@@ -268,21 +321,138 @@ class GangCycle:
         shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
         capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
         required, preferred = group.topology_required, group.topology_preferred
+        held, _ = self._held(group)
+        pinned = held.pinned if held is not None else None
+        where = held.describe() if held is not None else ""
+        if pinned is not None:
+            capacity = np.where(pinned, capacity, 0)
+        first = self._preferred_first(held, pinned, capacity, need)
         choice = self._choose(required, preferred, capacity, need)
         if choice.rows is not None:
             if group.sub_groups and required:
                 fitting = fitting_domains(snap, required, capacity, need)
-                return [c.rows for c in fitting] or [choice.rows]
-            return [choice.rows]
+                found = [c.rows for c in fitting] or [choice.rows]
+            else:
+                found = [choice.rows]
+            return first + [(_both(rows, pinned), True) for rows in found]
+        why = _held_short(where, capacity, need) if pinned is not None else choice.message
         if not (required and may_preempt):
-            return choice.message
+            return why
         room = self._preemptible_capacity(fwk, representative, shape, group, outcome.results)
         if room is None:
-            return choice.message
+            return why
+        if pinned is not None:
+            room = np.where(pinned, room, 0)
         options = self._preemption_choices(required, preferred, capacity, room, need)
         if not options:
-            return f"{choice.message}; {self._no_room(required, room)}"
-        return options
+            return f"{why}; {self._no_room(required, room, where)}"
+        return [(_both(rows, pinned), True) for rows in options]
+
+    def _held(self, group: Group) -> tuple[HeldDomains | None, dict[str, HeldDomains]]:
+        """Where the group's placed members are (`HeldDomains`), for the gang when it has
+        a topology level, and for each role that has one (its own members). Members
+        being evicted do not count: they are leaving."""
+        gang_levels = bool(group.topology_required or group.topology_preferred)
+        roles = {
+            name: sub
+            for name, sub in group.sub_groups.items()
+            if sub.topology_required or sub.topology_preferred
+        }
+        if not gang_levels and not roles:
+            return None, {}
+        snap = self.algorithm.snapshot
+        n = snap.n
+        placed, evicting, row_of = self.cluster.placed, self.cluster.evicting, snap.row_of
+        rows: list[int] = []
+        by_role: dict[str, list[int]] = {}
+        for uid, pod in group.members.items():
+            record = placed.get(uid)
+            if record is None or uid in evicting:
+                continue
+            row = row_of.get(record.node)
+            if row is None or row >= n:
+                continue
+            rows.append(row)
+            if roles:
+                by_role.setdefault(sub_group_of(pod), []).append(row)
+        gang = (
+            HeldDomains(
+                snap,
+                group.topology_required,
+                group.topology_preferred,
+                np.array(rows, dtype=np.intp),
+            )
+            if gang_levels
+            else None
+        )
+        return gang, {
+            name: HeldDomains(
+                snap,
+                sub.topology_required,
+                sub.topology_preferred,
+                np.array(by_role.get(name, []), dtype=np.intp),
+            )
+            for name, sub in roles.items()
+        }
+
+    @staticmethod
+    def _held_rows(
+        base: np.ndarray | None,
+        gang: HeldDomains | None,
+        role: HeldDomains | None,
+        group: Group,
+        role_name: str,
+        pod: PodInfo,
+    ) -> tuple[np.ndarray | None, list[tuple[tuple[object, ...], np.ndarray]], str]:
+        """Where a member beyond the minimum (or a replacement) may go: the nodes of
+        `base` inside the required domains its role and its gang are placed in (None:
+        any), the preferred domains they span to try first (the role's, then the
+        gang's, lowest level first; each keyed so that one found full is not tried
+        again for members of the same shape), and the domains named when it does not
+        fit."""
+        if gang is None and role is None:
+            return base, [], ""  # no topology level: nothing to hold
+        pinned = base
+        for scope in (gang, role):
+            if scope is not None:
+                pinned = _both(pinned, scope.pinned)
+        shape = (role_name, tuple(sorted(pod.requests.items())))
+        tiers: list[tuple[tuple[object, ...], np.ndarray]] = []
+        for name, scope in (("role", role), ("gang", gang)):
+            if scope is None:
+                continue
+            for level, mask in scope.tiers():
+                rows = _both(mask, pinned)
+                if rows is not None:
+                    tiers.append(((shape, name, level, scope.version), rows))
+        where = " and ".join(
+            w
+            for w in (
+                _where(gang, f"gang {group.key}"),
+                _where(role, f"sub-group {role_name}"),
+            )
+            if w
+        )
+        return pinned, tiers, where
+
+    @staticmethod
+    def _preferred_first(
+        held: HeldDomains | None,
+        within: np.ndarray | None,
+        capacity: np.ndarray,
+        count: int,
+    ) -> list[tuple[np.ndarray | None, bool]]:
+        """The preferred domains the placed members already span (lowest level first,
+        inside `within`) that hold `count` more members as things are: tried first,
+        without preempting there."""
+        if held is None:
+            return []
+        out: list[tuple[np.ndarray | None, bool]] = []
+        for _, tier in held.tiers():
+            rows = _both(tier, within)
+            if rows is not None and int(capacity[rows].sum()) >= count:
+                out.append((rows, False))
+        return out
 
     def _choose(
         self,
@@ -313,11 +483,16 @@ class GangCycle:
             return [choice.rows] if choice.rows is not None else []
         return [c.rows for c in preemption_domains(snap, required, capacity, room, count)]
 
-    def _no_room(self, required: str, room: np.ndarray) -> str:
-        """Why preempting does not help either, with what the largest domain would hold
-        with lower-priority pods preempted (`room`)."""
+    def _no_room(self, required: str, room: np.ndarray, where: str = "") -> str:
+        """Why preempting does not help either, with what the largest domain (or the
+        one the members are held to, `where`) would hold with lower-priority pods
+        preempted (`room`)."""
         if not required:
             return NO_ROOM_BY_PREEMPTION
+        if where:
+            most = int(room.sum())
+            unit = "member" if most == 1 else "members"
+            return f"{NO_ROOM_BY_PREEMPTION}: {where} would hold {most} {unit}"
         most = largest_domain(self.algorithm.snapshot, required, room)
         unit = "member" if most == 1 else "members"
         return f"{NO_ROOM_BY_PREEMPTION}: the largest {required} domain would hold {most} {unit}"
@@ -374,12 +549,17 @@ class GangCycle:
         restrict: np.ndarray | None,
         group: Group,
         may_preempt: bool,
-    ) -> list[tuple[np.ndarray | None, str]]:
-        """The node sets a role may use, best first: a domain of its topology level that
-        holds `count` of its members as the cluster is now (with the roles placed before
-        it in this transaction), inside the gang's own domain; else, when its members
-        may preempt, the domains that would hold them with lower-priority pods preempted
-        (fewest to evict first). [(None, why)] when there is none."""
+        held: HeldDomains | None = None,
+    ) -> list[tuple[np.ndarray | None, str, bool]]:
+        """The node sets a role may use, best first, each with why it has none (rows
+        None) and whether its members may preempt there: a domain of its topology level
+        that holds `count` of its members as the cluster is now (with the roles placed
+        before it in this transaction), inside the gang's own domain (`restrict`); else,
+        when its members may preempt, the domains that would hold them with
+        lower-priority pods preempted (fewest to evict first). [(None, why, _)] when
+        there is none. A role partly placed (`held`: a replacement of a lost member)
+        keeps to the required domain its placed members occupy, and tries the preferred
+        domains they span first (without preempting there)."""
         snap = self.algorithm.snapshot
         snap.refresh()
         n = snap.n
@@ -389,29 +569,32 @@ class GangCycle:
         outcome = fwk.run_filters(state, representative, Candidates.all(n))
         shape = np.max([snap.pod_vector(m.pod) for m in mates[: max(count, 1)]], axis=0)
         capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
+        pinned = held.pinned if held is not None else None
+        where = held.describe() if held is not None else ""
+        restrict = _both(None if restrict is None else restrict[:n], pinned)
         if restrict is not None:
-            capacity = np.where(restrict[:n], capacity, 0)
+            capacity = np.where(restrict, capacity, 0)
         required, preferred = sub.topology_required, sub.topology_preferred
+        first = [
+            (rows, "", False) for rows, _ in self._preferred_first(held, restrict, capacity, count)
+        ]
         choice = self._choose(required, preferred, capacity, count)
         if choice.rows is not None:
-            rows = choice.rows if restrict is None else choice.rows & restrict[:n]
-            return [(rows, choice.message)]
+            return [*first, (_both(choice.rows, restrict), choice.message, True)]
+        why = _held_short(where, capacity, count) if pinned is not None else choice.message
         room = (
             self._preemptible_capacity(fwk, representative, shape, group, outcome.results)
             if may_preempt
             else None
         )
         if room is None:
-            return [(None, choice.message)]
+            return [(None, why, True)]
         if restrict is not None:
-            room = np.where(restrict[:n], room, 0)
+            room = np.where(restrict, room, 0)
         options = self._preemption_choices(required, preferred, capacity, room, count)
         if not options:
-            return [(None, f"{choice.message}; {self._no_room(required, room)}")]
-        return [
-            (rows if restrict is None or rows is None else rows & restrict[:n], "")
-            for rows in options
-        ]
+            return [(None, f"{why}; {self._no_room(required, room, where)}", True)]
+        return [(_both(rows, restrict), "", True) for rows in options]
 
     def _min_resources_rejection(self, group: Group) -> tuple[Status, str, frozenset[str]] | None:
         snap = self.algorithm.snapshot
@@ -462,7 +645,16 @@ class GangCycle:
         # Sub-groups (roles): each must reach its own minimum, inside its own domain.
         sub_need = {name: group.sub_group_needed(name) for name in group.sub_groups}
         sub_placed: Counter[str] = Counter()
-        sub_domain: dict[str, tuple[np.ndarray | None, str]] = {}
+        sub_domain: dict[str, tuple[np.ndarray | None, str, bool]] = {}
+        # Where the gang and each role with a level are placed already (grown as
+        # members are placed here): later members are held there (`_held_rows`).
+        snap = self.algorithm.snapshot
+        gang_held, role_held = self._held(group)
+        # What a member that does not fit names: where the gang (or its role) was
+        # placed before this transaction (the ones placed here may yet be undone).
+        gang_where = _where(gang_held, f"gang {group.key}")
+        role_where = {name: _where(h, f"sub-group {name}") for name, h in role_held.items()}
+        full: set[tuple[object, ...]] = set()  # preferred domains found full, per shape
         # Members of each role not tried yet, and the first diagnosis of each role's.
         left: Counter[str] = (
             Counter(sub_group_of(e.pod) for e in entries) if group.sub_groups else Counter()
@@ -475,15 +667,20 @@ class GangCycle:
                 break  # the minimum can no longer be reached
             pod = e.pod
             state = CycleState()
-            restrict_now = restrict if len(placed) < need else None
+            minimum = len(placed) < need
+            restrict_now = restrict if minimum else None
             role = sub_group_of(pod) if group.sub_groups else ""
             sub = group.sub_groups.get(role)
+            held = role_held.get(role)
             short = sub is not None and sub_placed[role] < sub_need[role]
             if role:
                 left[role] -= 1
             node: str | None = None
             diagnosis: Diagnosis | None = None
             status = Status()
+            preempt_here = True
+            tiers: list[tuple[tuple[object, ...], np.ndarray]] = []
+            where = gang_where
             if short and sub is not None and (sub.topology_required or sub.topology_preferred):
                 if role not in sub_domain:
                     mates = [x for x in entries[i:] if sub_group_of(x.pod) == role]
@@ -493,26 +690,53 @@ class GangCycle:
                     for x in entries:
                         tx.clear_nomination(x.pod)
                     options = self._sub_domain(
-                        fwk, sub, mates, sub_need[role], restrict, group, may_preempt
+                        fwk,
+                        sub,
+                        mates,
+                        sub_need[role],
+                        _both(restrict, gang_held.pinned if gang_held is not None else None),
+                        group,
+                        may_preempt,
+                        held,
                     )
                     tx.rollback(mark)
                     trial.options[role] = len(options)
                     sub_domain[role] = options[min(trial.pick.get(role, 0), len(options) - 1)]
-                mask, problem = sub_domain[role]
+                mask, problem, preempt_here = sub_domain[role]
                 if mask is None:
                     status = Status(Code.UNSCHEDULABLE, problem, plugin="Coscheduling")
                 restrict_now = mask
+                where = role_where.get(role, "") or where
+            elif not (minimum and restrict is not None):
+                # Not the gang's minimum in the domains chosen for it: held where the
+                # gang (and the member's role) already is.
+                restrict_now, tiers, where = self._held_rows(
+                    restrict_now, gang_held, held, group, role, pod
+                )
             if status.ok:
                 try:
-                    node, status, diagnosis = self.algorithm.schedule_pod(
-                        fwk, state, pod, restrict_now
-                    )
+                    for key, rows in tiers:
+                        if key in full:
+                            continue
+                        preferred_state = CycleState()
+                        node, _, _ = self.algorithm.schedule_pod(fwk, preferred_state, pod, rows)
+                        if node is not None:
+                            state = preferred_state
+                            break
+                        full.add(key)  # not for the next members of this shape either
+                    if node is None:
+                        node, status, diagnosis = self.algorithm.schedule_pod(
+                            fwk, state, pod, restrict_now
+                        )
                 except Exception as err:  # a plugin bug must not stop the scheduler
                     node, diagnosis = None, None
                     status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
+            if node is None and diagnosis is not None and where:
+                _outside(diagnosis, snap.n, where)
             if (
                 node is None
                 and may_preempt
+                and preempt_here
                 and (len(placed) < need or short)
                 and diagnosis is not None
                 and status.rejected
@@ -538,6 +762,11 @@ class GangCycle:
                     placed.append(Placement(e, node, state))
                     if role:
                         sub_placed[role] += 1
+                    row = snap.row_of.get(node)
+                    if row is not None:
+                        for grows in (gang_held, held):
+                            if grows is not None:
+                                grows.add(row)
                     continue
                 tx.rollback(mark)
                 diagnosis = None
@@ -558,7 +787,7 @@ class GangCycle:
             tx.discard()  # a role below its minimum: the gang does not start
             name = hopeless or short_roles[0]
             trial.short = name
-            why = sub_domain.get(name, (None, ""))[1]
+            why = sub_domain.get(name, (None, "", True))[1]
             message = (
                 f"gang {group.key}: sub-group {name}: {sub_placed[name]}/{sub_need[name]} "
                 f"members placeable" + (f" ({why})" if why else "")

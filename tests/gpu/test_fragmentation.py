@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shoal.gpu.fragmentation import (
     FragmentationModel,
@@ -94,3 +96,67 @@ def test_target_workload_coverage_and_ties() -> None:
     # Equal counts: the larger shape (cpu, then milli) comes first, as in the artifact.
     tie = TargetWorkload.from_counts(Counter({SHARE: 5, WHOLE: 5}), coverage=0.5)
     assert tie.shapes == (WHOLE,)
+
+
+def _reference_frag_weighted(model: FragmentationModel, s: NodeStates) -> list[int]:
+    """The measure straight from its definition, every device against every demand."""
+    free = s.free
+    allowed = model.allowed.T[s.model]
+    ge = free[:, None, :] >= model.demands[None, :, None]
+    usable = np.where(ge, free[:, None, :], 0).sum(axis=2)[:, model.demand_of]
+    fits = (ge.sum(axis=2)[:, model.demand_of] >= model.count) & allowed
+    fits &= s.cpu_left[:, None] >= model.cpu
+    fgd = np.where(fits, usable, 0) @ model.weight
+    per_device = (free[:, None, :] // model.demands[None, :, None]).sum(axis=2)
+    copies = per_device[:, model.demand_of] // np.maximum(model.count, 1)
+    copies = np.minimum(copies, s.cpu_left[:, None] // np.maximum(model.cpu, 1))
+    by_memory = s.mem_left[:, None] // np.maximum(model.memory, 1)
+    copies = np.minimum(copies, np.where(model.memory > 0, by_memory, copies))
+    copies = np.where(allowed, np.maximum(copies, 0), 0)
+    fill = (copies * model.count * model.milli) @ model.weight
+    satisfied = model.mix[0] * fgd + model.mix[1] * fill
+    return list(free.sum(axis=1) * model.total_weight - satisfied)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shapes=st.lists(
+        st.tuples(
+            st.integers(0, 16000),
+            st.sampled_from([0, 50, 100, 250, 300, 333, 500, 999, 1000]),
+            st.integers(0, 8),
+            st.sampled_from([(), ("T4",), ("V100",), ("T4", "V100")]),
+            st.sampled_from([0, 1 << 30, 8 << 30]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    weights=st.lists(st.integers(1, 50), min_size=12, max_size=12),
+    nodes=st.integers(1, 40),
+    width=st.integers(1, 8),
+    mix=st.sampled_from([(1, 0), (0, 1), (3, 1)]),
+    seed=st.integers(0, 1000),
+)
+def test_frag_weighted_matches_the_definition(
+    shapes: list[tuple[int, int, int, tuple[str, ...], int]],
+    weights: list[int],
+    nodes: int,
+    width: int,
+    mix: tuple[int, int],
+    seed: int,
+) -> None:
+    """Small batches and large ones (the counted and tabled paths) agree with the
+    definition, every device compared with every demand."""
+    workload = TargetWorkload(
+        tuple(TargetShape(c, m, k, models, mem) for c, m, k, models, mem in shapes),
+        tuple(weights[: len(shapes)]),
+    )
+    model = FragmentationModel(workload, ["T4", "V100"], "blend", mix)
+    rng = np.random.default_rng(seed)
+    s = NodeStates(
+        rng.choice([0, 0, 1, 50, 100, 250, 300, 700, 999, 1000], size=(nodes, width)),
+        rng.integers(0, 64000, nodes),
+        rng.integers(0, 64 << 30, nodes),
+        rng.integers(-1, 2, nodes),
+    )
+    assert list(model.frag_weighted(s)) == _reference_frag_weighted(model, s)

@@ -345,3 +345,28 @@ def test_gated_members_say_what_they_wait_for_through_the_effects_port() -> None
     assert seen[-1].message == (
         "pod is gated by Coscheduling: gang default/g: 2/3 members exist, waiting for 1 more"
     )
+
+
+def test_a_member_of_another_scheduler_is_named_not_silently_missing() -> None:
+    """A pod naming the gang but under a schedulerName this scheduler does not serve is
+    not counted (a gang is placed by one scheduler); the members waiting say which pod
+    and why, instead of "1/2 members exist" with both pods there."""
+    h = SchedulerHarness()
+    h.add_nodes(make_node("n1").capacity(cpu="8", memory="16Gi"))
+    labels = {
+        "pod-group.scheduling.sigs.k8s.io/name": "g",
+        "pod-group.scheduling.sigs.k8s.io/min-available": "2",
+    }
+    h.add_pods(
+        make_pod("m0").labels(labels).req(cpu="1"),
+        make_pod("m1").labels(labels).req(cpu="1").scheduler_name("someone-else"),
+    )
+    h.run()
+    message = h.message("default/m0")
+    assert "gang default/g: 1/2 members exist, waiting for 1 more" in message
+    assert "not counted: default/m1 (schedulerName someone-else, not served" in message
+    assert h.node_of("m0") is None
+    h.delete_pod("m1")
+    h.add_pods(make_pod("m2").labels(labels).req(cpu="1"))
+    h.run()
+    assert h.node_of("m0") is not None and h.node_of("m2") is not None

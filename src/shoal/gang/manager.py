@@ -248,6 +248,10 @@ class GangManager:
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
         self._group_of_uid: dict[str, str] = {}
+        # Pods that name a group but are not placed with it (another scheduler's, or of a
+        # profile without Coscheduling): group key -> uid -> "ns/name (why)".
+        self._outsiders: dict[str, dict[str, str]] = {}
+        self._outsider_of: dict[str, str] = {}
         # Head-of-line reservation (policy in shoal.gang.reservation).
         self.reservation: Reservation | None = None
         self.no_block_until: dict[str, float] = {}  # group -> may not reserve before
@@ -418,7 +422,20 @@ class GangManager:
         done.add(uid)
         self._update_phase(group)
 
+    def outsider_named(self, pod: PodInfo, ref: GroupRef, why: str) -> None:
+        """`pod` names group `ref` but is not one of its members (`why`: e.g. its
+        schedulerName): the group's members are told, as it is not counted."""
+        key = f"{ref.namespace or 'default'}/{ref.name}"
+        self._outsiders.setdefault(key, {})[pod.uid] = f"{pod.key} ({why})"
+        self._outsider_of[pod.uid] = key
+
     def member_removed(self, uid: str) -> None:
+        outside = self._outsider_of.pop(uid, None)
+        if outside is not None:
+            named = self._outsiders.get(outside, {})
+            named.pop(uid, None)
+            if not named:
+                self._outsiders.pop(outside, None)
         key = self._group_of_uid.pop(uid, None)
         group = self.groups.get(key) if key else None
         if group is None:
@@ -474,10 +491,18 @@ class GangManager:
         existing = len(group.members) + len(group.succeeded)
         short = group.short_sub_group() if group.sub_groups else None
         if existing < group.min_member:
+            outsiders = self._outsiders.get(group.key)
             return (
                 f"gang {group.key}: {existing}/{group.min_member} members exist, "
                 f"waiting for {group.min_member - existing} more"
                 + (f" (sub-group {short[0]}: {short[1]}/{short[2]})" if short else "")
+                + (
+                    f"; not counted: {', '.join(sorted(outsiders.values()))}: every member "
+                    "of a gang must name the same schedulerName, of a profile with "
+                    "Coscheduling"
+                    if outsiders
+                    else ""
+                )
             )
         if short is not None:
             name, exist, minimum = short

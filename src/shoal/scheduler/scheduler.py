@@ -184,13 +184,21 @@ class Scheduler:
 
     def _join_group(self, info: PodInfo, now: float) -> None:
         config = self._gang_configs.get(info.scheduler_name)
-        if config is None:
-            return  # no Coscheduling in the pod's profile: a plain pod
         try:
             ref = self.gangs.ref(info.pod)
         except ValueError:
             return  # Coscheduling's PreEnqueue keeps it out, naming the key
         if ref is None:
+            return
+        if config is None:
+            # Not placed as a member (another scheduler's pod, or a profile without
+            # Coscheduling), yet it names the gang: the members say why it is not counted.
+            why = (
+                f"schedulerName {info.scheduler_name}, a profile without Coscheduling"
+                if self.is_ours(info)
+                else f"schedulerName {info.scheduler_name}, not served by this scheduler"
+            )
+            self.gangs.outsider_named(info, ref, why)
             return
         group = self.gangs.member_added(info, ref, now, config)
         if not self.gangs.gate(group):

@@ -28,6 +28,10 @@ class AllResolvable:
     def resolvable(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
         return np.ones(rows.size, dtype=bool)
 
+    @property
+    def pre_filter_resolvable(self) -> bool:
+        return False
+
 
 def full_cluster() -> tuple[SchedulerHarness, PodInfo]:
     h = SchedulerHarness(seed=3)

@@ -28,6 +28,10 @@ class Diagnosis:
     reasons: Counter[str] = field(default_factory=Counter)
     unschedulable_plugins: set[str] = field(default_factory=set)
     pre_filter_message: str = ""
+    # A PreFilter rejected the pod with Unschedulable flagged `resolvable_by_preemption`
+    # (a queue at its max): every node carries that status, as in kube's
+    # SetAbsentNodesStatus, so a victim search may try any node.
+    pre_filter_resolvable: bool = False
     post_filter_message: str = ""
     # PostFilter plugins that tried and could not help yet (they said why): the pod is
     # also worth retrying on the events they registered for.

@@ -103,6 +103,14 @@ class NodeFilterStatuses(Protocol):
         (Unschedulable, not UnschedulableAndUnresolvable, and not left out by PreFilter)?"""
         ...
 
+    @property
+    def pre_filter_resolvable(self) -> bool:
+        """Was the pod rejected by a PreFilter whose Unschedulable removing pods may
+        resolve on any node (`Status.resolvable_by_preemption`, e.g. its queue at its
+        max)? Then a victim search may try every node, re-running PreFilter with the
+        victims gone (`resolvable` stays False for all rows: no Filter ran)."""
+        ...
+
 
 class Victim:
     """A running pod a PostFilter wants evicted, and why (the reason its owner reads)."""

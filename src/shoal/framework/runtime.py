@@ -68,6 +68,10 @@ class _Statuses(NodeFilterStatuses):
         assert self._diagnosis.unresolvable is not None
         return self._diagnosis.unresolvable
 
+    @property
+    def pre_filter_resolvable(self) -> bool:
+        return self._diagnosis.pre_filter_resolvable
+
     def resolvable(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
         diagnosis = self._diagnosis
         cands = diagnosis.candidates

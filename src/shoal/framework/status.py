@@ -22,14 +22,28 @@ class Code(IntEnum):
 
 
 class Status:
-    """A result code, human-readable reasons and the plugin that produced it."""
+    """A result code, human-readable reasons and the plugin that produced it.
 
-    __slots__ = ("code", "plugin", "reasons")
+    `resolvable_by_preemption`: set by a PreFilter on an UNSCHEDULABLE rejection that
+    removing running pods could resolve on any node alike (a queue at its max). kube
+    gives a PreFilter's status to every node (SetAbsentNodesStatus) so preemption may
+    try them all; Shoal does so only for a rejection flagged this way, and reads any
+    other PreFilter rejection as saying nothing about nodes (no victim search).
+    """
 
-    def __init__(self, code: Code = Code.SUCCESS, *reasons: str, plugin: str = "") -> None:
+    __slots__ = ("code", "plugin", "reasons", "resolvable_by_preemption")
+
+    def __init__(
+        self,
+        code: Code = Code.SUCCESS,
+        *reasons: str,
+        plugin: str = "",
+        resolvable_by_preemption: bool = False,
+    ) -> None:
         self.code = code
         self.reasons: tuple[str, ...] = reasons
         self.plugin = plugin
+        self.resolvable_by_preemption = resolvable_by_preemption
 
     @classmethod
     def error(cls, message: str, plugin: str = "") -> Status:

@@ -189,7 +189,8 @@ class VictimSearch:
                 return None
             eligible, by_row = found_pool, pool_rows
             rows = np.fromiter(pool_rows, dtype=np.intp, count=len(pool_rows))
-        rows = rows[statuses.resolvable(rows)]
+        if not statuses.pre_filter_resolvable:
+            rows = rows[statuses.resolvable(rows)]
         if not rows.size:
             return None
         runner = handle.runner(pod)

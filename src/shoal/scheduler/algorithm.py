@@ -77,7 +77,13 @@ class PlacementAlgorithm:
         pre_result, status = fwk.run_pre_filter(state, pod)
         if not status.ok:
             if status.rejected:
-                diagnosis = Diagnosis(n, pre_filter_message=status.message)
+                diagnosis = Diagnosis(
+                    n,
+                    pre_filter_message=status.message,
+                    pre_filter_resolvable=(
+                        status.code == Code.UNSCHEDULABLE and status.resolvable_by_preemption
+                    ),
+                )
                 if status.plugin:
                     diagnosis.unschedulable_plugins.add(status.plugin)
                 if pre_result is not None:

@@ -57,3 +57,37 @@ def test_reclaim_takes_from_the_leaf_above_its_guarantee_not_its_sibling() -> No
         "its guarantee) needs the capacity for pod default/s"
     }
     assert placements == {"default/y": "n0", "default/s": "n0"}, messages
+
+
+def test_reclaim_makes_room_under_a_parent_max_held_by_a_sibling() -> None:
+    # org (max 3) holds team-a (guarantee 1) and team-b (guarantee 1); team-b borrows up
+    # to org's max. team-a's pod is refused by org's max, not by node room: the refusal
+    # is one removing pods may resolve (QueueCapacity flags it), so reclaim searches
+    # every node and takes one of team-b's pods (above its guarantee). Before, a
+    # PreFilter refusal left reclaim no candidate node and team-a's guarantee was
+    # never met.
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "pluginConfig": [{"name": "QueueCapacity", "args": {"reclaimDelaySeconds": 0}}],
+            }
+        ],
+    }
+    h = SchedulerHarness(config)
+    h.add_nodes(*(make_node(f"n{i}").capacity({GPU: 4}, cpu="16", memory="64Gi") for i in range(2)))
+    org = decode({"metadata": {"name": "org"}, "spec": {"max": {GPU: 3}}}, Queue)
+    assert (
+        h.scheduler.apply_queues([org, queue("team-a", 1, "org"), queue("team-b", 1, "org")]) == []
+    )
+    h.add_pods(*(gpu_pod(f"b-{i}", "team-b") for i in range(3)))
+    h.run()
+    h.add_pods(gpu_pod("a", "team-a"))
+    placements, messages = h.advance(60)
+    assert len(h.evicted) == 1
+    (victim, reason) = next(iter(h.evicted.items()))
+    assert victim.startswith("default/b-")
+    assert reason.startswith("reclaimed: queue team-b is above its guarantee")
+    assert placements["default/a"] is not None, messages

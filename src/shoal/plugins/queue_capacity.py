@@ -7,9 +7,13 @@ scheduler-plugins, generalised to a queue tree):
   out of the queue until it opens (pods already placed keep running), as Volcano's closed
   queue and Kueue's stopPolicy Hold.
 * PreFilter: the pod is admitted only if every queue on its path stays within its
-  maximum (and its namespace's QueueBinding within maxPods). Gangs are admitted as a
-  unit because the gang cycle places members in one transaction: a member that would
-  break a limit rolls the whole gang back.
+  maximum (and its namespace's QueueBinding within maxPods), counting the quota held
+  for nominated preemptors of higher or equal priority, and if what it borrows above
+  its queue's guarantee is owed to no other queue. Gangs are admitted as a unit
+  because the gang cycle places members in one transaction: a member that would
+  break a limit rolls the whole gang back. A refusal by a maximum alone is flagged
+  `resolvable_by_preemption`: DefaultPreemption may then take lower-priority pods of
+  the pod's own leaf queue (the victim search re-runs this PreFilter without them).
 * PostFilter (reclaim): a pod whose queue is below its target (its guarantee, or with
   `reclaimTo: FairShare` its HDRF fair share), counting room already being reclaimed for
   it, and that has waited at least `reclaimDelaySeconds`, takes capacity back by
@@ -26,6 +30,7 @@ scheduler-plugins, generalised to a queue tree):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -83,10 +88,31 @@ class QueueCapacity:
         closed = self.queues.closed_reason(pod)
         if closed:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, closed)
-        reason = self.queues.admit(pod, table=self.handle.snapshot)
-        if reason:
-            return None, Status(Code.UNSCHEDULABLE, reason)
+        refused = self.queues.refusal(
+            pod, table=self.handle.snapshot, ahead=functools.partial(self._ahead, pod)
+        )
+        if refused is not None:
+            # Only a max may be made room under by preempting lower-priority pods of
+            # the pod's own queue; the borrowing rule and a QueueBinding's limits are
+            # not resolved that way (across queues, reclaim takes capacity back).
+            return None, Status(
+                Code.UNSCHEDULABLE, refused.reason, resolvable_by_preemption=refused.max_only
+            )
         return None, Status(Code.SKIP)
+
+    def _ahead(self, pod: PodInfo) -> list[PodInfo]:
+        """Nominated preemptors of higher or equal priority (not `pod`): the quota they
+        will use is held for them, so the room their victims free in a queue is not
+        taken by a lower-priority pod of that queue before they are retried (which
+        would then preempt it in turn)."""
+        nominations = self.handle.snapshot.nominations
+        if not nominations:
+            return []
+        return [
+            other
+            for uid, (_, other) in nominations.items()
+            if uid != pod.uid and other.priority >= pod.priority
+        ]
 
     # ---- reclaim -------------------------------------------------------------------
 

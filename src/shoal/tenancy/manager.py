@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,12 +48,25 @@ from shoal.tenancy.fairshare import choose_leaf, fair_shares, hdrf_fair_share
 from shoal.tenancy.tree import UNLIMITED, QueueDef, QueueTree
 from shoal.tenancy.validation import TenancyObjects, problem_subject, reconcile
 
-__all__ = ["SERVICE_KEY", "QueueManager", "QueueObservation"]
+__all__ = ["SERVICE_KEY", "QueueManager", "QueueObservation", "Refusal"]
 
 SERVICE_KEY = "shoal.tenancy"
 
 QueueObservation = tuple[str, dict[str, int], dict[str, int], dict[str, int], int, int]
 """name, allocated, guaranteed, fair share (resource -> amount), pending pods, running pods"""
+
+
+class Refusal(NamedTuple):
+    """Why a queue limit keeps a pod out (`QueueManager.refusal`)."""
+
+    reason: str
+    # Refused only by the maximum of a queue on the pod's path (its leaf or one above):
+    # the other rules would admit it once pods of its leaf freed what the max needs,
+    # so lower-priority pods of its own leaf queue going can let it in (within-queue
+    # preemption). Never set for the borrowing rule or a QueueBinding's limits, nor
+    # for a max when the borrowing rule would refuse the pod under it too: capacity
+    # owed to other queues is reclaim's to take back.
+    max_only: bool = False
 
 
 @dataclass
@@ -79,6 +92,7 @@ class QueueManager:
         self.group_queues: dict[str, str] = {}
         self.tree = QueueTree([], default_queue)
         self._has_quota = False
+        self._capped: frozenset[int] = frozenset()  # leaves with a max on their path
         self.usage = np.zeros_like(self.tree.guaranteed)
         self._placed: dict[str, _Placed] = {}
         # Every pod assigned to a node, charged or not: one whose queue does not exist
@@ -199,6 +213,10 @@ class QueueManager:
     def _install(self, tree: QueueTree) -> None:
         self.tree = tree
         self._has_quota = bool(tree.quota_mask.any())
+        capped: list[bool] = np.any(tree.maximum < UNLIMITED, axis=1).tolist()
+        self._capped = frozenset(
+            leaf for leaf in tree.leaves if any(capped[q] for q in tree.path_lists[leaf])
+        )
         self._capacity_key = (-1, -1)
         self._reindex()
 
@@ -497,18 +515,39 @@ class QueueManager:
     def admit(
         self,
         pod: PodInfo,
-        extra: NDArray[np.int64] | None = None,
         table: NodeColumns | None = None,
+        ahead: Callable[[], Iterable[PodInfo]] | None = None,
     ) -> str:
-        """Why placing the pod would break a queue limit ("" if it would not).
+        """Why placing the pod would break a queue limit ("" if it would not); see
+        `refusal`."""
+        refused = self.refusal(pod, table, ahead)
+        return refused.reason if refused is not None else ""
 
-        Two rules: every queue on the pod's path stays within its maximum; and a queue
-        that would go above its guarantee (borrow) may only use capacity that no other
-        queue is waiting for up to its own guarantee (given `table`, for capacity).
+    def refusal(
+        self,
+        pod: PodInfo,
+        table: NodeColumns | None = None,
+        ahead: Callable[[], Iterable[PodInfo]] | None = None,
+    ) -> Refusal | None:
+        """Why placing the pod would break a queue limit (None if it would not).
+
+        The rules: its namespace's QueueBinding stays within maxPods and
+        maxRunningJobs; every queue on the pod's path stays within its maximum; and a
+        queue that would go above its guarantee (borrow) may only use capacity that no
+        other queue is waiting for up to its own guarantee (given `table`, for
+        capacity). `ahead`: the pods that come first (nominated preemptors of higher or
+        equal priority), asked for only when a queue on the pod's path has a max and
+        the pod fits the maxima without them: what they will use is held for them in
+        every queue they share with this pod, as kube holds a nominated pod's room on
+        its node.
+
+        A refusal by a maximum that the other rules would not add to (they would admit
+        the pod once pods of its leaf queue freed what the max needs) is `max_only`:
+        lower-priority pods of its own leaf queue going can let it in.
         """
         leaf, error = self.queue_of(pod)
         if error:
-            return error
+            return Refusal(error)
         binding = self.binding_of(pod.namespace)
         limit = binding.spec.max_pods if binding is not None else None
         if (
@@ -516,7 +555,7 @@ class QueueManager:
             and limit is not None
             and (self.pods_per_namespace[pod.namespace] + 1 > limit)
         ):
-            return (
+            return Refusal(
                 f"QueueBinding {binding.metadata.name}: namespace {pod.namespace} already "
                 f"runs {self.pods_per_namespace[pod.namespace]} pods (maxPods "
                 f"{binding.spec.max_pods})"
@@ -525,39 +564,118 @@ class QueueManager:
         if binding is not None and jobs_limit is not None:
             running = self.jobs_per_namespace.get(pod.namespace, Counter())
             if self.job_of(pod) not in running and len(running) + 1 > jobs_limit:
-                return (
+                return Refusal(
                     f"QueueBinding {binding.metadata.name}: namespace {pod.namespace} already "
                     f"runs {len(running)} jobs (maxRunningJobs {jobs_limit})"
                 )
         tree = self.tree
         if not self._has_quota:
-            return ""
+            return None
         vec = tree.charge(pod)
-        if extra is not None:
-            vec = vec + extra
-        # Plain Python over the path: a few queues x a few resources, the common case
-        # being "fits" (numpy's per-call overhead would dominate here).
         asked = vec.tolist()
+        held: dict[int, list[int]] | None = None
+        over = self._over_max(leaf, asked, {})
+        if not over and ahead is not None and leaf in self._capped:
+            held = self._held_for(leaf, ahead())
+            if held:
+                over = self._over_max(leaf, asked, held)
+        if not over:
+            borrowing = self._borrow_refusal(leaf, vec, asked, table)
+            return Refusal(borrowing) if borrowing else None
+        # Refused by a max. Within-queue preemption may resolve it only when the other
+        # rules would admit the pod once pods of its leaf freed what the max needs: if
+        # the borrowing rule would still refuse it there, the capacity is owed to other
+        # queues (reclaim's business), and taking more of its own queue's pods for it
+        # would do reclaim's job without reclaim's rules.
+        if held is None:
+            held = self._held_for(leaf, ahead()) if ahead is not None else {}
+        freed = self._max_excess(leaf, asked, held)
+        return Refusal(over, max_only=not self._borrow_refusal(leaf, vec, asked, table, freed))
+
+    def _over_max(self, leaf: int, asked: list[int], held: dict[int, list[int]]) -> str:
+        """Why the pod (asking `asked`) would take a queue on `leaf`'s path above its
+        maximum, counting what is `held` there for pods ahead of it ("" if it would
+        not). Plain Python over the path: a few queues x a few resources, the common
+        case being "fits" (numpy's per-call overhead would dominate here)."""
+        tree = self.tree
         maximum = tree.maximum_lists
         for q in tree.path_lists[leaf]:
+            kept = held.get(q)
             for k, (used, want, cap) in enumerate(
                 zip(self.usage[q].tolist(), asked, maximum[q], strict=True)
             ):
-                if used + want > cap:
+                hold = kept[k] if kept is not None else 0
+                if used + hold + want > cap:
                     res = tree.resources[k]
+                    holding = (
+                        f" (+{format_amount(res, hold)} held for nominated pods of higher "
+                        "or equal priority)"
+                        if hold
+                        else ""
+                    )
                     return (
                         f"queue {tree.names[q]} would exceed its max {res}: uses "
-                        f"{format_amount(res, used)}, pod asks {format_amount(res, want)}, "
-                        f"max {format_amount(res, cap)}"
+                        f"{format_amount(res, used)}{holding}, pod asks "
+                        f"{format_amount(res, want)}, max {format_amount(res, cap)}"
                     )
+        return ""
+
+    def _max_excess(
+        self, leaf: int, asked: list[int], held: dict[int, list[int]]
+    ) -> NDArray[np.int64]:
+        """Per resource: how much must leave `leaf` for the pod to fit every max on its
+        path (what is `held` there counted), the most any of those queues needs."""
+        tree = self.tree
+        excess = [0] * len(asked)
+        for q in tree.path_lists[leaf]:
+            kept = held.get(q)
+            for k, (used, want, cap) in enumerate(
+                zip(self.usage[q].tolist(), asked, tree.maximum_lists[q], strict=True)
+            ):
+                hold = kept[k] if kept is not None else 0
+                excess[k] = max(excess[k], used + hold + want - cap)
+        return np.array(excess, dtype=np.int64)
+
+    def _held_for(self, leaf: int, ahead: Iterable[PodInfo]) -> dict[int, list[int]]:
+        """Per queue on `leaf`'s path: what the pods `ahead` will use there (each is
+        charged to the queues its own path shares with `leaf`'s)."""
+        tree = self.tree
+        path = tree.path_lists[leaf]
+        held: dict[int, list[int]] = {}
+        for other in ahead:
+            other_leaf, error = self.queue_of(other)
+            if error:
+                continue
+            shared = tree.path_lists[other_leaf]
+            amounts = tree.charge(other).tolist()
+            for q in path:
+                if q in shared:
+                    total = held.setdefault(q, [0] * len(amounts))
+                    for k, amount in enumerate(amounts):
+                        total[k] += amount
+        return held
+
+    def _borrow_refusal(
+        self,
+        leaf: int,
+        vec: NDArray[np.int64],
+        asked: list[int],
+        table: NodeColumns | None,
+        freed: NDArray[np.int64] | None = None,
+    ) -> str:
+        """The borrowing rule: why the pod may not take its queue above its guarantee
+        ("" if it stays within it or the capacity it borrows is owed to nobody).
+        `freed`: judged as if pods of `leaf` using that much had gone."""
+        tree = self.tree
         guaranteed = tree.guaranteed_lists[leaf]
         quota = tree.quota_list
+        usage = self.usage[leaf] if freed is None else self.usage[leaf] - freed
         if not any(
             want > 0 and quota[k] and used + want > guaranteed[k]
-            for k, (used, want) in enumerate(zip(self.usage[leaf].tolist(), asked, strict=True))
+            for k, (used, want) in enumerate(zip(usage.tolist(), asked, strict=True))
         ):
             return ""  # within its guarantee: no borrowing
-        return self._borrow_check(leaf, vec, table)
+        return self._borrow_check(leaf, vec, table, freed)
 
     def beyond_max(self, pods: list[PodInfo]) -> str:
         """Why these pods together could never run, even alone in their queues: what
@@ -582,10 +700,17 @@ class QueueManager:
             f"more than its max {format_amount(res, int(tree.maximum[q, k]))}"
         )
 
-    def _borrow_check(self, leaf: int, vec: NDArray[np.int64], table: NodeColumns | None) -> str:
+    def _borrow_check(
+        self,
+        leaf: int,
+        vec: NDArray[np.int64],
+        table: NodeColumns | None,
+        freed: NDArray[np.int64] | None = None,
+    ) -> str:
         tree = self.tree
         mask = (vec > 0) & tree.quota_mask
-        borrowing = (self.usage[leaf] + vec > tree.guaranteed[leaf]) & mask
+        usage = self.usage[leaf] if freed is None else self.usage[leaf] - freed
+        borrowing = (usage + vec > tree.guaranteed[leaf]) & mask
         if table is None or not borrowing.any() or not self.pending:
             return ""
         # What other leaves are owed: their unmet guarantee, as far as they have demand.
@@ -598,6 +723,8 @@ class QueueManager:
         owed = np.clip(want - self.usage[leaves], 0, None).sum(axis=0)
         # (paths stop below the virtual root: total usage is the sum of the top level)
         free = self.capacity(table) - self.usage[tree.children[0]].sum(axis=0)
+        if freed is not None:
+            free = free + freed
         short = (free - vec < owed) & borrowing & (owed > 0)
         if not short.any():
             return ""

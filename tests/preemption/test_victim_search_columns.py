@@ -25,6 +25,8 @@ pod_shape = st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(0, 3), s
 class _Statuses:
     """Every row resolvable except `unresolvable`."""
 
+    pre_filter_resolvable = False
+
     def __init__(self, unresolvable: set[int]) -> None:
         self.unresolvable_rows = unresolvable
 

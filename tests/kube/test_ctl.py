@@ -165,6 +165,15 @@ async def test_explain_names_the_blocker_and_exits_by_outcome(tmp_path: Path) ->
         fits = await _shoal(tmp_path, api, "explain", "default/small")
         assert fits.exit_code == 0, fits.output
         assert "fits now" in fits.stdout
+        # The best nodes with each Score plugin's part: the idle 8-cpu gpu-1 first (the
+        # node the attempt places it on), then cpu-1 (1 of 4 cpu used) before cpu-2.
+        assert "Scores" in fits.stdout and "NodeResourcesFit" in fits.stdout
+        scores = _json(await _shoal(tmp_path, api, "explain", "default/small", "-o", "json"))
+        best = scores["scores"]
+        assert [b["node"] for b in best] == ["gpu-1", "cpu-1", "cpu-2"], best
+        assert "gpu-1" in scores["summary"]
+        assert all(b["total"] == sum(b["plugins"].values()) for b in best)
+        assert "NodeResourcesFit" in best[0]["plugins"]
 
         bound = await _shoal(tmp_path, api, "explain", "default/a1", "-o", "yaml")
         assert bound.exit_code == 0

@@ -22,6 +22,7 @@ from shoal.framework.interfaces import (
     PostFilterResult,
     QueueSortPlugin,
     ScoreNormalizer,
+    ScorePlugin,
 )
 from shoal.framework.runner import FilterOutcome, ProfilePlugins
 from shoal.framework.status import Code, Status
@@ -237,29 +238,43 @@ class Framework:
         for plugin, weight in (self.sampled_plugins if state.sampled else self.plugins).score:
             if plugin.name in state.skip_score:
                 continue
-            scores = plugin.score(state, pod, nodes)
-            normalizer = self._normalizers.get(plugin.name)
-            if normalizer is not None:
-                scores = normalizer.normalize_score(state, pod, nodes, scores)
-            if scores.shape != (nodes.size,):
-                raise ValueError(
-                    f"plugin {plugin.name} returned {scores.shape} scores for {nodes.size} nodes"
-                )
+            scores = self._normalised(plugin, state, pod, nodes)
             if weight == 1:
                 total += scores
             else:
                 total += scores * weight
         return total
 
+    def score_parts(
+        self, state: CycleState, pod: PodInfo, nodes: Candidates
+    ) -> dict[str, NDArray[np.int64]]:
+        """`run_score`'s terms (each plugin's normalised score times its weight), for
+        explanations: which plugin made a node win."""
+        return {
+            plugin.name: self._normalised(plugin, state, pod, nodes) * weight
+            for plugin, weight in self.plugins.score
+            if plugin.name not in state.skip_score
+        }
+
+    def _normalised(
+        self, plugin: ScorePlugin, state: CycleState, pod: PodInfo, nodes: Candidates
+    ) -> NDArray[np.int64]:
+        scores = plugin.score(state, pod, nodes)
+        normalizer = self._normalizers.get(plugin.name)
+        if normalizer is not None:
+            scores = normalizer.normalize_score(state, pod, nodes, scores)
+        if scores.shape != (nodes.size,):
+            raise ValueError(
+                f"plugin {plugin.name} returned {scores.shape} scores for {nodes.size} nodes"
+            )
+        return scores
+
     def check_scores(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> None:
         """Raise if a plugin's normalised scores leave 0..MAX_NODE_SCORE (a plugin bug)."""
         for plugin, _ in self.plugins.score:
             if plugin.name in state.skip_score:
                 continue
-            scores = plugin.score(state, pod, nodes)
-            normalizer = self._normalizers.get(plugin.name)
-            if normalizer is not None:
-                scores = normalizer.normalize_score(state, pod, nodes, scores)
+            scores = self._normalised(plugin, state, pod, nodes)
             if scores.size and (scores.min() < 0 or scores.max() > MAX_NODE_SCORE):
                 raise ValueError(
                     f"plugin {plugin.name} returned scores outside 0..{MAX_NODE_SCORE}"

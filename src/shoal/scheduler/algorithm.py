@@ -151,6 +151,41 @@ class PlacementAlgorithm:
                 top = int(scores.max())
         return str(snap.names[self._select_host(feasible, scores, top)]), Status(), None
 
+    def top_scores(
+        self, fwk: Framework, pod: PodInfo, count: int = 3
+    ) -> list[tuple[str, int, dict[str, int]]]:
+        """For explanations: the `count` best feasible nodes for the pod as things are,
+        each with its total score and every Score plugin's weighted part (all feasible
+        nodes scored, without kube's sampling). Empty when no node fits or a PreFilter
+        or PreScore refuses the pod."""
+        state = CycleState(dry_run=True)
+        snap = self.snapshot
+        pre_result, status = fwk.run_pre_filter(state, pod)
+        if not status.ok or snap.n == 0:
+            return []
+        if pre_result is not None and pre_result.node_names is not None:
+            candidates = Candidates.of(np.sort(snap.rows(pre_result.node_names)))
+        else:
+            candidates = Candidates.all(snap.n)
+        outcome = fwk.run_filters(state, pod, candidates)
+        rows = candidates.rows[outcome.passed]
+        if not rows.size:
+            return []
+        feasible = Candidates.of(rows)
+        if not fwk.run_pre_score(state, pod, feasible).ok:
+            return []
+        parts = fwk.score_parts(state, pod, feasible)
+        total = sum(parts.values(), np.zeros(rows.size, dtype=np.int64))
+        best = np.argsort(-total, kind="stable")[:count].tolist()  # ties: row order
+        return [
+            (
+                str(snap.names[rows[i]]),
+                int(total[i]),
+                {name: int(p[i]) for name, p in parts.items()},
+            )
+            for i in best
+        ]
+
     # ---- extenders -----------------------------------------------------------------
 
     def _filtering(self, pod: PodInfo) -> bool:

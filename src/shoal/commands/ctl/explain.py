@@ -143,6 +143,9 @@ def _print_explanation(a: dict[str, Any], blocked: bool) -> None:
     nodes = a.get("nodes")
     if nodes:
         line("Nodes", nodes.get("message", ""))
+    for i, best in enumerate(a.get("scores") or []):
+        parts = ", ".join(f"{name} {score}" for name, score in best["plugins"].items())
+        line("Scores" if i == 0 else "", f"{best['node']} {best['total']}: {parts}")
     cond = a.get("condition")
     if cond:
         said = (

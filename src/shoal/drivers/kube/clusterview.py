@@ -315,6 +315,13 @@ class ClusterView:
             answer["summary"] = sched.explain(uid)
             return Explanation(True, True, answer)
         answer["gate"] = None
+        # Before the attempt (which places the pod in this view): the best nodes now.
+        answer["scores"] = [
+            {"node": node, "total": total, "plugins": parts}
+            for node, total, parts in sched.algorithm.top_scores(
+                sched.profiles[info.scheduler_name], info
+            )
+        ]
         result = sched.attempt(uid)
         if result is None:
             answer["placement"] = None

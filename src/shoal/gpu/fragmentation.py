@@ -240,9 +240,7 @@ class FragmentationModel:
         result: NDArray[np.int64] = total * self.total_weight - satisfied
         return result
 
-    def _per_demand(
-        self, free: NDArray[np.int64]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    def _per_demand(self, free: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Per state and demand d: the devices with at least d free, and their free milli
         summed. Each device is counted once, at the number of demands it meets, and the
         counts summed from the top; the free milli of the devices meeting d is a prefix
@@ -273,9 +271,7 @@ class FragmentationModel:
         (milli-GPU, at most one GPU), instead of dividing [B, D, W] values."""
         table = self._copies_table
         if table is None or int(free.max(initial=0)) >= len(table):
-            found: NDArray[np.int64] = (free[:, None, :] // self.demands[None, :, None]).sum(
-                axis=2
-            )
+            found: NDArray[np.int64] = (free[:, None, :] // self.demands[None, :, None]).sum(axis=2)
             return found
         out = table[free[:, 0]]
         for device in range(1, free.shape[1]):

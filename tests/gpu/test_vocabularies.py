@@ -190,3 +190,19 @@ def test_a_queue_caps_memory_shares_by_their_own_resource() -> None:
     assert sum(1 for n in placements.values() if n) == 2
     waiting = next(k for k, n in placements.items() if not n)
     assert "queue team would exceed its max aliyun.com/gpu-mem" in messages[waiting]
+
+
+def test_a_vgpu_memory_pod_preempts_a_whole_gpu_pod() -> None:
+    """Preemption's could-fit arithmetic leaves out what NodeResourcesFit leaves out:
+    HAMi's nvidia.com/gpumem is a size of one device, no node reports it as a column
+    (before: 'removing lower-priority pods would not make room', never preempting)."""
+    h = SchedulerHarness()
+    h.add_nodes(node("n0", 1, memory_mib=16384))
+    h.add_pods(make_pod("low").req({GPU: 1}, cpu="100m").priority(0))
+    h.run()
+    h.add_pods(
+        make_pod("high").req(cpu="100m").lim({GPU: 1, "nvidia.com/gpumem": 1024}).priority(100)
+    )
+    h.advance(30)
+    assert h.node_of("high") == "n0"
+    assert list(h.evicted) == ["default/low"]

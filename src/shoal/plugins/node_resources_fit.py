@@ -135,15 +135,25 @@ class NodeResourcesFit:
         unplaceable = self._gpu_without_gpu_share(state, pod)
         if unplaceable:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, unplaceable)
-        snap = self.handle.snapshot
-        vector = snap.pod_vector(pod)
-        checked = self._checked_of.get(id(vector))
-        if checked is None or checked[0] is not vector:
-            checked = self._checked_for(vector)
-        _, cols, need, pairs = checked
+        vector, cols, need, pairs = self._checked_of_pod(pod)
         gpu = self._whole_gpu_position(state, pod, vector, cols)
         state.write(_STATE_KEY, (cols, need, gpu, pairs))
         return None, Status()
+
+    def checked_request(self, pod: PodInfo) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+        """The columns Filter checks for the pod and the amounts (preemption's could-fit
+        arithmetic must leave out what Filter leaves out)."""
+        _, cols, need, _ = self._checked_of_pod(pod)
+        return cols, need
+
+    def _checked_of_pod(
+        self, pod: PodInfo
+    ) -> tuple[NDArray[np.int64], NDArray[np.intp], NDArray[np.int64], list[tuple[int, int]]]:
+        vector = self.handle.snapshot.pod_vector(pod)
+        checked = self._checked_of.get(id(vector))
+        if checked is None or checked[0] is not vector:
+            checked = self._checked_for(vector)
+        return checked
 
     def _checked_for(
         self, vector: NDArray[np.int64]

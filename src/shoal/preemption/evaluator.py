@@ -516,8 +516,7 @@ class VictimSearch:
         holds[slot_rows] = True
         order = order[holds[order]]
         # Rows where removing every takeable pod would free enough (`_could_fit`).
-        need = table.pod_vector(pod)
-        cols = np.flatnonzero(need)
+        cols, need = self._checked_request(pod)
         if cols.size and order.size:
             freed_all = np.stack(
                 [
@@ -527,7 +526,7 @@ class VictimSearch:
                 axis=1,
             ).astype(np.int64)
             free = handle.snapshot.free_for(pod, order)[:, cols] + freed_all[order]
-            order = order[np.all(free >= need[cols], axis=1)]
+            order = order[np.all(free >= need, axis=1)]
         best: Candidate | None = None
         best_rank: tuple[int, int, int, int, float] = (0, 0, 0, 0, 0.0)
         position_of = np.full(table.n, -1, dtype=np.intp)
@@ -614,16 +613,33 @@ class VictimSearch:
         for i, pods in enumerate(back):
             for victim in pods:
                 free[i] -= table.pod_vector(victim)
-        fits: NDArray[np.bool_] = np.all(free >= table.pod_vector(pod), axis=1)
+        cols, need = self._checked_request(pod)
+        fits: NDArray[np.bool_] = np.all(free[:, cols] >= need, axis=1)
         return fits
+
+    def _checked_request(self, pod: PodInfo) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+        """The columns NodeResourcesFit's Filter checks for the pod and the amounts: it
+        leaves out ignored resources and sizes of one device (vGPU memory and compute,
+        judged per device by GpuShare), which no node reports as a column. The whole
+        request vector when the profile has no such plugin."""
+        fit = next(
+            (p for p in self.handle.runner(pod).plugins.filter if p.name == RESOURCE_FILTER),
+            None,
+        )
+        checked = getattr(fit, "checked_request", None)
+        if checked is not None:
+            found: tuple[NDArray[np.intp], NDArray[np.int64]] = checked(pod)
+            return found
+        vector = self.handle.cluster.table.pod_vector(pod)
+        cols = np.flatnonzero(vector)
+        return cols, vector[cols]
 
     def _could_fit(
         self, pod: PodInfo, rows: NDArray[np.intp], by_row: Mapping[int, list[PodInfo]]
     ) -> NDArray[np.bool_]:
         """Rows where removing every eligible victim would free enough resources."""
         table = self.handle.cluster.table
-        need = table.pod_vector(pod)
-        cols = np.flatnonzero(need)
+        cols, need = self._checked_request(pod)
         if not cols.size:
             return np.ones(rows.size, dtype=bool)
         free = self.handle.snapshot.free_for(pod, rows)[:, cols]
@@ -631,7 +647,7 @@ class VictimSearch:
         if at:
             vectors = np.stack([table.pod_vector(v) for row in rows.tolist() for v in by_row[row]])
             np.add.at(free, np.array(at, dtype=np.intp), vectors[:, cols])
-        fits: NDArray[np.bool_] = np.all(free >= need[cols], axis=1)
+        fits: NDArray[np.bool_] = np.all(free >= need, axis=1)
         return fits
 
     def _units_on(

@@ -510,10 +510,8 @@ def duplicate_cases() -> Iterator[KubeCase]:
     yield KubeCase(
         "two-bindings-for-one-namespace",
         (queue("team-z"), a, b, pod("in-shared-ns", namespace="shared-ns")),
-        "shared-ns",
+        "is already bound by QueueBinding bind-a",
         ref(b),
-        known_gap="two QueueBindings naming one namespace are both accepted and the pod's "
-        "queue is whichever wins, silently: src/shoal/tenancy validation (not the driver)",
     )
 
 

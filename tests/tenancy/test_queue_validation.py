@@ -68,6 +68,24 @@ def test_bad_edit_keeps_the_version_in_force() -> None:
     assert tree.maximum[tree.index["b"], k] == 3000  # b's valid edit applies
 
 
+def test_a_namespace_listed_by_two_bindings_is_refused_in_the_second() -> None:
+    """A namespace has one queue: the binding listing it second is refused naming the
+    first (the one in force keeps it, also when the other is added later)."""
+    h = harness()
+    queues = [queue("a"), queue("b")]
+    assert h.scheduler.apply_queues(queues, bindings=[binding("bind-b", "b", "ml")]) == []
+    problems = h.scheduler.apply_queues(
+        queues, bindings=[binding("bind-a", "a", "ml", "web"), binding("bind-b", "b", "ml")]
+    )
+    assert problems == [
+        "QueueBinding bind-a: spec.namespaces: namespace 'ml' is already bound by QueueBinding "
+        "bind-b (queue b); a namespace has one queue: list it in one binding only"
+    ]
+    manager = h.scheduler.tenant_queues
+    assert manager.binding_of("ml") is not None and manager.binding_of("ml").spec.queue == "b"
+    assert manager.binding_of("web") is None  # bind-a is refused whole
+
+
 def test_deleting_a_parent_waits_for_its_children() -> None:
     h = harness()
     assert h.scheduler.apply_queues([queue("org"), queue("t1", parent="org")]) == []

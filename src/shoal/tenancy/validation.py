@@ -300,6 +300,33 @@ def _binding_issues(
                     )
                     for d in new_children
                 ]
+    issues += _shared_namespaces(in_force, cand)
+    return issues
+
+
+def _shared_namespaces(in_force: TenancyObjects, cand: TenancyObjects) -> list[Issue]:
+    """A namespace listed by two QueueBindings: a namespace has one queue, so the
+    binding that lists it second is refused, naming both (bindings in force keep theirs;
+    among new or changed ones, the first by name keeps it)."""
+    issues: list[Issue] = []
+    claimed: dict[str, str] = {}
+    ordered = sorted(
+        cand.bindings.items(),
+        key=lambda item: (in_force.bindings.get(item[0]) != item[1], item[0]),
+    )
+    for name, b in ordered:
+        for namespace in b.spec.namespaces:
+            holder = claimed.setdefault(namespace, name)
+            if holder != name:
+                other = cand.bindings[holder].spec.queue
+                issues.append(
+                    Issue(
+                        f"QueueBinding {name}: spec.namespaces: namespace {namespace!r} is "
+                        f"already bound by QueueBinding {holder} (queue {other}); a namespace "
+                        "has one queue: list it in one binding only",
+                        ("QueueBinding", name),
+                    )
+                )
     return issues
 
 

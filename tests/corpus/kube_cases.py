@@ -607,32 +607,18 @@ def order_cases() -> Iterator[KubeCase]:
     )
 
 
-def gap_cases() -> Iterator[KubeCase]:
-    """Found by the corpus, to be fixed outside the Kubernetes driver."""
+def sub_group_cases() -> Iterator[KubeCase]:
+    """A PodGroup whose shoal.dev/sub-groups annotation cannot be read is skipped and
+    reported as any invalid object (it once went to the group's `reason` only, or raised
+    RecursionError on the core)."""
     g = pod_group("sub-groups-deep")
     g["metadata"]["annotations"] = {SUB_GROUPS: "[" * 5000 + "]" * 5000}
     member = pod("member-of-sub-groups-deep", labels={GROUP_LABEL: "sub-groups-deep"})
-    yield KubeCase(
-        "podgroup-sub-groups-annotation-deep",
-        (g, member),
-        "nested too deeply",
-        ref(g),
-        known_gap="json.loads of the shoal.dev/sub-groups annotation raises RecursionError "
-        "(a traceback on the core, the PodGroup half-applied, retried on every update): "
-        "parse_sub_groups in src/shoal/gang/manager.py catches ValueError only",
-    )
+    yield KubeCase("podgroup-sub-groups-annotation-deep", (g, member), "nested too deeply", ref(g))
     g = pod_group("sub-groups-junk")
     g["metadata"]["annotations"] = {SUB_GROUPS: "{not json"}
     member = pod("member-of-sub-groups-junk", labels={GROUP_LABEL: "sub-groups-junk"})
-    yield KubeCase(
-        "podgroup-sub-groups-annotation-not-json",
-        (g, member),
-        "is not JSON",
-        ref(g),
-        known_gap="the problem parse_sub_groups finds goes to the group's `reason` only, "
-        "which nothing shows once the gang is placed: no event, log line or status "
-        "(src/shoal/gang/manager.py)",
-    )
+    yield KubeCase("podgroup-sub-groups-annotation-not-json", (g, member), "is not JSON", ref(g))
 
 
 GENERATORS = (
@@ -643,7 +629,7 @@ GENERATORS = (
     quantity_cases,
     duplicate_cases,
     order_cases,
-    gap_cases,
+    sub_group_cases,
 )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -52,6 +52,7 @@ __all__ = [
     "SubGroup",
     "parse_sub_groups",
     "sub_group_of",
+    "sub_groups_problem",
 ]
 
 DEFAULT_SCHEDULE_TIMEOUT = 60.0  # scheduler-plugins' default scheduleTimeoutSeconds
@@ -136,6 +137,19 @@ def parse_sub_groups(raw: str) -> tuple[dict[str, SubGroup], str]:
             tuple(k for k in (p.strip() for p in preferred.split(",")) if k and k != required),
         )
     return out, ""
+
+
+def sub_groups_problem(annotations: Mapping[str, str]) -> str:
+    """What is wrong with a PodGroup's `shoal.dev/sub-groups` annotation, with the fix
+    ("" when it is absent or fine): the Kubernetes driver and the simulator skip and
+    report such a PodGroup, as any invalid object, rather than run it without roles."""
+    raw = annotations.get(SUB_GROUPS)
+    if not raw:
+        return ""
+    _, problem = parse_sub_groups(raw)
+    if not problem:
+        return ""
+    return f"{problem.removesuffix('; ignored')}: fix the annotation or remove it"
 
 
 def sub_group_of(pod: PodInfo) -> str:

@@ -29,6 +29,7 @@ from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.extenders import http_extenders
 from shoal.drivers.loop import Driver
 from shoal.drivers.memory import ManualClock, MemoryEffects
+from shoal.gang.manager import sub_groups_problem
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.rescheduler.commit import next_hold_expiry
 from shoal.rescheduler.planner import BIND_ANNOTATIONS
@@ -154,6 +155,11 @@ class Simulation:
         for pdb in sc.disruption_budgets:
             budgets.add(pdb)
         for group in self.scenario.pod_groups:
+            problem = sub_groups_problem(group.metadata.annotations)
+            if problem:
+                key = f"{group.metadata.namespace or 'default'}/{group.metadata.name}"
+                self.warnings.append(f"PodGroup {key} skipped: {problem}")
+                continue
             self.scheduler.add_pod_group(group)
         for obj in sc.storage:
             try:

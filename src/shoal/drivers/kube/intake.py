@@ -53,6 +53,7 @@ from shoal.drivers.kube.resources import (
 from shoal.drivers.kube.shards import Routing, unschedulable_since
 from shoal.drivers.kube.status import EventRecorder
 from shoal.drivers.kube.volumes import VOLUME_KINDS
+from shoal.gang.manager import sub_groups_problem
 from shoal.preemption.budgets import DisruptionBudgets
 from shoal.scheduler import Scheduler
 from shoal.web.metrics import SchedulerMetrics
@@ -158,6 +159,10 @@ def _pod_groups(kind: ResourceKind) -> Watched:
     def upsert(b: Intake, group: AnyPodGroup, raw: JSON) -> None:
         key = object_key(raw)
         meta = raw.get("metadata") or {}
+        problem = sub_groups_problem(meta.get("annotations") or {})
+        if problem:
+            b._group_seen.pop((kind.name, key), None)
+            raise ValueError(f"PodGroup {key}: {problem}")
         # Our own status writes come back through the watch: not a change for the core.
         relevant = (raw.get("spec"), meta.get("labels"), meta.get("annotations"))
         if b._group_seen.get((kind.name, key)) == relevant:

@@ -32,6 +32,30 @@ Shapes:
               claims, claims not allocated, pods bound elsewhere than their devices or
               missing from their claim's reservedFor (the bare binder allocates nothing,
               so not checked for it).
+  preemption  scheduler_perf's PreemptionBasic: the same nodes, each already full with
+              4 low-priority pods (priority 0, no PriorityClass, 900m / 500Mi: 3.6 of
+              4 cpu; --init-pods, default 4 per node), then --pods high-priority pods
+              (PriorityClass `high`, value 10, 3000m / 500Mi; default min(nodes, 1000),
+              as scheduler_perf's 500 nodes / 500 and 5000 nodes / 1000) that fit
+              nowhere: each must preempt 3 low pods. The low pods are created already
+              bound (spec.nodeName, round-robin 4 per node: the only placement there is),
+              identical for both schedulers and not timed; only the high pods are
+              pending when the scheduler starts, and only their binds are timed.
+              No kubelet runs, so an evicted pod (kube-scheduler DELETEs its victims
+              after a DisruptionTarget status patch, Shoal POSTs pods/eviction; both with
+              the pod's grace period) would stay Terminating for ever: the harness plays
+              the kubelet for both sides, watching the pods and force-deleting
+              (gracePeriodSeconds=0, uid precondition) every pod with a deletionTimestamp.
+              Checked after the run: low pods evicted (gone or terminating; the minimum
+              is 3 per preemptor), high pods deleted (must be 0), nodes overcommitted by
+              bound pods that are not terminating. `bare` here evicts 3 low pods of a
+              node through pods/eviction and binds a high pod there (round-robin, 64
+              preemptors in flight, not waiting for the victims to go): no scheduling,
+              the API server's ceiling for the writes a preemption needs.
+              Also printed: when the deletions and the binds came (per second of the
+              run). Compare overall rates: kube-scheduler binds its preemptors only after
+              its last preemption (a retried pod queues behind those not tried yet), so
+              its steady rate (first bind -> last bind) means nothing here.
 
 Reported per run: pods/s over the whole run (scheduler start to last bind, informer
 sync included) and steady pods/s (first bind to last bind); then the ratio Shoal /
@@ -45,6 +69,7 @@ summed per node against the node's allocatable: no node may be overcommitted.
       [--repeat 1] [--gpus 8]
   python bench/vs_kube_scheduler.py --shape dra --nodes 1000 --pods 4000 \
       --scheduler kube,shoal,bare
+  python bench/vs_kube_scheduler.py --shape preemption --nodes 500 --scheduler kube,shoal,bare
 
 `shoal-x2` (x3, x4, x8) runs that many `shoal run` replicas at once, each with its own
 identity and leader election off: they split the nodes into node shards and route the
@@ -76,15 +101,29 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from shoal.api.quantity import parse_quantity
-from shoal.drivers.kube.client import ClientSettings, KubeClient, Undecodable, connect
+from shoal.drivers.kube.client import (
+    ApiError,
+    ClientSettings,
+    KubeClient,
+    Undecodable,
+    connect,
+)
 from shoal.drivers.kube.dra import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from shoal.drivers.kube.resources import NAMESPACES, NODES, PODGROUPS, PODS, QUEUE_BINDINGS, QUEUES
+from shoal.drivers.kube.resources import (
+    NAMESPACES,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUE_BINDINGS,
+    QUEUES,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 KIT = Path(os.environ.get("SHOAL_K8S_KIT") or ROOT.parent / "shared" / "k8s")
@@ -110,6 +149,7 @@ class Result:
     partial_gangs: int = 0  # gangs with some but not all members bound at the end
     bound_at_end: int = 0  # pods with a node when the run ended (after --settle)
     claims: ClaimCheck | None = None  # shape dra: what the claims' status says
+    preemption: PreemptionCheck | None = None  # shape preemption: what was evicted
 
     @property
     def pods_per_second(self) -> float:
@@ -130,6 +170,25 @@ class ClaimCheck:
     double_allocated: int  # devices named by more than one claim's allocation
     misplaced: int  # bound pods whose claim is unallocated, on other nodes' devices,
     #                 or whose status.reservedFor does not name the pod
+
+
+@dataclass
+class PreemptionCheck:
+    """Shape preemption, after the run, from the pods left and the harness's deletes."""
+
+    init_pods: int  # low-priority pods created (bound) before the run
+    evicted: int  # of those, gone or terminating at the end
+    high_deleted: int  # high-priority pods gone or terminating (must be 0)
+    terminating: int  # pods still terminating at the end (the harness had not caught up)
+    force_deleted: int  # pods the harness (the kubelet's stand-in) finalised
+    # seconds after the scheduler's start: first and last deletion seen, first and last
+    # preemptor bound; and per second of the run, deletions seen and preemptors bound
+    first_eviction: float = 0.0
+    last_eviction: float = 0.0
+    first_bind: float = 0.0
+    last_bind: float = 0.0
+    evictions_per_second: list[int] = field(default_factory=list)
+    binds_per_second: list[int] = field(default_factory=list)
 
 
 # ---- the control plane ------------------------------------------------------------------
@@ -180,6 +239,12 @@ def kubectl(env: dict[str, str], *args: str) -> None:
 
 CAPACITY = {"cpu": "4", "memory": "32Gi", "pods": "110"}
 REQUESTS = {"cpu": "100m", "memory": "500Mi"}
+# shape preemption (scheduler_perf's pod-low-priority.yaml and pod-high-priority.yaml)
+LOW_REQUESTS = {"cpu": "900m", "memory": "500Mi"}
+HIGH_REQUESTS = {"cpu": "3000m", "memory": "500Mi"}
+LOW_PER_NODE = 4  # 4 x 900m = 3.6 of 4 cpu; a fifth does not fit
+HIGH_CLASS = "high"
+HIGH_PRIORITY = 10
 
 
 async def gather_limited(jobs: list[Any], limit: int = 64) -> None:
@@ -207,13 +272,24 @@ async def create_node(client: KubeClient, i: int) -> None:
 
 
 def pod(
-    namespace: str, name: str, group: str = "", upstream: bool = False, claim: str = ""
+    namespace: str,
+    name: str,
+    group: str = "",
+    upstream: bool = False,
+    claim: str = "",
+    requests: dict[str, str] = REQUESTS,
+    priority_class: str = "",
+    node: str = "",
 ) -> JSON:
     labels = {GROUP_LABEL: group} if group and not upstream else {}
     extra: JSON = {"schedulerName": SCHEDULER_NAME}
     if upstream:
         extra["schedulingGroup"] = {"podGroupName": group}
-    resources: JSON = {"requests": REQUESTS}
+    if priority_class:
+        extra["priorityClassName"] = priority_class
+    if node:
+        extra["nodeName"] = node  # created bound: no scheduler involved
+    resources: JSON = {"requests": requests}
     if claim:
         extra["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
         resources["claims"] = [{"name": "gpu"}]
@@ -331,11 +407,29 @@ def check_claims(claim_list: list[JSON], pod_list: list[JSON]) -> ClaimCheck:
     )
 
 
+async def create_with_class(client: KubeClient, namespace: str, body: JSON) -> None:
+    """POST a pod naming a PriorityClass created a moment ago: the Priority admission
+    plugin reads the classes from its own cache, which may not have it yet (403)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await client.request("POST", PODS.path(namespace), body=body)
+            return
+        except ApiError as err:
+            if err.status != 403 or "PriorityClass" not in err.message:
+                raise
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 def namespaces() -> list[str]:
     return [f"team-{i}" for i in range(NAMESPACE_COUNT)]
 
 
-async def create_workload(client: KubeClient, shape: str, pods: int, gang_size: int) -> None:
+async def create_workload(
+    client: KubeClient, shape: str, pods: int, gang_size: int, init_pods: int = 0
+) -> None:
     spaces = namespaces()
     for ns in spaces:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
@@ -416,6 +510,27 @@ async def create_workload(client: KubeClient, shape: str, pods: int, gang_size: 
             ns = spaces[i % NAMESPACE_COUNT]
             body = pod(ns, f"pod-{i}", claim=f"pod-{i}-gpu")
             jobs.append(client.request("POST", PODS.path(ns), body=body))
+    elif shape == "preemption":
+        # The low-priority pods already bound, 4 per node (the only way 4 x nodes of
+        # them fit): the same start for every scheduler, not timed. Low pods have no
+        # PriorityClass (priority 0: no class is the global default).
+        klass = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": HIGH_CLASS},
+            "value": HIGH_PRIORITY,
+        }
+        await client.request("POST", PRIORITY_CLASSES.path(), body=klass)
+        for i in range(init_pods):
+            ns = spaces[i % NAMESPACE_COUNT]
+            body = pod(ns, f"low-{i}", requests=LOW_REQUESTS, node=f"node-{i // LOW_PER_NODE}")
+            jobs.append(client.request("POST", PODS.path(ns), body=body))
+        await gather_limited(jobs)
+        jobs = []
+        for i in range(pods):
+            ns = spaces[i % NAMESPACE_COUNT]
+            body = pod(ns, f"high-{i}", requests=HIGH_REQUESTS, priority_class=HIGH_CLASS)
+            jobs.append(create_with_class(client, ns, body))
     else:
         for i in range(pods):
             ns = spaces[i % NAMESPACE_COUNT]
@@ -460,7 +575,15 @@ def scheduler_command(
         # No scheduling at all: list the pending pods and POST their Bindings, with the
         # same client QPS/burst and bind concurrency as Shoal (64). Its rate is what the
         # API server and etcd allow on this machine: the ceiling beside the ratios.
-        return [sys.executable, str(Path(__file__).resolve()), "--bare-binder", str(config)]
+        # Shape preemption: evict 3 low pods of the node first (see bare_binder).
+        preempt = ["--preempt"] if shape == "preemption" else []
+        return [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--bare-binder",
+            str(config),
+            *preempt,
+        ]
     shoal = Path(sys.executable).parent / "shoal"
     return [
         str(shoal),
@@ -526,9 +649,10 @@ async def running(command: list[str], log: Path) -> AsyncIterator[subprocess.Pop
 
 
 async def watch_binds(
-    client: KubeClient, pods: int, resource_version: str, timeout: float
+    client: KubeClient, pods: int, resource_version: str, timeout: float, prefix: str = ""
 ) -> list[float]:
-    """Times (monotonic) at which pods got a node, until all `pods` have one."""
+    """Times (monotonic) at which pods (those whose name starts with `prefix`) got a
+    node, until all `pods` have one."""
     seen: set[str] = set()
     times: list[float] = []
     deadline = time.monotonic() + timeout
@@ -549,7 +673,11 @@ async def watch_binds(
                 obj = event.get("object") or {}
                 meta = obj.get("metadata") or {}
                 query["resourceVersion"] = meta.get("resourceVersion", query["resourceVersion"])
-                if (obj.get("spec") or {}).get("nodeName") and meta.get("uid") not in seen:
+                if (
+                    (obj.get("spec") or {}).get("nodeName")
+                    and meta.get("uid") not in seen
+                    and str(meta.get("name", "")).startswith(prefix)
+                ):
                     seen.add(meta["uid"])
                     times.append(time.monotonic())
                     if len(seen) >= pods:
@@ -557,6 +685,127 @@ async def watch_binds(
                 if time.monotonic() > deadline:
                     break
     return times
+
+
+@dataclass
+class Kubelet:
+    """The kubelets' part in a preemption, for every node at once: a pod being deleted
+    (deletionTimestamp set, by an eviction or a DELETE with the pod's grace period) is
+    finalised at once with a DELETE of grace period 0, as a kubelet does once the
+    containers have stopped. Without it the victims would stay Terminating for ever and
+    keep their room on the node."""
+
+    client: KubeClient
+    force_deleted: int = 0
+    evictions: list[float] = field(default_factory=list)  # when each deletion was seen
+
+    async def run(self, resource_version: str) -> None:
+        gate = asyncio.Semaphore(64)
+        pending: set[asyncio.Task[None]] = set()
+        asked: set[str] = set()  # being finalised (again after a failed DELETE)
+        noted: set[str] = set()  # deletions seen (each counted once)
+
+        async def finalise(meta: JSON) -> None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "gracePeriodSeconds": 0,
+                "preconditions": {"uid": meta["uid"]},
+            }
+            async with gate:
+                try:
+                    await self.client.request(
+                        "DELETE",
+                        PODS.path(meta["namespace"], meta["name"]),
+                        query={"gracePeriodSeconds": "0"},
+                        body=body,
+                    )
+                    self.force_deleted += 1
+                except ApiError as err:
+                    if not (err.not_found or err.conflict):
+                        asked.discard(meta["uid"])  # try again on its next event
+                        print(f"  kubelet stand-in: {err}", flush=True)
+
+        def seen(obj: JSON) -> None:
+            meta = obj.get("metadata") or {}
+            if meta.get("deletionTimestamp") and meta.get("uid") not in asked:
+                asked.add(meta["uid"])
+                if meta["uid"] not in noted:
+                    noted.add(meta["uid"])
+                    self.evictions.append(time.monotonic())
+                task = asyncio.get_running_loop().create_task(finalise(meta))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+
+        query = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true"}
+        try:
+            while True:
+                try:
+                    async with self.client.stream(PODS.path(), query, read_timeout=120) as events:
+                        async for event in events:
+                            if isinstance(event, Undecodable):
+                                continue
+                            obj = event.get("object") or {}
+                            if event.get("type") == "ERROR":
+                                raise ApiError(int(obj.get("code", 0)), "Watch", str(obj))
+                            version = (obj.get("metadata") or {}).get("resourceVersion")
+                            query["resourceVersion"] = version or query["resourceVersion"]
+                            if event.get("type") in ("ADDED", "MODIFIED"):
+                                seen(obj)
+                except ApiError as err:
+                    if not err.gone:
+                        print(f"  kubelet stand-in: watch failed: {err}; again", flush=True)
+                        await asyncio.sleep(0.5)
+                        continue
+                    # too old: list again, finalise what is terminating, watch from there
+                    items, query["resourceVersion"] = await list_pods(self.client)
+                    for item in items:
+                        seen(item)
+        finally:
+            for task in list(pending):
+                task.cancel()
+
+
+def check_preemption(
+    pod_list: list[JSON], init_pods: int, pods: int, force_deleted: int
+) -> PreemptionCheck:
+    """Low pods evicted (gone, or still terminating), high pods deleted."""
+    live_low = live_high = terminating = 0
+    for item in pod_list:
+        meta = item.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        leaving = bool(meta.get("deletionTimestamp"))
+        terminating += leaving
+        if name.startswith("low-"):
+            live_low += not leaving
+        elif name.startswith("high-"):
+            live_high += not leaving
+    return PreemptionCheck(
+        init_pods=init_pods,
+        evicted=init_pods - live_low,
+        high_deleted=pods - live_high,
+        terminating=terminating,
+        force_deleted=force_deleted,
+    )
+
+
+def add_timeline(
+    check: PreemptionCheck, start: float, evictions: list[float], binds: list[float]
+) -> None:
+    """When the deletions and the binds came, in seconds after the scheduler's start."""
+    deleted = sorted(max(0.0, t - start) for t in evictions)
+    bound = sorted(max(0.0, t - start) for t in binds)
+    if deleted:
+        check.first_eviction, check.last_eviction = deleted[0], deleted[-1]
+    if bound:
+        check.first_bind, check.last_bind = bound[0], bound[-1]
+    seconds = int(max([*deleted, *bound, 0.0])) + 1
+    check.evictions_per_second = [0] * seconds
+    check.binds_per_second = [0] * seconds
+    for t in deleted:
+        check.evictions_per_second[int(t)] += 1
+    for t in bound:
+        check.binds_per_second[int(t)] += 1
 
 
 def partial_gangs(pod_list: list[JSON], gang_size: int) -> int:
@@ -588,8 +837,8 @@ def overcommitted(pod_list: list[JSON]) -> int:
     count: dict[str, int] = defaultdict(int)
     for item in pod_list:
         node = (item.get("spec") or {}).get("nodeName")
-        if not node:
-            continue
+        if not node or (item.get("metadata") or {}).get("deletionTimestamp"):
+            continue  # pending, or leaving (a preemption's victim the harness is deleting)
         for container in item["spec"]["containers"]:
             requests = (container.get("resources") or {}).get("requests") or {}
             cpu[node] += parse_quantity(requests.get("cpu", "0"))
@@ -615,7 +864,22 @@ async def list_pods(client: KubeClient, path: str = "") -> tuple[list[JSON], str
         query = {"limit": "5000", "continue": meta["continue"]}
 
 
+def shape_sizes(shape: str, args: argparse.Namespace) -> tuple[int, int]:
+    """(pods to schedule, pods created bound before the run) for one shape."""
+    if shape != "preemption":
+        return (args.pods or 10000), 0
+    pods = args.pods or min(args.nodes, 1000)
+    init_pods = args.init_pods or LOW_PER_NODE * args.nodes
+    if pods > args.nodes:
+        raise SystemExit(f"--pods {pods} > --nodes {args.nodes}: one preemptor fits per node")
+    if init_pods > LOW_PER_NODE * args.nodes:
+        raise SystemExit(f"--init-pods {init_pods}: at most {LOW_PER_NODE} per node fit")
+    return pods, init_pods
+
+
 async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Result:
+    pods, init_pods = shape_sizes(shape, args)
+    prefix = "high-" if shape == "preemption" else ""  # the pods whose binds are timed
     with control_plane(workload_api=shape == "upstream-gang") as (state, env):
         if shape == "gang-queue":
             kubectl(env, "apply", "-f", str(ROOT / "deploy" / "crds"))
@@ -634,15 +898,24 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
             await gather_limited([create_node(client, i) for i in range(args.nodes)])
             if shape == "dra":
                 await create_dra_objects(client, args.nodes, args.gpus)
-            await create_workload(client, shape, args.pods, args.gang_size)
+            await create_workload(client, shape, pods, args.gang_size, init_pods)
             print(
-                f"  {shape}/{scheduler}: {args.nodes} nodes and {args.pods} pods created in "
-                f"{time.monotonic() - started:.0f} s",
+                f"  {shape}/{scheduler}: {args.nodes} nodes and {pods} pods created in "
+                f"{time.monotonic() - started:.0f} s"
+                + (f" ({init_pods} low-priority pods already bound)" if init_pods else ""),
                 flush=True,
             )
             _, resource_version = await list_pods(client)
             config = write_config(state, env, args.qps, args.burst)
             log = state / f"{scheduler}.log"
+            kubelet = None
+            kubelet_task = None
+            if shape == "preemption":
+                # the same stand-in for every scheduler, its own client (no rate limit)
+                kubelet = Kubelet(
+                    connection.client("kubelet", ClientSettings(qps=0, burst=1, timeout=120))
+                )
+                kubelet_task = asyncio.get_running_loop().create_task(kubelet.run(resource_version))
             plane_before = control_plane_cpu(state)
             # what else the machine runs shows in the rates: say so beside them
             print(f"  load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
@@ -657,25 +930,40 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                     for i in range(replicas(scheduler))
                 ]
                 start = time.monotonic()
-                expect = args.expect or args.pods
-                times = await watch_binds(client, expect, resource_version, args.timeout)
+                expect = args.expect or pods
+                times = await watch_binds(client, expect, resource_version, args.timeout, prefix)
                 if args.expect:
                     await asyncio.sleep(args.settle)  # would anything more be bound?
                 scheduler_cpu = sum(cpu_seconds(p.pid) for p in processes)
                 plane_cpu = control_plane_cpu(state) - plane_before
+            preemption = None
+            if kubelet is not None and kubelet_task is not None:
+                # a moment for the last victims' deletes (CPU already counted above)
+                await asyncio.sleep(2)
+                kubelet_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await kubelet_task
             pod_list, _ = await list_pods(client)
-            bound_now = sum(1 for p in pod_list if (p.get("spec") or {}).get("nodeName"))
+            bound_now = sum(
+                1
+                for p in pod_list
+                if (p.get("spec") or {}).get("nodeName")
+                and str(p["metadata"]["name"]).startswith(prefix)
+            )
+            if kubelet is not None:
+                preemption = check_preemption(pod_list, init_pods, pods, kubelet.force_deleted)
+                add_timeline(preemption, start, kubelet.evictions, times)
             claims = None
             if shape == "dra" and scheduler != "bare":  # the bare binder allocates nothing
                 claim_list, _ = await list_pods(client, RESOURCE_CLAIMS.path())
                 claims = check_claims(claim_list, pod_list)
             if len(times) < expect:
                 tail = log.read_text()[-2000:]
-                print(f"  only {len(times)}/{args.pods} bound; log tail:\n{tail}", flush=True)
+                print(f"  only {len(times)}/{pods} bound; log tail:\n{tail}", flush=True)
             return Result(
                 shape=shape,
                 scheduler=scheduler,
-                pods=args.pods,
+                pods=pods,
                 bound=len(times),
                 total_seconds=(times[-1] - start) if times else 0.0,
                 steady_seconds=(times[-1] - times[0]) if len(times) > 1 else 0.0,
@@ -687,6 +975,7 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 else 0,
                 bound_at_end=bound_now,
                 claims=claims,
+                preemption=preemption,
             )
         finally:
             await connection.close()
@@ -729,13 +1018,48 @@ def report(results: list[Result]) -> None:
                 f"{r.shape:<11} {NAMES[r.scheduler]:<15} {c.claims:>7} {c.allocated:>9} "
                 f"{c.devices:>7} {c.double_allocated:>16} {c.misplaced:>9}"
             )
+    preempting = [r for r in results if r.preemption is not None]
+    if preempting:
+        print()
+        print(
+            f"{'shape':<11} {'scheduler':<15} {'preemptors':>10} {'low pods':>8} "
+            f"{'evicted':>7} {'per preemptor':>13} {'high deleted':>12} "
+            f"{'terminating':>11} {'force-deleted':>13} {'evictions from-to s':>19} "
+            f"{'binds from-to s':>15}"
+        )
+        for r in preempting:
+            e = r.preemption
+            assert e is not None
+            print(
+                f"{r.shape:<11} {NAMES[r.scheduler]:<15} {r.bound:>10} {e.init_pods:>8} "
+                f"{e.evicted:>7} {e.evicted / max(1, r.bound):>13.2f} {e.high_deleted:>12} "
+                f"{e.terminating:>11} {e.force_deleted:>13} "
+                f"{f'{e.first_eviction:.1f}-{e.last_eviction:.1f}':>19} "
+                f"{f'{e.first_bind:.1f}-{e.last_bind:.1f}':>15}"
+            )
+        for r in preempting:
+            e = r.preemption
+            assert e is not None
+            print(f"  {NAMES[r.scheduler]}, per second from its start:")
+            print(f"    deletions seen  {' '.join(map(str, e.evictions_per_second))}")
+            print(f"    preemptors bound {' '.join(map(str, e.binds_per_second))}")
     print()
     for shape in dict.fromkeys(r.shape for r in results):
         kube = [r for r in results if r.shape == shape and r.scheduler == "kube"]
         shoal = [r for r in results if r.shape == shape and r.scheduler == "shoal"]
         bare = [r for r in results if r.shape == shape and r.scheduler == "bare"]
         for k, s in zip(kube, shoal, strict=False):
-            if k.pods_per_second and k.steady_pods_per_second:
+            if shape == "preemption" and k.pods_per_second and k.preemption and s.preemption:
+                # kube-scheduler binds its preemptors only after its last preemption (a
+                # retried pod goes behind the ones not tried yet), so first bind -> last
+                # bind says nothing there: compare whole runs.
+                print(
+                    f"{shape}: Shoal / kube-scheduler = "
+                    f"{s.pods_per_second / k.pods_per_second:.2f}x overall (steady rates "
+                    f"not comparable); low pods evicted: Shoal {s.preemption.evicted}, "
+                    f"kube-scheduler {k.preemption.evicted}"
+                )
+            elif k.pods_per_second and k.steady_pods_per_second:
                 print(
                     f"{shape}: Shoal / kube-scheduler = "
                     f"{s.pods_per_second / k.pods_per_second:.2f}x overall, "
@@ -750,7 +1074,14 @@ def report(results: list[Result]) -> None:
                 )
         for b in bare:
             for r in (*kube, *shoal, *sharded):
-                if b.steady_pods_per_second:
+                if shape == "preemption" and b.pods_per_second:
+                    print(
+                        f"{shape}: {NAMES[r.scheduler]} at "
+                        f"{r.pods_per_second / b.pods_per_second:.0%} of the bare "
+                        f"preemptor's overall rate ({b.pods_per_second:.0f} preemptors/s: "
+                        "3 evictions and a bind each, nothing decided)"
+                    )
+                elif b.steady_pods_per_second:
                     print(
                         f"{shape}: {NAMES[r.scheduler]} at "
                         f"{r.steady_pods_per_second / b.steady_pods_per_second:.0%} of the bare "
@@ -758,9 +1089,12 @@ def report(results: list[Result]) -> None:
                     )
 
 
-async def bare_binder(config: Path) -> None:
-    """`--bare-binder CONFIG`: bind every pending pod of SCHEDULER_NAME round-robin over
-    the nodes, 64 Bindings in flight, the configuration's client QPS/burst."""
+async def bare_binder(config: Path, preempt: bool = False) -> None:
+    """`--bare-binder CONFIG [--preempt]`: bind every pending pod of SCHEDULER_NAME
+    round-robin over the nodes, 64 Bindings in flight, the configuration's client
+    QPS/burst. With --preempt (shape preemption) each pod first evicts (pods/eviction,
+    as Shoal does) all but one of the low-priority pods on its node, then is bound
+    without waiting for them to go: the writes a preemption needs, nothing decided."""
     import yaml
 
     settings = yaml.safe_load(config.read_text())["clientConnection"]
@@ -774,17 +1108,36 @@ async def bare_binder(config: Path) -> None:
         ]
         pods, _ = await list_pods(client)
         pending = [p for p in pods if not p["spec"].get("nodeName")]
+        placed: dict[str, list[JSON]] = defaultdict(list)
+        for p in pods:
+            if p["spec"].get("nodeName"):
+                placed[p["spec"]["nodeName"]].append(p)
         slots = asyncio.Semaphore(64)
+
+        async def evict(victim: JSON) -> None:
+            meta = victim["metadata"]
+            body = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
+            }
+            await client.request(
+                "POST", PODS.path(meta["namespace"], meta["name"], "eviction"), body=body
+            )
 
         async def bind(i: int, pod: JSON) -> None:
             meta = pod["metadata"]
+            node = nodes[i % len(nodes)]
             body = {
                 "apiVersion": "v1",
                 "kind": "Binding",
                 "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[i % len(nodes)]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             }
             async with slots:
+                if preempt:
+                    await asyncio.gather(*(evict(v) for v in placed[node][1:]))
                 await client.request(
                     "POST", PODS.path(meta["namespace"], meta["name"], "binding"), body=body
                 )
@@ -795,12 +1148,23 @@ async def bare_binder(config: Path) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--bare-binder":
-        asyncio.run(bare_binder(Path(sys.argv[2])))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--bare-binder":
+        asyncio.run(bare_binder(Path(sys.argv[2]), preempt=sys.argv[3:] == ["--preempt"]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument(
+        "--pods",
+        type=int,
+        default=0,
+        help="pods to schedule (0: 10000; shape preemption: min(nodes, 1000) preemptors)",
+    )
+    parser.add_argument(
+        "--init-pods",
+        type=int,
+        default=0,
+        help="shape preemption: low-priority pods bound before the run (0: 4 per node)",
+    )
     parser.add_argument("--qps", type=float, default=1000)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--gang-size", type=int, default=8)
@@ -835,6 +1199,13 @@ def main() -> None:
                     f"{result.overcommitted} overcommitted nodes, "
                     f"{result.partial_gangs} partly bound gangs, "
                     f"{result.bound_at_end} bound at the end"
+                    + (
+                        f", {result.preemption.evicted} low pods evicted "
+                        f"({result.preemption.high_deleted} high pods deleted, "
+                        f"{result.preemption.force_deleted} finalised by the harness)"
+                        if result.preemption
+                        else ""
+                    )
                     + (
                         f", {result.claims.double_allocated} devices given twice, "
                         f"{result.claims.allocated}/{result.claims.claims} claims allocated, "

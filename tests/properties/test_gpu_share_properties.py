@@ -1,8 +1,9 @@
 """Properties of GPU sharing over random clusters and workloads: whole-GPU pods
 (`nvidia.com/gpu: k`, or `gpu-milli: 1000` by annotation), GPU shares
 (`alibabacloud.com/gpu-milli` 1..999, optional `gpu-count`) and vGPU-memory shares (HAMi's
-`nvidia.com/gpu: k` with `nvidia.com/gpumem` MiB, on nodes whose devices have 16 GiB by
-GPU Feature Discovery's `nvidia.com/gpu.memory`) at priorities 0/50/100, in
+`nvidia.com/gpu: k` with `nvidia.com/gpumem` MiB, on nodes registered as HAMi does:
+vGPUs in `nvidia.com/gpu`, the devices and their 16 GiB from GPU Feature Discovery's
+labels) at priorities 0/50/100, in
 tenant queues with or without a GPU maximum, pods deleted, and evicted pods re-created at
 once under new names by a controller (at most twice per original pod). In the default
 profile (GpuShare and DefaultPreemption), after every scheduling cycle:
@@ -46,6 +47,7 @@ from shoal.api.gpu import (
     ANNOTATION_GPU_COUNT,
     ANNOTATION_GPU_MILLI,
     GPU_MILLI,
+    LABEL_GPU_COUNT,
     LABEL_GPU_MEMORY,
     RESOURCE_HAMI_GPUMEM,
 )
@@ -67,6 +69,7 @@ SETTLE = 12  # then quiet steps (132 s > LIVENESS_SECONDS)
 STEP_SECONDS = 11.0  # longer than the default maximum backoff (10 s)
 NODE_CPU = "64"  # pods ask 100m: cpu never limits, only GPUs do
 DEVICE_MIB = 16384  # memory per device (GPU Feature Discovery's label)
+VGPUS_PER_DEVICE = 32  # HAMi's deviceSplitCount (4 devices x 32 stays within 256)
 
 SETTINGS = settings(
     max_examples=150,
@@ -91,8 +94,8 @@ class Ask:
 
     @property
     def memory(self) -> int:
-        """MiB it takes on each of its devices (compute-sized: in proportion)."""
-        return self.mib if self.how == "memory" else -(-self.milli * DEVICE_MIB // GPU_MILLI)
+        """MiB it takes on each of its devices (compute-sized: in proportion, down)."""
+        return self.mib if self.how == "memory" else self.milli * DEVICE_MIB // GPU_MILLI
 
 
 def memory_ask(mib: int, count: int) -> Ask:
@@ -126,9 +129,13 @@ ask_st = st.one_of(
 
 
 def gpu_node(name: str, gpus: int) -> NodeBuilder:
+    # As HAMi's device plugin registers a node: nvidia.com/gpu counts vGPUs (a device
+    # split VGPUS_PER_DEVICE ways, so the column never limits before the devices do),
+    # GPU Feature Discovery's labels give the physical devices and their memory.
     return (
         make_node(name)
-        .capacity({GPU: gpus}, cpu=NODE_CPU, memory="256Gi")
+        .capacity({GPU: gpus * VGPUS_PER_DEVICE}, cpu=NODE_CPU, memory="256Gi")
+        .label(LABEL_GPU_COUNT, str(gpus))
         .label(LABEL_GPU_MEMORY, str(DEVICE_MIB))
     )
 

@@ -283,9 +283,11 @@ class GpuDevices:
 
     def takes(self, row: int, request: GpuRequest) -> tuple[int, int]:
         """(milli, MiB) the request takes on each of its devices on this row: a share
-        sized by compute takes memory in proportion (a whole GPU all of it); one sized
-        by memory alone takes compute in proportion (more than a device when the node's
-        device memory is unknown: it cannot be placed there)."""
+        sized by compute takes memory in proportion, rounded down (a whole GPU all of
+        it; shares whose compute fills a device fit its memory too: 700m + 300m of 16384
+        MiB take 11468 + 4915); one sized by memory alone takes compute in proportion,
+        rounded up (more than a device when the node's device memory is unknown: it
+        cannot be placed there)."""
         return _takes(request, int(self.mem[row]))
 
     def default_choice(self, row: int, request: GpuRequest) -> tuple[int, ...]:
@@ -416,7 +418,7 @@ class GpuDevices:
 
     def _memory_of(self, row: int, found: Assignment) -> int:
         """MiB an assignment holds per device (explicit, else in proportion)."""
-        return found.memory or -(-found.milli * int(self.mem[row]) // GPU_MILLI)
+        return found.memory or found.milli * int(self.mem[row]) // GPU_MILLI
 
     def row_moved(self, src: int, dst: int) -> None:
         arrays = (self.free, self.mem_free, self.mem, self.count, self.kinds, self.max_free)
@@ -533,7 +535,7 @@ def _takes(request: GpuRequest, device_mem: int) -> tuple[int, int]:
         if device_mem <= 0:
             return GPU_MILLI + 1, request.memory  # unknown device memory: never fits
         return min(GPU_MILLI, -(-GPU_MILLI * request.memory // device_mem)), request.memory
-    return request.milli, -(-request.milli * device_mem // GPU_MILLI)
+    return request.milli, request.milli * device_mem // GPU_MILLI
 
 
 def _takes_per_node(
@@ -548,7 +550,7 @@ def _takes_per_node(
         milli = np.where(device_mem > 0, np.minimum(share, GPU_MILLI), GPU_MILLI + 1)
         return milli.astype(np.int64), mem
     milli = np.full(device_mem.shape, request.milli, dtype=np.int64)
-    return milli, -(-request.milli * device_mem // GPU_MILLI)
+    return milli, request.milli * device_mem // GPU_MILLI
 
 
 def _grow(array: NDArray[G], cap: int, fill: int) -> NDArray[G]:

@@ -115,6 +115,9 @@ class MemoryEffects:
         self.bound: dict[str, str] = {}  # uid -> node
         self.annotations: dict[str, dict[str, str]] = {}  # uid -> written with the bind
         self.fail: set[str] = set()  # uids whose bind should fail (tests)
+        # Evicted pods stay (terminating) until the test deletes them, as a kubelet
+        # would after the grace period; False: gone at once.
+        self.hold_evictions = False
         self.node_exists: Callable[[str], bool] | None = None
         self.evictions: list[Eviction] = []
         self.nominated: dict[str, str] = {}  # uid -> node
@@ -163,7 +166,8 @@ class MemoryEffects:
             self.evictions.append(
                 Eviction(pod.uid, pod.key, effect.node, effect.reason, self.clock.now())
             )
-            self._echoes.append(_DeleteEcho(pod, effect.reason))
+            if not self.hold_evictions:
+                self._echoes.append(_DeleteEcho(pod, effect.reason))
         elif isinstance(effect, Bind):
             self._bind(effect)
         elif isinstance(effect, Nominate):

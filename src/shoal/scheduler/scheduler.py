@@ -20,6 +20,8 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
@@ -63,6 +65,7 @@ __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_fin
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 QUEUE_STATUS_SECONDS = 1.0  # queue statuses are published at most this often
+AWAITING_VICTIMS = "shoal/awaiting-victims"  # queue key of preemptors awaiting victims
 
 
 @dataclass
@@ -100,6 +103,9 @@ class Scheduler:
         # Gang settings of the profiles that enable Coscheduling: only their pods join
         # groups (and go through the gang cycle); elsewhere group keys are plain labels.
         self._gang_configs: dict[str, GangConfig] = {}
+        # A preemptor waiting for its victims to terminate is woken when the last one
+        # is gone (`_victim_gone`), or when a node goes, not by every pod event.
+        plugin_events[AWAITING_VICTIMS] = [ClusterEvent(EventResource.NODE, ActionType.DELETE)]
         for name, fwk in self.profiles.items():
             plugin_events.update(fwk.events_to_register())
             for plugin in fwk.plugins.all():
@@ -333,6 +339,7 @@ class Scheduler:
             # pending pod deleted before it is placed has no placement to release it.
             DeviceCatalog.of(self.handle).forget_pod(uid)
         self.cluster.clear_nomination(uid)
+        was_evicting = uid in self.cluster.evicting
         self.cluster.evicting.discard(uid)
         group = self.gangs.group_of_uid(uid)
         self.gangs.member_removed(uid)
@@ -340,9 +347,12 @@ class Scheduler:
             self.bindings.withdraw_gang(group, uid)
         self.scheduling_queue.delete(uid)
         self.bindings.cancel(uid)  # Unreserve; the cache entry goes below
+        record = self.cluster.placed.get(uid)
         removed = self.cluster.remove_pod(uid)
         if removed is not None:
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+        if was_evicting and record is not None:
+            self._victim_gone(record.node)
 
     def bind_withdrawn(self, uid: str) -> str:
         """Why the bind of this pod must not be sent after all ("" when it stands)."""
@@ -351,8 +361,25 @@ class Scheduler:
     def eviction_failed(self, uid: str) -> None:
         """An eviction we sent did not happen (refused by a disruption budget, or an
         error): the pod keeps running and may be chosen again later."""
-        self.cluster.evicting.discard(uid)
+        if uid in self.cluster.evicting:
+            self.cluster.evicting.discard(uid)
+            record = self.cluster.placed.get(uid)
+            if record is not None:
+                self._victim_gone(record.node)
         self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
+
+    def _victim_gone(self, node: str) -> None:
+        """A pod evicted from `node` is gone (or its eviction failed): preemptors
+        nominated there that no longer wait for any victim are tried again at once."""
+        row = self.cluster.table.row_of.get(node)
+        nominated = self.cluster.nominated
+        nominated.sync(self.cluster.table)
+        if row is None or not nominated.size:
+            return
+        here = np.flatnonzero(nominated.row[: nominated.size] == row).tolist()
+        ready = [nominated.uids[i] for i in here if not self._awaiting_victims(nominated.pods[i])]
+        if ready:
+            self.scheduling_queue.wake(ready)
 
     def add_node(self, node: Node) -> None:
         self.cluster.add_node(node)
@@ -701,8 +728,10 @@ class Scheduler:
         waiting = self._awaiting_victims(pod)
         if waiting:
             # kube's PodEligibleToPreemptOthers: victims chosen earlier are still
-            # terminating on the nominated node; preempting again would take more.
-            nominated, message, retry_soon = waiting[0], f"{message} {waiting[1]}", True
+            # terminating on the nominated node; preempting again would take more. It
+            # waits for an event (the last victim gone wakes it: `_victim_gone`), not in
+            # a doubling backoff while they terminate.
+            nominated, message = waiting[0], f"{message} {waiting[1]}"
         elif diagnosis is not None and status.rejected and fwk.plugins.post_filter:
             try:
                 result, post_status = fwk.run_post_filter(state, pod, diagnosis)
@@ -724,6 +753,8 @@ class Scheduler:
                 tx.clear_nomination(pod)
                 self._emit_nominations(tx.commit().nominated)
         rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
+        if waiting:
+            rejectors = frozenset({AWAITING_VICTIMS})
         if diagnosis is not None and diagnosis.post_filter_plugins:
             # What a PostFilter tried and could not do yet (reclaim finding no queue above
             # its level) may become possible on the events it registered for.

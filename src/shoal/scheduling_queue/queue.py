@@ -331,6 +331,15 @@ class SchedulingQueue:
             self._activate_or_backoff(entry, now)
         return len(moved)
 
+    def wake(self, uids: Iterable[str]) -> None:
+        """What these unschedulable pods waited for has happened (a preemptor's last
+        victim is gone): they are tried again at once, whatever their backoff; their
+        waits were not failures. Pods elsewhere in the queue stay where they are."""
+        for uid in uids:
+            entry = self._unschedulable.remove(uid)
+            if entry is not None:
+                self._push_active(entry)
+
     def _activate_or_backoff(self, entry: QueuedPod, now: float) -> None:
         if self.backoff_expiry(entry) > now:
             self._push_backoff(entry)

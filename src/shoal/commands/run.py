@@ -290,7 +290,12 @@ def run(
         ),
     ] = None,
     bind_concurrency: Annotated[
-        int, typer.Option(min=1, help="At most this many bind requests in flight.")
+        int,
+        typer.Option(
+            min=1,
+            help="At most this many bind requests in flight (and as many evictions, and "
+            "as many DRA claim writes).",
+        ),
     ] = 64,
     bind_address: Annotated[
         str | None,

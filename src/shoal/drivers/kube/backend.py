@@ -272,7 +272,9 @@ class KubeBackend:
             identity=opts.identity,
             lookup_node=self._node_object,
         )
-        self.evictor = KubeEvictor(self.client, self.events, self.metrics)
+        self.evictor = KubeEvictor(
+            self.client, self.events, self.metrics, concurrency=opts.bind_concurrency
+        )
 
         def pacing(qps: float) -> WriterPacing:
             return WriterPacing(qps=qps, idle_qps=opts.status_idle_qps, busy=self._binding)

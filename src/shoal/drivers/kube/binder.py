@@ -255,6 +255,7 @@ class KubeEvictor:
         *,
         retries: int = 3,
         retry_delay: float = 5.0,
+        concurrency: int = 64,
     ) -> None:
         self.client = client
         self.events = events
@@ -262,6 +263,9 @@ class KubeEvictor:
         self.retries = retries
         self.retry_delay = retry_delay
         self._tasks: set[asyncio.Task[str]] = set()
+        # Evictions in flight at once (as binds): a preemption wave of thousands sent at
+        # once waited in the client and API server past the request timeout.
+        self._slots = asyncio.Semaphore(concurrency)
 
     def evict(
         self, pod: PodInfo, reason: str, on_failed: Callable[[PodInfo], None] | None = None
@@ -291,9 +295,10 @@ class KubeEvictor:
         result = "error"
         for attempt in range(self.retries + 1):
             try:
-                await self.client.request(
-                    "POST", PODS.path(pod.namespace, pod.name, "eviction"), body=body
-                )
+                async with self._slots:
+                    await self.client.request(
+                        "POST", PODS.path(pod.namespace, pod.name, "eviction"), body=body
+                    )
                 result = "evicted"
                 moved = reason.startswith(RESCHEDULED)  # a migration plan's move
                 self.events.record(

@@ -6,7 +6,8 @@ Users arrive with the keys of the system they came from; all of them map to one
 * scheduler-plugins: label `scheduling.x-k8s.io/pod-group`; minimum from the PodGroup
   object's `spec.minMember`.
 * no-CRD labels: `pod-group.scheduling.sigs.k8s.io/name` and `.../min-available`.
-* Volcano: annotation `scheduling.k8s.io/group-name`; minimum from the Volcano PodGroup.
+* Volcano: annotation `scheduling.k8s.io/group-name`; minimum from the Volcano PodGroup,
+  its `spec.networkTopology` HyperNode tiers to keep the gang in (`shoal.api.hypernode`).
 * Koordinator: `gang.scheduling.koordinator.sh/name` and `.../min-available` (annotation
   or label).
 * Kueue: label `kueue.x-k8s.io/pod-group-name`; minimum = annotation
@@ -57,6 +58,7 @@ __all__ = [
     "PodGroupStatus",
     "PodGroupSubGroupStatus",
     "UpstreamPodGroup",
+    "VolcanoNetworkTopology",
     "VolcanoPodGroup",
     "group_of",
 ]
@@ -235,11 +237,31 @@ class UpstreamPodGroup(_Base):
         return False  # its status has no phase that says the group finished
 
 
+class VolcanoNetworkTopology(_Base):
+    """`spec.networkTopology` of a Volcano PodGroup: `hard`, all members inside one
+    HyperNode of tier <= `highestTierAllowed` (or of the tier named
+    `highestTierName`); `soft`, as few HyperNodes as possible, lowest tier first, never
+    blocking. Volcano's CRD defaults: mode hard, highestTierAllowed 1."""
+
+    mode: str = "hard"
+    highest_tier_allowed: int | None = None
+    highest_tier_name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("hard", "soft"):
+            raise ValueError(f"networkTopology.mode {self.mode!r} must be hard or soft")
+        if self.highest_tier_allowed is not None and self.highest_tier_allowed < 1:
+            raise ValueError(
+                f"networkTopology.highestTierAllowed {self.highest_tier_allowed} must be at least 1"
+            )
+
+
 class VolcanoPodGroupSpec(_Base):
     min_member: int = 1
     min_resources: dict[str, str | int | float] = {}
     queue: str = ""
     priority_class_name: str = ""
+    network_topology: VolcanoNetworkTopology | None = None
 
     def __post_init__(self) -> None:
         if self.min_member < 0:

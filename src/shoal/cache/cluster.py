@@ -25,6 +25,7 @@ from shoal.api.gpu import ANNOTATION_GPU_INDEX, node_gpus
 from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices
+from shoal.cache.hypernodes import HyperNodeTopology
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_fence import NodeFence
 from shoal.cache.node_table import NodeTable
@@ -164,9 +165,13 @@ class ClusterState:
     nominations_version: int = 0
     # The node shards this replica may place on (nothing fenced unless a driver says).
     fence: NodeFence = field(init=False)
+    # Volcano HyperNodes resolved to nodes: the network tiers as domain columns
+    # (`shoal.cache.hypernodes`); told of every node change (nothing to do without any).
+    hypernodes: HyperNodeTopology = field(init=False)
 
     def __post_init__(self) -> None:
         self.fence = NodeFence(self.table)
+        self.hypernodes = HyperNodeTopology(self.table)
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)
@@ -186,6 +191,7 @@ class ClusterState:
             self.update_node(node)
             return
         row = self.table.add(node)
+        self.hypernodes.node_changed(row)
         for obs in self.observers:
             obs.node_changed(row)
         for pod in self._waiting_for_node.pop(name, {}).values():
@@ -197,6 +203,7 @@ class ClusterState:
             self.add_node(node)
             return
         row = self.table.update(node)
+        self.hypernodes.node_changed(row)
         for obs in self.observers:
             obs.node_changed(row)
         self._track_gpus(node)  # GPUs often appear later, when the device plugin registers
@@ -215,6 +222,7 @@ class ClusterState:
                 obs.pod_unplaced(row, pod)
         last = self.table.n - 1
         pods = self.table.remove(name)
+        self.hypernodes.node_removed(name, row, last)
         if row != last:
             for obs in self.observers:
                 obs.row_moved(last, row)

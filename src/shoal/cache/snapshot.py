@@ -13,15 +13,17 @@ state a serial scheduling cycle should read (pods assumed by earlier cycles incl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.hypernode import key_tier
 from shoal.api.objects import Node, Taint
 from shoal.api.podinfo import HostPort, PodInfo
 from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.gpu_devices import GpuDevices
+from shoal.cache.hypernodes import HyperNodeTopology
 from shoal.cache.labels import LabelColumns
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_fence import NodeFence
@@ -117,6 +119,26 @@ class Snapshot:
     @property
     def labels(self) -> LabelColumns:
         return self._cluster.table.labels
+
+    @property
+    def hypernodes(self) -> HyperNodeTopology:
+        """Volcano's HyperNodes resolved to nodes (`shoal.cache.hypernodes`)."""
+        return self._cluster.hypernodes
+
+    def domain_column(self, key: str) -> tuple[NDArray[np.int32], Sequence[str]]:
+        """A topology level over node rows 0..n-1: each node's domain code (MISSING: in
+        none) and the domains' names by code. A node label, or a HyperNode tier
+        (`volcano.sh/hypernode-tier-N`: the HyperNode of tier <= N holding the node),
+        which node labels and selectors never see."""
+        n = self.n
+        tier = key_tier(key)
+        if tier is not None:
+            hypernodes = self._cluster.hypernodes
+            codes = hypernodes.column(tier, n).view()
+            codes.flags.writeable = False
+            return codes, hypernodes.values
+        labels = self._cluster.table.labels
+        return labels.column(key, slice(0, n)), labels.values.get(key, [])
 
     @property
     def taint_sets(self) -> list[tuple[Taint, ...]]:

@@ -22,6 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from shoal.api.hypernode import (
+    KUEUE_PREFERRED,
+    KUEUE_REQUIRED,
+    KUEUE_UNCONSTRAINED,
+    KueueTopology,
+    kueue_topology,
+)
 from shoal.api.objects import Pod
 from shoal.api.podgroup import (
     DEPENDS_ON,
@@ -34,13 +41,16 @@ from shoal.api.podgroup import (
     GroupRef,
     PodGroup,
     UpstreamPodGroup,
+    VolcanoNetworkTopology,
     VolcanoPodGroup,
     group_of,
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import ResourceList, parse_resource_list
+from shoal.cache.hypernodes import HyperNodeTopology
 from shoal.framework.effects import SubGroupStatus
 from shoal.framework.handle import Handle
+from shoal.gang.topology import Levels, volcano_levels
 
 __all__ = [
     "DEFAULT_SCHEDULE_TIMEOUT",
@@ -170,6 +180,15 @@ class Group:
     # of the next one up, else in few domains of the highest (lowest level first).
     topology_required: str = ""
     topology_preferred: tuple[str, ...] = ()
+    # A Volcano PodGroup's spec.networkTopology (HyperNode tiers; before the above).
+    network_topology: VolcanoNetworkTopology | None = None
+    # Kueue's topology annotations of the members that have them (by uid), and how many
+    # members ask each: the gang's levels when it has none of the above; members that
+    # disagree keep it out of the queue (`kueue_conflict`).
+    kueue: dict[str, KueueTopology] = field(default_factory=dict)
+    kueue_votes: Counter[KueueTopology] = field(default_factory=Counter)
+    _kueue_said: tuple[int, str] = (-1, "")  # (members' answers changed, message)
+    _kueue_changes: int = 0
     depends_on: tuple[str, ...] = ()
     suspended: bool = False  # its PodGroup says shoal.dev/suspended: "true"
     sub_groups: dict[str, SubGroup] = field(default_factory=dict)  # roles, in order
@@ -209,6 +228,70 @@ class Group:
 
     def placed(self) -> int:
         return len(self.bound)
+
+    def levels(self, hypernodes: HyperNodeTopology) -> Levels:
+        """The gang's topology levels, from the first source that gives any: its Volcano
+        PodGroup's networkTopology (over the HyperNode tiers there are now), then its
+        own levels (`shoal.dev/topology-*`, a Kubernetes PodGroup's topology key), then
+        its members' Kueue annotations (when they agree)."""
+        if self.network_topology is not None:
+            return volcano_levels(self.network_topology, hypernodes)
+        if self.topology_required or self.topology_preferred:
+            return Levels(self.topology_required, self.topology_preferred)
+        if len(self.kueue_votes) == 1:
+            asked = next(iter(self.kueue_votes))
+            preferred = (asked.preferred,) if asked.preferred != asked.required else ()
+            return Levels(asked.required, tuple(p for p in preferred if p))
+        return Levels()
+
+    def kueue_conflict(self) -> str:
+        """Why the members' Kueue topology annotations cannot apply ("" when they
+        agree, or the gang's levels come from elsewhere): one pod per answer."""
+        if (
+            len(self.kueue_votes) <= 1
+            or self.network_topology is not None
+            or self.topology_required
+            or self.topology_preferred
+        ):
+            return ""
+        if self._kueue_said[0] == self._kueue_changes:
+            return self._kueue_said[1]
+        first: dict[KueueTopology, str] = {}
+        for uid, asked in self.kueue.items():
+            member = self.members.get(uid)
+            if member is not None and (asked not in first or member.key < first[asked]):
+                first[asked] = member.key
+        said = "; ".join(
+            f"pod {pod} asks {asked.describe()}"
+            for asked, pod in sorted(first.items(), key=lambda item: item[1])
+        )
+        message = (
+            f"gang {self.key}: its members ask for different topologies ({KUEUE_REQUIRED}, "
+            f"{KUEUE_PREFERRED}, {KUEUE_UNCONSTRAINED}): {said}; a gang is placed as one, "
+            "so give all its pods the same annotations"
+        )
+        self._kueue_said = (self._kueue_changes, message)
+        return message
+
+    def _kueue_joined(self, pod: PodInfo) -> None:
+        asked = kueue_topology(pod.pod.metadata.annotations)
+        before = self.kueue.get(pod.uid)
+        if asked == before:
+            return
+        self._kueue_changes += 1
+        if before is not None:
+            self._kueue_left(pod.uid)
+        if asked is not None:
+            self.kueue[pod.uid] = asked
+            self.kueue_votes[asked] += 1
+
+    def _kueue_left(self, uid: str) -> None:
+        before = self.kueue.pop(uid, None)
+        if before is not None:
+            self._kueue_changes += 1
+            self.kueue_votes[before] -= 1
+            if self.kueue_votes[before] <= 0:
+                del self.kueue_votes[before]
 
     def needed(self) -> int:
         """Members still to place before the group counts as running."""
@@ -333,6 +416,9 @@ class GangManager:
         # another scheduler before a restart or failover) stays finished when its
         # succeeded pods are gone from the informer: groups depending on it may start.
         group.finished_in_cluster = obj.finished
+        group.network_topology = (
+            obj.spec.network_topology if isinstance(obj, VolcanoPodGroup) else None
+        )
         self._read_shoal_annotations(group, meta.annotations)
         if isinstance(obj, UpstreamPodGroup) and obj.topology_key:
             # schedulingConstraints.topology: all members within one domain of the key.
@@ -401,6 +487,7 @@ class GangManager:
             self._read_shoal_annotations(group, pod.pod.metadata.annotations)
         group._role_joined(pod, group.members.get(pod.uid))
         group.members[pod.uid] = pod
+        group._kueue_joined(pod)
         group.priority = max(group.priority, pod.priority)
         self._group_of_uid[pod.uid] = group.key
         if pod.node_name:
@@ -412,6 +499,7 @@ class GangManager:
         """A member's pod object changed (labels, phase): the group keeps the new copy."""
         group._role_joined(pod, group.members.get(pod.uid))
         group.members[pod.uid] = pod
+        group._kueue_joined(pod)
 
     def member_bound(self, uid: str) -> None:
         group = self.group_of_uid(uid)
@@ -433,6 +521,7 @@ class GangManager:
         group.bound.discard(uid)
         done = group.succeeded if succeeded else group.failed
         group._role_left(group.members.pop(uid, None), succeeded and uid not in done)
+        group._kueue_left(uid)
         done.add(uid)
         self._update_phase(group)
 
@@ -455,6 +544,7 @@ class GangManager:
         if group is None:
             return
         group._role_left(group.members.pop(uid, None))
+        group._kueue_left(uid)
         group.bound.discard(uid)
         if not group.members and not group.has_object and not group.succeeded:
             del self.groups[group.key]
@@ -502,6 +592,8 @@ class GangManager:
                 f"gang {group.key}: waiting for its PodGroup object "
                 f"(pods name it via {group.source} keys)"
             )
+        if group.kueue_votes and (conflict := group.kueue_conflict()):
+            return conflict
         existing = len(group.members) + len(group.succeeded)
         short = group.short_sub_group() if group.sub_groups else None
         if existing < group.min_member:
@@ -581,10 +673,10 @@ class GangManager:
                 group.phase = "Finished"
             elif len(group.bound) + done >= group.min_member:
                 group.phase = "Running"
-            elif self.gate(group):
+            elif gate := self.gate(group):
                 group.phase = "Pending"
-                if group.suspended:
-                    group.reason = self.gate(group)
+                if group.suspended or (group.kueue_votes and group.kueue_conflict()):
+                    group.reason = gate
             elif group.phase in ("Running", "Pending", ""):
                 group.phase = "Scheduling" if group.attempts else "Pending"
 

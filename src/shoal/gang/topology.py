@@ -14,23 +14,30 @@ the domains of its preferred levels they occupy, lowest level first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.hypernode import key_tier, tier_key
+from shoal.api.podgroup import VolcanoNetworkTopology
+from shoal.cache.hypernodes import HyperNodeTopology
 from shoal.cache.labels import MISSING
 from shoal.cache.snapshot import Snapshot
 
 __all__ = [
     "DomainChoice",
     "HeldDomains",
+    "Levels",
     "choose_domains",
     "choose_levels",
+    "domain_words",
     "fitting_domains",
     "largest_domain",
     "members_per_node",
     "preemption_domains",
+    "volcano_levels",
 ]
 
 
@@ -39,6 +46,44 @@ class DomainChoice:
     rows: NDArray[np.bool_] | None  # nodes the gang may use (None: no placement possible)
     domains: tuple[str, ...]
     message: str = ""
+
+
+@dataclass(frozen=True)
+class Levels:
+    """A gang's topology levels: the one it must fit inside one domain of, and the ones
+    it prefers, lowest first; `problem`: why it cannot be placed at all (a hard
+    constraint naming a tier no HyperNode has)."""
+
+    required: str = ""
+    preferred: tuple[str, ...] = ()
+    problem: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.required or self.preferred or self.problem)
+
+
+def volcano_levels(spec: VolcanoNetworkTopology, hypernodes: HyperNodeTopology) -> Levels:
+    """A Volcano PodGroup's `networkTopology` as levels over the HyperNode tiers there
+    are now. `hard`: required, one HyperNode of tier <= highestTierAllowed (default 1;
+    or the tier `highestTierName` names), and preferred, the tiers below it, lowest
+    first (the lowest tier that holds the gang). `soft`: every tier preferred, lowest
+    first; never blocks."""
+    tiers = hypernodes.tiers()
+    if spec.mode == "soft":
+        return Levels("", tuple(tier_key(t) for t in tiers))
+    highest = spec.highest_tier_allowed or 1
+    if spec.highest_tier_name:
+        named = hypernodes.tier_named(spec.highest_tier_name)
+        if named is None:
+            return Levels(
+                problem=(
+                    f"networkTopology.highestTierName {spec.highest_tier_name!r}: no "
+                    "HyperNode has that spec.tierName"
+                )
+            )
+        highest = named
+    below = [t for t in tiers if t <= highest]
+    return Levels(tier_key(highest), tuple(tier_key(t) for t in below[:-1]))
 
 
 class _Level:
@@ -62,7 +107,7 @@ class _Level:
     @property
     def codes(self) -> NDArray[np.int32]:
         if self._codes is None:
-            self._codes = self._snap.labels.column(self.key, slice(0, self._n))
+            self._codes = self._snap.domain_column(self.key)[0][: self._n]
         return self._codes
 
     @property
@@ -85,10 +130,11 @@ class _Level:
         return True
 
     def describe(self) -> str:
-        """ "topo/rack r0" (or "topo/rack r0 or r1")."""
-        values = self._snap.labels.values.get(self.key, [])
+        """ "topo/rack r0" (or "topo/rack r0 or r1"; "HyperNode s0" for a HyperNode tier)."""
+        values = self._snap.domain_column(self.key)[1]
         names = sorted(values[c] for c in self.spanned if c < len(values))
-        return f"{self.key} {' or '.join(names)}"
+        what = "HyperNode" if key_tier(self.key) is not None else self.key
+        return f"{what} {' or '.join(names)}"
 
 
 class HeldDomains:
@@ -150,14 +196,29 @@ def members_per_node(
     return per
 
 
+def domain_words(key: str, plural: bool = False) -> str:
+    """How messages name a domain of level `key`: "topo/rack domain", or "HyperNode of
+    tier <= 2" for a HyperNode tier (`volcano.sh/hypernode-tier-2`)."""
+    tier = key_tier(key)
+    if tier is None:
+        return f"{key} domain{'s' if plural else ''}"
+    return f"HyperNode{'s' if plural else ''} of tier <= {tier}"
+
+
+def _no_node(key: str) -> str:
+    tier = key_tier(key)
+    if tier is None:
+        return f"no node with label {key} can hold a member"
+    return f"no node in a HyperNode of tier <= {tier} can hold a member"
+
+
 def _domains(
     snap: Snapshot, key: str, capacity: NDArray[np.int64]
-) -> tuple[NDArray[np.int32], list[str], NDArray[np.int64]]:
-    """Label codes per node, the label's values, and members each domain holds."""
-    n = snap.n
-    codes = snap.labels.column(key, slice(0, n))
+) -> tuple[NDArray[np.int32], Sequence[str], NDArray[np.int64]]:
+    """Domain codes per node (a label's, or a HyperNode tier's), the domains' names, and
+    members each domain holds."""
+    codes, values = snap.domain_column(key)
     labelled = codes != MISSING
-    values = snap.labels.values.get(key, [])
     per_domain = np.bincount(codes[labelled], weights=capacity[labelled], minlength=len(values))
     return codes, values, per_domain.astype(np.int64)
 
@@ -177,24 +238,28 @@ def choose_domains(
     n = snap.n
     codes, values, per_domain = _domains(snap, key, capacity)
     if not per_domain.size or per_domain.max() <= 0:
-        message = f"no node with label {key} can hold a member"
+        message = _no_node(key)
         return DomainChoice(None, (), message) if required else _anywhere(n, message)
     fitting = np.flatnonzero(per_domain >= count)
     if fitting.size:
         best = int(fitting[np.argmin(per_domain[fitting])])
         return DomainChoice(codes == best, (values[best],))
     if required:
+        largest = int(np.argmax(per_domain))
+        which = f", {values[largest]}," if key_tier(key) is not None else ""
         return DomainChoice(
             None,
             (),
-            f"no single {key} domain can hold {count} members "
-            f"(the largest holds {int(per_domain.max())})",
+            f"no single {domain_words(key)} can hold {count} members "
+            f"(the largest{which} holds {int(per_domain[largest])})",
         )
     order = np.argsort(-per_domain, kind="stable")
     covered = np.cumsum(per_domain[order])
     if covered[-1] < count:
         return _anywhere(
-            n, f"all {key} domains together hold {int(covered[-1])} of {count} members"
+            n,
+            f"all {domain_words(key, plural=True)} together hold {int(covered[-1])} of "
+            f"{count} members",
         )
     k = int(np.searchsorted(covered, count)) + 1
     chosen = order[:k]

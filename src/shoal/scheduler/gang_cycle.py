@@ -69,8 +69,10 @@ from shoal.gang.manager import Group, SubGroup, sub_group_of
 from shoal.gang.topology import (
     DomainChoice,
     HeldDomains,
+    Levels,
     choose_domains,
     choose_levels,
+    domain_words,
     fitting_domains,
     largest_domain,
     members_per_node,
@@ -233,7 +235,12 @@ class GangCycle:
         # Node sets to try the gang's minimum in, in turn, each with whether its members
         # may preempt there (not in the domains a preference merely favours).
         candidates: list[tuple[np.ndarray | None, bool]] = [(None, True)]
-        if need > 0 and (group.topology_required or group.topology_preferred):
+        levels = self._levels(group)
+        if need > 0 and levels.problem:
+            message = f"gang {group.key}: {levels.problem}"
+            status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
+            return GangOutcome(rejected=(status, message, frozenset({"Coscheduling"})))
+        if need > 0 and levels:
             # Its members' own nominations (from job-level preemption) must not hide the
             # room they were made for (a no-op for members without one).
             with Transaction(self.cluster) as unheld:
@@ -320,7 +327,8 @@ class GangCycle:
         outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
         shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
         capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
-        required, preferred = group.topology_required, group.topology_preferred
+        levels = self._levels(group)
+        required, preferred = levels.required, levels.preferred
         held, _ = self._held(group)
         pinned = held.pinned if held is not None else None
         where = held.describe() if held is not None else ""
@@ -348,11 +356,17 @@ class GangCycle:
             return f"{why}; {self._no_room(required, room, where)}"
         return [(_both(rows, pinned), True) for rows in options]
 
+    def _levels(self, group: Group) -> Levels:
+        """The gang's topology levels now (a Volcano PodGroup's are over the HyperNode
+        tiers there are now)."""
+        return group.levels(self.algorithm.snapshot.hypernodes)
+
     def _held(self, group: Group) -> tuple[HeldDomains | None, dict[str, HeldDomains]]:
         """Where the group's placed members are (`HeldDomains`), for the gang when it has
         a topology level, and for each role that has one (its own members). Members
         being evicted do not count: they are leaving."""
-        gang_levels = bool(group.topology_required or group.topology_preferred)
+        levels = self._levels(group)
+        gang_levels = bool(levels.required or levels.preferred)
         roles = {
             name: sub
             for name, sub in group.sub_groups.items()
@@ -378,8 +392,8 @@ class GangCycle:
         gang = (
             HeldDomains(
                 snap,
-                group.topology_required,
-                group.topology_preferred,
+                levels.required,
+                levels.preferred,
                 np.array(rows, dtype=np.intp),
             )
             if gang_levels
@@ -495,7 +509,10 @@ class GangCycle:
             return f"{NO_ROOM_BY_PREEMPTION}: {where} would hold {most} {unit}"
         most = largest_domain(self.algorithm.snapshot, required, room)
         unit = "member" if most == 1 else "members"
-        return f"{NO_ROOM_BY_PREEMPTION}: the largest {required} domain would hold {most} {unit}"
+        return (
+            f"{NO_ROOM_BY_PREEMPTION}: the largest {domain_words(required)} would hold "
+            f"{most} {unit}"
+        )
 
     def _preemptible_capacity(
         self,

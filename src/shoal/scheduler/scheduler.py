@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shoal.api.hypernode import HyperNode
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
@@ -207,7 +208,10 @@ class Scheduler:
             self.gangs.outsider_named(info, ref, why)
             return
         group = self.gangs.member_added(info, ref, now, config)
-        if not self.gangs.gate(group):
+        if group.kueue_votes and group.kueue_conflict():
+            # Its Kueue topology differs from the other members': they wait too, saying so.
+            self.scheduling_queue.recheck([uid for uid in group.members if uid != info.uid])
+        elif not self.gangs.gate(group):
             self.scheduling_queue.regate([uid for uid in group.members if uid != info.uid])
 
     def add_pod_group(self, obj: PodGroup | VolcanoPodGroup | UpstreamPodGroup) -> None:
@@ -312,7 +316,11 @@ class Scheduler:
         self._pods[info.uid] = info
         group = self.gangs.group_of_uid(info.uid)
         if group is not None:
+            asked = group.kueue.get(info.uid)
             self.gangs.member_updated(group, info)
+            if group.kueue.get(info.uid) != asked:
+                # Its Kueue topology changed: the members may agree now, or no longer.
+                self.scheduling_queue.recheck([m for m in group.members if m != info.uid])
             if old is None or old.pod.status.phase != info.pod.status.phase:
                 self.gangs.dirty.add(group.key)  # its running count may have changed
         if info.node_name:
@@ -342,9 +350,13 @@ class Scheduler:
         was_evicting = uid in self.cluster.evicting
         self.cluster.evicting.discard(uid)
         group = self.gangs.group_of_uid(uid)
+        disagreed = group is not None and bool(group.kueue_conflict())
         self.gangs.member_removed(uid)
         if group is not None:
             self.bindings.withdraw_gang(group, uid)
+            if disagreed:
+                # The member that disagreed on the Kueue topology may be this one.
+                self.scheduling_queue.recheck([m for m in group.members if m != uid])
         self.scheduling_queue.delete(uid)
         self.bindings.cancel(uid)  # Unreserve; the cache entry goes below
         record = self.cluster.placed.get(uid)
@@ -392,6 +404,21 @@ class Scheduler:
     def delete_node(self, name: str) -> None:
         self.cluster.remove_node(name)
         self._event(ClusterEvent(EventResource.NODE, ActionType.DELETE))
+
+    def upsert_hypernode(self, hypernode: HyperNode) -> dict[str, str]:
+        """A Volcano HyperNode created or changed. Returns every HyperNode skipped as
+        malformed now, by name, with why (naming the field): one HyperNode may make
+        another wrong (a cycle, a tier) or right again."""
+        if self.cluster.hypernodes.upsert(hypernode):
+            # Gangs held by a tier may fit now (Coscheduling retries on node updates).
+            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
+        return self.cluster.hypernodes.problems()
+
+    def delete_hypernode(self, name: str) -> dict[str, str]:
+        """A Volcano HyperNode deleted; returns the HyperNodes skipped as malformed now."""
+        if self.cluster.hypernodes.remove(name):
+            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
+        return self.cluster.hypernodes.problems()
 
     def routing_key(self, pod: Pod) -> str:
         """What must be decided by one replica when several share the work (node

@@ -90,9 +90,9 @@ def _parse(obj: HyperNode) -> _Parsed:
     parsed = _Parsed(name, _tier(obj.spec.tier, name), obj.spec.tier_name)
     for i, member in enumerate(obj.spec.members):
         at = f"spec.members[{i}]"
-        kind = member.type or "Node"
+        kind = member.type
         if kind not in ("Node", "HyperNode"):
-            raise _Invalid(name, f"{at}.type", f"{member.type!r} must be Node or HyperNode")
+            raise _Invalid(name, f"{at}.type", f"{kind!r} must be Node or HyperNode")
         sel = member.selector
         given = [
             s

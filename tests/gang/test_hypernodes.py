@@ -84,7 +84,8 @@ def fabric(h: SchedulerHarness, hypernodes: bool = True) -> None:
             h.add_nodes(node)
     if hypernodes:
         for obj in fabric_objects():
-            assert h.scheduler.upsert_hypernode(obj) == {}
+            h.scheduler.upsert_hypernode(obj)
+        assert h.scheduler.hypernode_problems() == {}
 
 
 def volcano_gang(
@@ -305,7 +306,12 @@ def test_malformed_hypernodes_are_reported_and_skipped() -> None:
     h = SchedulerHarness()
     fabric(h)
     s = h.scheduler
-    problems = s.upsert_hypernode(
+
+    def problems_after(obj: HyperNode) -> dict[str, str]:
+        s.upsert_hypernode(obj)
+        return s.hypernode_problems()
+
+    problems = problems_after(
         hypernode("bad-regex", 1, member("Node", regexMatch={"pattern": "(["}))
     )
     assert problems["bad-regex"].startswith(
@@ -313,27 +319,27 @@ def test_malformed_hypernodes_are_reported_and_skipped() -> None:
         "valid regex"
     )
     s.upsert_hypernode(hypernode("loop-a", 4, member("HyperNode", exactMatch={"name": "loop-b"})))
-    problems = s.upsert_hypernode(
+    problems = problems_after(
         hypernode("loop-b", 5, member("HyperNode", exactMatch={"name": "loop-a"}))
     )
     assert "loop-a -> loop-b -> loop-a" in problems["loop-a"]
     assert "field spec.members[0].selector.exactMatch.name" in problems["loop-b"]
-    problems = s.upsert_hypernode(
+    problems = problems_after(
         hypernode("upside-down", 1, member("HyperNode", exactMatch={"name": "s0"}))
     )
     assert problems["upside-down"] == (
         "HyperNode upside-down: field spec.members[0].selector.exactMatch.name: member "
         "HyperNode s0 has tier 2, not lower than this one's tier 1; the HyperNode is skipped"
     )
-    problems = s.upsert_hypernode(
+    problems = problems_after(
         hypernode("labels", 2, member("HyperNode", labelMatch={"matchLabels": {"a": "b"}}))
     )
     assert "spec.members[0].selector.labelMatch: selects nodes only" in problems["labels"]
-    problems = s.upsert_hypernode(hypernode("tierless", "high"))
+    problems = problems_after(hypernode("tierless", "high"))
     assert (
         "HyperNode tierless: field spec.tier: 'high' is not an integer tier" in problems["tierless"]
     )
-    problems = s.upsert_hypernode(
+    problems = problems_after(
         hypernode("two", 1, member("Node", exactMatch={"name": "x"}, regexMatch={"pattern": "x"}))
     )
     assert "needs exactly one of exactMatch, regexMatch and labelMatch" in problems["two"]
@@ -345,7 +351,7 @@ def test_malformed_hypernodes_are_reported_and_skipped() -> None:
     h.advance(5)
     assert all(h.node_of(p) for p in pods)
     # Fixed: no longer reported.
-    assert "loop-a" not in s.upsert_hypernode(hypernode("loop-b", 3))
+    assert "loop-a" not in problems_after(hypernode("loop-b", 3))
 
 
 def test_a_replacement_member_stays_in_its_gangs_hypernode() -> None:

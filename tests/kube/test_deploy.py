@@ -161,6 +161,19 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         api.register("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True)
         api.register("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
         api.register("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True)
+        api.register("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False)
+        # A HyperNode (read only: the topology of gangs).
+        api.create(
+            "topology.volcano.sh/v1alpha1",
+            "hypernodes",
+            {
+                "metadata": {"name": "leaf"},
+                "spec": {
+                    "tier": 1,
+                    "members": [{"type": "Node", "selector": {"exactMatch": {"name": "n1"}}}],
+                },
+            },
+        )
         api.create("v1", "nodes", node("n1", cpu="2"))
         victim = pod("victim", cpu="2", node_name="n1", scheduler="x")
         api.create("v1", "pods", victim)

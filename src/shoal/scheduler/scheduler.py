@@ -405,19 +405,22 @@ class Scheduler:
         self.cluster.remove_node(name)
         self._event(ClusterEvent(EventResource.NODE, ActionType.DELETE))
 
-    def upsert_hypernode(self, hypernode: HyperNode) -> dict[str, str]:
-        """A Volcano HyperNode created or changed. Returns every HyperNode skipped as
-        malformed now, by name, with why (naming the field): one HyperNode may make
-        another wrong (a cycle, a tier) or right again."""
+    def upsert_hypernode(self, hypernode: HyperNode) -> None:
+        """A Volcano HyperNode created or changed (`hypernode_problems` says which are
+        skipped as malformed)."""
         if self.cluster.hypernodes.upsert(hypernode):
             # Gangs held by a tier may fit now (Coscheduling retries on node updates).
             self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
-        return self.cluster.hypernodes.problems()
 
-    def delete_hypernode(self, name: str) -> dict[str, str]:
-        """A Volcano HyperNode deleted; returns the HyperNodes skipped as malformed now."""
+    def delete_hypernode(self, name: str) -> None:
+        """A Volcano HyperNode deleted."""
         if self.cluster.hypernodes.remove(name):
             self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
+
+    def hypernode_problems(self) -> dict[str, str]:
+        """Every HyperNode skipped as malformed, by name, with why (naming the field):
+        one HyperNode may make another wrong (a cycle, a tier) or right again. Checked
+        when asked (ask once after a batch of changes, not after each)."""
         return self.cluster.hypernodes.problems()
 
     def routing_key(self, pod: Pod) -> str:

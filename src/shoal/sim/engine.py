@@ -161,6 +161,10 @@ class Simulation:
                 self.warnings.append(f"PodGroup {key} skipped: {problem}")
                 continue
             self.scheduler.add_pod_group(group)
+        for hypernode in sc.hypernodes:
+            self.scheduler.upsert_hypernode(hypernode)
+        if sc.hypernodes:  # as they stand once every HyperNode is in
+            self.warnings.extend(self.scheduler.hypernode_problems().values())
         for obj in sc.storage:
             try:
                 upsert_storage(self.scheduler, obj)

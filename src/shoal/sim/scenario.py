@@ -5,6 +5,8 @@ is flattened. Cluster and workload files are read the same way, in the order giv
 
 * `Node`: present from the start; `PriorityClass` and `PodGroup` (scheduler-plugins
   `scheduling.x-k8s.io`, or Volcano `scheduling.volcano.sh`): known from the start;
+* `HyperNode` (Volcano's `topology.volcano.sh`): the network tiers gangs are kept in,
+  known from the start (a malformed one is a warning of the run, naming the field);
 * `PersistentVolumeClaim`, `PersistentVolume`, `StorageClass`, `CSINode`: known from
   the start (for the volume plugins, see docs/volumes.md);
 * `DeviceClass`, `ResourceSlice`, `ResourceClaim`, `ResourceClaimTemplate`
@@ -40,6 +42,7 @@ from typing import Any
 
 from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from shoal.api.errors import ManifestError
+from shoal.api.hypernode import HyperNode
 from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
 from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
@@ -98,6 +101,7 @@ class Scenario:
     nodes: list[Node] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     pod_groups: list[PodGroup | VolcanoPodGroup | UpstreamPodGroup] = field(default_factory=list)
+    hypernodes: list[HyperNode] = field(default_factory=list)  # Volcano's network topology
     # Tenant capacity objects (applied together; an invalid set is reported whole).
     queues: list[Queue] = field(default_factory=list)
     elastic_quotas: list[ElasticQuota] = field(default_factory=list)
@@ -203,6 +207,11 @@ def load_scenario(
                 if unique(group, where, live):
                     _drop(scenario.pod_groups, group)
                 scenario.pod_groups.append(group)
+            elif cls is HyperNode:
+                hypernode = decode(doc, HyperNode, where)
+                if unique(hypernode, where, live):
+                    _drop(scenario.hypernodes, hypernode)
+                scenario.hypernodes.append(hypernode)
             elif cls is Node:
                 node = decode(doc, Node, where)
                 if not node.metadata.name:
@@ -258,9 +267,10 @@ def load_scenario(
                     str(kind or "object"),
                     name,
                     "kind",
-                    "not simulated (the simulator reads Node, PriorityClass, PodGroup, Queue, "
-                    "QueueBinding, NodePool, ElasticQuota, PodDisruptionBudget, Namespace, Pod "
-                    "and Workload); skipped — describe replicated pods with a Workload",
+                    "not simulated (the simulator reads Node, PriorityClass, PodGroup, "
+                    "HyperNode, Queue, QueueBinding, NodePool, ElasticQuota, "
+                    "PodDisruptionBudget, Namespace, Pod and Workload); skipped — describe "
+                    "replicated pods with a Workload",
                     where,
                 )
         except ManifestError as err:

@@ -698,9 +698,12 @@ class KubeBackend:
                 self.core.halt()
 
     def _tenancy_ready(self) -> None:
-        """Tenancy objects are applied once every informer listed (on the core)."""
+        """Tenancy objects are applied, and malformed HyperNodes reported, once every
+        informer listed (on the core)."""
         self.tenancy.ready = True
         self.tenancy.apply()
+        self.intake.hypernodes_ready = True
+        self.intake.report_hypernodes()
 
     async def _cancel_binds(self) -> None:
         binds = list(self.effects.binds)

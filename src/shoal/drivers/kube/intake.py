@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shoal.api.errors import ManifestError
+from shoal.api.hypernode import HyperNode
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
@@ -34,6 +35,7 @@ from shoal.drivers.kube.leader import LeaderElector
 from shoal.drivers.kube.resources import (
     ELASTIC_QUOTAS,
     ELASTIC_QUOTAS_SIGS,
+    HYPERNODES,
     NAMESPACES,
     NODE_POOLS,
     NODES,
@@ -248,6 +250,18 @@ def _namespace_gone(b: Intake, namespace: str, name: str) -> None:
     b.scheduler.set_namespace_labels(name, {})
 
 
+def _hypernode(b: Intake, hypernode: HyperNode, raw: JSON) -> None:
+    b.scheduler.upsert_hypernode(hypernode)
+    if b.hypernodes_ready:
+        b.report_hypernodes(raw)
+
+
+def _hypernode_gone(b: Intake, namespace: str, name: str) -> None:
+    b.scheduler.delete_hypernode(name)
+    if b.hypernodes_ready:
+        b.report_hypernodes()
+
+
 def _tenancy(kind: ResourceKind) -> Watched:
     def upsert(b: Intake, obj: Any, raw: JSON) -> None:
         assert b.tenancy is not None
@@ -270,6 +284,7 @@ WATCHED: list[Watched] = [
     _pod_groups(PODGROUPS_SIGS),
     _pod_groups(VOLCANO_PODGROUPS),
     _pod_groups(UPSTREAM_PODGROUPS),
+    Watched(HYPERNODES, _hypernode, _hypernode_gone),
     _tenancy(QUEUES),
     _tenancy(QUEUE_BINDINGS),
     _tenancy(NODE_POOLS),
@@ -330,6 +345,12 @@ class Intake:
         # (kind name, namespace/name) of PodGroup objects skipped because another API's
         # object of that name says otherwise (GROUP_PRECEDENCE).
         self._group_conflicts: set[tuple[str, str]] = set()
+        # HyperNodes skipped as malformed by the scheduler's topology (not undecodable
+        # ones): reported while they stay so, cleared when they are fine again.
+        self._bad_hypernodes: dict[str, str] = {}
+        # Set once every informer listed: HyperNodes are checked as a whole from then on
+        # (each check looks at all of them: not once per object of the first list).
+        self.hypernodes_ready = False
         # Which pending pods this replica decides when several share the nodes (node
         # shards); None: all of them.
         self.routing: Routing | None = None
@@ -411,6 +432,29 @@ class Intake:
             return None
         self.invalid.pop((kind.name, object_key(raw)), None)
         return obj
+
+    def report_hypernodes(self, raw: JSON | None = None) -> None:
+        """After a HyperNode changed (`raw`, if not deleted): every HyperNode the
+        topology skips now is reported (once per problem: a change of one HyperNode can
+        make another wrong, a cycle or a tier, or right again; a status-only update of a
+        bad one says nothing new), and those fixed are cleared."""
+        problems = self.scheduler.hypernode_problems()
+        informer = self.informers.get(HYPERNODES.name)
+        before = self._bad_hypernodes
+        for name, message in problems.items():
+            obj = raw if raw is not None and object_key(raw) == name else None
+            if obj is None and informer is not None:
+                obj = informer.store.get(name)
+            if obj is None:
+                continue
+            if before.get(name) == message:
+                self.keep_invalid(HYPERNODES, obj, message)
+            else:
+                self.report_invalid(HYPERNODES, obj, message)
+        for name in before.keys() - problems.keys():
+            if (HYPERNODES.name, name) not in self._undecodable:
+                self.invalid.pop((HYPERNODES.name, name), None)
+        self._bad_hypernodes = dict(problems)
 
     def clear_invalid(self, kind: ResourceKind, raw: JSON) -> None:
         self.invalid.pop((kind.name, object_key(raw)), None)

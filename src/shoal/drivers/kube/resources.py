@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import msgspec
 
+from shoal.api.hypernode import HyperNode
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
@@ -22,6 +23,7 @@ __all__ = [
     "ELASTIC_QUOTAS",
     "ELASTIC_QUOTAS_SIGS",
     "EVENTS",
+    "HYPERNODES",
     "LEASES",
     "NAMESPACES",
     "NODES",
@@ -156,6 +158,10 @@ ELASTIC_QUOTAS_SIGS = ResourceKind(
     True,
     ElasticQuota,
     optional=True,
+)
+# Volcano's network topology (cluster-scoped; read when Volcano's CRD is installed).
+HYPERNODES = ResourceKind(
+    "topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False, HyperNode, optional=True
 )
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = ResourceKind("events.k8s.io", "v1", "events", "Event", True)

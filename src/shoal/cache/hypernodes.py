@@ -173,8 +173,8 @@ class HyperNodeTopology:
         self._of_node: dict[str, frozenset[str]] = {}
         # Node-side indexes of the selectors (rebuilt when a HyperNode changes).
         self._exact: dict[str, set[str]] = {}
-        self._patterns: list[tuple[str, re.Pattern[str]]] = []
-        self._label_selectors: list[tuple[str, SelectorKey]] = []
+        self._patterns: dict[str, list[re.Pattern[str]]] = {}
+        self._label_selectors: dict[str, list[SelectorKey]] = {}
         self._regex_hits: dict[str, frozenset[str]] = {}  # node name -> HyperNodes
         # Structure (rebuilt when read after a HyperNode changed).
         self._structure_stale = False
@@ -213,7 +213,7 @@ class HyperNodeTopology:
             self._parsed[name] = parsed
         selectors = parsed.node_selectors() if parsed is not None else None
         if selectors != (before.node_selectors() if before is not None else None):
-            self._index_selectors()
+            self._index_selectors(name, before, parsed)
             self._set_direct(name, self._match_all(parsed) if parsed is not None else set())
         self._changed()
         return True
@@ -223,8 +223,9 @@ class HyperNodeTopology:
         if self._objects.pop(name, None) is None:
             return False
         self._parse_problems.pop(name, None)
-        if self._parsed.pop(name, None) is not None:
-            self._index_selectors()
+        before = self._parsed.pop(name, None)
+        if before is not None:
+            self._index_selectors(name, before, None)
             self._set_direct(name, set())
         self._changed()
         return True
@@ -293,10 +294,16 @@ class HyperNodeTopology:
         hits = set(self._exact.get(name, ()))
         cached = self._regex_hits.get(name)
         if cached is None:
-            cached = frozenset(h for h, rx in self._patterns if rx.search(name))
+            cached = frozenset(
+                h for h, patterns in self._patterns.items() if any(p.search(name) for p in patterns)
+            )
             self._regex_hits[name] = cached
         hits |= cached
-        hits.update(h for h, key in self._label_selectors if key_matches(key, labels))
+        hits.update(
+            h
+            for h, keys in self._label_selectors.items()
+            if any(key_matches(key, labels) for key in keys)
+        )
         old = self._of_node.get(name, frozenset())
         if hits != old:
             for h in old - hits:
@@ -335,18 +342,30 @@ class HyperNodeTopology:
         self._columns_stale = True
         self.version += 1
 
-    def _index_selectors(self) -> None:
-        exact: dict[str, set[str]] = {}
-        patterns: list[tuple[str, re.Pattern[str]]] = []
-        labels: list[tuple[str, SelectorKey]] = []
-        for name, parsed in self._parsed.items():
-            for node in parsed.node_names:
-                exact.setdefault(node, set()).add(name)
-            patterns.extend((name, rx) for rx, _ in parsed.node_patterns)
-            labels.extend((name, key) for key, _ in parsed.node_labels)
-        if [(h, rx.pattern) for h, rx in patterns] != [(h, rx.pattern) for h, rx in self._patterns]:
-            self._regex_hits.clear()
-        self._exact, self._patterns, self._label_selectors = exact, patterns, labels
+    def _index_selectors(
+        self, hypernode: str, before: _Parsed | None, after: _Parsed | None
+    ) -> None:
+        """Bring the node-side indexes from `before`'s node selectors to `after`'s."""
+        if before is not None:
+            for node in before.node_names:
+                found = self._exact.get(node)
+                if found is not None:
+                    found.discard(hypernode)
+                    if not found:
+                        del self._exact[node]
+        patterns = [rx for rx, _ in after.node_patterns] if after is not None else []
+        if [p.pattern for p in patterns] != [p.pattern for p in self._patterns.get(hypernode, [])]:
+            self._regex_hits.clear()  # answers kept per node name: asked again when needed
+        self._patterns.pop(hypernode, None)
+        self._label_selectors.pop(hypernode, None)
+        if after is None:
+            return
+        for node in after.node_names:
+            self._exact.setdefault(node, set()).add(hypernode)
+        if patterns:
+            self._patterns[hypernode] = patterns
+        if after.node_labels:
+            self._label_selectors[hypernode] = [key for key, _ in after.node_labels]
 
     def _match_all(self, parsed: _Parsed) -> set[str]:
         """The nodes `parsed` selects directly, over every node at once."""

@@ -124,6 +124,16 @@ def volcano_group(name: str = "vpg-bad", **spec: Any) -> JSON:
     }
 
 
+def hypernode(name: str = "hn-bad", **spec: Any) -> JSON:
+    member = {"type": "Node", "selector": {"exactMatch": {"name": "good-node"}}}
+    return {
+        "apiVersion": "topology.volcano.sh/v1alpha1",
+        "kind": "HyperNode",
+        "metadata": {"name": name},
+        "spec": {"tier": 1, "members": [member], **spec},
+    }
+
+
 def pdb(name: str = "pdb-bad", **spec: Any) -> JSON:
     return {
         "apiVersion": "policy/v1",
@@ -172,6 +182,7 @@ KINDS: dict[str, Callable[..., JSON]] = {
     "PodGroup": pod_group,
     "VolcanoPodGroup": volcano_group,
     "PodDisruptionBudget": pdb,
+    "HyperNode": hypernode,
 }
 
 
@@ -477,6 +488,59 @@ def gpu_cases() -> Iterator[Case]:
         yield Case(f"node-gpu-count-{label}", (doc,), "more than 256")
 
 
+def hypernode_cases() -> Iterator[Case]:
+    def member(kind: str, **selector: Any) -> JSON:
+        return {"type": kind, "selector": selector}
+
+    yield Case(
+        "hypernode-regex-bad",
+        (hypernode(members=[member("Node", regexMatch={"pattern": "(["})]),),
+        "spec.members[0].selector.regexMatch.pattern",
+    )
+    yield Case("hypernode-tier-text", (hypernode(tier="top"),), "spec.tier")
+    yield Case("hypernode-tier-zero", (hypernode(tier=0),), "spec.tier")
+    yield Case("hypernode-tier-list", (hypernode(tier=[1]),), "tier")
+    yield Case(
+        "hypernode-member-type",
+        (hypernode(members=[member("Switch", exactMatch={"name": "x"})]),),
+        "spec.members[0].type",
+    )
+    yield Case(
+        "hypernode-two-selectors",
+        (
+            hypernode(
+                members=[member("Node", exactMatch={"name": "x"}, regexMatch={"pattern": "x"})]
+            ),
+        ),
+        "exactly one of",
+    )
+    yield Case("hypernode-no-selector", (hypernode(members=[member("Node")]),), "exactly one of")
+    yield Case(
+        "hypernode-label-match-on-hypernode",
+        (hypernode(tier=2, members=[member("HyperNode", labelMatch={"matchLabels": {"a": "b"}})]),),
+        "selects nodes only",
+    )
+    yield Case("hypernode-members-map", (hypernode(members={"type": "Node"}),), "spec.members")
+    a = hypernode("hn-a", tier=2, members=[member("HyperNode", exactMatch={"name": "hn-b"})])
+    b = hypernode("hn-b", tier=3, members=[member("HyperNode", exactMatch={"name": "hn-a"})])
+    yield Case("hypernode-cycle", (a, b), "hn-a -> hn-b -> hn-a", names="hn-a")
+    low = hypernode("hn-low", tier=1, members=[member("HyperNode", exactMatch={"name": "hn-high"})])
+    yield Case(
+        "hypernode-tier-not-below",
+        (low, hypernode("hn-high", tier=2)),
+        "not lower than this one's tier 1",
+        names="hn-low",
+    )
+    topology = {"networkTopology": {"mode": "strict"}}
+    yield Case(
+        "volcano-network-topology-mode", (volcano_group(**topology),), "networkTopology.mode"
+    )
+    topology = {"networkTopology": {"mode": "hard", "highestTierAllowed": 0}}
+    yield Case(
+        "volcano-network-topology-tier-zero", (volcano_group(**topology),), "highestTierAllowed"
+    )
+
+
 GENERATORS = (
     gpu_cases,
     name_cases,
@@ -487,6 +551,7 @@ GENERATORS = (
     priority_class_cases,
     queue_cases,
     workload_cases,
+    hypernode_cases,
 )
 
 

@@ -59,6 +59,7 @@ PLURALS = {
     ("resource.k8s.io/v1", "ResourceSlice"): "resourceslices",
     ("resource.k8s.io/v1", "ResourceClaim"): "resourceclaims",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
+    ("topology.volcano.sh/v1alpha1", "HyperNode"): "hypernodes",
 }
 NAMESPACED = {
     "Pod",
@@ -231,7 +232,7 @@ _NOT_FROM_AN_API = (
     "pod-scheduler-name-bad",  # another scheduler's pod: not ours to judge
 )
 _DEFAULT_NAMES = {"n-bad", "p-bad", "pc-bad", "q-bad", "qb-bad", "np-bad", "eq-bad", "pg-bad"}
-_DEFAULT_NAMES |= {"vpg-bad", "pdb-bad"}
+_DEFAULT_NAMES |= {"vpg-bad", "pdb-bad", "hn-bad"}
 
 
 def _watched(doc: Any) -> bool:
@@ -290,6 +291,9 @@ DEEP_KINDS: dict[str, JSON] = {
     "resourceclaim": claim("deep-claim"),
     "resourceclaimtemplate": obj(
         "resource.k8s.io/v1", "ResourceClaimTemplate", "deep-template", "default", spec={}
+    ),
+    "hypernode": obj(
+        "topology.volcano.sh/v1alpha1", "HyperNode", "deep-hypernode", spec={"tier": 1}
     ),
 }
 

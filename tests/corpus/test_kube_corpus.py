@@ -115,6 +115,7 @@ def _install(api: FakeApiServer) -> None:
     api.register("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True)
     api.register("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
     api.register("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True)
+    api.register("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False)
     for plural, kind, namespaced in (
         ("deviceclasses", "DeviceClass", False),
         ("resourceslices", "ResourceSlice", False),

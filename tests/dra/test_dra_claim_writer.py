@@ -96,3 +96,25 @@ def test_the_allocating_pod_writes_before_the_pods_joining_it() -> None:
 
     asyncio.run(both())
     assert [r["name"] for r in client.claim["status"]["reservedFor"]] == ["a", "b"]
+
+
+def test_a_share_is_written_with_its_share_id_and_consumed_capacity() -> None:
+    client = StubClient(_claim())
+    writer = ClaimWriter(client)  # type: ignore[arg-type]
+    share = ("0d4c6a1e-2b7f-5c3e-9a10-3f1c2b7d9e10", (("bandwidth", "2G"), ("queues", "4")))
+    results = (*RESULTS, ("gpu", "gpu.example.com", "n1", "gpu-1"))
+    pod = PodInfo(make_pod("a").uid("uid-a").obj())
+    effect = AllocateClaims(
+        pod, "n1", (ClaimAllocation("default/c", results, "n1", (share, None)),)
+    )
+    asyncio.run(writer.write(effect))
+    shared, whole = client.claim["status"]["allocation"]["devices"]["results"]
+    assert shared == {
+        "request": "gpu",
+        "driver": "gpu.example.com",
+        "pool": "n1",
+        "device": "gpu-0",
+        "shareID": share[0],
+        "consumedCapacity": {"bandwidth": "2G", "queues": "4"},
+    }
+    assert "shareID" not in whole and "consumedCapacity" not in whole

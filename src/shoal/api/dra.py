@@ -18,11 +18,18 @@ from shoal.api.objects import NodeSelector, ObjectMeta, Pod
 __all__ = [
     "AllocationResult",
     "CELSelector",
+    "CapacityRequestPolicy",
+    "CapacityRequestPolicyRange",
+    "CapacityRequirements",
     "ClaimUse",
+    "Counter",
+    "CounterSet",
     "DeviceAllocationResult",
     "DeviceAttribute",
+    "DeviceCapacity",
     "DeviceClass",
     "DeviceConstraint",
+    "DeviceCounterConsumption",
     "DeviceRequest",
     "DeviceRequestAllocationResult",
     "DeviceSelector",
@@ -30,6 +37,7 @@ __all__ = [
     "ResourceClaim",
     "ResourceClaimTemplate",
     "ResourceSlice",
+    "ShareResult",
     "SliceDevice",
     "claim_key",
     "pod_claim_names",
@@ -78,17 +86,53 @@ class DeviceAttribute(_Base):
         return None
 
 
+class CapacityRequestPolicyRange(_Base):
+    min: str | int | None = None
+    max: str | int | None = None
+    step: str | int | None = None
+
+
+class CapacityRequestPolicy(_Base):
+    """How requests consume a capacity of a device that allows multiple allocations
+    (KEP-5075): `default` for requests that do not name it, and at most one of
+    `valid_values` (ascending) and `valid_range`."""
+
+    default: str | int | None = None
+    valid_values: list[str | int] = []
+    valid_range: CapacityRequestPolicyRange | None = None
+
+
 class DeviceCapacity(_Base):
     value: str | int = "0"
+    request_policy: CapacityRequestPolicy | None = None
+
+
+class Counter(_Base):
+    value: str | int = "0"
+
+
+class CounterSet(_Base):
+    """A named set of counters a pool's devices consume from (KEP-4815)."""
+
+    name: str = ""
+    counters: dict[str, Counter] = {}
+
+
+class DeviceCounterConsumption(_Base):
+    counter_set: str = ""
+    counters: dict[str, Counter] = {}
 
 
 class SliceDevice(_Base):
     name: str = ""
     attributes: dict[str, DeviceAttribute] = {}
     capacity: dict[str, DeviceCapacity] = {}
-    # Not modelled yet (refused where they matter, see docs/dra.md): shared counters,
-    # consumable capacity, taints.
-    consumes_counters: list[dict[str, Any]] = []
+    # Shared by several claims while its capacity lasts (consumable capacity, KEP-5075).
+    allow_multiple_allocations: bool | None = None
+    # Partitionable devices (KEP-4815): what allocating the device takes from the pool's
+    # counter sets.
+    consumes_counters: list[DeviceCounterConsumption] = []
+    # Not modelled yet (see docs/dra.md): taints.
     taints: list[dict[str, Any]] = []
 
 
@@ -106,6 +150,9 @@ class ResourceSliceSpec(_Base):
     node_selector: NodeSelector | None = None
     per_device_node_selection: bool | None = None
     devices: list[SliceDevice] = []
+    # Counter sets of the pool (in a slice of their own since Kubernetes 1.35: a slice
+    # has either devices or sharedCounters).
+    shared_counters: list[CounterSet] = []
 
 
 class ResourceSlice(_Base):
@@ -118,6 +165,12 @@ class ResourceSlice(_Base):
 # ---- ResourceClaim -----------------------------------------------------------------
 
 
+class CapacityRequirements(_Base):
+    """How much of each capacity of a shared device a request consumes."""
+
+    requests: dict[str, str | int] = {}
+
+
 class ExactDeviceRequest(_Base):
     device_class_name: str = ""
     selectors: list[DeviceSelector] = []
@@ -125,7 +178,7 @@ class ExactDeviceRequest(_Base):
     count: int = 1
     admin_access: bool | None = None
     tolerations: list[dict[str, Any]] = []
-    capacity: dict[str, Any] | None = None
+    capacity: CapacityRequirements | None = None
 
 
 class DeviceRequest(_Base):
@@ -155,6 +208,9 @@ class DeviceRequestAllocationResult(_Base):
     driver: str = ""
     pool: str = ""
     device: str = ""
+    # One share of a device that allows multiple allocations, and what it consumes.
+    share_id: str | None = msgspec.field(default=None, name="shareID")
+    consumed_capacity: dict[str, str | int] = {}
 
 
 class DeviceAllocationResult(_Base):
@@ -242,17 +298,31 @@ def pod_claim_names(pod: Pod) -> list[ClaimUse]:
     return out
 
 
-def allocation_json(results: tuple[tuple[str, str, str, str], ...], node: str) -> dict[str, Any]:
-    """`status.allocation` as the API takes it: the devices per request and, for
-    devices of one node, a node selector naming it (as kube-scheduler writes it)."""
-    out: dict[str, Any] = {
-        "devices": {
-            "results": [
-                {"request": request, "driver": driver, "pool": pool, "device": device}
-                for request, driver, pool, device in results
-            ]
-        }
-    }
+# One share of a device that allows multiple allocations, as written in an allocation
+# result: (shareID, ((capacity name, consumed quantity), ...)).
+ShareResult = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def allocation_json(
+    results: tuple[tuple[str, str, str, str], ...],
+    node: str,
+    shares: tuple[ShareResult | None, ...] = (),
+) -> dict[str, Any]:
+    """`status.allocation` as the API takes it: the devices per request (with the share
+    ID and consumed capacity of a share of a device that allows multiple allocations,
+    `shares` parallel to `results`) and, for devices of one node, a node selector naming
+    it (as kube-scheduler writes it)."""
+    entries: list[dict[str, Any]] = []
+    for i, (request, driver, pool, device) in enumerate(results):
+        entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool}
+        entry["device"] = device
+        share = shares[i] if i < len(shares) else None
+        if share is not None:
+            entry["shareID"] = share[0]
+            if share[1]:
+                entry["consumedCapacity"] = dict(share[1])
+        entries.append(entry)
+    out: dict[str, Any] = {"devices": {"results": entries}}
     if node:
         out["nodeSelector"] = {
             "nodeSelectorTerms": [
@@ -273,13 +343,14 @@ def with_allocation(
     node: str,
     pod_name: str,
     pod_uid: str,
+    shares: tuple[ShareResult | None, ...] = (),
 ) -> ResourceClaim:
     """The claim as the API has it after the scheduler's status write: allocated (when
     `results` are given) and reserved for the pod."""
     status = claim.status
     allocation = status.allocation
     if results:
-        allocation = msgspec.convert(allocation_json(results, node), AllocationResult)
+        allocation = msgspec.convert(allocation_json(results, node, shares), AllocationResult)
     reserved = list(status.reserved_for)
     if all(r.uid != pod_uid for r in reserved):
         reserved.append(

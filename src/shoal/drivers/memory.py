@@ -255,7 +255,8 @@ def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:
         claim = catalog.claims.get(entry.claim)
         if claim is not None:
             upsert_dra(
-                scheduler, with_allocation(claim, entry.results, entry.node, pod.name, pod.uid)
+                scheduler,
+                with_allocation(claim, entry.results, entry.node, pod.name, pod.uid, entry.shares),
             )
 
 

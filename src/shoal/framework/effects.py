@@ -232,11 +232,14 @@ class BindVolumes:
 class ClaimAllocation:
     """One ResourceClaim of a pod: `results` (request, driver, pool, device) to write as
     its `status.allocation`, restricted to `node` ("" when its devices are reachable
-    from every node), or no results when the claim is already allocated."""
+    from every node), or no results when the claim is already allocated. `shares`,
+    parallel to `results`, gives (shareID, consumed capacity) for a share of a device
+    that allows multiple allocations, None for a device allocated whole."""
 
     claim: str  # namespace/name
     results: tuple[tuple[str, str, str, str], ...] = ()
     node: str = ""
+    shares: tuple[tuple[str, tuple[tuple[str, str], ...]] | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

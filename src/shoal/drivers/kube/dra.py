@@ -10,8 +10,9 @@ Written (`ClaimWriter`), as kube-scheduler writes them, before the pod's Binding
 
 * a claim to allocate gets kube's finalizer `resource.kubernetes.io/delete-protection`
   (so it is not deleted under its pod), then its `status.allocation` (devices per
-  request, and a node selector naming the node for node-local devices) and the pod in
-  `status.reservedFor`, in one status patch;
+  request, with the `shareID` and `consumedCapacity` of a share of a device that allows
+  multiple allocations, and a node selector naming the node for node-local devices) and
+  the pod in `status.reservedFor`, in one status patch;
 * an allocated claim (shared) gets the pod added to `status.reservedFor`.
 
 Each patch carries the claim's resourceVersion (read fresh first). A 409 conflict
@@ -149,7 +150,7 @@ class ClaimWriter:
             meta = claim.get("metadata") or {}
             status = claim.get("status") or {}
             if entry.results:
-                wanted = allocation_json(entry.results, entry.node)
+                wanted = allocation_json(entry.results, entry.node, entry.shares)
                 current = status.get("allocation")
                 if current and _devices(current) != _devices(wanted):
                     raise BindError(
@@ -178,7 +179,7 @@ class ClaimWriter:
                 reserved.append(consumer_json(effect.pod.name, effect.pod.uid))
             new_status: JSON = {"reservedFor": reserved}
             if entry.results and not status.get("allocation"):
-                new_status["allocation"] = allocation_json(entry.results, entry.node)
+                new_status["allocation"] = allocation_json(entry.results, entry.node, entry.shares)
             body = {
                 "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
                 "status": new_status,

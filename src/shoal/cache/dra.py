@@ -22,6 +22,12 @@ harness directly; `shoal.scheduler.dra`). The DynamicResources plugin reads it.
   `status.reservedFor` (the controller removes them, or the claim goes), plus the
   last `RECENT_DEPARTURES` that no claim names (a claim written for a pod may be seen
   after the pod is gone): memory is bounded by the claims the cache holds.
+* **Shared devices and counters** (`shoal.cache.dra_capacity`): a device that allows
+  multiple allocations holds shares (each with the capacity it consumes, from an
+  allocation's `shareID`/`consumedCapacity`, or chosen here), and stays free for more
+  while capacity lasts; devices taking a pool's shared counters leave the rest of the
+  counters to others. Both are kept per device like allocations (`state()`), freed
+  with the claims that hold them, in what-ifs too.
 * **Nominated preemptors** (`nominees`, `leaving`): the plugin keeps the devices a
   nominated pod with claims will take on its node away from pods of lower priority,
   as kube keeps nominated room.
@@ -37,8 +43,10 @@ Nothing here performs I/O; it is created once per scheduler (`DeviceCatalog.of`)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Protocol
 
 import numpy as np
@@ -53,11 +61,21 @@ from shoal.api.dra import (
     pod_claim_names,
 )
 from shoal.api.podinfo import PodInfo
+from shoal.api.quantity import QuantityError, parse_quantity
 from shoal.cache.cluster import ClusterState, observer_service
-from shoal.cache.dra_alloc import GLOBAL, Constraint, Req, allocate
+from shoal.cache.dra_alloc import GLOBAL, Constraint, Counters, Devices, Req, allocate
+from shoal.cache.dra_capacity import CapacityColumns, CounterColumns, Demand, format_quantity
 from shoal.cache.dra_cel import CompiledSelector
 
-__all__ = ["GLOBAL", "RECENT_DEPARTURES", "Assumed", "DeviceCatalog", "DeviceId", "PodPlan"]
+__all__ = [
+    "GLOBAL",
+    "RECENT_DEPARTURES",
+    "Assumed",
+    "DeviceCatalog",
+    "DeviceId",
+    "PodPlan",
+    "Share",
+]
 
 _SERVICE = "dra"
 RECENT_DEPARTURES = 1024  # departed claim users no claim names yet, kept for late echoes
@@ -70,6 +88,18 @@ class _Services(Protocol):
     cluster: ClusterState
 
 
+_SHARE_IDS = uuid.UUID("7c1c2a3e-55a8-4d0c-9d43-6e0f5b1d2a90")  # namespace of shareIDs
+
+
+@dataclass(frozen=True)
+class Share:
+    """One share of a device that allows multiple allocations: its ID and the capacity
+    it consumes (capacity name as the device spells it, exact amount)."""
+
+    id: str
+    consumed: tuple[tuple[str, Fraction], ...] = ()
+
+
 @dataclass(frozen=True)
 class Assumed:
     """Devices this scheduler chose for a claim, not yet seen in its status."""
@@ -79,6 +109,26 @@ class Assumed:
     devices: tuple[DeviceId, ...]
     node_local: bool
     owner: str  # uid of the pod whose placement chose them (it writes the allocation)
+    shares: tuple[Share | None, ...] = ()  # parallel to results: None = allocated whole
+
+    def share_results(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]] | None, ...]:
+        """`shares` as the allocation result writes them (shareID, consumedCapacity)."""
+        return tuple(
+            None
+            if share is None
+            else (share.id, tuple((name, format_quantity(q)) for name, q in share.consumed))
+            for share in self.shares
+        )
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """What one claim's counted allocation holds: devices allocated whole, and shares
+    (device, capacity consumed as scaled columns)."""
+
+    whole: NDArray[np.intp]
+    shared: NDArray[np.intp]
+    used: NDArray[np.int64]
 
 
 @dataclass
@@ -98,6 +148,8 @@ class _Table:
     devices: list[SliceDevice] = field(default_factory=list)
     node: list[str] = field(default_factory=list)  # "" = every node
     index: dict[DeviceId, int] = field(default_factory=dict)
+    capacity: CapacityColumns | None = None  # None: no device has capacities or shares
+    counters: CounterColumns | None = None  # None: no device consumes counters
 
 
 class DeviceCatalog:
@@ -133,13 +185,20 @@ class DeviceCatalog:
         self._ever_used: set[str] = set()
         self._nominees: list[tuple[str, str, PodInfo]] = []
         self._nominees_version = -1
-        # Allocated devices, kept incrementally: per device the claims holding it, per
-        # claim the devices marked, and the claims changed since (`free`).
+        # Allocated devices, kept incrementally: per device the claims holding it whole,
+        # the shares of it and the capacity they consume, per claim what is marked, and
+        # the claims changed since (`free`).
         self._taken: NDArray[np.int32] = np.zeros(0, np.int32)
-        self._marked: dict[str, tuple[int, ...]] = {}
+        self._shares: NDArray[np.int32] = np.zeros(0, np.int32)
+        self._used: NDArray[np.int64] = np.zeros((0, 0), np.int64)
+        self._marked: dict[str, _Mark] = {}
+        self._marks_version = 0
         self._dirty: set[str] = set()
         self._taken_table = -1
         self._free: NDArray[np.bool_] = np.zeros(0, bool)
+        self._state: Devices | None = None
+        self._state_key: tuple[int, int] = (-1, -1)
+        self._demands: dict[tuple[tuple[str, Fraction], ...], Demand | None] = {}
         self.plans: dict[str, PodPlan] = {}  # uid -> the pod's requests (PreFilter)
         self.failed: dict[str, str] = {}  # uid -> why its claims did not fit at assume
 
@@ -264,8 +323,16 @@ class DeviceCatalog:
                 table.ids.append(ident)
                 table.devices.append(device)
                 table.node.append(node)
+        table.capacity = CapacityColumns.build([i[0] for i in table.ids], table.devices)
+        current = [
+            s
+            for s in self.slices.values()
+            if s.spec.pool.generation == newest[(s.spec.driver, s.spec.pool.name)]
+        ]
+        table.counters = CounterColumns.build(table.ids, table.devices, current)
         self._table = table
         self._table_version = self._slices_version
+        self._demands.clear()
         self._match.clear()
         self._errors.clear()
         self._codes.clear()
@@ -393,32 +460,153 @@ class DeviceCatalog:
                     return req.values[0]
         return None
 
+    def demand(self, requests: Mapping[str, Fraction]) -> Demand | None:
+        """What a request with these capacity requests takes of each device (cached per
+        device table), or None when nothing limits it: no capacity requested and no
+        device allows multiple allocations."""
+        table = self.table()
+        capacity = table.capacity
+        if capacity is None or (not requests and not capacity.any_multi):
+            return None
+        key = tuple(sorted(requests.items()))
+        if key not in self._demands:
+            self._demands[key] = capacity.demand(requests)
+        return self._demands[key]
+
+    def _holdings(
+        self, key: str
+    ) -> list[tuple[DeviceId, bool, tuple[tuple[str, Fraction], ...] | None]] | None:
+        """The claim's counted allocation: (device, shared, capacity consumed) per result;
+        the consumed capacity is None for a share whose amounts do not parse (counted as
+        the whole device)."""
+        found = self.assumed.get(key)
+        if found is not None:
+            shares = found.shares or (None,) * len(found.devices)
+            return [
+                (ident, share is not None, share.consumed if share is not None else ())
+                for ident, share in zip(found.devices, shares, strict=True)
+            ]
+        claim = self.claims.get(key)
+        if claim is None or claim.status.allocation is None or not self._live(key):
+            return None
+        out: list[tuple[DeviceId, bool, tuple[tuple[str, Fraction], ...] | None]] = []
+        for r in claim.status.allocation.devices.results:
+            ident = (r.driver, r.pool, r.device)
+            if r.share_id is None:
+                out.append((ident, False, ()))
+                continue
+            try:
+                consumed: tuple[tuple[str, Fraction], ...] | None = tuple(
+                    (name, parse_quantity(v)) for name, v in sorted(r.consumed_capacity.items())
+                )
+            except QuantityError:
+                consumed = None
+            out.append((ident, True, consumed))
+        return out
+
+    def _mark(self, key: str, table: _Table) -> _Mark | None:
+        holdings = self._holdings(key)
+        if not holdings:
+            return None
+        capacity = table.capacity
+        width = len(capacity.names) if capacity is not None else 0
+        whole: list[int] = []
+        shared: list[int] = []
+        used: list[NDArray[np.int64]] = []
+        for ident, is_share, consumed in holdings:
+            at = table.index.get(ident)
+            if at is None:
+                continue
+            if not is_share:
+                whole.append(at)
+                continue
+            shared.append(at)
+            if capacity is None or not width:
+                used.append(np.zeros(width, np.int64))
+            elif consumed is None:
+                used.append(capacity.value[at].copy())
+            else:
+                used.append(capacity.column_amounts(ident[0], consumed))
+        if not whole and not shared:
+            return None
+        return _Mark(
+            np.array(whole, dtype=np.intp),
+            np.array(shared, dtype=np.intp),
+            np.array(used, dtype=np.int64).reshape(len(shared), width),
+        )
+
     def free(self) -> NDArray[np.bool_]:
-        """Per device: not part of a counted allocation."""
+        """Per device: not part of a counted allocation as a whole device (a device
+        that allows multiple allocations stays free while shared; see `state`)."""
         table = self.table()
         if self._taken_table != self._table_version:
-            self._taken = np.zeros(len(table.ids), dtype=np.int32)
+            n = len(table.ids)
+            width = len(table.capacity.names) if table.capacity is not None else 0
+            self._taken = np.zeros(n, dtype=np.int32)
+            self._shares = np.zeros(n, dtype=np.int32)
+            self._used = np.zeros((n, width), dtype=np.int64)
             self._marked = {}
             self._dirty = set(self.claims) | set(self.assumed)
             self._taken_table = self._table_version
-            self._free = np.ones(len(table.ids), dtype=bool)
+            self._free = np.ones(n, dtype=bool)
+            self._marks_version += 1
         if self._dirty:
-            taken = self._taken
+            taken, shares, used = self._taken, self._shares, self._used
             for claim in self._dirty:
-                old = self._marked.pop(claim, ())
-                if old:
-                    np.subtract.at(taken, np.array(old, dtype=np.intp), 1)
-                new = tuple(
-                    at
-                    for ident in self.allocated(claim) or ()
-                    if (at := table.index.get(ident)) is not None
-                )
-                if new:
+                old = self._marked.pop(claim, None)
+                if old is not None:
+                    np.subtract.at(taken, old.whole, 1)
+                    np.subtract.at(shares, old.shared, 1)
+                    if old.used.size:
+                        np.subtract.at(used, old.shared, old.used)
+                new = self._mark(claim, table)
+                if new is not None:
                     self._marked[claim] = new
-                    np.add.at(taken, np.array(new, dtype=np.intp), 1)
+                    np.add.at(taken, new.whole, 1)
+                    np.add.at(shares, new.shared, 1)
+                    if new.used.size:
+                        np.add.at(used, new.shared, new.used)
             self._dirty.clear()
             self._free = taken == 0
+            self._marks_version += 1
         return self._free
+
+    def state(self) -> Devices:
+        """The devices' state for the allocator: free, and where the table has them, the
+        shares of devices that allow multiple allocations with the capacity they
+        consume, and what is left of the pools' shared counters."""
+        free = self.free()
+        key = (self._table_version, self._marks_version)
+        if self._state is not None and self._state_key == key:
+            return self._state
+        table = self._table
+        capacity = table.capacity
+        multi = capacity.multi if capacity is not None and capacity.any_multi else None
+        counters = None
+        columns = table.counters
+        if columns is not None:
+            in_use = (self._taken > 0) | (self._shares > 0)
+            spent = np.zeros(columns.total.size, dtype=np.int64)
+            held = in_use[columns.dev]
+            np.add.at(spent, columns.ctr[held], columns.amt[held])
+            counters = Counters(
+                columns.dev,
+                columns.ctr,
+                columns.amt,
+                columns.start,
+                columns.consumes,
+                columns.broken,
+                columns.total - spent,
+            )
+        if multi is not None and capacity is not None:
+            state = Devices(
+                free, multi, self._shares.copy(), self._used.copy(), capacity.value, counters
+            )
+        else:
+            state = Devices(free, counters=counters)
+        self._state = state
+        self._state_key = key
+        return state
 
     # ---- nominated preemptors -----------------------------------------------------------
 
@@ -444,7 +632,7 @@ class DeviceCatalog:
         for uid in evicting:
             for key in self._pod_claims.get(uid, ()):
                 marked = self._marked.get(key)
-                if key in seen or not marked:
+                if key in seen or marked is None or not marked.whole.size:
                     continue
                 seen.add(key)
                 users = set(self._users.get(key, ()))
@@ -453,7 +641,7 @@ class DeviceCatalog:
                     users.update(r.uid for r in claim.status.reserved_for)
                 users -= self._gone
                 if users and users <= evicting:
-                    out[list(marked)] = True
+                    out[marked.whole] = True
         return out
 
     # ---- placement observer -----------------------------------------------------------
@@ -484,11 +672,12 @@ class DeviceCatalog:
         node = self.cluster.table.nodes[row].metadata.name
         self.table()
         rows = self.rows()
-        free = self.free()
-        if plan.held is not None and plan.held.size == free.size:
-            free = free & ~plan.held  # what nominated preemptors will take stays theirs
+        state = self.state()
+        if plan.held is not None and plan.held.size == state.free.size:
+            # What nominated preemptors will take stays theirs.
+            state = state.with_free(state.free & ~plan.held)
         devices = np.flatnonzero((rows == row) | (rows == GLOBAL))
-        sticky = self._reuse(todo, node, free)
+        sticky = self._reuse(todo, node, state)
         if sticky:
             for key, assumed in sticky.items():
                 self.assumed[key] = replace(assumed, owner=pod.uid)
@@ -503,35 +692,56 @@ class DeviceCatalog:
             for c in plan.constraints
             if c.claim in todo
         ]
-        chosen = allocate(reqs, constraints, devices.astype(np.intp), free)
+        chosen = allocate(reqs, constraints, devices.astype(np.intp), state)
         if chosen is None:
             self.failed[pod.uid] = f"the devices for the pod's claims are no longer free on {node}"
             return
         self.failed.pop(pod.uid, None)
         table = self._table
-        per_claim: dict[str, list[tuple[str, int]]] = {}
+        per_claim: dict[str, list[tuple[Req, int]]] = {}
         for r, devs in zip(reqs, chosen, strict=True):
-            per_claim.setdefault(r.claim, []).extend((r.name, d) for d in devs)
+            per_claim.setdefault(r.claim, []).extend((r, d) for d in devs)
+        multi = state.multi
         for key, results in per_claim.items():
+            shares = tuple(
+                self._share(key, r, d) if multi is not None and multi[d] else None
+                for r, d in results
+            )
             self.assumed[key] = Assumed(
                 node,
-                tuple(results),
+                tuple((r.name, d) for r, d in results),
                 tuple(table.ids[d] for _, d in results),
                 any(table.node[d] for _, d in results),
                 pod.uid,
+                shares if any(share is not None for share in shares) else (),
             )
         self._dirty.update(per_claim)
 
-    def _reuse(self, todo: list[str], node: str, free: NDArray[np.bool_]) -> dict[str, Assumed]:
-        """The claims' previous choices on this node, if all of them still hold."""
+    def _share(self, key: str, r: Req, device: int) -> Share:
+        """A new share of a device for request r of the claim: a shareID (a UUID derived
+        from the claim, the request and the device, so runs are reproducible) and what
+        it consumes."""
+        claim = self.claims.get(key)
+        uid = claim.metadata.uid if claim is not None else ""
+        name = "/".join((uid or "", key, r.name, *self._table.ids[device]))
+        consumed = r.demand.consumed(device) if r.demand is not None else ()
+        return Share(str(uuid.uuid5(_SHARE_IDS, name)), consumed)
+
+    def _reuse(self, todo: list[str], node: str, state: Devices) -> dict[str, Assumed]:
+        """The claims' previous choices on this node, if all of them still hold (only
+        for devices allocated whole that take no counters: for the others, a new
+        choice is made)."""
         out = {}
         ids = self._table.ids
+        special = state.special
         for key in todo:
             prev = self._sticky.get(key)
-            if prev is None or prev.node != node:
+            if prev is None or prev.node != node or prev.shares:
                 return {}
             for (_, d), ident in zip(prev.results, prev.devices, strict=True):
-                if d >= len(ids) or ids[d] != ident or not free[d]:
+                if d >= len(ids) or ids[d] != ident or not state.free[d]:
+                    return {}
+                if special is not None and special[d]:
                     return {}
             out[key] = prev
         return out

@@ -2,35 +2,64 @@
 
 Pure functions over the device table (`shoal.cache.dra`): a device is a row, with the
 node row it is on (`GLOBAL` for slices with `allNodes`, `-1` for nodes not in the
-cache), whether it is free, and per request whether it matches.
+cache), whether it is free, and per request whether it matches. `Devices` is the
+state of the devices: free (not allocated whole), and where the table has them, the
+shares of devices that allow multiple allocations with the capacity they consume, and
+the pools' shared counters (`shoal.cache.dra_capacity`).
 
+* `available` says per device whether a request can take it now: free, matching, with
+  capacity left for the request on a shared device, with the counters it consumes left
+  in its pool.
 * `feasible` answers for every node at once. Requests need distinct devices, so a
   node passes exactly when Hall's condition holds: for every set S of requests, the
-  free devices matching some request of S are at least the devices S needs. That is
+  available devices of some request of S are at least the devices S needs. That is
   one `bincount` per subset (pods ask for few requests; up to `MAX_SUBSETS_REQUESTS`
   are checked exhaustively). One `matchAttribute` constraint is checked the same way
-  over (node, attribute value) groups. Pods beyond that (several constraints, many
-  requests, `All` under a constraint) get the necessary checks vectorised and the
-  exact search (`allocate`) on the nodes that pass them.
+  over (node, attribute value) groups. A shared device can serve several requests (it
+  counts once per request in the subsets, a necessary condition), and devices taking
+  shared counters may exclude each other: a node where the pod could use such devices
+  and needs more than one device gets the exact search, as do pods beyond the exact
+  vectorised checks (several constraints, many requests, `All` under a constraint);
+  a pod asking one device of one request is judged exactly by the columns alone.
 * `allocate` picks the devices on one node: for each choice of constrained attribute
   values, `All` requests take every matching device and the others are matched by
-  augmenting paths; the first complete assignment wins (devices in table order, so
-  the choice is deterministic).
+  augmenting paths; where shared devices or counters are among the candidates, a
+  depth-first search in table order (kube's allocator's order) that tracks the
+  capacity and counters taken so far, bounded by `SEARCH_LIMIT` steps (past that the
+  node is refused: never an allocation over capacity). The first complete assignment
+  wins (devices in table order, so the choice is deterministic).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["GLOBAL", "MAX_SUBSETS_REQUESTS", "Constraint", "Req", "Verdict", "allocate", "feasible"]
+from shoal.cache.dra_capacity import Demand
+
+__all__ = [
+    "GLOBAL",
+    "MAX_SUBSETS_REQUESTS",
+    "SEARCH_LIMIT",
+    "Constraint",
+    "Counters",
+    "Devices",
+    "Prepared",
+    "Req",
+    "Verdict",
+    "allocate",
+    "available",
+    "feasible",
+    "prepare",
+]
 
 GLOBAL = -2
 MAX_SUBSETS_REQUESTS = 8
+SEARCH_LIMIT = 20000
 _MAX_VALUE_CHOICES = 4096
 
 
@@ -41,10 +70,11 @@ class Req:
     claim: str  # claim key
     name: str  # request name
     class_name: str
-    match: NDArray[np.bool_]  # per device: class and request selectors match
+    match: NDArray[np.bool_]  # per device: class and request selectors (and capacity) match
     all_mode: bool = False
     count: int = 1
     has_selectors: bool = False
+    demand: Demand | None = None  # what it takes of capacities (tables with shared devices)
 
 
 @dataclass
@@ -53,6 +83,129 @@ class Constraint:
     attribute: str  # qualified: domain/name
     requests: list[int]  # indexes into the pod's request list
     codes: NDArray[np.int64]  # per device: value code of the attribute, -1 if missing
+
+
+@dataclass
+class Counters:
+    """The pools' shared counters now: what each device takes (entries of device d at
+    `start[d]:start[d+1]`), what is left of each counter, and per device whether its
+    take fits what is left (False for devices naming unknown counters)."""
+
+    dev: NDArray[np.intp]
+    ctr: NDArray[np.intp]
+    amt: NDArray[np.int64]
+    start: NDArray[np.intp]
+    consumes: NDArray[np.bool_]
+    broken: NDArray[np.bool_]
+    remaining: NDArray[np.int64]
+    fit: NDArray[np.bool_] = field(init=False)
+
+    def __post_init__(self) -> None:
+        fit = ~self.broken
+        short = self.amt > self.remaining[self.ctr]
+        fit[self.dev[short]] = False
+        self.fit = fit
+
+
+@dataclass
+class Devices:
+    """The devices' state: `free` (not allocated whole). Where the table has devices
+    that allow multiple allocations: which (`multi`), their shares and the capacity
+    consumed (`used`, of `cap`, scaled columns). Where devices consume shared counters:
+    `counters`."""
+
+    free: NDArray[np.bool_]
+    multi: NDArray[np.bool_] | None = None
+    shares: NDArray[np.int32] | None = None
+    used: NDArray[np.int64] | None = None
+    cap: NDArray[np.int64] | None = None
+    counters: Counters | None = None
+    _special: NDArray[np.bool_] | None = field(default=None, init=False, repr=False)
+    _multi_rows: NDArray[np.intp] | None = field(default=None, init=False, repr=False)
+
+    def with_free(self, free: NDArray[np.bool_]) -> Devices:
+        return replace(self, free=free)
+
+    @property
+    def special(self) -> NDArray[np.bool_] | None:
+        """Per device: shared by capacity or taking counters (None: no such device)."""
+        if self._special is None and (self.multi is not None or self.counters is not None):
+            special = np.zeros_like(self.free)
+            if self.multi is not None:
+                special |= self.multi
+            if self.counters is not None:
+                special |= self.counters.consumes
+            self._special = special
+        return self._special
+
+    @property
+    def multi_rows(self) -> NDArray[np.intp]:
+        if self._multi_rows is None:
+            self._multi_rows = (
+                np.flatnonzero(self.multi).astype(np.intp)
+                if self.multi is not None
+                else np.zeros(0, np.intp)
+            )
+        return self._multi_rows
+
+
+def _as_devices(state: Devices | NDArray[np.bool_]) -> Devices:
+    return state if isinstance(state, Devices) else Devices(state)
+
+
+def _fits(r: Req, state: Devices) -> NDArray[np.bool_] | None:
+    """Per device: room left for the request's consumption (shared devices), or None
+    when nothing limits it."""
+    demand = r.demand
+    if demand is None or demand.cons is None or state.used is None or state.cap is None:
+        return None
+    if state.used.shape[1] == 0:
+        return None
+    rows = state.multi_rows
+    out = np.ones(state.free.size, dtype=bool)
+    out[rows] = ((state.used[rows] + demand.cons[rows]) <= state.cap[rows]).all(axis=1)
+    return out
+
+
+def available(r: Req, state: Devices | NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """Per device: can the request take it now (free and matching; capacity left on a
+    shared device; its counters left, unless it is a shared device in use already)."""
+    state = _as_devices(state)
+    mask = r.match & state.free
+    fits = _fits(r, state)
+    if fits is not None:
+        mask &= fits
+    counters = state.counters
+    if counters is not None:
+        ok = counters.fit
+        if state.multi is not None and state.shares is not None:
+            ok = ok | (state.multi & (state.shares > 0) & ~counters.broken)
+        mask &= ok
+    return mask
+
+
+def _all_set(r: Req, state: Devices) -> NDArray[np.bool_]:
+    """The devices an `All` request takes: every matching device (a shared device only
+    while it has room for the request, as kube's allocator lists them)."""
+    fits = _fits(r, state)
+    return r.match if fits is None else r.match & fits
+
+
+@dataclass
+class Prepared:
+    """Per request: the devices it can take now and (`All`) the devices it must take."""
+
+    avail: list[NDArray[np.bool_]]
+    sets: list[NDArray[np.bool_]]
+
+
+def prepare(reqs: Sequence[Req], state: Devices | NDArray[np.bool_]) -> Prepared:
+    state = _as_devices(state)
+    avail = [available(r, state) for r in reqs]
+    return Prepared(
+        avail,
+        [_all_set(r, state) if r.all_mode else a for r, a in zip(reqs, avail, strict=True)],
+    )
 
 
 @dataclass
@@ -68,24 +221,19 @@ def _count(mask: NDArray[np.bool_], rows: NDArray[np.intp], n: int) -> NDArray[n
     return out
 
 
-def _need_vectors(
-    reqs: Sequence[Req], totals: list[NDArray[np.int64]], n: int
-) -> list[NDArray[np.int64]]:
-    return [
-        totals[i] if r.all_mode else np.full(n, r.count, dtype=np.int64) for i, r in enumerate(reqs)
-    ]
-
-
 def feasible(
     reqs: Sequence[Req],
     constraints: Sequence[Constraint],
     rows: NDArray[np.intp],
-    free: NDArray[np.bool_],
+    state: Devices | NDArray[np.bool_],
     n: int,
     exact: Callable[[int], bool],
+    prepared: Prepared | None = None,
 ) -> Verdict:
     """Per node row 0..n-1: can every request get its devices? `exact(row)` is the
     per-node search, called only where the vectorised checks are not exact."""
+    state = _as_devices(state)
+    prep = prepared if prepared is not None else prepare(reqs, state)
     passed = np.ones(n, dtype=bool)
     reasons: list[tuple[str, NDArray[np.bool_]]] = []
 
@@ -95,24 +243,34 @@ def feasible(
             reasons.append((reason, new))
             passed[new] = False
 
+    special = state.special
+    multi = state.multi if state.multi is not None and state.multi.any() else None
     totals = [_count(r.match, rows, n) for r in reqs]
-    frees = [_count(r.match & free, rows, n) for r in reqs]
+    frees = [_count(a, rows, n) for a in prep.avail]
+    needs: list[NDArray[np.int64]] = []
     for i, r in enumerate(reqs):
         what = f"{r.claim.partition('/')[2]}/{r.name}"
-        selectors = " and its selectors" if r.has_selectors else ""
-        fail(totals[i] == 0, f"no device of class {r.class_name}{selectors} for request {what}")
+        wanted = " and its selectors" if r.has_selectors else ""
+        if r.demand is not None and r.demand.requested:
+            wanted += " and capacity requests"
+        fail(totals[i] == 0, f"no device of class {r.class_name}{wanted} for request {what}")
+        shared = special is not None and bool((r.match & special).any())
+        room = " (with the capacity and shared counters it takes left)" if shared else ""
         if r.all_mode:
+            need = _count(prep.sets[i], rows, n)
+            fail(need == 0, f"no device for request {what} (allocationMode All) has room left")
             fail(
-                frees[i] < totals[i],
-                f"not all devices for request {what} (allocationMode All) are free",
+                frees[i] < need,
+                f"not all devices for request {what} (allocationMode All) are free{room}",
             )
+            needs.append(need)
         else:
             for have in np.unique(frees[i][passed & (frees[i] < r.count)]):
                 fail(
                     passed & (frees[i] == have),
-                    f"only {have} of {r.count} requested devices free for {what}",
+                    f"only {have} of {r.count} requested devices free for {what}{room}",
                 )
-    needs = _need_vectors(reqs, totals, n)
+            needs.append(np.full(n, r.count, dtype=np.int64))
     k = len(reqs)
     if k > 1:
         subsets: list[tuple[int, ...]]
@@ -123,33 +281,51 @@ def feasible(
         else:
             subsets = [tuple(range(k))]
         for subset in subsets:
-            union = np.zeros_like(free)
+            union = np.zeros_like(state.free)
             need = np.zeros(n, dtype=np.int64)
             for i in subset:
-                union |= reqs[i].match
+                union |= prep.avail[i]
                 need += needs[i]
-            fail(
-                _count(union & free, rows, n) < need,
-                "not enough free devices for all of the pod's device requests",
-            )
+            if multi is None:
+                have = _count(union, rows, n)
+            else:
+                # A shared device may serve each request of the subset once.
+                have = _count(union & ~multi, rows, n)
+                for i in subset:
+                    have += _count(prep.avail[i] & multi, rows, n)
+            fail(have < need, "not enough free devices for all of the pod's device requests")
+    # Nodes where the pod could use shared devices or devices taking counters, and needs
+    # more than one device: the columns are not exact there.
+    single = k == 1 and not reqs[0].all_mode and reqs[0].count == 1
+    tangled = np.zeros(n, dtype=bool)
+    if special is not None and not single:
+        touched = np.zeros_like(state.free)
+        for i in range(k):
+            touched |= (prep.avail[i] | prep.sets[i]) & special
+        if touched.any():
+            tangled = _count(touched, rows, n) > 0
     all_constrained = any(reqs[i].all_mode for c in constraints for i in c.requests)
     approximate = k > MAX_SUBSETS_REQUESTS or len(constraints) > 1 or all_constrained
     if len(constraints) == 1 and not all_constrained:
         c = constraints[0]
-        ok = _one_constraint(reqs, c, rows, free, n, needs)
+        ok = _one_constraint(reqs, c, rows, prep.avail, n, needs) | tangled
         fail(~ok, f"cannot satisfy matchAttribute {c.attribute} for claim {_name(c.claim)}")
-    if approximate:
-        for row in np.flatnonzero(passed):
-            if not exact(int(row)):
-                mask = np.zeros(n, dtype=bool)
-                mask[row] = True
-                what = constraints[0].attribute if constraints else ""
+    search = passed & tangled if not approximate else passed.copy()
+    for row in np.flatnonzero(search):
+        if not exact(int(row)):
+            mask = np.zeros(n, dtype=bool)
+            mask[row] = True
+            what = constraints[0].attribute if constraints else ""
+            if constraints:
+                reason = f"cannot satisfy matchAttribute {what} together with the other requests"
+            elif tangled[row]:
                 reason = (
-                    f"cannot satisfy matchAttribute {what} together with the other requests"
-                    if constraints
-                    else "not enough free devices for all of the pod's device requests"
+                    "the pod's device requests do not fit together in the free devices, "
+                    "capacity and shared counters left"
                 )
-                fail(mask, reason)
+            else:
+                reason = "not enough free devices for all of the pod's device requests"
+            fail(mask, reason)
     return Verdict(passed, reasons)
 
 
@@ -161,7 +337,7 @@ def _one_constraint(
     reqs: Sequence[Req],
     c: Constraint,
     rows: NDArray[np.intp],
-    free: NDArray[np.bool_],
+    avail: Sequence[NDArray[np.bool_]],
     n: int,
     needs: list[NDArray[np.int64]],
 ) -> NDArray[np.bool_]:
@@ -169,10 +345,10 @@ def _one_constraint(
     whose attribute has the group's value, the others any device of the node."""
     constrained = set(c.requests)
     codes = c.codes
-    any_c = np.zeros_like(free)
+    any_c = np.zeros_like(avail[0])
     for i in constrained:
-        any_c |= reqs[i].match
-    valued = any_c & free & (codes >= 0)
+        any_c |= avail[i]
+    valued = any_c & (codes >= 0)
     if not valued.any():
         return np.zeros(n, dtype=bool)
     width = int(codes.max()) + 1
@@ -183,7 +359,6 @@ def _one_constraint(
         extra = (np.arange(n, dtype=np.int64)[:, None] * width + global_values[None, :]).ravel()
         keys = np.union1d(keys, extra)
     unit_row = keys // width
-    unit_value = keys % width
     ok = np.ones(keys.size, dtype=bool)
     k = len(reqs)
     subsets = [s for size in range(1, k + 1) for s in itertools.combinations(range(k), size)]
@@ -191,22 +366,21 @@ def _one_constraint(
         s_c = [i for i in subset if i in constrained]
         if not s_c:
             continue  # checked per node already
-        union_u = np.zeros_like(free)
+        union_u = np.zeros_like(any_c)
         for i in subset:
             if i not in constrained:
-                union_u |= reqs[i].match
-        union_c = np.zeros_like(free)
+                union_u |= avail[i]
+        union_c = np.zeros_like(any_c)
         for i in s_c:
-            union_c |= reqs[i].match
-        a = union_u & free
-        b = union_c & free & ~a & (codes >= 0)
+            union_c |= avail[i]
+        a = union_u
+        b = union_c & ~a & (codes >= 0)
         count_a = _count(a, rows, n)[unit_row]
         count_b = _group_count(b, rows, codes, width, keys, n)
         need = np.zeros(keys.size, dtype=np.int64)
         for i in subset:
             need += needs[i][unit_row]
         ok &= count_a + count_b >= need
-    del unit_value
     out = np.zeros(n, dtype=bool)
     np.logical_or.at(out, unit_row, ok)
     return out
@@ -237,10 +411,22 @@ def allocate(
     reqs: Sequence[Req],
     constraints: Sequence[Constraint],
     devices: NDArray[np.intp],
-    free: NDArray[np.bool_],
+    state: Devices | NDArray[np.bool_],
+    prepared: Prepared | None = None,
 ) -> list[list[int]] | None:
     """Devices (table indexes) per request on one node, or None. `devices` are the
     node's devices (node-local and reachable from every node), in table order."""
+    state = _as_devices(state)
+    prep = prepared if prepared is not None else prepare(reqs, state)
+    special = state.special
+    tangled = (
+        special is not None
+        and bool(special[devices].any())
+        and any(
+            bool((prep.avail[i] | prep.sets[i])[devices][special[devices]].any())
+            for i in range(len(reqs))
+        )
+    )
     choices: list[list[int]] = []
     for c in constraints:
         values: set[int] = set()
@@ -250,38 +436,48 @@ def allocate(
         choices.append(sorted(values))
     combos = itertools.islice(itertools.product(*choices), _MAX_VALUE_CHOICES)
     for combo in combos:
-        found = _assign(reqs, constraints, combo, devices, free)
+        candidates = _candidates(reqs, constraints, combo, devices, prep)
+        if candidates is None:
+            continue
+        found = _search(reqs, candidates, state) if tangled else _assign(reqs, candidates)
         if found is not None:
             return found
     return None
 
 
-def _assign(
+def _candidates(
     reqs: Sequence[Req],
     constraints: Sequence[Constraint],
     combo: tuple[int, ...],
     devices: NDArray[np.intp],
-    free: NDArray[np.bool_],
+    prep: Prepared,
 ) -> list[list[int]] | None:
-    candidates: list[list[int]] = []
+    """Per request, the node's devices it may take for these attribute values (for
+    `All`: the devices it must take, all available), or None when `All` cannot be met."""
+    out: list[list[int]] = []
     for i, r in enumerate(reqs):
-        mask = r.match[devices]
         if r.all_mode:
             # Every matching device of the node; a constraint cannot narrow that set,
             # all of them must have its value.
-            cand = devices[mask]
-            if cand.size == 0 or not free[cand].all():
+            cand = devices[prep.sets[i][devices]]
+            if cand.size == 0 or not prep.avail[i][cand].all():
                 return None
             for c, value in zip(constraints, combo, strict=True):
                 if i in c.requests and not (c.codes[cand] == value).all():
                     return None
-            candidates.append([int(d) for d in cand])
+            out.append([int(d) for d in cand])
             continue
+        mask = prep.avail[i][devices]
         for c, value in zip(constraints, combo, strict=True):
             if i in c.requests:
                 mask = mask & (c.codes[devices] == value)
-        cand = devices[mask]
-        candidates.append([int(d) for d in cand if free[d]])
+        out.append([int(d) for d in devices[mask]])
+    return out
+
+
+def _assign(reqs: Sequence[Req], candidates: list[list[int]]) -> list[list[int]] | None:
+    """Distinct devices for every request (no device shared, no counters): `All`
+    requests take theirs, the others are matched by augmenting paths."""
     owner: dict[int, int] = {}  # device -> slot
     out: list[list[int]] = [[] for _ in reqs]
     for i, r in enumerate(reqs):
@@ -314,3 +510,120 @@ def _assign(
     for d, slot in sorted(slot_of.items()):
         out[slots[slot]].append(d)
     return out
+
+
+class _Search:
+    """Depth-first search for devices that fit together: what this assignment takes of
+    shared devices' capacity and of counters is tracked as devices are tried."""
+
+    def __init__(self, reqs: Sequence[Req], state: Devices) -> None:
+        self.reqs = reqs
+        self.state = state
+        self.whole: set[int] = set()  # devices allocated whole here
+        self.extra: dict[int, NDArray[np.int64]] = {}  # shared device -> capacity taken here
+        self.sharing: dict[int, int] = {}  # shared device -> shares taken here
+        self.taken: dict[int, int] = {}  # counter -> amount taken here
+        self.steps = SEARCH_LIMIT
+
+    def _counters(self, d: int) -> list[tuple[int, int]] | None:
+        counters = self.state.counters
+        if counters is None or not counters.consumes[d]:
+            return []
+        if counters.broken[d]:
+            return None
+        got: list[tuple[int, int]] = []
+        lo, hi = int(counters.start[d]), int(counters.start[d + 1])
+        for c, a in zip(counters.ctr[lo:hi].tolist(), counters.amt[lo:hi].tolist(), strict=True):
+            if int(counters.remaining[c]) - self.taken.get(c, 0) < a:
+                self._give_back(got)
+                return None
+            self.taken[c] = self.taken.get(c, 0) + a
+            got.append((c, a))
+        return got
+
+    def _give_back(self, got: list[tuple[int, int]]) -> None:
+        for c, a in got:
+            self.taken[c] -= a
+
+    def place(self, i: int, d: int) -> tuple[bool, list[tuple[int, int]]] | None:
+        """Take device d for request i; (shared?, counters taken) to undo, or None."""
+        state = self.state
+        if state.multi is not None and state.multi[d]:
+            demand = self.reqs[i].demand
+            cons = demand.cons[d] if demand is not None and demand.cons is not None else None
+            if cons is not None and cons.size and state.used is not None and state.cap is not None:
+                total = state.used[d] + cons
+                extra = self.extra.get(d)
+                if extra is not None:
+                    total = total + extra
+                if (total > state.cap[d]).any():
+                    return None
+            first = self.sharing.get(d, 0) == 0 and (
+                state.shares is None or int(state.shares[d]) == 0
+            )
+            got = self._counters(d) if first else []
+            if got is None:
+                return None
+            if cons is not None and cons.size:
+                extra = self.extra.get(d)
+                self.extra[d] = cons.copy() if extra is None else extra + cons
+            self.sharing[d] = self.sharing.get(d, 0) + 1
+            return True, got
+        if d in self.whole:
+            return None
+        got = self._counters(d)
+        if got is None:
+            return None
+        self.whole.add(d)
+        return False, got
+
+    def undo(self, i: int, d: int, done: tuple[bool, list[tuple[int, int]]]) -> None:
+        shared, got = done
+        self._give_back(got)
+        if not shared:
+            self.whole.discard(d)
+            return
+        self.sharing[d] -= 1
+        demand = self.reqs[i].demand
+        cons = demand.cons[d] if demand is not None and demand.cons is not None else None
+        if cons is not None and cons.size:
+            self.extra[d] = self.extra[d] - cons
+
+
+def _search(
+    reqs: Sequence[Req], candidates: list[list[int]], state: Devices
+) -> list[list[int]] | None:
+    search = _Search(reqs, state)
+    out: list[list[int]] = [[] for _ in reqs]
+    for i, r in enumerate(reqs):
+        if r.all_mode:
+            for d in candidates[i]:
+                if search.place(i, d) is None:
+                    return None
+                out[i].append(d)
+    slots = [i for i, r in enumerate(reqs) if not r.all_mode for _ in range(r.count)]
+    # How many slots of the same request are still to fill, this one included.
+    left = [slots[s:].count(slots[s]) for s in range(len(slots))]
+
+    def go(s: int, start: int) -> bool:
+        if s == len(slots):
+            return True
+        i = slots[s]
+        cands = candidates[i]
+        for p in range(start, len(cands) - left[s] + 1):
+            search.steps -= 1
+            if search.steps < 0:
+                return False
+            d = cands[p]
+            done = search.place(i, d)
+            if done is None:
+                continue
+            out[i].append(d)
+            following = s + 1 < len(slots) and slots[s + 1] == i
+            if go(s + 1, p + 1 if following else 0):
+                return True
+            out[i].pop()
+            search.undo(i, d, done)
+        return False
+
+    return out if go(0, 0) else None

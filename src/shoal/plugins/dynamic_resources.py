@@ -7,10 +7,11 @@ kube-scheduler's Dynamic Resource Allocation for the core subset (docs/dra.md).
 * PreFilter reads the claims once per cycle. An allocated claim (by its status, or
   chosen by this scheduler for a pod placed earlier) restricts the pod to the nodes
   where its devices are; an unallocated claim's requests (`exactly`: device class,
-  CEL selectors, `ExactCount` with `count` or `All`, `matchAttribute` constraints)
+  CEL selectors, `ExactCount` with `count` or `All`, `matchAttribute` constraints,
+  `capacity.requests` on devices shared by capacity, devices taking shared counters)
   are judged against every node's free devices at once (`shoal.cache.dra_alloc`).
-  What Shoal cannot allocate yet (firstAvailable, adminAccess, consumable capacity,
-  distinctAttribute, a selector CEL cannot compile) refuses the pod with a message
+  What Shoal cannot allocate yet (firstAvailable, adminAccess, distinctAttribute, a
+  selector CEL cannot compile) refuses the pod with a message
   naming the claim, the field and what to do; so does a selector whose evaluation
   fails on a device of a node (kube's "CEL runtime error"), naming the device and
   the error too. Devices a nominated preemptor of equal or higher priority will take
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -45,8 +47,9 @@ from pydantic.alias_generators import to_camel
 
 from shoal.api.dra import ClaimUse, DeviceSelector, ResourceClaim, pod_claim_names
 from shoal.api.podinfo import PodInfo, controlled_by_pod
+from shoal.api.quantity import QuantityError, parse_quantity
 from shoal.cache.dra import GLOBAL, DeviceCatalog, PodPlan
-from shoal.cache.dra_alloc import Constraint, Req, allocate, feasible
+from shoal.cache.dra_alloc import Constraint, Devices, Req, allocate, feasible, prepare
 from shoal.cache.dra_cel import CompiledSelector, SelectorError, compile_selector
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.effects import AllocateClaims, ClaimAllocation
@@ -162,10 +165,10 @@ class DynamicResources:
         catalog = self.catalog
         n = self.handle.snapshot.n
         rows = catalog.rows()
-        free = catalog.free()
-        held = self._held_for_nominees(pod, claims, rows, free)
+        now = catalog.state()
+        held = self._held_for_nominees(pod, claims, rows, now)
         if held is not None:
-            free = free & ~held
+            now = now.with_free(now.free & ~held)
         passed = np.ones(n, dtype=bool)
         failures: list[Failure] = []
         reqs: list[Req] = []
@@ -188,12 +191,14 @@ class DynamicResources:
                 return None, Status(_UNRESOLVABLE, problem)
         catalog.plans[pod.uid] = PodPlan(reqs, constraints, catalog.table_version, held)
         if reqs:
+            prepared = prepare(reqs, now)
+            on_node = _NodeDevices(rows)
 
             def exact(row: int) -> bool:
-                devs = np.flatnonzero((rows == row) | (rows == GLOBAL)).astype(np.intp)
-                return allocate(reqs, constraints, devs, free) is not None
+                devs = on_node.of(row)
+                return allocate(reqs, constraints, devs, now, prepared) is not None
 
-            verdict = feasible(reqs, constraints, rows, free, n, exact)
+            verdict = feasible(reqs, constraints, rows, now, n, exact, prepared)
             for reason, mask in verdict.reasons:
                 code = _UNRESOLVABLE if reason.startswith("no device") else Code.UNSCHEDULABLE
                 bad = mask & passed
@@ -233,17 +238,19 @@ class DynamicResources:
         pod: PodInfo,
         claims: list[ResourceClaim],
         rows: NDArray[np.intp],
-        free: NDArray[np.bool_],
+        now: Devices,
     ) -> NDArray[np.bool_] | None:
         """Devices kept for nominated pods of equal or higher priority than `pod`
         (kube's rule for nominated room), on their nominated nodes: the devices each
         would be allocated there now. While its victims are still being evicted, the
         devices they will free count for it too, and what of its choice is free now
-        is kept. None when nothing is kept."""
+        is kept. None when nothing is kept. (A device shared by capacity is kept whole
+        for the nominee.)"""
         nominees = self.catalog.nominees()
         if not nominees:
             return None
         catalog = self.catalog
+        free = now.free
         row_of = self.handle.snapshot.row_of
         mine = {c.key for c in claims}
         held: NDArray[np.bool_] | None = None
@@ -262,12 +269,12 @@ class DynamicResources:
                 continue
             available = free if held is None else free & ~held
             devices = np.flatnonzero((rows == row) | (rows == GLOBAL)).astype(np.intp)
-            chosen = allocate(reqs, constraints, devices, available)
+            chosen = allocate(reqs, constraints, devices, now.with_free(available))
             if chosen is None:
                 if leaving is None:
                     leaving = catalog.leaving()
                 soon = leaving if held is None else leaving & ~held
-                chosen = allocate(reqs, constraints, devices, available | soon)
+                chosen = allocate(reqs, constraints, devices, now.with_free(available | soon))
             if chosen is None:
                 continue
             if held is None:
@@ -303,19 +310,17 @@ class DynamicResources:
                     f'{where}: {field_path} ("{request.name}") uses firstAvailable, which '
                     f"Shoal does not allocate yet: use exactly ({_DOCS})"
                 )
-            unsupported = [
-                what
-                for what, used in (
-                    ("adminAccess", exact.admin_access),
-                    ("capacity", exact.capacity),
-                )
-                if used
-            ]
-            if unsupported:
+            if exact.admin_access:
                 return (
-                    f"{where}: {field_path}.exactly.{unsupported[0]} is not supported by "
+                    f"{where}: {field_path}.exactly.adminAccess is not supported by "
                     f"Shoal yet: remove it or use kube-scheduler for this pod ({_DOCS})"
                 )
+            wanted: dict[str, Fraction] = {}
+            for capacity, amount in (exact.capacity.requests if exact.capacity else {}).items():
+                try:
+                    wanted[capacity] = parse_quantity(amount)
+                except QuantityError as err:
+                    return f"{where}: {field_path}.exactly.capacity.requests[{capacity}]: {err}"
             device_class = self.catalog.classes.get(exact.device_class_name)
             if device_class is None:
                 return f'deviceclass "{exact.device_class_name}" not found (requested by {where})'
@@ -340,6 +345,9 @@ class DynamicResources:
             if exact.allocation_mode == "ExactCount" and exact.count < 1:
                 return f"{where}: {field_path}.exactly.count must be at least 1"
             match = self.catalog.match(selectors)
+            demand = self.catalog.demand(wanted)
+            if demand is not None:
+                match = match & demand.ok
             if evaluated:
                 failure = self.catalog.selector_failure(selectors)
                 if failure is not None:
@@ -362,6 +370,7 @@ class DynamicResources:
                     all_mode=exact.allocation_mode == "All",
                     count=exact.count,
                     has_selectors=bool(exact.selectors),
+                    demand=demand,
                 )
             )
         for j, constraint in enumerate(spec.constraints):
@@ -419,7 +428,14 @@ class DynamicResources:
                         f"resourceclaim {claim.metadata.name} was allocated on {assumed.node}",
                     )
                 results = tuple((request, *table.ids[d]) for request, d in assumed.results)
-                out.append(ClaimAllocation(claim.key, results, node if assumed.node_local else ""))
+                out.append(
+                    ClaimAllocation(
+                        claim.key,
+                        results,
+                        node if assumed.node_local else "",
+                        assumed.share_results(),
+                    )
+                )
             elif catalog.allocated(claim.key) is not None:
                 # Allocated already (written for this pod before a failed bind, or
                 # shared): its node-local devices decide where the pod may go.
@@ -461,6 +477,32 @@ class DynamicResources:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DynamicResources:
         return cls(handle)
+
+
+class _NodeDevices:
+    """The devices of each node (its own and those of every node), in table order,
+    grouped once per PreFilter for the per-node searches."""
+
+    def __init__(self, rows: NDArray[np.intp]) -> None:
+        self.rows = rows
+        self._order: NDArray[np.intp] | None = None
+        self._bounds: NDArray[np.intp] = np.zeros(0, np.intp)
+        self._global: NDArray[np.intp] = np.zeros(0, np.intp)
+
+    def of(self, row: int) -> NDArray[np.intp]:
+        if self._order is None:
+            rows = self.rows
+            self._order = np.argsort(rows, kind="stable").astype(np.intp)
+            top = int(rows.max()) + 2 if rows.size else 1
+            self._bounds = np.searchsorted(rows[self._order], np.arange(top)).astype(np.intp)
+            self._global = np.flatnonzero(rows == GLOBAL).astype(np.intp)
+        if row + 1 >= self._bounds.size:
+            local = np.zeros(0, np.intp)
+        else:
+            local = self._order[self._bounds[row] : self._bounds[row + 1]]
+        if not self._global.size:
+            return local
+        return np.sort(np.concatenate((local, self._global))).astype(np.intp)
 
 
 def _quoted(expression: str, limit: int = 120) -> str:

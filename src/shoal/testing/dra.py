@@ -7,6 +7,13 @@
     )
     h.add_pods(with_claims(make_pod("a"), gpu="one-gpu"))
 
+Devices shared by capacity (`shared_slice`, claims with `capacity={...}`) and
+partitionable GPUs taking shared counters (`partitioned_slices`) too:
+
+    h.add_dra(shared_slice("n1", capacity={"bandwidth": "10G"}))
+    h.add_dra(resource_claim("half", "gpu.example.com", capacity={"bandwidth": "4G"}))
+    h.add_dra(*partitioned_slices("n1", parts={"half": 2}))
+
 Claims are plain manifests decoded into `shoal.api.dra` types, so anything the API
 takes can be written with `raw=...` too.
 """
@@ -26,6 +33,7 @@ from shoal.api.dra import (
 )
 from shoal.api.manifests import decode
 from shoal.api.objects import Pod, PodResourceClaim
+from shoal.api.quantity import parse_quantity
 from shoal.testing.builders import PodBuilder
 
 __all__ = [
@@ -34,7 +42,9 @@ __all__ = [
     "claim_template",
     "device_class",
     "gpu_slice",
+    "partitioned_slices",
     "resource_claim",
+    "shared_slice",
     "with_claims",
 ]
 
@@ -95,6 +105,119 @@ def gpu_slice(
     return decode({"metadata": {"name": name or f"{node}-{driver}"}, "spec": spec}, ResourceSlice)
 
 
+def shared_slice(
+    node: str,
+    count: int = 1,
+    *,
+    capacity: Mapping[str, Any],
+    driver: str = DRIVER,
+    prefix: str = "nic",
+    attributes: Mapping[str, Any] | None = None,
+    all_nodes: bool = False,
+    generation: int = 1,
+    name: str = "",
+) -> ResourceSlice:
+    """A ResourceSlice of `count` devices of `node` that allow multiple allocations
+    (`<prefix>-0`, ...; pool = node name), each with `capacity`: name -> value, or name
+    -> {"value": ..., "requestPolicy": {...}} as the API spells it."""
+    caps = {
+        key: dict(value) if isinstance(value, Mapping) else {"value": value}
+        for key, value in capacity.items()
+    }
+    devices = [
+        {
+            "name": f"{prefix}-{i}",
+            "allowMultipleAllocations": True,
+            "attributes": {
+                "kind": {"string": prefix},
+                "index": {"int": i},
+                **{k: _attribute(v) for k, v in (attributes or {}).items()},
+            },
+            "capacity": caps,
+        }
+        for i in range(count)
+    ]
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+        "devices": devices,
+    }
+    if all_nodes:
+        spec["allNodes"] = True
+    else:
+        spec["nodeName"] = node
+    return decode(
+        {"metadata": {"name": name or f"{node}-{driver}-{prefix}"}, "spec": spec}, ResourceSlice
+    )
+
+
+def partitioned_slices(
+    node: str,
+    gpus: int = 1,
+    *,
+    memory: str = "80Gi",
+    parts: Mapping[str, int] | None = None,
+    driver: str = DRIVER,
+    generation: int = 1,
+) -> list[ResourceSlice]:
+    """What a driver of partitionable GPUs on `node` publishes (pool = node name), as
+    Kubernetes 1.36 takes it: one slice with a counter set per GPU (`gpu-<i>`, counter
+    `memory`) and one with the devices: per GPU the whole GPU `gpu-<i>` (attribute
+    `size` "whole", taking all the memory) and, per entry of `parts` (name -> how many
+    parts of equal size, default half: 2, quarter: 4), the partitions
+    `gpu-<i>-<name>-<j>` (`size` = name, each taking memory/parts)."""
+    total = parse_quantity(memory)
+    split = dict(parts) if parts is not None else {"half": 2, "quarter": 4}
+    counter_sets = [
+        {"name": f"gpu-{g}", "counters": {"memory": {"value": memory}}} for g in range(gpus)
+    ]
+    devices: list[dict[str, Any]] = []
+    for g in range(gpus):
+
+        def device(name: str, size: str, amount: str, g: int = g) -> dict[str, Any]:
+            return {
+                "name": name,
+                "attributes": {"size": {"string": size}, "gpu": {"int": g}},
+                "capacity": {"memory": {"value": amount}},
+                "consumesCounters": [
+                    {"counterSet": f"gpu-{g}", "counters": {"memory": {"value": amount}}}
+                ],
+            }
+
+        devices.append(device(f"gpu-{g}", "whole", memory))
+        for size, n in split.items():
+            amount = total / n
+            text = str(amount.numerator) if amount.denominator == 1 else f"{amount * 1000:.0f}m"
+            devices.extend(device(f"gpu-{g}-{size}-{j}", size, text) for j in range(n))
+    pool = {"name": node, "generation": generation, "resourceSliceCount": 2}
+    return [
+        decode(
+            {
+                "metadata": {"name": f"{node}-{driver}-counters"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": pool,
+                    "sharedCounters": counter_sets,
+                },
+            },
+            ResourceSlice,
+        ),
+        decode(
+            {
+                "metadata": {"name": f"{node}-{driver}-partitions"},
+                "spec": {"driver": driver, "nodeName": node, "pool": pool, "devices": devices},
+            },
+            ResourceSlice,
+        ),
+    ]
+
+
+def _attribute(value: Any) -> dict[str, Any]:
+    kind = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "string"
+    return {kind: value}
+
+
 def claim_spec(
     device_class_name: str = DRIVER,
     *,
@@ -103,8 +226,10 @@ def claim_spec(
     selectors: Sequence[str] = (),
     requests: Sequence[Mapping[str, Any]] | None = None,
     match_attribute: str = "",
+    capacity: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """`spec` of a claim: one request "gpu" (or the raw `requests` given)."""
+    """`spec` of a claim: one request "gpu" (or the raw `requests` given); `capacity`
+    is its `capacity.requests` (name -> quantity)."""
     if requests is None:
         exactly: dict[str, Any] = {"deviceClassName": device_class_name}
         if all_devices:
@@ -113,6 +238,8 @@ def claim_spec(
             exactly["count"] = count
         if selectors:
             exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+        if capacity:
+            exactly["capacity"] = {"requests": dict(capacity)}
         requests = [{"name": "gpu", "exactly": exactly}]
     devices: dict[str, Any] = {"requests": list(requests)}
     if match_attribute:

@@ -17,6 +17,8 @@ from shoal.cache.dra import DeviceCatalog
 from shoal.testing import SchedulerHarness, make_node, make_pod
 from shoal.testing.dra import device_class, resource_claim, shared_slice, with_claims
 
+from .test_dra_preemption import _SlowEvictions
+
 NIC = "nic.example.com"
 
 
@@ -315,3 +317,33 @@ def test_preemption_frees_the_capacity_of_the_victims_shares() -> None:
     state = _catalog(h).state()
     assert state.used is not None and state.cap is not None
     assert (state.used <= state.cap).all()
+
+
+def test_a_preemptor_keeps_the_capacity_its_victims_free_while_one_terminates() -> None:
+    """The preemptor needs 8G of a 10G NIC shared by two 5G victims: one is gone, the
+    other still terminating. The 5G already free is kept for the preemptor (counting
+    what the terminating victim will free), not given to a pod of the victims' priority
+    (which would make the preemptor evict it too); once the victim is gone the
+    preemptor gets its share."""
+    h = SchedulerHarness()
+    _nodes(h, "n1")
+    h.add_dra(device_class(NIC, driver=NIC), _nics("n1"))
+    h.add_dra(_claim("low-a", bandwidth="5G"), _claim("low-b", bandwidth="5G"))
+    h.add_dra(_claim("high", bandwidth="8G"), _claim("late", bandwidth="3G"))
+    h.add_pods(_pod("low-a", "low-a"), _pod("low-b", "low-b"))
+    h.run()
+    slow = _SlowEvictions(h.effects, "low-b")
+    h.effects.listeners.append(slow)
+    h.add_pods(_pod("high", "high", priority=1000))
+    h.advance(5)
+    assert sorted(h.evicted) == ["default/low-a", "default/low-b"]
+    h.add_pods(_pod("late", "late"))
+    placements = h.advance(10).placements
+    assert placements["default/late"] is None
+    assert placements["default/high"] is None
+    h.delete_pod("low-b")  # its kubelet is done
+    placements = h.advance(30).placements
+    assert placements["default/high"] == "n1"
+    assert placements["default/late"] is None
+    assert sorted(h.evicted) == ["default/low-a", "default/low-b"]
+    assert _results(h, "high")[0]["consumed"] == {"bandwidth": parse_quantity("8G")}

@@ -23,6 +23,8 @@ from shoal.testing.dra import (
     with_claims,
 )
 
+from .test_dra_preemption import _SlowEvictions
+
 
 def _catalog(h: SchedulerHarness) -> DeviceCatalog:
     return DeviceCatalog.of(h.scheduler.handle)
@@ -242,3 +244,30 @@ def test_a_shared_device_takes_its_counters_once() -> None:
         h.delete_pod(c)
     assert h.advance(30).placements["default/d"] == "n1"
     assert _devices(h, "d") == ["n1/nic-0"]
+
+
+def test_a_preemptor_keeps_the_counters_its_victims_free_while_one_terminates() -> None:
+    """The preemptor needs the whole GPU, held as two halves by two victims: one is gone,
+    the other still terminating. The quarter a pod of the victims' priority asks for
+    would take counters the preemptor needs: it waits, and the preemptor gets the GPU
+    once the victim is gone (no third eviction)."""
+    h = SchedulerHarness()
+    _setup(h, "n1")
+    h.add_dra(_claim("low-a", "half"), _claim("low-b", "half"))
+    h.add_dra(_claim("high", "whole"), _claim("late", "quarter"))
+    h.add_pods(_pod("low-a", "low-a"), _pod("low-b", "low-b"))
+    h.run()
+    slow = _SlowEvictions(h.effects, "low-b")
+    h.effects.listeners.append(slow)
+    h.add_pods(_pod("high", "high", priority=1000))
+    h.advance(5)
+    assert sorted(h.evicted) == ["default/low-a", "default/low-b"]
+    h.add_pods(_pod("late", "late"))
+    placements = h.advance(10).placements
+    assert placements["default/late"] is None
+    h.delete_pod("low-b")
+    placements = h.advance(30).placements
+    assert placements["default/high"] == "n1"
+    assert placements["default/late"] is None
+    assert sorted(h.evicted) == ["default/low-a", "default/low-b"]
+    assert _devices(h, "high") == ["n1/gpu-0"]

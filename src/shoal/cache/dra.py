@@ -575,17 +575,23 @@ class DeviceCatalog:
         """The devices' state for the allocator: free, and where the table has them, the
         shares of devices that allow multiple allocations with the capacity they
         consume, and what is left of the pools' shared counters."""
-        free = self.free()
+        self.free()
         key = (self._table_version, self._marks_version)
-        if self._state is not None and self._state_key == key:
-            return self._state
+        if self._state is None or self._state_key != key:
+            self._state = self._devices(self._taken, self._shares.copy(), self._used.copy())
+            self._state_key = key
+        return self._state
+
+    def _devices(
+        self, taken: NDArray[np.int32], shares: NDArray[np.int32], used: NDArray[np.int64]
+    ) -> Devices:
         table = self._table
         capacity = table.capacity
         multi = capacity.multi if capacity is not None and capacity.any_multi else None
         counters = None
         columns = table.counters
         if columns is not None:
-            in_use = (self._taken > 0) | (self._shares > 0)
+            in_use = (taken > 0) | (shares > 0)
             spent = np.zeros(columns.total.size, dtype=np.int64)
             held = in_use[columns.dev]
             np.add.at(spent, columns.ctr[held], columns.amt[held])
@@ -598,15 +604,10 @@ class DeviceCatalog:
                 columns.broken,
                 columns.total - spent,
             )
+        free = taken == 0
         if multi is not None and capacity is not None:
-            state = Devices(
-                free, multi, self._shares.copy(), self._used.copy(), capacity.value, counters
-            )
-        else:
-            state = Devices(free, counters=counters)
-        self._state = state
-        self._state_key = key
-        return state
+            return Devices(free, multi, shares, used, capacity.value, counters)
+        return Devices(free, counters=counters)
 
     # ---- nominated preemptors -----------------------------------------------------------
 
@@ -623,16 +624,15 @@ class DeviceCatalog:
             self._nominees_version = cluster.nominations_version
         return self._nominees
 
-    def leaving(self) -> NDArray[np.bool_]:
-        """Per device: allocated only to claims every user of which is being evicted
-        (free once the victims are gone; `free()` first)."""
-        out = np.zeros(len(self._table.ids), dtype=bool)
+    def _leaving(self) -> list[_Mark]:
+        """The marks of the claims every user of which is being evicted."""
+        out: list[_Mark] = []
         evicting = self.cluster.evicting
         seen: set[str] = set()
         for uid in evicting:
             for key in self._pod_claims.get(uid, ()):
                 marked = self._marked.get(key)
-                if key in seen or marked is None or not marked.whole.size:
+                if key in seen or marked is None:
                     continue
                 seen.add(key)
                 users = set(self._users.get(key, ()))
@@ -641,8 +641,24 @@ class DeviceCatalog:
                     users.update(r.uid for r in claim.status.reserved_for)
                 users -= self._gone
                 if users and users <= evicting:
-                    out[marked.whole] = True
+                    out.append(marked)
         return out
+
+    def leaving_state(self) -> Devices:
+        """The devices' state once the pods being evicted are gone: what the claims
+        every user of which is being evicted hold (devices, shares and the capacity they
+        consume, counters) is free."""
+        state = self.state()
+        gone = self._leaving()
+        if not gone:
+            return state
+        taken, shares, used = self._taken.copy(), self._shares.copy(), self._used.copy()
+        for marked in gone:
+            np.subtract.at(taken, marked.whole, 1)
+            np.subtract.at(shares, marked.shared, 1)
+            if marked.used.size:
+                np.subtract.at(used, marked.shared, marked.used)
+        return self._devices(taken, shares, used)
 
     # ---- placement observer -----------------------------------------------------------
 
@@ -675,7 +691,7 @@ class DeviceCatalog:
         state = self.state()
         if plan.held is not None and plan.held.size == state.free.size:
             # What nominated preemptors will take stays theirs.
-            state = state.with_free(state.free & ~plan.held)
+            state = state.holding(plan.held)
         devices = np.flatnonzero((rows == row) | (rows == GLOBAL))
         sticky = self._reuse(todo, node, state)
         if sticky:

@@ -126,6 +126,22 @@ class Devices:
     def with_free(self, free: NDArray[np.bool_]) -> Devices:
         return replace(self, free=free)
 
+    def holding(self, held: NDArray[np.bool_]) -> Devices:
+        """The state with the `held` devices kept for someone else: not free, and the
+        counters of those not in use yet taken."""
+        counters = self.counters
+        if counters is not None:
+            in_use = ~self.free
+            if self.shares is not None:
+                in_use = in_use | (self.shares > 0)
+            new = held & ~in_use
+            if new.any():
+                spent = np.zeros_like(counters.remaining)
+                taking = new[counters.dev]
+                np.add.at(spent, counters.ctr[taking], counters.amt[taking])
+                counters = replace(counters, remaining=counters.remaining - spent)
+        return replace(self, free=self.free & ~held, counters=counters)
+
     @property
     def special(self) -> NDArray[np.bool_] | None:
         """Per device: shared by capacity or taking counters (None: no such device)."""

@@ -168,7 +168,7 @@ class DynamicResources:
         now = catalog.state()
         held = self._held_for_nominees(pod, claims, rows, now)
         if held is not None:
-            now = now.with_free(now.free & ~held)
+            now = now.holding(held)
         passed = np.ones(n, dtype=bool)
         failures: list[Failure] = []
         reqs: list[Req] = []
@@ -244,8 +244,9 @@ class DynamicResources:
         (kube's rule for nominated room), on their nominated nodes: the devices each
         would be allocated there now. While its victims are still being evicted, the
         devices they will free count for it too, and what of its choice is free now
-        is kept. None when nothing is kept. (A device shared by capacity is kept whole
-        for the nominee.)"""
+        is kept (the victims' shares of devices shared by capacity and the counters
+        their devices take count as free for that too). None when nothing is kept. (A
+        device shared by capacity is kept whole for the nominee.)"""
         nominees = self.catalog.nominees()
         if not nominees:
             return None
@@ -254,7 +255,7 @@ class DynamicResources:
         row_of = self.handle.snapshot.row_of
         mine = {c.key for c in claims}
         held: NDArray[np.bool_] | None = None
-        leaving: NDArray[np.bool_] | None = None
+        later: Devices | None = None
         for uid, node, other in nominees:
             row = row_of.get(node)
             if uid == pod.uid or other.priority < pod.priority or row is None:
@@ -267,14 +268,15 @@ class DynamicResources:
             todo = [c for c in theirs if c.key not in mine and catalog.allocated(c.key) is None]
             if not todo or any(self._requests(c, reqs, constraints) for c in todo):
                 continue
-            available = free if held is None else free & ~held
             devices = np.flatnonzero((rows == row) | (rows == GLOBAL)).astype(np.intp)
-            chosen = allocate(reqs, constraints, devices, now.with_free(available))
+            chosen = allocate(
+                reqs, constraints, devices, now if held is None else now.holding(held)
+            )
             if chosen is None:
-                if leaving is None:
-                    leaving = catalog.leaving()
-                soon = leaving if held is None else leaving & ~held
-                chosen = allocate(reqs, constraints, devices, now.with_free(available | soon))
+                if later is None:
+                    later = catalog.leaving_state()
+                soon = later if held is None else later.holding(held)
+                chosen = allocate(reqs, constraints, devices, soon)
             if chosen is None:
                 continue
             if held is None:

@@ -28,15 +28,16 @@ harness directly; `shoal.scheduler.dra`). The DynamicResources plugin reads it.
   while capacity lasts; devices taking a pool's shared counters leave the rest of the
   counters to others. Both are kept per device like allocations (`state()`), freed
   with the claims that hold them, in what-ifs too.
-* **Nominated preemptors** (`nominees`, `leaving`): the plugin keeps the devices a
-  nominated pod with claims will take on its node away from pods of lower priority,
-  as kube keeps nominated room.
+* **Nominated preemptors** (`nominees`, `leaving_state`): the plugin keeps the devices
+  a nominated pod with claims will take on its node away from pods of lower priority,
+  as kube keeps nominated room (choosing them in the state once its terminating
+  victims are gone).
 * **Placement observer.** When a pending pod is assumed on a node (a single pod, a
   gang member in its transaction, a what-if), its unallocated claims are allocated on
   that node at once, so the next pod of the same cycle or gang sees those devices
   taken; when it leaves the node the assumed allocation goes (a transaction's
   rollback, Unreserve's forget). A claim re-placed on the node it had keeps its
-  devices when they are still free.
+  devices when they are still free (devices allocated whole that take no counters).
 
 Nothing here performs I/O; it is created once per scheduler (`DeviceCatalog.of`).
 """

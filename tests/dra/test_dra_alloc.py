@@ -79,10 +79,19 @@ def test_the_verdict_is_the_exact_search(
 def _shared_cases(
     draw: st.DrawFn,
 ) -> tuple[list[Req], list[Constraint], np.ndarray, Devices, int]:
-    """Devices shared by capacity (one capacity column) and devices taking counters."""
+    """Devices shared by capacity (one capacity column) and devices taking counters;
+    mostly free, matching and taking counters, so that they compete."""
     reqs, constraints, rows, free, n = draw(_cases(max_devices=7))
     d = free.size
-    multi = np.array(draw(st.lists(st.booleans(), min_size=d, max_size=d)), dtype=bool)
+    likely = st.sampled_from([True, True, True, False])
+
+    def flags(choice: st.SearchStrategy[bool]) -> np.ndarray:
+        return np.array(draw(st.lists(choice, min_size=d, max_size=d)), dtype=bool)
+
+    free = flags(likely)
+    for r in reqs:
+        r.match = flags(likely)
+    multi = flags(st.sampled_from([True, False, False]))
     cap = np.array(
         draw(st.lists(st.integers(min_value=0, max_value=6), min_size=d, max_size=d)),
         dtype=np.int64,
@@ -98,11 +107,11 @@ def _shared_cases(
             dtype=np.int64,
         ).reshape(d, 1)
         r.demand = Demand(np.ones(d, bool), cons, [], np.zeros(d, np.intp), True)
-    width = 2
+    width = draw(st.integers(min_value=1, max_value=2))
     entries = [
         (i, draw(st.integers(min_value=0, max_value=width - 1)), draw(st.integers(1, 3)))
         for i in range(d)
-        if draw(st.booleans())
+        if draw(likely)
     ]
     dev = np.array([e[0] for e in entries], dtype=np.intp)
     ctr = np.array([e[1] for e in entries], dtype=np.intp)

@@ -604,6 +604,7 @@ class DeviceCatalog:
                 columns.consumes,
                 columns.broken,
                 columns.total - spent,
+                columns.takes,
             )
         free = taken == 0
         if multi is not None and capacity is not None:

@@ -98,6 +98,7 @@ class Counters:
     consumes: NDArray[np.bool_]
     broken: NDArray[np.bool_]
     remaining: NDArray[np.int64]
+    takes: dict[int, tuple[tuple[int, int], ...]] | None = None  # device -> (counter, amount)
     fit: NDArray[np.bool_] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -310,16 +311,15 @@ def feasible(
                 for i in subset:
                     have += _count(prep.avail[i] & multi, rows, n)
             fail(have < need, "not enough free devices for all of the pod's device requests")
-    # Nodes where the pod could use shared devices or devices taking counters, and needs
-    # more than one device: the columns are not exact there.
+    # Nodes where the pod needs more than one device and could use shared devices or
+    # devices taking counters that may not all fit together: the columns are not exact
+    # there.
     single = k == 1 and not reqs[0].all_mode and reqs[0].count == 1
     tangled = np.zeros(n, dtype=bool)
     if special is not None and not single:
-        touched = np.zeros_like(state.free)
-        for i in range(k):
-            touched |= (prep.avail[i] | prep.sets[i]) & special
-        if touched.any():
-            tangled = _count(touched, rows, n) > 0
+        tight = _tight(reqs, prep, state, bool(constraints))
+        if tight.any():
+            tangled = _count(tight, rows, n) > 0
     all_constrained = any(reqs[i].all_mode for c in constraints for i in c.requests)
     approximate = k > MAX_SUBSETS_REQUESTS or len(constraints) > 1 or all_constrained
     if len(constraints) == 1 and not all_constrained:
@@ -347,6 +347,49 @@ def feasible(
 
 def _name(key: str) -> str:
     return key.partition("/")[2]
+
+
+def _tight(
+    reqs: Sequence[Req], prep: Prepared, state: Devices, constrained: bool
+) -> NDArray[np.bool_]:
+    """Per device: a shared device or a device taking counters the pod could use, where
+    its choices might not all fit together. Where every such candidate of a node has
+    room for all the requests that could take it, and every counter for all candidates
+    taking it, any choice fits, and Hall's condition (a shared device counted once per
+    request) is exact."""
+    candidates = np.zeros_like(state.free)
+    for i in range(len(reqs)):
+        candidates |= prep.avail[i] | prep.sets[i]
+    special = state.special
+    assert special is not None
+    if not (candidates & special).any():
+        return np.zeros_like(state.free)
+    tight = np.zeros_like(state.free)
+    multi = state.multi
+    in_use = np.zeros_like(state.free)
+    if multi is not None and state.shares is not None:
+        in_use = multi & (state.shares > 0)
+        shared = candidates & multi
+        if shared.any():
+            if constrained:
+                tight |= shared  # (node, value) groups count a shared device once
+            elif state.used is not None and state.cap is not None and state.used.shape[1]:
+                rows = np.flatnonzero(shared)
+                total = state.used[rows].copy()
+                for i, r in enumerate(reqs):
+                    if r.demand is not None and r.demand.cons is not None:
+                        takes = (prep.avail[i] | prep.sets[i])[rows]
+                        total += r.demand.cons[rows] * takes[:, None]
+                tight[rows[(total > state.cap[rows]).any(axis=1)]] = True
+    counters = state.counters
+    if counters is not None:
+        taking = (candidates & counters.consumes & ~in_use)[counters.dev]
+        spend = np.zeros_like(counters.remaining)
+        np.add.at(spend, counters.ctr[taking], counters.amt[taking])
+        over = taking & (spend > counters.remaining)[counters.ctr]
+        tight[counters.dev[over]] = True
+        tight |= candidates & counters.broken
+    return tight
 
 
 def _one_constraint(
@@ -539,7 +582,16 @@ class _Search:
         self.extra: dict[int, NDArray[np.int64]] = {}  # shared device -> capacity taken here
         self.sharing: dict[int, int] = {}  # shared device -> shares taken here
         self.taken: dict[int, int] = {}  # counter -> amount taken here
+        self.left: dict[int, int] = {}  # counter -> what was left before (read lazily)
         self.steps = SEARCH_LIMIT
+
+    def _takes(self, d: int) -> tuple[tuple[int, int], ...]:
+        counters = self.state.counters
+        assert counters is not None
+        if counters.takes is not None:
+            return counters.takes.get(d, ())
+        lo, hi = int(counters.start[d]), int(counters.start[d + 1])
+        return tuple(zip(counters.ctr[lo:hi].tolist(), counters.amt[lo:hi].tolist(), strict=True))
 
     def _counters(self, d: int) -> list[tuple[int, int]] | None:
         counters = self.state.counters
@@ -548,9 +600,11 @@ class _Search:
         if counters.broken[d]:
             return None
         got: list[tuple[int, int]] = []
-        lo, hi = int(counters.start[d]), int(counters.start[d + 1])
-        for c, a in zip(counters.ctr[lo:hi].tolist(), counters.amt[lo:hi].tolist(), strict=True):
-            if int(counters.remaining[c]) - self.taken.get(c, 0) < a:
+        for c, a in self._takes(d):
+            left = self.left.get(c)
+            if left is None:
+                left = self.left[c] = int(counters.remaining[c])
+            if left - self.taken.get(c, 0) < a:
                 self._give_back(got)
                 return None
             self.taken[c] = self.taken.get(c, 0) + a

@@ -310,6 +310,8 @@ class CounterColumns:
     start: NDArray[np.intp]
     consumes: NDArray[np.bool_]  # per device: takes counters (or names unknown ones)
     broken: NDArray[np.bool_]  # per device: names a counter its pool does not publish
+    takes: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # device ->
+    # (counter, amount) pairs, for the per-node search
 
     @classmethod
     def build(
@@ -374,4 +376,17 @@ class CounterColumns:
         ctr = np.array([e[1] for e in entries], dtype=np.intp)
         amt = np.array([_scaled(e[2], exponents[e[1]], up=True) for e in entries], dtype=np.int64)
         start = np.searchsorted(dev, np.arange(n + 1)).astype(np.intp)
-        return cls(names, total, dev, ctr, amt, start, consumes, broken)
+        takes: dict[int, list[tuple[int, int]]] = {}
+        for d, c, a in zip(dev.tolist(), ctr.tolist(), amt.tolist(), strict=True):
+            takes.setdefault(d, []).append((c, a))
+        return cls(
+            names,
+            total,
+            dev,
+            ctr,
+            amt,
+            start,
+            consumes,
+            broken,
+            {d: tuple(pairs) for d, pairs in takes.items()},
+        )

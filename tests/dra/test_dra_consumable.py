@@ -347,3 +347,27 @@ def test_a_preemptor_keeps_the_capacity_its_victims_free_while_one_terminates() 
     assert placements["default/late"] is None
     assert sorted(h.evicted) == ["default/low-a", "default/low-b"]
     assert _results(h, "high")[0]["consumed"] == {"bandwidth": parse_quantity("8G")}
+
+
+def test_a_selector_can_ask_for_a_device_that_allows_multiple_allocations() -> None:
+    h = SchedulerHarness()
+    _nodes(h, "n1", "n2")
+    whole = decode(
+        {
+            "metadata": {"name": "n1-nics"},
+            "spec": {
+                "driver": NIC,
+                "nodeName": "n1",
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "d0", "capacity": {"bandwidth": {"value": "10G"}}}],
+            },
+        },
+        ResourceSlice,
+    )
+    h.add_dra(device_class(NIC, driver=NIC), whole, _nics("n2"))
+    h.add_dra(
+        resource_claim("shared", NIC, selectors=["device.allowMultipleAllocations"]),
+        resource_claim("exclusive", NIC, selectors=["!device.allowMultipleAllocations"]),
+    )
+    h.add_pods(_pod("shared", "shared"), _pod("exclusive", "exclusive"))
+    assert h.run().placements == {"default/shared": "n2", "default/exclusive": "n1"}

@@ -3,9 +3,10 @@ cel-python (`celpy`, the interpreted runner).
 
 * Each expression is compiled once (`compile_selector`); a parse error raises
   `SelectorError`, which the plugin turns into a refusal naming the claim and field.
-* `device.driver`, `device.attributes["domain"].name` and
-  `device.capacity["domain"].name` are available, with unqualified attribute names
-  in the driver's domain, as in Kubernetes. Quantities are values of their own:
+* `device.driver`, `device.attributes["domain"].name`,
+  `device.capacity["domain"].name` and `device.allowMultipleAllocations` are
+  available, with unqualified attribute names in the driver's domain, as in
+  Kubernetes. Quantities are values of their own:
   `quantity("40Gi")`, `.compareTo(q)`, `.isGreaterThan(q)`, `.isLessThan(q)`,
   `.asInteger()`, `.asApproximateFloat()`, and (beyond Kubernetes) `<`, `<=`, `>`, `>=`,
   `==` between quantities. `semver(...)` and Kubernetes' other CEL libraries are not
@@ -166,7 +167,7 @@ class CompiledSelector:
                 if names is None or _qualified(driver, key)[1] in names
             )
         )
-        return (driver, attrs, caps)
+        return (driver, attrs, caps, bool(device.allow_multiple_allocations))
 
     def matches(self, driver: str, device: SliceDevice) -> bool:
         return self.outcome(driver, device) is True
@@ -201,6 +202,9 @@ class CompiledSelector:
                     celtypes.StringType("driver"): celtypes.StringType(driver),
                     celtypes.StringType("attributes"): _map_of_maps(attributes),
                     celtypes.StringType("capacity"): _map_of_maps(capacity),
+                    celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(
+                        bool(device.allow_multiple_allocations)
+                    ),
                 }
             )
         }

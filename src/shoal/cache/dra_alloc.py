@@ -210,7 +210,8 @@ def _all_set(r: Req, state: Devices) -> NDArray[np.bool_]:
 
 @dataclass
 class Prepared:
-    """Per request: the devices it can take now and (`All`) the devices it must take."""
+    """Per request: the devices it can take now (`avail`) and, for `All`, the devices it
+    must take (`sets`; the same as `avail` for the other requests)."""
 
     avail: list[NDArray[np.bool_]]
     sets: list[NDArray[np.bool_]]

@@ -572,6 +572,18 @@ class Scheduler:
         per `QUEUE_STATUS_SECONDS` (the fair share is computed only then)."""
         if now < self._queues_due or len(self.tenant_queues.tree.names) <= 1:
             return
+        manager = self.tenant_queues
+        objects = manager.objects
+        if not (
+            objects.queues
+            or objects.elastic
+            or objects.bindings
+            or manager.rejected
+            or self._published_queues
+        ):
+            # No Queue, ElasticQuota or QueueBinding object to carry a status (only the
+            # implicit default queue): the O(placed pods) count is not made every second.
+            return
         self._queues_due = now + QUEUE_STATUS_SECONDS
         queues = self.tenant_queues.queue_statuses(self.cluster.table)
         bindings = self.tenant_queues.binding_statuses()

@@ -151,8 +151,11 @@ async def backend(
 
 
 async def eventually(
-    check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+    check: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02, what: str = ""
 ) -> None:
+    """Wait until `check()` holds. The timeout is a bound on a hang, not a speed check:
+    it returns as soon as the check holds; 30 s leaves room for a loaded CI machine
+    (10 s failed now and then while other suites ran on the same two cores)."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

@@ -16,6 +16,7 @@ import msgspec
 from shoal.api.objects import NodeSelector, ObjectMeta, Pod
 
 __all__ = [
+    "BLOCKING_TAINT_EFFECTS",
     "AllocationResult",
     "CELSelector",
     "CapacityRequestPolicy",
@@ -33,6 +34,9 @@ __all__ = [
     "DeviceRequest",
     "DeviceRequestAllocationResult",
     "DeviceSelector",
+    "DeviceSubRequest",
+    "DeviceTaint",
+    "DeviceToleration",
     "ExactDeviceRequest",
     "ResourceClaim",
     "ResourceClaimTemplate",
@@ -123,6 +127,38 @@ class DeviceCounterConsumption(_Base):
     counters: dict[str, Counter] = {}
 
 
+class DeviceTaint(_Base):
+    key: str = ""
+    value: str = ""
+    effect: str = ""  # NoSchedule, NoExecute (None: informational)
+    time_added: str | None = None
+
+    def text(self) -> str:
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
+
+
+class DeviceToleration(_Base):
+    key: str = ""
+    operator: str = "Equal"  # Equal or Exists
+    value: str = ""
+    effect: str = ""  # empty: every effect
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        """kube's DeviceToleration.ToleratesTaint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator in ("", "Equal") and self.value == taint.value
+
+
+BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
 class SliceDevice(_Base):
     name: str = ""
     attributes: dict[str, DeviceAttribute] = {}
@@ -132,8 +168,9 @@ class SliceDevice(_Base):
     # Partitionable devices (KEP-4815): what allocating the device takes from the pool's
     # counter sets.
     consumes_counters: list[DeviceCounterConsumption] = []
-    # Not modelled yet (see docs/dra.md): taints.
-    taints: list[dict[str, Any]] = []
+    # Taints (KEP-5055): a NoSchedule or NoExecute taint keeps the device from
+    # requests that do not tolerate it.
+    taints: list[DeviceTaint] = []
 
 
 class ResourcePool(_Base):
@@ -177,14 +214,26 @@ class ExactDeviceRequest(_Base):
     allocation_mode: Literal["ExactCount", "All"] = "ExactCount"
     count: int = 1
     admin_access: bool | None = None
-    tolerations: list[dict[str, Any]] = []
+    tolerations: list[DeviceToleration] = []
+    capacity: CapacityRequirements | None = None
+
+
+class DeviceSubRequest(_Base):
+    """One entry of a request's `firstAvailable` (prioritized list, KEP-4816)."""
+
+    name: str = ""
+    device_class_name: str = ""
+    selectors: list[DeviceSelector] = []
+    allocation_mode: Literal["ExactCount", "All"] = "ExactCount"
+    count: int = 1
+    tolerations: list[DeviceToleration] = []
     capacity: CapacityRequirements | None = None
 
 
 class DeviceRequest(_Base):
     name: str = ""
     exactly: ExactDeviceRequest | None = None
-    first_available: list[dict[str, Any]] = []
+    first_available: list[DeviceSubRequest] = []
 
 
 class DeviceConstraint(_Base):

@@ -54,7 +54,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.dra import (
+    BLOCKING_TAINT_EFFECTS,
     DeviceClass,
+    DeviceToleration,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
@@ -141,6 +143,9 @@ class PodPlan:
     version: int
     # Devices kept for nominated pods of equal or higher priority (not for this pod).
     held: NDArray[np.bool_] | None = None
+    # With firstAvailable: the other choices of sub-requests (as reqs, constraints),
+    # tried in order when the first does not fit.
+    more: list[tuple[list[Req], list[Constraint]]] = field(default_factory=list)
 
 
 @dataclass
@@ -171,6 +176,12 @@ class DeviceCatalog:
         self._errors: dict[str, dict[int, str]] = {}
         self._codes: dict[str, NDArray[np.int64]] = {}
         self._code_of: dict[str, dict[object, int]] = {}
+        # tolerations -> (devices whose blocking taints they all tolerate, per device
+        # the first taint they do not tolerate).
+        self._tolerated: dict[
+            tuple[tuple[str, str, str, str], ...], tuple[NDArray[np.bool_], dict[int, str]]
+        ] = {}
+        self._tainted: list[int] | None = None  # devices with a blocking taint
         # Allocations.
         self.assumed: dict[str, Assumed] = {}
         self._sticky: dict[str, Assumed] = {}
@@ -338,6 +349,8 @@ class DeviceCatalog:
         self._errors.clear()
         self._codes.clear()
         self._code_of.clear()
+        self._tolerated.clear()
+        self._tainted = None
         self._rows_key = (-1, -1, -1)
         return table
 
@@ -405,6 +418,38 @@ class DeviceCatalog:
                 return None
             reached = reached & single
         return None
+
+    def tolerated(
+        self, tolerations: Sequence[DeviceToleration]
+    ) -> tuple[NDArray[np.bool_], dict[int, str]] | None:
+        """Per device: are all its NoSchedule and NoExecute taints tolerated, and per
+        device that is not, the first taint not tolerated (as key=value:effect); None
+        when no device has such a taint (cached per device table)."""
+        table = self.table()
+        if self._tainted is None:
+            self._tainted = [
+                i
+                for i, dev in enumerate(table.devices)
+                if any(t.effect in BLOCKING_TAINT_EFFECTS for t in dev.taints)
+            ]
+        if not self._tainted:
+            return None
+        key = tuple((t.key, t.operator, t.value, t.effect) for t in tolerations)
+        found = self._tolerated.get(key)
+        if found is not None:
+            return found
+        ok = np.ones(len(table.ids), dtype=bool)
+        why: dict[int, str] = {}
+        for i in self._tainted:
+            for taint in table.devices[i].taints:
+                if taint.effect not in BLOCKING_TAINT_EFFECTS:
+                    continue
+                if not any(t.tolerates(taint) for t in tolerations):
+                    ok[i] = False
+                    why[i] = taint.text()
+                    break
+        self._tolerated[key] = (ok, why)
+        return ok, why
 
     def codes(self, attribute: str) -> NDArray[np.int64]:
         """Per device: an integer code of the attribute's value (-1 without it)."""
@@ -701,16 +746,19 @@ class DeviceCatalog:
                 self.assumed[key] = replace(assumed, owner=pod.uid)
             self._dirty.update(sticky)
             return
-        reqs = [r for r in plan.reqs if r.claim in todo]
-        positions = {id(r): i for i, r in enumerate(reqs)}
-        constraints = [
-            Constraint(
-                c.claim, c.attribute, [positions[id(plan.reqs[i])] for i in c.requests], c.codes
-            )
-            for c in plan.constraints
-            if c.claim in todo
-        ]
-        chosen = allocate(reqs, constraints, devices.astype(np.intp), state)
+        chosen: list[list[int]] | None = None
+        reqs: list[Req] = []
+        for every_req, every_constraint in [(plan.reqs, plan.constraints), *plan.more]:
+            reqs = [r for r in every_req if r.claim in todo]
+            positions = {id(r): i for i, r in enumerate(reqs)}
+            constraints = [
+                replace(c, requests=[positions[id(every_req[i])] for i in c.requests])
+                for c in every_constraint
+                if c.claim in todo
+            ]
+            chosen = allocate(reqs, constraints, devices.astype(np.intp), state)
+            if chosen is not None:
+                break
         if chosen is None:
             self.failed[pod.uid] = f"the devices for the pod's claims are no longer free on {node}"
             return

@@ -28,6 +28,11 @@ the pools' shared counters (`shoal.cache.dra_capacity`).
   capacity and counters taken so far, bounded by `SEARCH_LIMIT` steps (past that the
   node is refused: never an allocation over capacity). The first complete assignment
   wins (devices in table order, so the choice is deterministic).
+* Taints are folded into `Req.match` by the plugin (a device whose NoSchedule or
+  NoExecute taint the request does not tolerate does not match; `untolerated` keeps
+  them for the explanation and for `All`, which fails on a node with such a device).
+* `choices` lists the pod's requests with each `firstAvailable` request replaced by
+  one of its sub-requests, in kube's order; each choice is judged like plain requests.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ __all__ = [
     "Verdict",
     "allocate",
     "available",
+    "choices",
     "feasible",
     "prepare",
 ]
@@ -75,6 +81,10 @@ class Req:
     count: int = 1
     has_selectors: bool = False
     demand: Demand | None = None  # what it takes of capacities (tables with shared devices)
+    # Devices the selectors match but whose taints the request does not tolerate (None:
+    # none), and one such taint, named in the explanation.
+    untolerated: NDArray[np.bool_] | None = None
+    taint: str = ""
 
 
 @dataclass
@@ -83,6 +93,9 @@ class Constraint:
     attribute: str  # qualified: domain/name
     requests: list[int]  # indexes into the pod's request list
     codes: NDArray[np.int64]  # per device: value code of the attribute, -1 if missing
+    # Members named only as `<request>/<subrequest>`: the index -> those names; the
+    # member counts only when one of those sub-requests is the one chosen.
+    only: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -232,6 +245,39 @@ class Verdict:
     reasons: list[tuple[str, NDArray[np.bool_]]] = field(default_factory=list)
 
 
+MAX_CHOICES = 64
+
+
+def choices(
+    reqs: list[Req], constraints: list[Constraint], options: dict[int, list[Req]]
+) -> list[tuple[list[Req], list[Constraint]]]:
+    """The pod's requests once each request with `firstAvailable` sub-requests
+    (`options`: request index -> its sub-requests, in order) is replaced by one of
+    them, in kube's order: the first request's sub-requests outermost, each in list
+    order (at most `MAX_CHOICES`). A constraint member naming one sub-request counts
+    only where it is chosen; a constraint left without members is dropped."""
+    if not options:
+        return [(reqs, constraints)]
+    at = sorted(options)
+    out: list[tuple[list[Req], list[Constraint]]] = []
+    for picked in itertools.product(*(options[i] for i in at)):
+        chosen = list(reqs)
+        for i, sub in zip(at, picked, strict=True):
+            chosen[i] = sub
+        kept: list[Constraint] = []
+        for c in constraints:
+            if not c.only:
+                kept.append(c)
+                continue
+            members = [i for i in c.requests if i not in c.only or chosen[i].name in c.only[i]]
+            if members:
+                kept.append(replace(c, requests=members, only={}))
+        out.append((chosen, kept))
+        if len(out) >= MAX_CHOICES:
+            break
+    return out
+
+
 def _count(mask: NDArray[np.bool_], rows: NDArray[np.intp], n: int) -> NDArray[np.int64]:
     local = mask & (rows >= 0)
     out = np.bincount(rows[local], minlength=n)[:n].astype(np.int64)
@@ -271,10 +317,23 @@ def feasible(
         wanted = " and its selectors" if r.has_selectors else ""
         if r.demand is not None and r.demand.requested:
             wanted += " and capacity requests"
+        if r.untolerated is not None:
+            fail(
+                (totals[i] == 0) & (_count(r.untolerated, rows, n) > 0),
+                f"no device of class {r.class_name}{wanted} for request {what} "
+                f"tolerates its taints ({r.taint})",
+            )
         fail(totals[i] == 0, f"no device of class {r.class_name}{wanted} for request {what}")
         shared = special is not None and bool((r.match & special).any())
         room = " (with the capacity and shared counters it takes left)" if shared else ""
         if r.all_mode:
+            if r.untolerated is not None:
+                # kube: every matching device must be allocated, a tainted one too.
+                fail(
+                    _count(r.untolerated, rows, n) > 0,
+                    f"no device set for request {what} (allocationMode All): "
+                    f"{r.taint}, not tolerated",
+                )
             need = _count(prep.sets[i], rows, n)
             fail(need == 0, f"no device for request {what} (allocationMode All) has room left")
             fail(

@@ -8,9 +8,11 @@ kube-scheduler's Dynamic Resource Allocation for the core subset (docs/dra.md).
   chosen by this scheduler for a pod placed earlier) restricts the pod to the nodes
   where its devices are; an unallocated claim's requests (`exactly`: device class,
   CEL selectors, `ExactCount` with `count` or `All`, `matchAttribute` constraints,
-  `capacity.requests` on devices shared by capacity, devices taking shared counters)
-  are judged against every node's free devices at once (`shoal.cache.dra_alloc`).
-  What Shoal cannot allocate yet (firstAvailable, adminAccess, distinctAttribute, a
+  `capacity.requests` on devices shared by capacity, devices taking shared counters,
+  tolerations of device taints; `firstAvailable` sub-requests, each choice tried in
+  kube's order) are judged against every node's free devices at once
+  (`shoal.cache.dra_alloc`).
+  What Shoal cannot allocate yet (adminAccess, distinctAttribute, a
   selector CEL cannot compile) refuses the pod with a message
   naming the claim, the field and what to do; so does a selector whose evaluation
   fails on a device of a node (kube's "CEL runtime error"), naming the device and
@@ -45,11 +47,27 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from shoal.api.dra import ClaimUse, DeviceSelector, ResourceClaim, pod_claim_names
+from shoal.api.dra import (
+    ClaimUse,
+    DeviceSelector,
+    DeviceSubRequest,
+    ExactDeviceRequest,
+    ResourceClaim,
+    pod_claim_names,
+)
 from shoal.api.podinfo import PodInfo, controlled_by_pod
 from shoal.api.quantity import QuantityError, parse_quantity
 from shoal.cache.dra import GLOBAL, DeviceCatalog, PodPlan
-from shoal.cache.dra_alloc import Constraint, Devices, Req, allocate, feasible, prepare
+from shoal.cache.dra_alloc import (
+    Constraint,
+    Devices,
+    Req,
+    Verdict,
+    allocate,
+    choices,
+    feasible,
+    prepare,
+)
 from shoal.cache.dra_cel import CompiledSelector, SelectorError, compile_selector
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.effects import AllocateClaims, ClaimAllocation
@@ -173,6 +191,7 @@ class DynamicResources:
         failures: list[Failure] = []
         reqs: list[Req] = []
         constraints: list[Constraint] = []
+        options: dict[int, list[Req]] = {}
         for claim in claims:
             devices = catalog.allocated(claim.key)
             if devices is not None:
@@ -186,27 +205,52 @@ class DynamicResources:
                     failures.append(Failure(reason, bad, _UNRESOLVABLE))
                     passed &= allowed
                 continue
-            problem = self._requests(claim, reqs, constraints, evaluated=True)
+            problem = self._requests(claim, reqs, constraints, options, evaluated=True)
             if problem:
                 return None, Status(_UNRESOLVABLE, problem)
-        catalog.plans[pod.uid] = PodPlan(reqs, constraints, catalog.table_version, held)
+        alternatives = choices(reqs, constraints, options)
+        first_reqs, first_constraints = alternatives[0]
+        catalog.plans[pod.uid] = PodPlan(
+            first_reqs, first_constraints, catalog.table_version, held, alternatives[1:]
+        )
         if reqs:
-            prepared = prepare(reqs, now)
             on_node = _NodeDevices(rows)
-
-            def exact(row: int) -> bool:
-                devs = on_node.of(row)
-                return allocate(reqs, constraints, devs, now, prepared) is not None
-
-            verdict = feasible(reqs, constraints, rows, now, n, exact, prepared)
-            for reason, mask in verdict.reasons:
-                code = _UNRESOLVABLE if reason.startswith("no device") else Code.UNSCHEDULABLE
-                bad = mask & passed
-                if bad.any():
-                    failures.append(Failure(reason, bad, code))
-            passed &= verdict.passed
+            # With firstAvailable, a node passes when some choice of sub-requests fits;
+            # the explanations are those of the first choice.
+            fits = np.zeros(n, dtype=bool)
+            for k, (chosen, chosen_constraints) in enumerate(alternatives):
+                verdict = self._feasible(chosen, chosen_constraints, rows, now, n, on_node)
+                if k == 0:
+                    for reason, mask in verdict.reasons:
+                        code = (
+                            _UNRESOLVABLE if reason.startswith("no device") else Code.UNSCHEDULABLE
+                        )
+                        bad = mask & passed
+                        if bad.any():
+                            failures.append(Failure(reason, bad, code))
+                fits |= verdict.passed
+                if fits.all():
+                    break
+            passed &= fits
         state.write(_STATE, _Verdict([c.key for c in claims], passed, failures))
         return None, Status()
+
+    @staticmethod
+    def _feasible(
+        reqs: list[Req],
+        constraints: list[Constraint],
+        rows: NDArray[np.intp],
+        now: Devices,
+        n: int,
+        on_node: _NodeDevices,
+    ) -> Verdict:
+        prepared = prepare(reqs, now)
+
+        def exact(row: int) -> bool:
+            devs = on_node.of(row)
+            return allocate(reqs, constraints, devs, now, prepared) is not None
+
+        return feasible(reqs, constraints, rows, now, n, exact, prepared)
 
     def _allocated_rows(
         self,
@@ -265,18 +309,19 @@ class DynamicResources:
                 continue
             reqs: list[Req] = []
             constraints: list[Constraint] = []
+            options: dict[int, list[Req]] = {}
             todo = [c for c in theirs if c.key not in mine and catalog.allocated(c.key) is None]
-            if not todo or any(self._requests(c, reqs, constraints) for c in todo):
+            if not todo or any(self._requests(c, reqs, constraints, options) for c in todo):
                 continue
+            alternatives = choices(reqs, constraints, options)
             devices = np.flatnonzero((rows == row) | (rows == GLOBAL)).astype(np.intp)
-            chosen = allocate(
-                reqs, constraints, devices, now if held is None else now.holding(held)
-            )
+            base = now if held is None else now.holding(held)
+            chosen = _first_fit(alternatives, devices, base)
             if chosen is None:
                 if later is None:
                     later = catalog.leaving_state()
                 soon = later if held is None else later.holding(held)
-                chosen = allocate(reqs, constraints, devices, soon)
+                chosen = _first_fit(alternatives, devices, soon)
             if chosen is None:
                 continue
             if held is None:
@@ -292,6 +337,7 @@ class DynamicResources:
         claim: ResourceClaim,
         reqs: list[Req],
         constraints: list[Constraint],
+        options: dict[int, list[Req]],
         *,
         evaluated: bool = False,
     ) -> str:
@@ -304,77 +350,39 @@ class DynamicResources:
         if not spec.requests:
             return f"{where} has no spec.devices.requests"
         by_name: dict[str, int] = {}
+        sub_names: dict[str, int] = {}
         for i, request in enumerate(spec.requests):
             field_path = f"spec.devices.requests[{i}]"
             exact = request.exactly
-            if exact is None:
-                return (
-                    f'{where}: {field_path} ("{request.name}") uses firstAvailable, which '
-                    f"Shoal does not allocate yet: use exactly ({_DOCS})"
-                )
-            if exact.admin_access:
-                return (
-                    f"{where}: {field_path}.exactly.adminAccess is not supported by "
-                    f"Shoal yet: remove it or use kube-scheduler for this pod ({_DOCS})"
-                )
-            wanted: dict[str, Fraction] = {}
-            for capacity, amount in (exact.capacity.requests if exact.capacity else {}).items():
-                try:
-                    wanted[capacity] = parse_quantity(amount)
-                except QuantityError as err:
-                    return f"{where}: {field_path}.exactly.capacity.requests[{capacity}]: {err}"
-            device_class = self.catalog.classes.get(exact.device_class_name)
-            if device_class is None:
-                return f'deviceclass "{exact.device_class_name}" not found (requested by {where})'
-            selectors: list[CompiledSelector] = []
-            sources: list[tuple[str, DeviceSelector]] = [
-                (f"deviceclass {exact.device_class_name} spec.selectors[{j}]", sel)
-                for j, sel in enumerate(device_class.spec.selectors)
-            ] + [
-                (f"{field_path}.exactly.selectors[{j}]", sel)
-                for j, sel in enumerate(exact.selectors)
-            ]
-            for path, sel in sources:
-                if sel.cel is None:
-                    return f"{where}: {path} has no cel expression, the only selector Shoal reads"
-                try:
-                    selectors.append(compile_selector(sel.cel.expression))
-                except SelectorError as err:
+            if exact is None and not request.first_available:
+                return f"{where}: {field_path} has neither exactly nor firstAvailable"
+            if exact is not None:
+                if exact.admin_access:
                     return (
-                        f"{where}: {path}.cel.expression cannot be used ({err}); fix the "
-                        f"expression: Shoal evaluates selectors with cel-python ({_DOCS})"
+                        f"{where}: {field_path}.exactly.adminAccess is not supported by "
+                        f"Shoal yet: remove it or use kube-scheduler for this pod ({_DOCS})"
                     )
-            if exact.allocation_mode == "ExactCount" and exact.count < 1:
-                return f"{where}: {field_path}.exactly.count must be at least 1"
-            match = self.catalog.match(selectors)
-            demand = self.catalog.demand(wanted)
-            if demand is not None:
-                match = match & demand.ok
-            if evaluated:
-                failure = self.catalog.selector_failure(selectors)
-                if failure is not None:
-                    position, device, why = failure
-                    path, sel = sources[position]
-                    expression = sel.cel.expression if sel.cel is not None else ""
-                    ident = "/".join(self.catalog.table().ids[device])
-                    return (
-                        f"{where}: {path}.cel.expression {_quoted(expression)} failed on "
-                        f"device {ident}: CEL runtime error: {why}; guard attributes a "
-                        f"device may lack with has(...) ({_DOCS})"
-                    )
+                made = self._request(
+                    claim, request.name, exact, f"{field_path}.exactly", evaluated=evaluated
+                )
+                if isinstance(made, str):
+                    return made
+                by_name[request.name] = len(reqs)
+                reqs.append(made)
+                continue
+            subs: list[Req] = []
+            for k, sub in enumerate(request.first_available):
+                full = f"{request.name}/{sub.name}"
+                made = self._request(
+                    claim, full, sub, f"{field_path}.firstAvailable[{k}]", evaluated=evaluated
+                )
+                if isinstance(made, str):
+                    return made
+                subs.append(made)
+                sub_names[full] = len(reqs)
             by_name[request.name] = len(reqs)
-            reqs.append(
-                Req(
-                    claim.key,
-                    request.name,
-                    exact.device_class_name,
-                    match,
-                    all_mode=exact.allocation_mode == "All",
-                    count=exact.count,
-                    has_selectors=bool(exact.selectors),
-                    demand=demand,
-                )
-            )
+            options[len(reqs)] = subs
+            reqs.append(subs[0])
         for j, constraint in enumerate(spec.constraints):
             path = f"spec.devices.constraints[{j}]"
             if constraint.distinct_attribute:
@@ -382,18 +390,103 @@ class DynamicResources:
             if not constraint.match_attribute:
                 continue
             members = constraint.requests or [r.name for r in spec.requests]
-            unknown = [m for m in members if m not in by_name]
+            unknown = [m for m in members if m not in by_name and m not in sub_names]
             if unknown:
                 return f"{where}: {path}.requests names {unknown[0]!r}, not a request of {name}"
+            whole = {by_name[m] for m in members if m in by_name}
+            only: dict[int, set[str]] = {}
+            for m in members:
+                if m in sub_names and sub_names[m] not in whole:
+                    only.setdefault(sub_names[m], set()).add(m)
             constraints.append(
                 Constraint(
                     claim.key,
                     constraint.match_attribute,
-                    [by_name[m] for m in members],
+                    sorted(whole | set(only)),
                     self.catalog.codes(constraint.match_attribute),
+                    {i: frozenset(names) for i, names in only.items()},
                 )
             )
         return ""
+
+    def _request(
+        self,
+        claim: ResourceClaim,
+        request_name: str,
+        exact: ExactDeviceRequest | DeviceSubRequest,
+        field_path: str,
+        *,
+        evaluated: bool,
+    ) -> Req | str:
+        """One request (or sub-request of firstAvailable) as a Req, or the refusal's
+        text."""
+        where = f"resourceclaim {claim.key}"
+        wanted: dict[str, Fraction] = {}
+        for capacity, amount in (exact.capacity.requests if exact.capacity else {}).items():
+            try:
+                wanted[capacity] = parse_quantity(amount)
+            except QuantityError as err:
+                return f"{where}: {field_path}.capacity.requests[{capacity}]: {err}"
+        device_class = self.catalog.classes.get(exact.device_class_name)
+        if device_class is None:
+            return f'deviceclass "{exact.device_class_name}" not found (requested by {where})'
+        selectors: list[CompiledSelector] = []
+        sources: list[tuple[str, DeviceSelector]] = [
+            (f"deviceclass {exact.device_class_name} spec.selectors[{j}]", sel)
+            for j, sel in enumerate(device_class.spec.selectors)
+        ] + [(f"{field_path}.selectors[{j}]", sel) for j, sel in enumerate(exact.selectors)]
+        for path, sel in sources:
+            if sel.cel is None:
+                return f"{where}: {path} has no cel expression, the only selector Shoal reads"
+            try:
+                selectors.append(compile_selector(sel.cel.expression))
+            except SelectorError as err:
+                return (
+                    f"{where}: {path}.cel.expression cannot be used ({err}); fix the "
+                    f"expression: Shoal evaluates selectors with cel-python ({_DOCS})"
+                )
+        if exact.allocation_mode == "ExactCount" and exact.count < 1:
+            return f"{where}: {field_path}.count must be at least 1"
+        catalog = self.catalog
+        match = catalog.match(selectors)
+        demand = catalog.demand(wanted)
+        if demand is not None:
+            match = match & demand.ok
+        if evaluated:
+            failure = catalog.selector_failure(selectors)
+            if failure is not None:
+                position, device, why = failure
+                path, sel = sources[position]
+                expression = sel.cel.expression if sel.cel is not None else ""
+                ident = "/".join(catalog.table().ids[device])
+                return (
+                    f"{where}: {path}.cel.expression {_quoted(expression)} failed on "
+                    f"device {ident}: CEL runtime error: {why}; guard attributes a "
+                    f"device may lack with has(...) ({_DOCS})"
+                )
+        untolerated: NDArray[np.bool_] | None = None
+        taint = ""
+        tolerated = catalog.tolerated(exact.tolerations)
+        if tolerated is not None:
+            ok, why_not = tolerated
+            blocked = match & ~ok
+            if blocked.any():
+                first = int(np.flatnonzero(blocked)[0])
+                taint = f"device {'/'.join(catalog.table().ids[first])} has taint {why_not[first]}"
+                untolerated = blocked
+                match = match & ok
+        return Req(
+            claim.key,
+            request_name,
+            exact.device_class_name,
+            match,
+            all_mode=exact.allocation_mode == "All",
+            count=exact.count,
+            has_selectors=bool(exact.selectors),
+            demand=demand,
+            untolerated=untolerated,
+            taint=taint,
+        )
 
     # ---- Filter -----------------------------------------------------------------------
 
@@ -505,6 +598,19 @@ class _NodeDevices:
         if not self._global.size:
             return local
         return np.sort(np.concatenate((local, self._global))).astype(np.intp)
+
+
+def _first_fit(
+    alternatives: list[tuple[list[Req], list[Constraint]]],
+    devices: NDArray[np.intp],
+    state: Devices,
+) -> list[list[int]] | None:
+    """The devices of the first choice of sub-requests that fits, or None."""
+    for reqs, constraints in alternatives:
+        chosen = allocate(reqs, constraints, devices, state)
+        if chosen is not None:
+            return chosen
+    return None
 
 
 def _quoted(expression: str, limit: int = 120) -> str:

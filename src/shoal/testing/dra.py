@@ -74,9 +74,11 @@ def gpu_slice(
     all_nodes: bool = False,
     generation: int = 1,
     name: str = "",
+    taints: Mapping[int, Sequence[Mapping[str, str]]] | None = None,
 ) -> ResourceSlice:
     """A ResourceSlice publishing `count` GPUs of `node` (pool = node name).
-    `attributes` gives extra per-device values: {"nvlinkDomain": [0, 0, 1, 1, ...]}."""
+    `attributes` gives extra per-device values: {"nvlinkDomain": [0, 0, 1, 1, ...]};
+    `taints` the taints of some devices: {0: [{"key": "k", "effect": "NoSchedule"}]}."""
     devices = []
     for i in range(count):
         attrs: dict[str, Any] = {
@@ -90,9 +92,14 @@ def gpu_slice(
                 "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "string"
             )
             attrs[key] = {kind: value}
-        devices.append(
-            {"name": f"gpu-{i}", "attributes": attrs, "capacity": {"memory": {"value": memory}}}
-        )
+        device: dict[str, Any] = {
+            "name": f"gpu-{i}",
+            "attributes": attrs,
+            "capacity": {"memory": {"value": memory}},
+        }
+        if taints and taints.get(i):
+            device["taints"] = [dict(t) for t in taints[i]]
+        devices.append(device)
     spec: dict[str, Any] = {
         "driver": driver,
         "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
@@ -227,9 +234,10 @@ def claim_spec(
     requests: Sequence[Mapping[str, Any]] | None = None,
     match_attribute: str = "",
     capacity: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """`spec` of a claim: one request "gpu" (or the raw `requests` given); `capacity`
-    is its `capacity.requests` (name -> quantity)."""
+    is its `capacity.requests` (name -> quantity), `tolerations` its tolerations."""
     if requests is None:
         exactly: dict[str, Any] = {"deviceClassName": device_class_name}
         if all_devices:
@@ -240,6 +248,8 @@ def claim_spec(
             exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
         if capacity:
             exactly["capacity"] = {"requests": dict(capacity)}
+        if tolerations:
+            exactly["tolerations"] = [dict(t) for t in tolerations]
         requests = [{"name": "gpu", "exactly": exactly}]
     devices: dict[str, Any] = {"requests": list(requests)}
     if match_attribute:

@@ -93,10 +93,15 @@ def test_a_taint_with_effect_none_does_not_block() -> None:
 
 def test_all_mode_fails_on_a_node_with_an_untolerated_matching_device() -> None:
     # kube: allocationMode All must allocate every matching device, a tainted one too.
-    slices = [
-        gpu_slice("n1", count=2, taints={1: [NO_SCHEDULE]}),
-        gpu_slice("n2", count=2),
-    ]
-    placements, _, catalog = _run(resource_claim("a", all_devices=True), slices=slices)
-    assert placements == {"default/a": "n2"}
-    assert _devices(catalog, "a") == [("n2", "gpu-0"), ("n2", "gpu-1")]
+    slices = [gpu_slice("n1", count=2, taints={1: [NO_SCHEDULE]})]
+    placements, messages, _ = _run(resource_claim("a", all_devices=True), slices=slices)
+    assert placements == {"default/a": None}
+    assert (
+        "no device set for request a/gpu (allocationMode All): device "
+        f"{DRIVER}/n1/gpu-1 has taint example.com/maintenance=true:NoSchedule, not tolerated"
+    ) in messages["default/a"]
+    exists = [{"key": "example.com/maintenance", "operator": "Exists"}]
+    claim = resource_claim("a", all_devices=True, tolerations=exists)
+    placements, _, catalog = _run(claim, slices=slices)
+    assert placements == {"default/a": "n1"}
+    assert _devices(catalog, "a") == [("n1", "gpu-0"), ("n1", "gpu-1")]

@@ -536,6 +536,9 @@ def allocate(
     """Devices (table indexes) per request on one node, or None. `devices` are the
     node's devices (node-local and reachable from every node), in table order."""
     state = _as_devices(state)
+    for r in reqs:
+        if r.all_mode and r.untolerated is not None and r.untolerated[devices].any():
+            return None  # All must take a matching device whose taint it does not tolerate
     prep = prepared if prepared is not None else prepare(reqs, state)
     special = state.special
     tangled = (

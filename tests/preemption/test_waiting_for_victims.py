@@ -47,3 +47,30 @@ def test_a_failed_eviction_wakes_the_preemptor_to_preempt_again() -> None:
         h.scheduler.eviction_failed(uid)  # refused (a disruption budget, an error)
     h.run()
     assert len(h.effects.evictions) == 6  # it preempted again, at once
+
+
+def test_a_gang_awaiting_its_victims_binds_once_the_last_is_gone() -> None:
+    h = SchedulerHarness()
+    h.effects.hold_evictions = True
+    h.add_nodes(*(make_node(f"n{i}").capacity(cpu="4", memory="32Gi") for i in range(2)))
+    h.add_pods(
+        *(make_pod(f"low{i}").req(cpu="900m").priority(0).node(f"n{i % 2}") for i in range(8))
+    )
+    h.run()
+    labels = {
+        "pod-group.scheduling.sigs.k8s.io/name": "g",
+        "pod-group.scheduling.sigs.k8s.io/min-available": "2",
+    }
+    h.add_pods(*(make_pod(f"m{i}").labels(labels).req(cpu="3").priority(10) for i in range(2)))
+    h.advance(1)
+    victims = [e.pod for e in h.effects.evictions]
+    assert len(victims) == 6
+    h.advance(19)  # the victims take their time
+    assert h.node_of("m0") is None and h.node_of("m1") is None
+    queued = {p.pod.name: p.attempts for p in h.scheduler.scheduling_queue.pending()}
+    assert max(queued.values()) <= 3, queued  # not a retry loop
+    for key in victims:
+        h.delete_pod(key)
+    h.run()  # no time passes
+    assert h.node_of("m0") is not None and h.node_of("m1") is not None
+    assert len(h.effects.evictions) == 6

@@ -875,9 +875,13 @@ class Scheduler:
             if waiting:
                 message = f"gang {group.key}: {waiting[1]}"
                 status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
+                # As a pod awaiting its victims: the members wait for the last victim
+                # of any of them gone (`_victim_gone` wakes one; the gang cycle takes
+                # the others along), not in a doubling backoff.
+                waits = frozenset({AWAITING_VICTIMS})
                 for each in entries:
                     node = self.cluster.nominations.get(each.pod.uid, ("", each.pod))[0]
-                    self._requeue(each, now, frozenset(), status, message, True, node)
+                    self._requeue(each, now, waits, status, message, False, node)
                 return CycleResult(entry.pod, None, status, message)
         try:
             outcome = self.gang_cycle.decide(entries, group, fwk, now)

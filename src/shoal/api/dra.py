@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from shoal.api.objects import NodeSelector, ObjectMeta, Pod
+from shoal.api.objects import NodeSelector, ObjectMeta, Pod, tolerates
 
 __all__ = [
     "BLOCKING_TAINT_EFFECTS",
@@ -147,13 +147,7 @@ class DeviceToleration(_Base):
 
     def tolerates(self, taint: DeviceTaint) -> bool:
         """kube's DeviceToleration.ToleratesTaint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return self.operator in ("", "Equal") and self.value == taint.value
+        return tolerates(self, taint)
 
 
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")

@@ -8,7 +8,7 @@ manifest fails with the JSON path of the bad field (see `shoal.api.manifests`).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
@@ -207,6 +207,33 @@ class Affinity(_Base):
 # ---- taints ------------------------------------------------------------------------
 
 
+class TaintLike(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def effect(self) -> str: ...
+
+
+class TolerationLike(TaintLike, Protocol):
+    @property
+    def operator(self) -> str: ...
+
+
+def tolerates(toleration: TolerationLike, taint: TaintLike) -> bool:
+    """kube's ToleratesTaint, for a node's taints (core/v1) and a device's (resource/v1)
+    alike: an empty effect or key matches any; Exists ignores the value, Equal (or no
+    operator) compares it."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    return toleration.operator in ("", "Equal") and toleration.value == taint.value
+
+
 class Taint(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, frozen=True):
     key: str
     effect: TaintEffect
@@ -232,13 +259,7 @@ class Toleration(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
 
     def tolerates(self, taint: Taint) -> bool:
         """v1 Toleration.ToleratesTaint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return self.value == taint.value
+        return tolerates(self, taint)
 
 
 # ---- pods --------------------------------------------------------------------------

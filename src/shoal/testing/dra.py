@@ -100,6 +100,18 @@ def gpu_slice(
         if taints and taints.get(i):
             device["taints"] = [dict(t) for t in taints[i]]
         devices.append(device)
+    return _node_slice(name or f"{node}-{driver}", node, driver, generation, devices, all_nodes)
+
+
+def _node_slice(
+    name: str,
+    node: str,
+    driver: str,
+    generation: int,
+    devices: list[dict[str, Any]],
+    all_nodes: bool,
+) -> ResourceSlice:
+    """A slice of one pool named after `node`, published for it (or for all nodes)."""
     spec: dict[str, Any] = {
         "driver": driver,
         "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
@@ -109,7 +121,7 @@ def gpu_slice(
         spec["allNodes"] = True
     else:
         spec["nodeName"] = node
-    return decode({"metadata": {"name": name or f"{node}-{driver}"}, "spec": spec}, ResourceSlice)
+    return decode({"metadata": {"name": name}, "spec": spec}, ResourceSlice)
 
 
 def shared_slice(
@@ -144,17 +156,8 @@ def shared_slice(
         }
         for i in range(count)
     ]
-    spec: dict[str, Any] = {
-        "driver": driver,
-        "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-        "devices": devices,
-    }
-    if all_nodes:
-        spec["allNodes"] = True
-    else:
-        spec["nodeName"] = node
-    return decode(
-        {"metadata": {"name": name or f"{node}-{driver}-{prefix}"}, "spec": spec}, ResourceSlice
+    return _node_slice(
+        name or f"{node}-{driver}-{prefix}", node, driver, generation, devices, all_nodes
     )
 
 

@@ -486,8 +486,8 @@ class VictimSearch:
             return _FALLBACK
         if any(e.supports_preemption and e.is_interested(pod) for e in handle.extenders):
             return _FALLBACK
-        if not self.node_local(runner, pod):
-            return _FALLBACK
+        # Every plugin taking part is NodeResourcesFit or `preemption_node_only` (whose
+        # verdict depends on the node alone: local too), so no `node_local` check.
         setup = self._arithmetic_setup(runner, pod)
         if setup is None:
             return _FALLBACK

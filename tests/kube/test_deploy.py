@@ -375,9 +375,15 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                 lambda: bound_pods(api).get("default/uses-dra") == "gpu",
                 what="the pod with a claim bound",
             )
+            # A second FailedScheduling for too-big makes the event a series (PATCH).
+            # Its retry needs an event it waits for: a node added (tainted: nothing
+            # lands there) wakes it, whether or not the victim's deletion came after its
+            # first attempt (it did not always: the test failed now and then).
+            nudge = node("nudge", cpu="1")
+            nudge["spec"] = {"taints": [{"key": "nudge", "effect": "NoSchedule"}]}
+            api.create("v1", "nodes", nudge)
             await eventually(
                 lambda: any(r.resource == "events" and r.verb == "patch" for r in api.requests),
-                timeout=15,
                 what="an event series update",
             )
             # The serving port's delegated authentication and authorization (`shoal run`

@@ -14,7 +14,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+from shoal.api.manifests import decode
 from shoal.api.podinfo import PodInfo
+from shoal.api.queue import PodDisruptionBudget
+from shoal.preemption.budgets import DisruptionBudgets
 from shoal.preemption.evaluator import _FALLBACK, Candidate, LowerPriority, VictimSearch
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
@@ -57,6 +60,7 @@ def _choice(found: Candidate | None) -> tuple[str, list[str]] | None:
     queue=st.none() | st.sets(st.integers(0, 40), max_size=20),
     max_candidates=st.integers(1, 8),
     seed=st.integers(0, 3),
+    pdb=st.sampled_from([None, "elsewhere", "default"]),
 )
 @example(
     nodes=[[(1, 1, 0, 0), (1, 1, 0, 0)], [(1, 1, 0, 0), (1, 1, 0, 0)]],
@@ -70,6 +74,7 @@ def _choice(found: Candidate | None) -> tuple[str, list[str]] | None:
     queue=None,
     max_candidates=2,
     seed=0,
+    pdb=None,
 )
 def test_columns_and_pod_by_pod_choose_the_same(
     nodes: list[list[tuple[int, int, int, int]]],
@@ -83,8 +88,22 @@ def test_columns_and_pod_by_pod_choose_the_same(
     queue: set[int] | None,
     max_candidates: int,
     seed: int,
+    pdb: str | None,
 ) -> None:
     h = SchedulerHarness(seed=seed)
+    budgets = DisruptionBudgets()
+    if pdb is not None:
+        # One budget selecting every pod of a namespace, allowing one disruption: in
+        # another namespace the search stays columnar, in the pods' own it falls back.
+        budgets.add(
+            decode(
+                {
+                    "metadata": {"name": "b", "namespace": pdb},
+                    "spec": {"selector": {}, "maxUnavailable": 1},
+                },
+                PodDisruptionBudget,
+            )
+        )
     for i in range(len(nodes)):
         node = make_node(f"n{i}").capacity(cpu="16", memory="16Gi")
         if i in tainted:
@@ -137,7 +156,7 @@ def test_columns_and_pod_by_pod_choose_the_same(
     def search(columns: bool) -> tuple[str, list[str]] | None:
         handle = h.scheduler.handle
         handle.rng = np.random.default_rng(seed)
-        found = VictimSearch(handle)
+        found = VictimSearch(handle, pdb_violations=budgets.checker(handle.snapshot))
         if not columns:
             found._best_by_columns = lambda *args: _FALLBACK  # type: ignore[method-assign]
         generation = table.generation

@@ -12,7 +12,7 @@ from shoal.cache.cluster import PlacedPods
 from shoal.framework.handle import Handle
 from shoal.preemption.evaluator import no_violations
 
-__all__ = ["DisruptionBudgets"]
+__all__ = ["BudgetChecker", "DisruptionBudgets"]
 
 SERVICE_KEY = "shoal.pdbs"
 
@@ -46,34 +46,45 @@ class DisruptionBudgets:
         budgets = [p for p in self.budgets.values() if p.spec.selector is not None]
         if not budgets:
             return no_violations
-        allowed: list[int] = []
+        return BudgetChecker(budgets, cluster)
+
+
+class BudgetChecker:
+    """Victims beyond what `budgets` allow, with the budgets' healthy counts taken when
+    it is made (before any tentative eviction of the search). `namespaces` are where the
+    budgets select pods: victims elsewhere never violate one (the columnar victim search
+    reads it to stay columnar when no candidate victim is there)."""
+
+    def __init__(self, budgets: list[PodDisruptionBudget], cluster: PlacedPods) -> None:
+        self.budgets = budgets
+        self.namespaces = frozenset(p.metadata.namespace or "default" for p in budgets)
+        self.allowed: list[int] = []
+        placed = cluster.placed.values()
         for pdb in budgets:
             ns = pdb.metadata.namespace or "default"
             selector = pdb.spec.selector
             assert selector is not None
             healthy = sum(
                 1
-                for r in cluster.placed.values()
+                for r in placed
                 if r.pod.namespace == ns and label_selector_matches(selector, r.pod.labels)
             )
-            allowed.append(_allowed(pdb, healthy))
+            self.allowed.append(_allowed(pdb, healthy))
 
-        def count(victims: Iterable[PodInfo]) -> int:
-            victims = list(victims)
-            total = 0
-            for pdb, limit in zip(budgets, allowed, strict=True):
-                ns = pdb.metadata.namespace or "default"
-                selector = pdb.spec.selector
-                assert selector is not None
-                hit = sum(
-                    1
-                    for v in victims
-                    if v.namespace == ns and label_selector_matches(selector, v.labels)
-                )
-                total += max(0, hit - limit)
-            return total
-
-        return count
+    def __call__(self, victims: Iterable[PodInfo]) -> int:
+        victims = list(victims)
+        total = 0
+        for pdb, limit in zip(self.budgets, self.allowed, strict=True):
+            ns = pdb.metadata.namespace or "default"
+            selector = pdb.spec.selector
+            assert selector is not None
+            hit = sum(
+                1
+                for v in victims
+                if v.namespace == ns and label_selector_matches(selector, v.labels)
+            )
+            total += max(0, hit - limit)
+        return total
 
 
 def _allowed(pdb: PodDisruptionBudget, healthy: int) -> int:

@@ -478,11 +478,20 @@ class VictimSearch:
         """`best` over the pods as columns (`NodeTable.pod_columns`): the same nodes
         visited in the same order, the same victims and the same choice as the search
         pod by pod, with no Python loop over the candidate nodes' pods. Applies when
-        every victim is a unit of its own (no group member among them), no disruption
-        budget selects pods, no extender takes part in preemption and
-        `_arithmetic_setup` holds; `_FALLBACK` otherwise."""
+        every victim is a unit of its own (no group member among them), none is in a
+        namespace a disruption budget selects pods in, no extender takes part in
+        preemption and `_arithmetic_setup` holds; `_FALLBACK` otherwise."""
         handle = self.handle
-        if not self._units_known or self.pdb_violations is not no_violations:
+        # Disruption budgets: columnar while no candidate victim is in a namespace one
+        # selects pods in (checked per chunk below); a checker that says nothing of
+        # where it looks: pod by pod.
+        budget_namespaces: frozenset[str] = frozenset()
+        if self.pdb_violations is not no_violations:
+            found = getattr(self.pdb_violations, "namespaces", None)
+            if not isinstance(found, frozenset):
+                return _FALLBACK
+            budget_namespaces = found
+        if not self._units_known:
             return _FALLBACK
         if any(e.supports_preemption and e.is_interested(pod) for e in handle.extenders):
             return _FALLBACK
@@ -511,6 +520,7 @@ class VictimSearch:
         slots = np.flatnonzero(takeable)
         if not slots.size:
             return None
+        guarded = [i for ns in budget_namespaces if (i := columns.known_namespace(ns)) is not None]
         slot_rows = columns.row[slots]
         holds = np.zeros(table.n, dtype=bool)
         holds[slot_rows] = True
@@ -541,6 +551,8 @@ class VictimSearch:
             mine, owner = slots[owner >= 0], owner[owner >= 0]
             if self.gangs is not None and self.gangs.any_grouped(columns.uids[mine].tolist()):
                 return _FALLBACK
+            if guarded and np.isin(columns.namespace[mine], guarded).any():
+                return _FALLBACK  # a victim a disruption budget may protect
             # Per row, most important first (higher priority, earlier start), then the
             # order the row holds its pods in: `_reprieve_order` without budgets.
             sort = np.lexsort(

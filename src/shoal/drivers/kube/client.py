@@ -471,6 +471,7 @@ class KubeClient:
 
     def __init__(self, connection: Connection, name: str, settings: ClientSettings) -> None:
         self.name = name
+        self.closed = False  # set by `close`: writes still in flight fail quietly
         self.settings = settings
         self.limiter = RateLimiter(settings.qps, settings.burst)
         self._observer = connection.observer
@@ -499,6 +500,7 @@ class KubeClient:
         return self._watches
 
     async def close(self) -> None:
+        self.closed = True
         await self._api.close()
         if self._watches is not None:
             await self._watches.close()

@@ -647,7 +647,11 @@ class ObjectStatusWriter(Generic[S]):
             self._failed(key, update, err)
         except Exception:  # never let one bad write stop the writer
             self.failed += 1
-            log.exception("writing the status of %s %s failed", self.what, key)
+            if self.client.closed:
+                # Shutting down: the client closed under a write still in flight.
+                log.debug("status of %s %s not written: shutting down", self.what, key)
+            else:
+                log.exception("writing the status of %s %s failed", self.what, key)
         finally:
             self._in_flight.discard(key)
             slots.release()

@@ -320,8 +320,11 @@ class ShardKeeper:
                 await asyncio.wait_for(self.round(), timeout=s.retry_period)
                 self.error = ""
             except (ApiError, TimeoutError, OSError) as err:
-                self.error = str(err) or type(err).__name__
-                log.warning("node shards: %s", err, extra={"error": str(err)})
+                # A timed-out round raises TimeoutError(), whose str() is empty.
+                self.error = (
+                    str(err) or f"{type(err).__name__} (round took over {s.retry_period} s)"
+                )
+                log.warning("node shards: %s", self.error, extra={"error": self.error})
             await asyncio.sleep(s.retry_period)
 
     async def round(self) -> None:
@@ -649,7 +652,9 @@ class ShardKeeper:
                 await self.client.request("PUT", LEASES.path(s.namespace, name), body=body)
                 self._member = None
         except (ApiError, OSError, TimeoutError) as err:
-            log.warning("node shards: giving shards back failed: %s", err)
+            log.warning(
+                "node shards: giving shards back failed: %s", str(err) or type(err).__name__
+            )
 
 
 def read_leases(items: Iterable[JSON]) -> tuple[JSON | None, list[tuple[Member, JSON]]]:

@@ -69,6 +69,7 @@ from shoal.cache.cluster import ClusterState, observer_service
 from shoal.cache.dra_alloc import GLOBAL, Constraint, Counters, Devices, Req, allocate
 from shoal.cache.dra_capacity import CapacityColumns, CounterColumns, Demand, format_quantity
 from shoal.cache.dra_cel import CompiledSelector
+from shoal.cache.dra_pools import UnsettledPools, unsettled_pools
 
 __all__ = [
     "GLOBAL",
@@ -156,6 +157,9 @@ class _Table:
     index: dict[DeviceId, int] = field(default_factory=dict)
     capacity: CapacityColumns | None = None  # None: no device has capacities or shares
     counters: CounterColumns | None = None  # None: no device consumes counters
+    # Pools not allocated from (incomplete or invalid, `shoal.cache.dra_pools`): their
+    # devices are left out of the table.
+    unsettled: UnsettledPools = field(default_factory=UnsettledPools)
 
 
 class DeviceCatalog:
@@ -316,11 +320,21 @@ class DeviceCatalog:
             pool = (s.spec.driver, s.spec.pool.name)
             newest[pool] = max(newest.get(pool, s.spec.pool.generation), s.spec.pool.generation)
         table = _Table()
+        current = [
+            s
+            for s in self.slices.values()
+            if s.spec.pool.generation == newest[(s.spec.driver, s.spec.pool.name)]
+        ]
+        unsettled = table.unsettled = unsettled_pools(current)
         for name in sorted(self.slices):
             s = self.slices[name]
             spec = s.spec
             if spec.pool.generation != newest[(spec.driver, spec.pool.name)]:
                 continue
+            if unsettled and not unsettled.usable(
+                (spec.driver, spec.pool.name), spec.node_name or ""
+            ):
+                continue  # kube allocates nothing from it (shoal.cache.dra_pools)
             if spec.node_name:
                 node = spec.node_name
             elif spec.all_nodes:
@@ -336,11 +350,6 @@ class DeviceCatalog:
                 table.devices.append(device)
                 table.node.append(node)
         table.capacity = CapacityColumns.build([i[0] for i in table.ids], table.devices)
-        current = [
-            s
-            for s in self.slices.values()
-            if s.spec.pool.generation == newest[(s.spec.driver, s.spec.pool.name)]
-        ]
         table.counters = CounterColumns.build(table.ids, table.devices, current)
         self._table = table
         self._table_version = self._slices_version

@@ -88,6 +88,8 @@ __all__ = ["NAME", "DynamicResources", "DynamicResourcesArgs"]
 NAME = "DynamicResources"
 _UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 _STATE = "PreFilter" + NAME
+# Pools not allocated from named in one explanation at most (`_unsettled_said`).
+_NAMED_POOLS = 3
 _RESERVED = NAME + "/claims"
 _DOCS = "see docs/dra.md"
 
@@ -208,6 +210,7 @@ class DynamicResources:
             problem = self._requests(claim, reqs, constraints, options, evaluated=True)
             if problem:
                 return None, Status(_UNRESOLVABLE, problem)
+        passed &= self._all_mode_reach(reqs, passed, failures)
         alternatives = choices(reqs, constraints, options)
         first_reqs, first_constraints = alternatives[0]
         catalog.plans[pod.uid] = PodPlan(
@@ -227,13 +230,58 @@ class DynamicResources:
                         )
                         bad = mask & passed
                         if bad.any():
-                            failures.append(Failure(reason, bad, code))
+                            failures.extend(self._unsettled_said(reason, bad, code))
                 fits |= verdict.passed
                 if fits.all():
                     break
             passed &= fits
         state.write(_STATE, _Verdict([c.key for c in claims], passed, failures))
         return None, Status()
+
+    def _unsettled_said(self, reason: str, bad: NDArray[np.bool_], code: Code) -> list[Failure]:
+        """The failure, with the nodes a pool not allocated from reaches (incomplete or
+        invalid: its devices are not counted) told apart and the pool named, for the
+        first `_NAMED_POOLS` such pools."""
+        reasons = self.catalog.table().unsettled.reasons()
+        if not reasons:
+            return [Failure(reason, bad, code)]
+        names = self.handle.snapshot.names[: bad.size]
+        rest = bad.copy()
+        out: list[Failure] = []
+        for node, why in reasons:
+            if len(out) == _NAMED_POOLS:
+                break
+            reached = rest.copy() if not node else rest & (names == node)
+            if reached.any():
+                out.append(Failure(f"{reason}; {why}", reached, code))
+                rest &= ~reached
+        if rest.any():
+            out.append(Failure(reason, rest, code))
+        return out
+
+    def _all_mode_reach(
+        self, reqs: list[Req], passed: NDArray[np.bool_], failures: list[Failure]
+    ) -> NDArray[np.bool_]:
+        """Where no request for all devices can be allocated: nodes that a pool being
+        updated or invalid reaches (kube: "asks for all devices, but resource pool ...
+        is currently being updated"; `shoal.cache.dra_pools`)."""
+        allowed = np.ones(passed.size, dtype=bool)
+        every = [r for r in reqs if r.all_mode]
+        if not every:
+            return allowed
+        reasons = self.catalog.table().unsettled.reasons()
+        if not reasons:
+            return allowed
+        names = self.handle.snapshot.names[: passed.size]
+        what = f"{every[0].claim.partition('/')[2]}/{every[0].name}"
+        for node, why in reasons:
+            reached = np.ones(passed.size, dtype=bool) if not node else names == node
+            bad = reached & passed & allowed
+            if bad.any():
+                reason = f"request {what} asks for all devices (allocationMode All), but {why}"
+                failures.append(Failure(reason, bad, Code.UNSCHEDULABLE))
+                allowed &= ~reached
+        return allowed
 
     @staticmethod
     def _feasible(

@@ -9,7 +9,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.cache.dra_alloc import GLOBAL, Constraint, Counters, Devices, Req, allocate, feasible
+from shoal.cache.dra_alloc import (
+    GLOBAL,
+    SELECTED,
+    Constraint,
+    Counters,
+    Devices,
+    Reach,
+    Req,
+    allocate,
+    feasible,
+)
 from shoal.cache.dra_capacity import Demand
 
 
@@ -73,6 +83,45 @@ def test_the_verdict_is_the_exact_search(
         for c in constraints:
             values = {int(c.codes[dev]) for i in c.requests for dev in chosen[i]}
             assert len(values) == 1 and -1 not in values
+
+
+@settings(max_examples=400, deadline=None)
+@given(_cases(), st.data())
+def test_with_network_attached_devices_the_verdict_is_the_exact_search(
+    case: tuple[list[Req], list[Constraint], np.ndarray, np.ndarray, int], data: st.DataObject
+) -> None:
+    """Some devices are reachable from the nodes a selector group picks (`Reach`):
+    counted for those nodes, in the (node, value) groups of a constraint too."""
+    reqs, constraints, rows, free, n = case
+    d = rows.size
+    groups = data.draw(st.integers(min_value=1, max_value=3))
+    group = np.array(
+        data.draw(st.lists(st.integers(-1, groups - 1), min_size=d, max_size=d)), dtype=np.intp
+    )
+    rows = np.where(group >= 0, SELECTED, rows).astype(np.intp)
+    nodes = np.array(
+        data.draw(st.lists(st.booleans(), min_size=groups * n, max_size=groups * n)), dtype=bool
+    ).reshape(groups, n)
+    reach = Reach(group, nodes)
+
+    def devices(row: int) -> np.ndarray:
+        mask = (rows == row) | (rows == GLOBAL)
+        mask[reach.of(row)] = True
+        return np.flatnonzero(mask).astype(np.intp)
+
+    def exact(row: int) -> bool:
+        return allocate(reqs, constraints, devices(row), free) is not None
+
+    verdict = feasible(reqs, constraints, rows, free, n, exact, reach=reach)
+    for row in range(n):
+        chosen = allocate(reqs, constraints, devices(row), free)
+        assert verdict.passed[row] == (chosen is not None), (row, chosen)
+        if chosen is not None:
+            flat = [dev for devs in chosen for dev in devs]
+            assert all(
+                rows[dev] in (row, GLOBAL) or (group[dev] >= 0 and nodes[group[dev], row])
+                for dev in flat
+            )
 
 
 @st.composite

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from shoal.api.objects import NodeSelector, ObjectMeta, Pod, tolerates
+from shoal.api.objects import NodeSelector, NodeSelectorTerm, ObjectMeta, Pod, tolerates
 
 __all__ = [
     "BLOCKING_TAINT_EFFECTS",
@@ -350,11 +350,13 @@ def allocation_json(
     results: tuple[tuple[str, str, str, str], ...],
     node: str,
     shares: tuple[ShareResult | None, ...] = (),
+    selector: NodeSelectorTerm | None = None,
 ) -> dict[str, Any]:
     """`status.allocation` as the API takes it: the devices per request (with the share
     ID and consumed capacity of a share of a device that allows multiple allocations,
     `shares` parallel to `results`) and, for devices of one node, a node selector naming
-    it (as kube-scheduler writes it)."""
+    it (as kube-scheduler writes it); for devices of network-attached pools only, the
+    one term `selector` their slices' node selectors make together."""
     entries: list[dict[str, Any]] = []
     for i, (request, driver, pool, device) in enumerate(results):
         entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool}
@@ -372,6 +374,8 @@ def allocation_json(
                 {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
             ]
         }
+    elif selector is not None:
+        out["nodeSelector"] = {"nodeSelectorTerms": [msgspec.to_builtins(selector)]}
     return out
 
 
@@ -387,13 +391,16 @@ def with_allocation(
     pod_name: str,
     pod_uid: str,
     shares: tuple[ShareResult | None, ...] = (),
+    selector: NodeSelectorTerm | None = None,
 ) -> ResourceClaim:
     """The claim as the API has it after the scheduler's status write: allocated (when
     `results` are given) and reserved for the pod."""
     status = claim.status
     allocation = status.allocation
     if results:
-        allocation = msgspec.convert(allocation_json(results, node, shares), AllocationResult)
+        allocation = msgspec.convert(
+            allocation_json(results, node, shares, selector), AllocationResult
+        )
     reserved = list(status.reserved_for)
     if all(r.uid != pod_uid for r in reserved):
         reserved.append(

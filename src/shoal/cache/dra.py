@@ -63,10 +63,20 @@ from shoal.api.dra import (
     SliceDevice,
     pod_claim_names,
 )
+from shoal.api.objects import NodeSelectorRequirement, NodeSelectorTerm
 from shoal.api.podinfo import PodInfo
 from shoal.api.quantity import QuantityError, parse_quantity
 from shoal.cache.cluster import ClusterState, observer_service
-from shoal.cache.dra_alloc import GLOBAL, Constraint, Counters, Devices, Req, allocate
+from shoal.cache.dra_alloc import (
+    GLOBAL,
+    SELECTED,
+    Constraint,
+    Counters,
+    Devices,
+    Reach,
+    Req,
+    allocate,
+)
 from shoal.cache.dra_capacity import CapacityColumns, CounterColumns, Demand, format_quantity
 from shoal.cache.dra_cel import CompiledSelector
 from shoal.cache.dra_pools import UnsettledPools, unsettled_pools
@@ -74,10 +84,12 @@ from shoal.cache.dra_pools import UnsettledPools, unsettled_pools
 __all__ = [
     "GLOBAL",
     "RECENT_DEPARTURES",
+    "SELECTED",
     "Assumed",
     "DeviceCatalog",
     "DeviceId",
     "PodPlan",
+    "Reach",
     "Share",
 ]
 
@@ -114,6 +126,8 @@ class Assumed:
     node_local: bool
     owner: str  # uid of the pod whose placement chose them (it writes the allocation)
     shares: tuple[Share | None, ...] = ()  # parallel to results: None = allocated whole
+    # Devices of network-attached pools only: their slices' node selectors in one term.
+    selector: NodeSelectorTerm | None = None
 
     def share_results(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]] | None, ...]:
         """`shares` as the allocation result writes them (shareID, consumedCapacity)."""
@@ -153,7 +167,11 @@ class PodPlan:
 class _Table:
     ids: list[DeviceId] = field(default_factory=list)
     devices: list[SliceDevice] = field(default_factory=list)
-    node: list[str] = field(default_factory=list)  # "" = every node
+    node: list[str] = field(default_factory=list)  # "" = every node (or `group`'s)
+    # Per device: the node selector of its slice (an index into `selectors`) for
+    # network-attached pools, -1 for devices of one node or of every node.
+    group: list[int] = field(default_factory=list)
+    selectors: list[NodeSelectorTerm] = field(default_factory=list)
     index: dict[DeviceId, int] = field(default_factory=dict)
     capacity: CapacityColumns | None = None  # None: no device has capacities or shares
     counters: CounterColumns | None = None  # None: no device consumes counters
@@ -175,6 +193,7 @@ class DeviceCatalog:
         self._table_version = -1
         self._rows: NDArray[np.intp] = np.zeros(0, np.intp)
         self._rows_key: tuple[int, int, int] = (-1, -1, -1)
+        self._reach: Reach | None = None
         self._match: dict[tuple[str, ...], NDArray[np.bool_]] = {}
         # expression -> {device index: why evaluating it there failed}, in table order.
         self._errors: dict[str, dict[int, str]] = {}
@@ -335,12 +354,24 @@ class DeviceCatalog:
                 (spec.driver, spec.pool.name), spec.node_name or ""
             ):
                 continue  # kube allocates nothing from it (shoal.cache.dra_pools)
+            group = -1
             if spec.node_name:
                 node = spec.node_name
             elif spec.all_nodes:
                 node = ""
+            elif spec.node_selector is not None:
+                # A network-attached pool: its devices are reachable from the nodes the
+                # selector picks. The API allows exactly one term (kube's allocator
+                # refuses others).
+                terms = spec.node_selector.node_selector_terms
+                if len(terms) != 1:
+                    continue
+                node = ""
+                if terms[0] not in table.selectors:
+                    table.selectors.append(terms[0])
+                group = table.selectors.index(terms[0])
             else:
-                continue  # nodeSelector / per-device selection: not modelled (docs/dra.md)
+                continue  # per-device node selection: not modelled (docs/dra.md)
             for device in spec.devices:
                 ident = (spec.driver, spec.pool.name, device.name)
                 if ident in table.index:
@@ -349,6 +380,7 @@ class DeviceCatalog:
                 table.ids.append(ident)
                 table.devices.append(device)
                 table.node.append(node)
+                table.group.append(group)
         table.capacity = CapacityColumns.build([i[0] for i in table.ids], table.devices)
         table.counters = CounterColumns.build(table.ids, table.devices, current)
         self._table = table
@@ -371,12 +403,40 @@ class DeviceCatalog:
         if key != self._rows_key:
             row_of = node_table.row_of
             self._rows = np.fromiter(
-                (GLOBAL if not node else row_of.get(node, -1) for node in table.node),
+                (
+                    (SELECTED if group >= 0 else GLOBAL) if not node else row_of.get(node, -1)
+                    for node, group in zip(table.node, table.group, strict=True)
+                ),
                 dtype=np.intp,
                 count=len(table.node),
             )
+            self._reach = self._reach_of(table) if table.selectors else None
             self._rows_key = key
         return self._rows
+
+    def devices_of(self, row: int) -> NDArray[np.intp]:
+        """The devices node `row` can use, in table order: its own, those of every node,
+        and those of network-attached pools whose selector picks it."""
+        rows = self.rows()
+        mask = (rows == row) | (rows == GLOBAL)
+        if self._reach is not None:
+            mask[self._reach.of(row)] = True
+        return np.flatnonzero(mask).astype(np.intp)
+
+    def reach(self) -> Reach | None:
+        """Which node rows reach the devices of network-attached pools (slices with a
+        `nodeSelector`), or None when there are none. Valid with `rows()`."""
+        self.rows()
+        return self._reach
+
+    def _reach_of(self, table: _Table) -> Reach:
+        node_table = self.cluster.table
+        n = node_table.n
+        names = node_table.names_array[:n]
+        nodes = np.zeros((len(table.selectors), n), dtype=bool)
+        for g, term in enumerate(table.selectors):
+            nodes[g] = node_table.labels.term_mask(term, names, slice(0, n))
+        return Reach(np.array(table.group, dtype=np.intp), nodes)
 
     def match(self, selectors: Iterable[CompiledSelector]) -> NDArray[np.bool_]:
         """Per device: do all the selectors match it (cached per device table)."""
@@ -743,12 +803,11 @@ class DeviceCatalog:
             return
         node = self.cluster.table.nodes[row].metadata.name
         self.table()
-        rows = self.rows()
         state = self.state()
         if plan.held is not None and plan.held.size == state.free.size:
             # What nominated preemptors will take stays theirs.
             state = state.holding(plan.held)
-        devices = np.flatnonzero((rows == row) | (rows == GLOBAL))
+        devices = self.devices_of(row)
         sticky = self._reuse(todo, node, state)
         if sticky:
             for key, assumed in sticky.items():
@@ -782,13 +841,15 @@ class DeviceCatalog:
                 self._share(key, r, d) if multi is not None and multi[d] else None
                 for r, d in results
             )
+            local = any(table.node[d] for _, d in results)
             self.assumed[key] = Assumed(
                 node,
                 tuple((r.name, d) for r, d in results),
                 tuple(table.ids[d] for _, d in results),
-                any(table.node[d] for _, d in results),
+                local,
                 pod.uid,
                 shares if any(share is not None for share in shares) else (),
+                None if local else _joined(table, [d for _, d in results]),
             )
         self._dirty.update(per_claim)
 
@@ -874,3 +935,21 @@ class DeviceCatalog:
         left[uid] = None
         if len(left) > RECENT_DEPARTURES:
             del left[next(iter(left))]
+
+
+def _joined(table: _Table, devices: list[int]) -> NodeSelectorTerm | None:
+    """The node selector terms of the devices' network-attached slices as one term (the
+    requirements of all, each once, as kube's allocator joins them), or None when no
+    device is of such a slice."""
+    expressions: list[NodeSelectorRequirement] = []
+    fields: list[NodeSelectorRequirement] = []
+    for d in devices:
+        g = table.group[d]
+        if g < 0:
+            continue
+        term = table.selectors[g]
+        expressions += [r for r in term.match_expressions if r not in expressions]
+        fields += [r for r in term.match_fields if r not in fields]
+    if not expressions and not fields:
+        return None
+    return NodeSelectorTerm(match_expressions=expressions, match_fields=fields)

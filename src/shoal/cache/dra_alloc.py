@@ -50,10 +50,12 @@ __all__ = [
     "GLOBAL",
     "MAX_SUBSETS_REQUESTS",
     "SEARCH_LIMIT",
+    "SELECTED",
     "Constraint",
     "Counters",
     "Devices",
     "Prepared",
+    "Reach",
     "Req",
     "Verdict",
     "allocate",
@@ -64,9 +66,45 @@ __all__ = [
 ]
 
 GLOBAL = -2
+# The row of a device of a slice that selects its nodes (`nodeSelector`, a network-
+# attached pool): which nodes reach it is in `Reach`.
+SELECTED = -3
 MAX_SUBSETS_REQUESTS = 8
 SEARCH_LIMIT = 20000
 _MAX_VALUE_CHOICES = 4096
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Devices reachable from the nodes a node selector picks (row `SELECTED`): each
+    such device's selector group, and per group the node rows it reaches."""
+
+    group: NDArray[np.intp]  # per device: its group, -1 for devices of one or all nodes
+    nodes: NDArray[np.bool_]  # [groups, node rows]
+
+    def count(self, mask: NDArray[np.bool_], n: int) -> NDArray[np.int64]:
+        """Per node row 0..n-1: how many devices of `mask` it reaches this way."""
+        picked = self.group[mask & (self.group >= 0)]
+        if not picked.size:
+            return np.zeros(n, dtype=np.int64)
+        per_group = np.bincount(picked, minlength=self.nodes.shape[0]).astype(np.int64)
+        return (per_group @ self.nodes[:, :n].astype(np.int64)).astype(np.int64)
+
+    def of(self, row: int) -> NDArray[np.intp]:
+        """The devices node `row` reaches this way, in table order."""
+        if row < 0 or row >= self.nodes.shape[1]:
+            return np.zeros(0, np.intp)
+        grouped = self.group >= 0
+        ok = np.zeros(self.group.size, dtype=bool)
+        ok[grouped] = self.nodes[self.group[grouped], row]
+        return np.flatnonzero(ok).astype(np.intp)
+
+    def rows_of(self, device: int, n: int) -> NDArray[np.bool_]:
+        """The node rows 0..n-1 that reach `device`."""
+        g = int(self.group[device])
+        if g < 0:
+            return np.zeros(n, dtype=bool)
+        return self.nodes[g, :n].copy()
 
 
 @dataclass
@@ -278,10 +316,14 @@ def choices(
     return out
 
 
-def _count(mask: NDArray[np.bool_], rows: NDArray[np.intp], n: int) -> NDArray[np.int64]:
+def _count(
+    mask: NDArray[np.bool_], rows: NDArray[np.intp], n: int, reach: Reach | None = None
+) -> NDArray[np.int64]:
     local = mask & (rows >= 0)
     out = np.bincount(rows[local], minlength=n)[:n].astype(np.int64)
     out += int(np.count_nonzero(mask & (rows == GLOBAL)))
+    if reach is not None:
+        out += reach.count(mask, n)
     return out
 
 
@@ -293,6 +335,7 @@ def feasible(
     n: int,
     exact: Callable[[int], bool],
     prepared: Prepared | None = None,
+    reach: Reach | None = None,
 ) -> Verdict:
     """Per node row 0..n-1: can every request get its devices? `exact(row)` is the
     per-node search, called only where the vectorised checks are not exact."""
@@ -309,8 +352,8 @@ def feasible(
 
     special = state.special
     multi = state.multi if state.multi is not None and state.multi.any() else None
-    totals = [_count(r.match, rows, n) for r in reqs]
-    frees = [_count(a, rows, n) for a in prep.avail]
+    totals = [_count(r.match, rows, n, reach) for r in reqs]
+    frees = [_count(a, rows, n, reach) for a in prep.avail]
     needs: list[NDArray[np.int64]] = []
     for i, r in enumerate(reqs):
         what = f"{r.claim.partition('/')[2]}/{r.name}"
@@ -319,7 +362,7 @@ def feasible(
             wanted += " and capacity requests"
         if r.untolerated is not None:
             fail(
-                (totals[i] == 0) & (_count(r.untolerated, rows, n) > 0),
+                (totals[i] == 0) & (_count(r.untolerated, rows, n, reach) > 0),
                 f"no device of class {r.class_name}{wanted} for request {what} "
                 f"tolerates its taints ({r.taint})",
             )
@@ -330,11 +373,11 @@ def feasible(
             if r.untolerated is not None:
                 # kube: every matching device must be allocated, a tainted one too.
                 fail(
-                    _count(r.untolerated, rows, n) > 0,
+                    _count(r.untolerated, rows, n, reach) > 0,
                     f"no device set for request {what} (allocationMode All): "
                     f"{r.taint}, not tolerated",
                 )
-            need = _count(prep.sets[i], rows, n)
+            need = _count(prep.sets[i], rows, n, reach)
             fail(need == 0, f"no device for request {what} (allocationMode All) has room left")
             fail(
                 frees[i] < need,
@@ -364,12 +407,12 @@ def feasible(
                 union |= prep.avail[i]
                 need += needs[i]
             if multi is None:
-                have = _count(union, rows, n)
+                have = _count(union, rows, n, reach)
             else:
                 # A shared device may serve each request of the subset once.
-                have = _count(union & ~multi, rows, n)
+                have = _count(union & ~multi, rows, n, reach)
                 for i in subset:
-                    have += _count(prep.avail[i] & multi, rows, n)
+                    have += _count(prep.avail[i] & multi, rows, n, reach)
             fail(have < need, "not enough free devices for all of the pod's device requests")
     # Nodes where the pod needs more than one device and could use shared devices or
     # devices taking counters that may not all fit together: the columns are not exact
@@ -379,12 +422,12 @@ def feasible(
     if special is not None and not single:
         tight = _tight(reqs, prep, state, bool(constraints))
         if tight.any():
-            tangled = _count(tight, rows, n) > 0
+            tangled = _count(tight, rows, n, reach) > 0
     all_constrained = any(reqs[i].all_mode for c in constraints for i in c.requests)
     approximate = k > MAX_SUBSETS_REQUESTS or len(constraints) > 1 or all_constrained
     if len(constraints) == 1 and not all_constrained:
         c = constraints[0]
-        ok = _one_constraint(reqs, c, rows, prep.avail, n, needs) | tangled
+        ok = _one_constraint(reqs, c, rows, prep.avail, n, needs, reach) | tangled
         fail(~ok, f"cannot satisfy matchAttribute {c.attribute} for claim {_name(c.claim)}")
     search = passed & tangled if not approximate else passed.copy()
     for row in np.flatnonzero(search):
@@ -459,6 +502,7 @@ def _one_constraint(
     avail: Sequence[NDArray[np.bool_]],
     n: int,
     needs: list[NDArray[np.int64]],
+    reach: Reach | None = None,
 ) -> NDArray[np.bool_]:
     """Hall's condition over (node, value) groups: constrained requests take devices
     whose attribute has the group's value, the others any device of the node."""
@@ -477,6 +521,13 @@ def _one_constraint(
     if global_values.size:
         extra = (np.arange(n, dtype=np.int64)[:, None] * width + global_values[None, :]).ravel()
         keys = np.union1d(keys, extra)
+    if reach is not None:
+        selected = valued & (reach.group >= 0)
+        for g in np.unique(reach.group[selected]).tolist():
+            values = np.unique(codes[selected & (reach.group == g)])
+            nodes = np.flatnonzero(reach.nodes[g, :n]).astype(np.int64)
+            extra = (nodes[:, None] * width + values[None, :]).ravel()
+            keys = np.union1d(keys, extra)
     unit_row = keys // width
     ok = np.ones(keys.size, dtype=bool)
     k = len(reqs)
@@ -494,8 +545,8 @@ def _one_constraint(
             union_c |= avail[i]
         a = union_u
         b = union_c & ~a & (codes >= 0)
-        count_a = _count(a, rows, n)[unit_row]
-        count_b = _group_count(b, rows, codes, width, keys, n)
+        count_a = _count(a, rows, n, reach)[unit_row]
+        count_b = _group_count(b, rows, codes, width, keys, n, reach)
         need = np.zeros(keys.size, dtype=np.int64)
         for i in subset:
             need += needs[i][unit_row]
@@ -512,6 +563,7 @@ def _group_count(
     width: int,
     keys: NDArray[np.int64],
     n: int,
+    reach: Reach | None = None,
 ) -> NDArray[np.int64]:
     out = np.zeros(keys.size, dtype=np.int64)
     local = mask & (rows >= 0)
@@ -523,6 +575,15 @@ def _group_count(
     if glob.any():
         per_value = np.bincount(codes[glob], minlength=width)
         out += per_value[keys % width]
+    if reach is not None:
+        selected = mask & (reach.group >= 0)
+        if selected.any():
+            per_group_value = np.zeros((reach.nodes.shape[0], width), dtype=np.int64)
+            np.add.at(per_group_value, (reach.group[selected], codes[selected]), 1)
+            key_rows = keys // width
+            out += (
+                reach.nodes[:, key_rows].astype(np.int64) * per_group_value[:, keys % width]
+            ).sum(axis=0)
     return out
 
 

@@ -13,8 +13,9 @@ the `allNodes` slices) and then
   "all" cannot be known.
 
 `unsettled_pools` computes that from the newest-generation slices, once per device
-table. Slices selecting nodes by `nodeSelector` or per device are not read by Shoal
-(docs/dra.md), and neither are they counted here.
+table. Slices with a `nodeSelector` count for the whole pool (as `allNodes` ones do);
+slices with per-device node selection are not read by Shoal (docs/dra.md), and neither
+are they counted here.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ PoolId = tuple[str, str]  # (driver, pool name)
 @dataclass
 class UnsettledPools:
     """Pools not to allocate from: on one node (`local`) or, for the devices of their
-    `allNodes` slices, anywhere (`everywhere`). Each maps to why, in words."""
+    `allNodes` and `nodeSelector` slices, anywhere (`everywhere`). Each maps to why, in
+    words."""
 
     local: dict[tuple[PoolId, str], str] = field(default_factory=dict)
     everywhere: dict[PoolId, str] = field(default_factory=dict)
@@ -41,7 +43,8 @@ class UnsettledPools:
         return bool(self.local or self.everywhere)
 
     def usable(self, pool: PoolId, node: str) -> bool:
-        """May the devices of this pool's slice on `node` ("" for `allNodes`) be used?"""
+        """May the devices of this pool's slice on `node` ("" for `allNodes` and
+        `nodeSelector` slices) be used?"""
         if pool in self.everywhere:
             return False
         return not node or (pool, node) not in self.local
@@ -63,7 +66,10 @@ def unsettled_pools(current: Iterable[ResourceSlice]) -> UnsettledPools:
         pool = (spec.driver, spec.pool.name)
         if spec.node_name:
             local.setdefault(pool, {}).setdefault(spec.node_name, []).append(s)
-        elif spec.all_nodes:
+        elif spec.all_nodes or spec.node_selector is not None:
+            # A nodeSelector slice counts as if it reached every node the pool's other
+            # such slices reach (exact when they all select the same nodes, as a
+            # network-attached pool's slices do).
             everywhere.setdefault(pool, [])
             everywhere[pool].append(s)
         else:

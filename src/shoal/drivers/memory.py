@@ -256,7 +256,15 @@ def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:
         if claim is not None:
             upsert_dra(
                 scheduler,
-                with_allocation(claim, entry.results, entry.node, pod.name, pod.uid, entry.shares),
+                with_allocation(
+                    claim,
+                    entry.results,
+                    entry.node,
+                    pod.name,
+                    pod.uid,
+                    entry.shares,
+                    entry.selector,
+                ),
             )
 
 

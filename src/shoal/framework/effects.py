@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shoal.api.objects import NodeSelectorTerm
 from shoal.api.podinfo import PodInfo
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.status import Status
@@ -240,6 +241,9 @@ class ClaimAllocation:
     results: tuple[tuple[str, str, str, str], ...] = ()
     node: str = ""
     shares: tuple[tuple[str, tuple[tuple[str, str], ...]] | None, ...] = ()
+    # Devices of network-attached pools only: the nodes that reach them all (the
+    # requirements of their slices' node selectors, in one term).
+    selector: NodeSelectorTerm | None = None
 
 
 @dataclass(frozen=True, slots=True)

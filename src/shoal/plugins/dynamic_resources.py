@@ -57,7 +57,7 @@ from shoal.api.dra import (
 )
 from shoal.api.podinfo import PodInfo, controlled_by_pod
 from shoal.api.quantity import QuantityError, parse_quantity
-from shoal.cache.dra import GLOBAL, DeviceCatalog, PodPlan
+from shoal.cache.dra import GLOBAL, SELECTED, DeviceCatalog, PodPlan, Reach
 from shoal.cache.dra_alloc import (
     Constraint,
     Devices,
@@ -185,6 +185,7 @@ class DynamicResources:
         catalog = self.catalog
         n = self.handle.snapshot.n
         rows = catalog.rows()
+        reach = catalog.reach()
         now = catalog.state()
         held = self._held_for_nominees(pod, claims, rows, now)
         if held is not None:
@@ -197,7 +198,7 @@ class DynamicResources:
         for claim in claims:
             devices = catalog.allocated(claim.key)
             if devices is not None:
-                allowed = self._allocated_rows(claim, devices, rows, n)
+                allowed = self._allocated_rows(claim, devices, rows, n, reach)
                 bad = passed & ~allowed
                 if bad.any():
                     reason = (
@@ -217,12 +218,12 @@ class DynamicResources:
             first_reqs, first_constraints, catalog.table_version, held, alternatives[1:]
         )
         if reqs:
-            on_node = _NodeDevices(rows)
+            on_node = _NodeDevices(rows, reach)
             # With firstAvailable, a node passes when some choice of sub-requests fits;
             # the explanations are those of the first choice.
             fits = np.zeros(n, dtype=bool)
             for k, (chosen, chosen_constraints) in enumerate(alternatives):
-                verdict = self._feasible(chosen, chosen_constraints, rows, now, n, on_node)
+                verdict = self._feasible(chosen, chosen_constraints, rows, now, n, on_node, reach)
                 if k == 0:
                     for reason, mask in verdict.reasons:
                         code = (
@@ -291,6 +292,7 @@ class DynamicResources:
         now: Devices,
         n: int,
         on_node: _NodeDevices,
+        reach: Reach | None,
     ) -> Verdict:
         prepared = prepare(reqs, now)
 
@@ -298,7 +300,7 @@ class DynamicResources:
             devs = on_node.of(row)
             return allocate(reqs, constraints, devs, now, prepared) is not None
 
-        return feasible(reqs, constraints, rows, now, n, exact, prepared)
+        return feasible(reqs, constraints, rows, now, n, exact, prepared, reach)
 
     def _allocated_rows(
         self,
@@ -306,6 +308,7 @@ class DynamicResources:
         devices: tuple[tuple[str, str, str], ...],
         rows: NDArray[np.intp],
         n: int,
+        reach: Reach | None,
     ) -> NDArray[np.bool_]:
         allowed = np.ones(n, dtype=bool)
         index = self.catalog.table().index
@@ -318,6 +321,9 @@ class DynamicResources:
                 continue
             row = int(rows[at])
             if row == GLOBAL:
+                continue
+            if row == SELECTED and reach is not None:
+                allowed &= reach.rows_of(at, n)
                 continue
             only = np.zeros(n, dtype=bool)
             if 0 <= row < n:
@@ -362,7 +368,7 @@ class DynamicResources:
             if not todo or any(self._requests(c, reqs, constraints, options) for c in todo):
                 continue
             alternatives = choices(reqs, constraints, options)
-            devices = np.flatnonzero((rows == row) | (rows == GLOBAL)).astype(np.intp)
+            devices = catalog.devices_of(row)
             base = now if held is None else now.holding(held)
             chosen = _first_fit(alternatives, devices, base)
             if chosen is None:
@@ -577,6 +583,7 @@ class DynamicResources:
                         results,
                         node if assumed.node_local else "",
                         assumed.share_results(),
+                        assumed.selector,
                     )
                 )
             elif catalog.allocated(claim.key) is not None:
@@ -613,7 +620,12 @@ class DynamicResources:
             ClusterEvent(EventResource.RESOURCE_CLAIM, ActionType.ALL),
             ClusterEvent(EventResource.RESOURCE_SLICE, ActionType.ALL),
             ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
-            ClusterEvent(EventResource.NODE, ActionType.ADD),
+            # Network-attached pools reach nodes by their labels (kube registers label
+            # and taint changes for the same reason).
+            ClusterEvent(
+                EventResource.NODE,
+                ActionType.ADD | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_TAINT,
+            ),
             ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
         ]
 
@@ -626,8 +638,9 @@ class _NodeDevices:
     """The devices of each node (its own and those of every node), in table order,
     grouped once per PreFilter for the per-node searches."""
 
-    def __init__(self, rows: NDArray[np.intp]) -> None:
+    def __init__(self, rows: NDArray[np.intp], reach: Reach | None = None) -> None:
         self.rows = rows
+        self.reach = reach
         self._order: NDArray[np.intp] | None = None
         self._bounds: NDArray[np.intp] = np.zeros(0, np.intp)
         self._global: NDArray[np.intp] = np.zeros(0, np.intp)
@@ -643,9 +656,11 @@ class _NodeDevices:
             local = np.zeros(0, np.intp)
         else:
             local = self._order[self._bounds[row] : self._bounds[row + 1]]
-        if not self._global.size:
+        reached = self.reach.of(row) if self.reach is not None else None
+        if not self._global.size and (reached is None or not reached.size):
             return local
-        return np.sort(np.concatenate((local, self._global))).astype(np.intp)
+        parts = [local, self._global] if reached is None else [local, self._global, reached]
+        return np.sort(np.concatenate(parts)).astype(np.intp)
 
 
 def _first_fit(

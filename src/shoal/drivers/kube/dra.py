@@ -150,7 +150,7 @@ class ClaimWriter:
             meta = claim.get("metadata") or {}
             status = claim.get("status") or {}
             if entry.results:
-                wanted = allocation_json(entry.results, entry.node, entry.shares)
+                wanted = allocation_json(entry.results, entry.node, entry.shares, entry.selector)
                 current = status.get("allocation")
                 if current and _devices(current) != _devices(wanted):
                     raise BindError(
@@ -179,7 +179,9 @@ class ClaimWriter:
                 reserved.append(consumer_json(effect.pod.name, effect.pod.uid))
             new_status: JSON = {"reservedFor": reserved}
             if entry.results and not status.get("allocation"):
-                new_status["allocation"] = allocation_json(entry.results, entry.node, entry.shares)
+                new_status["allocation"] = allocation_json(
+                    entry.results, entry.node, entry.shares, entry.selector
+                )
             body = {
                 "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
                 "status": new_status,

@@ -86,9 +86,9 @@ async def check_allocations(s: Space, reaching: list[str]) -> None:
         terms = allocation["nodeSelector"]["nodeSelectorTerms"]
         assert len(terms) == 1 and not terms[0].get("matchFields"), terms
         [expression] = terms[0]["matchExpressions"]
-        assert expression["key"] == HOSTNAME and sorted(expression["values"]) == sorted(
-            reaching
-        ), expression
+        assert expression["key"] == HOSTNAME and sorted(expression["values"]) == sorted(reaching), (
+            expression
+        )
         assert [r["name"] for r in status.get("reservedFor") or []] == [name]
         assert FINALIZER in claims[name]["metadata"].get("finalizers", []), name
     assert sorted(devices) == ["fpga-0", "fpga-1"], devices

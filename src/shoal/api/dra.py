@@ -62,7 +62,11 @@ class DeviceSelector(_Base):
 
 class DeviceClassSpec(_Base):
     selectors: list[DeviceSelector] = []
-    # config, extendedResourceName: not read.
+    # The extended resource the class's devices stand for (KEP-5004): tenant queues
+    # charge devices of the class under this name (shoal.tenancy.devices). Pods asking
+    # for it in their containers are not given DRA devices (not supported).
+    extended_resource_name: str | None = None
+    # config: not read.
 
 
 class DeviceClass(_Base):

@@ -85,6 +85,7 @@ __all__ = [
     "GLOBAL",
     "RECENT_DEPARTURES",
     "SELECTED",
+    "SERVICE_KEY",
     "Assumed",
     "DeviceCatalog",
     "DeviceId",
@@ -94,6 +95,7 @@ __all__ = [
 ]
 
 _SERVICE = "dra"
+SERVICE_KEY = _SERVICE  # where a handle's services keep the catalog
 RECENT_DEPARTURES = 1024  # departed claim users no claim names yet, kept for late echoes
 
 DeviceId = tuple[str, str, str]  # driver, pool, device

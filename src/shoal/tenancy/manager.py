@@ -41,9 +41,12 @@ from shoal.api.queue import (
 from shoal.api.resources import GPU, format_amount
 from shoal.api.selectors import label_selector_matches
 from shoal.cache.cluster import ClusterState
+from shoal.cache.dra import SERVICE_KEY as DRA_SERVICE
+from shoal.cache.dra import DeviceCatalog
 from shoal.cache.node_table import NodeColumns
 from shoal.framework.effects import BindingStatus, QueueStatus
 from shoal.framework.handle import Handle
+from shoal.tenancy.devices import claim_charges
 from shoal.tenancy.fairshare import choose_leaf, fair_shares, hdrf_fair_share
 from shoal.tenancy.tree import UNLIMITED, QueueDef, QueueTree
 from shoal.tenancy.validation import TenancyObjects, problem_subject, reconcile
@@ -114,6 +117,8 @@ class QueueManager:
         self.active_unqueued = 0  # active pods whose queue is unusable
         self.on_install: list[Callable[[], None]] = []
         self.cluster: ClusterState | None = None  # for cluster capacity (DRF shares)
+        # The handle's services, where the DRA device catalog is (claims charge queues).
+        self.services: dict[str, object] | None = None
         self._capacity_key: tuple[int, int] = (-1, -1)
         self._capacity = np.zeros(0)
         self._capacity_list: list[float] = []
@@ -126,12 +131,20 @@ class QueueManager:
         # Queue name -> why its object (or its latest edit) was rejected, for its status.
         self.rejected: dict[str, str] = {}
 
+    def _device_charges(self, pod: PodInfo) -> tuple[tuple[str, int], ...]:
+        catalog = self.services.get(DRA_SERVICE) if self.services is not None else None
+        if not isinstance(catalog, DeviceCatalog):
+            return ()
+        return claim_charges(pod, catalog)
+
     @classmethod
     def of(cls, handle: Handle) -> QueueManager:
         manager = handle.services.get(SERVICE_KEY)
         if manager is None:
             manager = handle.services[SERVICE_KEY] = cls()
             manager.cluster = handle.cluster
+            manager.services = handle.services
+            manager.tree.device_charges = manager._device_charges
             handle.cluster.assignment_observers.append(manager)
         assert isinstance(manager, QueueManager)
         return manager
@@ -211,6 +224,7 @@ class QueueManager:
             self._reindex()
 
     def _install(self, tree: QueueTree) -> None:
+        tree.device_charges = self._device_charges
         self.tree = tree
         self._has_quota = bool(tree.quota_mask.any())
         capped: list[bool] = np.any(tree.maximum < UNLIMITED, axis=1).tolist()

@@ -166,6 +166,9 @@ class QueueTree:
         self.guaranteed_lists: list[list[int]] = self.guaranteed.tolist()
         self.quota_list: list[bool] = self.quota_mask.tolist()
         self._vectors: dict[object, NDArray[np.int64]] = {}
+        # What a pod's DRA claims ask for, (resource, devices) (shoal.tenancy.devices);
+        # set by the QueueManager when the cluster has a device catalog.
+        self.device_charges: Callable[[PodInfo], tuple[tuple[str, int], ...]] | None = None
         self.children_list: list[list[int]] = [self.children[i] for i in range(q)]
 
     def vector(self, amounts: ResourceList) -> NDArray[np.int64]:
@@ -183,7 +186,8 @@ class QueueTree:
     def charge(self, pod: PodInfo) -> NDArray[np.int64]:
         """What the pod charges its queue, in quota units: its requests, with
         nvidia.com/gpu in milli-GPU, so a GPU share (`alibabacloud.com/gpu-milli`)
-        charges its fraction of a GPU per device and a whole GPU 1000. Do not mutate."""
+        charges its fraction of a GPU per device and a whole GPU 1000, plus the devices
+        its DRA claims ask for (`device_charges`). Do not mutate."""
         requests = pod.requests
         try:
             request = pod_gpu_request(pod)
@@ -193,11 +197,21 @@ class QueueTree:
             gpu = request.total_milli if request.milli else requests.get(GPU, 0) * GPU_MILLI
         except GpuRequestError:  # refused by GpuShare; count what the spec asks
             gpu = requests.get(GPU, 0) * GPU_MILLI
-        key = (tuple(requests.items()), gpu)
+        devices = (
+            self.device_charges(pod)
+            if self.device_charges is not None and pod.pod.spec.resource_claims
+            else ()
+        )
+        key = (tuple(requests.items()), gpu, devices)
         vec = self._vectors.get(key)
         if vec is None:
+            claimed = dict(devices)
+            gpu += claimed.pop(GPU, 0) * GPU_MILLI
             vec = np.array(
-                [gpu if r == GPU else requests.get(r, 0) for r in self.resources],
+                [
+                    gpu if r == GPU else requests.get(r, 0) + claimed.get(r, 0)
+                    for r in self.resources
+                ],
                 dtype=np.int64,
             )
             vec.flags.writeable = False

@@ -41,8 +41,9 @@ def test_a_queue_max_on_the_implicit_class_name_caps_claimed_devices() -> None:
     placements, messages = h.run()
     assert sorted(v or "-" for v in placements.values()) == ["-", "n1", "n1"]
     [waiting] = [k for k, v in placements.items() if v is None]
-    assert f"queue team would exceed its max {IMPLICIT}: uses 2, pod asks 1, max 2" in (
-        messages[waiting]
+    assert (
+        f"queue team would exceed its max {IMPLICIT}: uses 2, pod asks 1, max 2"
+        in (messages[waiting])
     )
     queues = h.scheduler.tenant_queues
     q, k = queues.tree.index["team"], queues.tree.resource_index[IMPLICIT]
@@ -64,8 +65,8 @@ def test_a_class_naming_nvidia_gpu_shares_one_quota_with_whole_gpus() -> None:
     placements, messages = h.run()
     assert sorted(v or "-" for v in placements.values()) == ["-", "n1", "n1"]
     [waiting] = [k for k, v in placements.items() if v is None]
-    assert f"queue team would exceed its max {GPU}: uses 2, pod asks 1, max 2" in (
-        messages[waiting]
+    assert (
+        f"queue team would exceed its max {GPU}: uses 2, pod asks 1, max 2" in (messages[waiting])
     )
     queues = h.scheduler.tenant_queues
     q, k = queues.tree.index["team"], queues.tree.resource_index[GPU]

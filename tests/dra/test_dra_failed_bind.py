@@ -56,3 +56,46 @@ def test_a_retried_pod_goes_to_the_node_of_the_devices_written_for_it() -> None:
     h.advance(60)
     assert h.node_of("default/pa") == node
     assert devices_of(h, "a") == [(node, "gpu-0")]
+
+
+def test_a_claim_allocated_where_the_pod_no_longer_fits_is_deallocated_and_allocated_again() -> (
+    None
+):
+    """kube's DynamicResources PostFilter: pa's claim was written for a node that then
+    filled up; reserved only for pa (which is not running), it is deallocated, and pa
+    runs on the other node with that node's device. Before, pa waited until deleted."""
+    h = SchedulerHarness()
+    h.add_nodes(*(make_node(n).capacity(cpu="8", memory="32Gi") for n in ("n1", "n2")))
+    h.add_dra(device_class(), gpu_slice("n1", count=1), gpu_slice("n2", count=1))
+    h.add_dra(resource_claim("a"))
+    (pa,) = h.add_pods(with_claims(make_pod("pa").req(cpu="1"), gpu="a"))
+    h.effects.fail.add(pa.uid)
+    h.run()
+    [(node, _)] = devices_of(h, "a")
+    other = "n2" if node == "n1" else "n1"
+    h.add_pods(make_pod("filler").req(cpu="7500m").node(node))
+    h.effects.fail.discard(pa.uid)
+    h.advance(60)
+    assert h.node_of("default/pa") == other
+    assert devices_of(h, "a") == [(other, "gpu-0")]
+    [deallocated] = h.effects.claim_deallocations
+    assert deallocated.claim == "default/a"
+
+
+def test_a_claim_reserved_for_a_running_pod_is_never_deallocated() -> None:
+    h = SchedulerHarness()
+    h.add_nodes(*(make_node(n).capacity(cpu="8", memory="32Gi") for n in ("n1", "n2")))
+    h.add_dra(device_class(), gpu_slice("n1", count=1), resource_claim("shared"))
+    h.add_pods(with_claims(make_pod("first").req(cpu="1"), gpu="shared"))
+    assert h.run().placements == {"default/first": "n1"}
+    h.add_pods(make_pod("filler").req(cpu="7").node("n1"))
+    # A second user of the shared claim fits only on n2, where its devices are not.
+    h.add_pods(with_claims(make_pod("second").req(cpu="2"), gpu="shared"))
+    placements, messages = h.advance(60)
+    assert placements["default/second"] is None
+    assert (
+        "resourceclaim shared is allocated to devices of another node"
+        in (messages["default/second"])
+    )
+    assert h.effects.claim_deallocations == []
+    assert devices_of(h, "shared") == [("n1", "gpu-0")]

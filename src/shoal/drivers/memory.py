@@ -36,6 +36,7 @@ from shoal.cache.dra import DeviceCatalog
 from shoal.cache.volumes import VolumeCatalog
 from shoal.framework.effects import (
     AllocateClaims,
+    DeallocateClaim,
     Bind,
     BindingStatus,
     BindOutcome,
@@ -128,9 +129,10 @@ class MemoryEffects:
         self.on_evicted: list[Callable[[PodInfo, str], None]] = []
         self.volume_bindings: list[BindVolumes] = []
         self.claim_allocations: list[AllocateClaims] = []
-        self._echoes: deque[_BindEcho | _DeleteEcho | _VolumeEcho | _ClaimEcho | BindOutcome] = (
-            deque()
-        )
+        self.claim_deallocations: list[DeallocateClaim] = []
+        self._echoes: deque[
+            _BindEcho | _DeleteEcho | _VolumeEcho | _ClaimEcho | DeallocateClaim | BindOutcome
+        ] = deque()
 
     # ---- the port ------------------------------------------------------------------
 
@@ -187,6 +189,9 @@ class MemoryEffects:
         elif isinstance(effect, AllocateClaims):
             self.claim_allocations.append(effect)
             self._echoes.append(_ClaimEcho(effect))
+        elif isinstance(effect, DeallocateClaim):
+            self.claim_deallocations.append(effect)
+            self._echoes.append(effect)
         for listener in self.listeners:
             listener(effect)
 
@@ -225,6 +230,8 @@ class MemoryEffects:
                 _apply_volumes(scheduler, echo.bind)
             elif isinstance(echo, _ClaimEcho):
                 _apply_claims(scheduler, echo.allocate)
+            elif isinstance(echo, DeallocateClaim):
+                _deallocate(scheduler, echo)
             else:
                 pod = echo.pod
                 self.bound.pop(pod.uid, None)
@@ -244,6 +251,16 @@ def _apply_volumes(scheduler: Scheduler, bind: BindVolumes) -> None:
     scheduler.notify(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.UPDATE))
     if bind.static:
         scheduler.notify(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.UPDATE))
+
+
+def _deallocate(scheduler: Scheduler, effect: DeallocateClaim) -> None:
+    from shoal.scheduler.dra import upsert_dra
+
+    claim = DeviceCatalog.of(scheduler.handle).claims.get(effect.claim)
+    if claim is None or (effect.seen and claim.metadata.resource_version != effect.seen):
+        return
+    status = msgspec.structs.replace(claim.status, allocation=None, reserved_for=[])
+    upsert_dra(scheduler, msgspec.structs.replace(claim, status=status))
 
 
 def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:

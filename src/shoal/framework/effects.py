@@ -51,6 +51,7 @@ __all__ = [
     "BindingStatus",
     "Bound",
     "ClaimAllocation",
+    "DeallocateClaim",
     "Effect",
     "Effects",
     "Evict",
@@ -257,6 +258,18 @@ class AllocateClaims:
     claims: tuple[ClaimAllocation, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class DeallocateClaim:
+    """DynamicResources' PostFilter (kube's): the claim is allocated to devices the pod
+    cannot use where it would fit, and reserved for nobody else: clear its
+    `status.allocation` and `reservedFor` so its devices can be chosen again. `seen` is
+    the claim's resourceVersion when decided: a claim changed since is left alone."""
+
+    pod: PodInfo
+    claim: str  # namespace/name
+    seen: str = ""
+
+
 Effect = (
     Bind
     | Nominate
@@ -269,6 +282,7 @@ Effect = (
     | BindingStatus
     | BindVolumes
     | AllocateClaims
+    | DeallocateClaim
 )
 
 

@@ -70,8 +70,9 @@ from shoal.cache.dra_alloc import (
 )
 from shoal.cache.dra_cel import CompiledSelector, SelectorError, compile_selector
 from shoal.framework.cycle_state import CycleState
-from shoal.framework.effects import AllocateClaims, ClaimAllocation
+from shoal.framework.effects import AllocateClaims, ClaimAllocation, DeallocateClaim
 from shoal.framework.handle import Handle
+from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult
 from shoal.framework.status import Code, Status
 from shoal.framework.types import (
     ActionType,
@@ -125,6 +126,9 @@ class _Verdict:
     keys: list[str]
     passed: NDArray[np.bool_]
     failures: list[Failure] = field(default_factory=list)
+    # Claims allocated (in their status) to devices some node cannot use: PostFilter
+    # may deallocate one of them (kube's unavailableClaims).
+    unavailable: list[str] = field(default_factory=list)
 
 
 class DynamicResources:
@@ -192,6 +196,7 @@ class DynamicResources:
             now = now.holding(held)
         passed = np.ones(n, dtype=bool)
         failures: list[Failure] = []
+        unavailable: list[str] = []
         reqs: list[Req] = []
         constraints: list[Constraint] = []
         options: dict[int, list[Req]] = {}
@@ -207,6 +212,8 @@ class DynamicResources:
                     )
                     failures.append(Failure(reason, bad, _UNRESOLVABLE))
                     passed &= allowed
+                if not allowed.all():
+                    unavailable.append(claim.key)
                 continue
             problem = self._requests(claim, reqs, constraints, options, evaluated=True)
             if problem:
@@ -236,8 +243,40 @@ class DynamicResources:
                 if fits.all():
                     break
             passed &= fits
-        state.write(_STATE, _Verdict([c.key for c in claims], passed, failures))
+        state.write(_STATE, _Verdict([c.key for c in claims], passed, failures, unavailable))
         return None, Status()
+
+    # ---- PostFilter -------------------------------------------------------------------
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, statuses: NodeFilterStatuses
+    ) -> tuple[PostFilterResult | None, Status]:
+        """No node fits: kube's DynamicResources PostFilter. A claim of the pod that is
+        allocated to devices some node cannot use, and reserved for nobody (or only for
+        this pod, which is not running), is deallocated, so the next attempt can choose
+        its devices anew wherever the pod fits. One claim per attempt (kube picks one at
+        random; here the first by name). DefaultPreemption still runs after it."""
+        verdict: _Verdict | None = state.get(_STATE)
+        if verdict is None or not verdict.unavailable:
+            return None, Status(Code.UNSCHEDULABLE)
+        for key in sorted(verdict.unavailable):
+            claim = self.catalog.claims.get(key)
+            if claim is None or claim.status.allocation is None:
+                continue
+            reserved = claim.status.reserved_for
+            if len(reserved) > 1 or (reserved and reserved[0].uid != pod.uid):
+                continue
+            self.handle.effects.emit(
+                DeallocateClaim(pod, key, claim.metadata.resource_version or "")
+            )
+            where = self.catalog.allocated_node(key)
+            on = f" on {where}" if where else ""
+            return None, Status(
+                Code.UNSCHEDULABLE,
+                f"resourceclaim {claim.metadata.name} was allocated{on} where the pod does "
+                "not fit: deallocated, to be allocated again where it does",
+            )
+        return None, Status(Code.UNSCHEDULABLE)
 
     def _unsettled_said(self, reason: str, bad: NDArray[np.bool_], code: Code) -> list[Failure]:
         """The failure, with the nodes a pool not allocated from reaches (incomplete or

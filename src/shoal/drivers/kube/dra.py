@@ -13,7 +13,12 @@ Written (`ClaimWriter`), as kube-scheduler writes them, before the pod's Binding
   request, with the `shareID` and `consumedCapacity` of a share of a device that allows
   multiple allocations, and a node selector naming the node for node-local devices) and
   the pod in `status.reservedFor`, in one status patch;
-* an allocated claim (shared) gets the pod added to `status.reservedFor`.
+* an allocated claim (shared) gets the pod added to `status.reservedFor`;
+* a claim PostFilter deallocates (`DeallocateClaim`: allocated to devices the pod
+  cannot use where it would fit, and reserved for nobody else) gets its
+  `status.allocation` and `reservedFor` removed, if it has not changed since the
+  decision (its resourceVersion, as a precondition); a failure is logged, and the pod
+  is tried again as it would have been anyway.
 
 Each patch carries the claim's resourceVersion (read fresh first). A 409 conflict
 reads the claim again and retries (a few times); a claim someone else allocated to
@@ -24,6 +29,7 @@ requeued and its assumed devices released.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -37,7 +43,7 @@ from shoal.api.dra import (
 )
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
 from shoal.drivers.kube.resources import ResourceKind
-from shoal.framework.effects import AllocateClaims, BindError, ClaimAllocation
+from shoal.framework.effects import AllocateClaims, BindError, ClaimAllocation, DeallocateClaim
 from shoal.scheduler.dra import delete_dra, upsert_dra
 from shoal.scheduler.scheduler import Scheduler
 
@@ -50,6 +56,8 @@ __all__ = [
     "RESOURCE_SLICES",
     "ClaimWriter",
 ]
+
+log = logging.getLogger("shoal.kube.dra")
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 _GROUP, _VERSION = "resource.k8s.io", "v1"
@@ -115,6 +123,7 @@ class ClaimWriter:
         # One write at a time per claim, in the order emitted: the pod that allocates a
         # shared claim writes before the pods that only join its reservedFor.
         self._locks: dict[str, asyncio.Lock] = {}
+        self._deallocations: set[asyncio.Task[None]] = set()
 
     def start(self, effect: AllocateClaims) -> None:
         """Begin the writes (called from `emit`, inside a binding cycle)."""
@@ -122,6 +131,45 @@ class ClaimWriter:
 
     def forget(self, uid: str) -> None:
         self._pending.pop(uid, None)
+
+    def deallocate(self, effect: DeallocateClaim) -> None:
+        """Begin clearing the claim's allocation (called from `emit`)."""
+        task = asyncio.ensure_future(self._deallocate(effect))
+        self._deallocations.add(task)
+        task.add_done_callback(self._deallocations.discard)
+
+    async def _deallocate(self, effect: DeallocateClaim) -> None:
+        namespace, _, name = effect.claim.partition("/")
+        body: JSON = {
+            "metadata": {"resourceVersion": effect.seen} if effect.seen else {},
+            "status": {"allocation": None, "reservedFor": None},
+        }
+        try:
+            async with self._slots:
+                await self.client.request(
+                    "PATCH",
+                    RESOURCE_CLAIMS.path(namespace, name, "status"),
+                    body=body,
+                    content_type="application/merge-patch+json",
+                    timeout=self.timeout,
+                )
+        except ApiError as err:
+            # 409: changed since the decision (someone reserved or reallocated it);
+            # 404: gone. Either way the next attempt judges the claim as it is then.
+            log.info(
+                "pod %s: deallocating resourceclaim %s not done: %s %s",
+                effect.pod.key,
+                effect.claim,
+                err.status,
+                err.reason,
+            )
+        except (OSError, TimeoutError) as err:
+            log.warning(
+                "pod %s: deallocating resourceclaim %s failed: %s",
+                effect.pod.key,
+                effect.claim,
+                str(err) or type(err).__name__,
+            )
 
     async def wait(self, uid: str) -> None:
         """Before the pod's Binding: the claim writes for it, if any, must have landed."""

@@ -23,6 +23,8 @@
   at once and awaited by the pod's `bind`, which fails if they did.
 * `AllocateClaims`: ResourceClaims' allocation and reservedFor (`ClaimWriter`), started
   at once and awaited by the pod's `bind` likewise.
+* `DeallocateClaim`: a claim's allocation and reservedFor cleared (`ClaimWriter`), on
+  its own: nothing waits for it, the claim's watch update requeues the pod.
 
 Everything is queued: `emit` never blocks and never raises.
 """
@@ -53,6 +55,7 @@ from shoal.framework.effects import (
     BindOutcome,
     BindVolumes,
     Bound,
+    DeallocateClaim,
     Effect,
     Evict,
     GroupStatus,
@@ -167,6 +170,9 @@ class KubeEffects:
             if self.claims is None:
                 raise RuntimeError("no ClaimWriter: claim allocations cannot be written")
             self.claims.start(effect)
+        elif isinstance(effect, DeallocateClaim):
+            if self.claims is not None:
+                self.claims.deallocate(effect)
         elif isinstance(effect, Evict):
             self.evictor.evict(effect.pod, effect.reason, self.on_eviction_failed)
         elif isinstance(effect, GroupStatus):

@@ -36,11 +36,11 @@ from shoal.cache.dra import DeviceCatalog
 from shoal.cache.volumes import VolumeCatalog
 from shoal.framework.effects import (
     AllocateClaims,
-    DeallocateClaim,
     Bind,
     BindingStatus,
     BindOutcome,
     BindVolumes,
+    DeallocateClaim,
     Effect,
     Evict,
     GroupStatus,

@@ -156,3 +156,24 @@ def test_a_rack_pool_still_being_published_is_not_used() -> None:
     placements, messages = h.run()
     assert placements == {"default/a": None}
     assert f"resource pool {DRIVER}/r1-fpgas is being updated (1 of its 2" in messages["default/a"]
+
+
+def test_a_rack_slice_with_two_selector_terms_is_refused_by_name() -> None:
+    h = SchedulerHarness()
+    _nodes(h, n1="r1")
+    bad = _rack_slice("r1", 1)
+    selector = bad.spec.node_selector
+    assert selector is not None
+    terms = [*selector.node_selector_terms, *selector.node_selector_terms]
+    selector = msgspec.structs.replace(selector, node_selector_terms=terms)
+    bad = msgspec.structs.replace(
+        bad, spec=msgspec.structs.replace(bad.spec, node_selector=selector)
+    )
+    h.add_dra(device_class(), bad, resource_claim("a"))
+    h.add_pods(with_claims(make_pod("a").req(cpu="1"), dev="a"))
+    placements, messages = h.run()
+    assert placements == {"default/a": None}
+    assert (
+        f"resource pool {DRIVER}/r1-fpgas is invalid (ResourceSlice r1-fpgas: "
+        "spec.nodeSelector has 2 terms, exactly one is allowed)"
+    ) in messages["default/a"]

@@ -76,7 +76,19 @@ def unsettled_pools(current: Iterable[ResourceSlice]) -> UnsettledPools:
             continue
         expected.setdefault(pool, spec.pool.resource_slice_count)
     out = UnsettledPools()
+    for pool, slices in everywhere.items():
+        for s in slices:
+            selector = s.spec.node_selector
+            if selector is not None and len(selector.node_selector_terms) != 1:
+                # The API allows exactly one term; kube's allocator refuses others.
+                out.everywhere[pool] = (
+                    f"resource pool {pool[0]}/{pool[1]} is invalid (ResourceSlice "
+                    f"{s.metadata.name}: spec.nodeSelector has "
+                    f"{len(selector.node_selector_terms)} terms, exactly one is allowed)"
+                )
     for pool, want in expected.items():
+        if pool in out.everywhere:
+            continue
         name = f"{pool[0]}/{pool[1]}"
         shared = everywhere.get(pool, [])
         for node, own in local.get(pool, {}).items():

@@ -258,6 +258,9 @@ class DeviceRequestAllocationResult(_Base):
     # One share of a device that allows multiple allocations, and what it consumes.
     share_id: str | None = msgspec.field(default=None, name="shareID")
     consumed_capacity: dict[str, str | int] = {}
+    # Allocated for admin access (monitoring, debugging): the device stays free for
+    # other claims (KEP-5018).
+    admin_access: bool | None = None
 
 
 class DeviceAllocationResult(_Base):
@@ -355,16 +358,20 @@ def allocation_json(
     node: str,
     shares: tuple[ShareResult | None, ...] = (),
     selector: NodeSelectorTerm | None = None,
+    admin: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """`status.allocation` as the API takes it: the devices per request (with the share
     ID and consumed capacity of a share of a device that allows multiple allocations,
     `shares` parallel to `results`) and, for devices of one node, a node selector naming
     it (as kube-scheduler writes it); for devices of network-attached pools only, the
-    one term `selector` their slices' node selectors make together."""
+    one term `selector` their slices' node selectors make together. Results of the
+    requests named in `admin` are marked `adminAccess: true`."""
     entries: list[dict[str, Any]] = []
     for i, (request, driver, pool, device) in enumerate(results):
         entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool}
         entry["device"] = device
+        if request in admin:
+            entry["adminAccess"] = True
         share = shares[i] if i < len(shares) else None
         if share is not None:
             entry["shareID"] = share[0]
@@ -396,6 +403,7 @@ def with_allocation(
     pod_uid: str,
     shares: tuple[ShareResult | None, ...] = (),
     selector: NodeSelectorTerm | None = None,
+    admin: tuple[str, ...] = (),
 ) -> ResourceClaim:
     """The claim as the API has it after the scheduler's status write: allocated (when
     `results` are given) and reserved for the pod."""
@@ -403,7 +411,7 @@ def with_allocation(
     allocation = status.allocation
     if results:
         allocation = msgspec.convert(
-            allocation_json(results, node, shares, selector), AllocationResult
+            allocation_json(results, node, shares, selector, admin), AllocationResult
         )
     reserved = list(status.reserved_for)
     if all(r.uid != pod_uid for r in reserved):

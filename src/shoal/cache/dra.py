@@ -130,6 +130,8 @@ class Assumed:
     shares: tuple[Share | None, ...] = ()  # parallel to results: None = allocated whole
     # Devices of network-attached pools only: their slices' node selectors in one term.
     selector: NodeSelectorTerm | None = None
+    # Requests allocated for admin access: their devices are not taken from others.
+    admin: frozenset[str] = frozenset()
 
     def share_results(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]] | None, ...]:
         """`shares` as the allocation result writes them (shareID, consumedCapacity)."""
@@ -601,13 +603,18 @@ class DeviceCatalog:
             shares = found.shares or (None,) * len(found.devices)
             return [
                 (ident, share is not None, share.consumed if share is not None else ())
-                for ident, share in zip(found.devices, shares, strict=True)
+                for ident, share, (request, _) in zip(
+                    found.devices, shares, found.results, strict=True
+                )
+                if request not in found.admin
             ]
         claim = self.claims.get(key)
         if claim is None or claim.status.allocation is None or not self._live(key):
             return None
         out: list[tuple[DeviceId, bool, tuple[tuple[str, Fraction], ...] | None]] = []
         for r in claim.status.allocation.devices.results:
+            if r.admin_access:
+                continue  # admin access takes nothing from other claims
             ident = (r.driver, r.pool, r.device)
             if r.share_id is None:
                 out.append((ident, False, ()))
@@ -852,6 +859,7 @@ class DeviceCatalog:
                 pod.uid,
                 shares if any(share is not None for share in shares) else (),
                 None if local else _joined(table, [d for _, d in results]),
+                frozenset(r.name for r, _ in results if r.admin),
             )
         self._dirty.update(per_claim)
 

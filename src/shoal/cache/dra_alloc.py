@@ -123,6 +123,8 @@ class Req:
     # none), and one such taint, named in the explanation.
     untolerated: NDArray[np.bool_] | None = None
     taint: str = ""
+    # adminAccess: any matching device, in use or not; it takes nothing from others.
+    admin: bool = False
 
 
 @dataclass
@@ -239,6 +241,8 @@ def available(r: Req, state: Devices | NDArray[np.bool_]) -> NDArray[np.bool_]:
     """Per device: can the request take it now (free and matching; capacity left on a
     shared device; its counters left, unless it is a shared device in use already)."""
     state = _as_devices(state)
+    if r.admin:
+        return r.match.copy()
     mask = r.match & state.free
     fits = _fits(r, state)
     if fits is not None:

@@ -281,6 +281,7 @@ def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:
                     pod.uid,
                     entry.shares,
                     entry.selector,
+                    entry.admin,
                 ),
             )
 

@@ -245,6 +245,8 @@ class ClaimAllocation:
     # Devices of network-attached pools only: the nodes that reach them all (the
     # requirements of their slices' node selectors, in one term).
     selector: NodeSelectorTerm | None = None
+    # Requests allocated for admin access (their results say `adminAccess: true`).
+    admin: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

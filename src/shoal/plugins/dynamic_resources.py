@@ -12,8 +12,9 @@ kube-scheduler's Dynamic Resource Allocation for the core subset (docs/dra.md).
   tolerations of device taints; `firstAvailable` sub-requests, each choice tried in
   kube's order) are judged against every node's free devices at once
   (`shoal.cache.dra_alloc`).
-  What Shoal cannot allocate yet (adminAccess, distinctAttribute, a
-  selector CEL cannot compile) refuses the pod with a message
+  A request with `adminAccess` may take any matching device, allocated to others or
+  not, and takes nothing from them. What Shoal cannot allocate yet
+  (distinctAttribute, a selector CEL cannot compile) refuses the pod with a message
   naming the claim, the field and what to do; so does a selector whose evaluation
   fails on a device of a node (kube's "CEL runtime error"), naming the device and
   the error too. Devices a nominated preemptor of equal or higher priority will take
@@ -450,11 +451,6 @@ class DynamicResources:
             if exact is None and not request.first_available:
                 return f"{where}: {field_path} has neither exactly nor firstAvailable"
             if exact is not None:
-                if exact.admin_access:
-                    return (
-                        f"{where}: {field_path}.exactly.adminAccess is not supported by "
-                        f"Shoal yet: remove it or use kube-scheduler for this pod ({_DOCS})"
-                    )
                 made = self._request(
                     claim, request.name, exact, f"{field_path}.exactly", evaluated=evaluated
                 )
@@ -579,6 +575,7 @@ class DynamicResources:
             demand=demand,
             untolerated=untolerated,
             taint=taint,
+            admin=isinstance(exact, ExactDeviceRequest) and bool(exact.admin_access),
         )
 
     # ---- Filter -----------------------------------------------------------------------
@@ -623,6 +620,7 @@ class DynamicResources:
                         node if assumed.node_local else "",
                         assumed.share_results(),
                         assumed.selector,
+                        tuple(sorted(assumed.admin)),
                     )
                 )
             elif catalog.allocated(claim.key) is not None:

@@ -198,7 +198,9 @@ class ClaimWriter:
             meta = claim.get("metadata") or {}
             status = claim.get("status") or {}
             if entry.results:
-                wanted = allocation_json(entry.results, entry.node, entry.shares, entry.selector)
+                wanted = allocation_json(
+                    entry.results, entry.node, entry.shares, entry.selector, entry.admin
+                )
                 current = status.get("allocation")
                 if current and _devices(current) != _devices(wanted):
                     raise BindError(
@@ -228,7 +230,7 @@ class ClaimWriter:
             new_status: JSON = {"reservedFor": reserved}
             if entry.results and not status.get("allocation"):
                 new_status["allocation"] = allocation_json(
-                    entry.results, entry.node, entry.shares, entry.selector
+                    entry.results, entry.node, entry.shares, entry.selector, entry.admin
                 )
             body = {
                 "metadata": {"resourceVersion": meta.get("resourceVersion", "")},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -375,17 +376,29 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                 lambda: bound_pods(api).get("default/uses-dra") == "gpu",
                 what="the pod with a claim bound",
             )
-            # A second FailedScheduling for too-big makes the event a series (PATCH).
-            # Its retry needs an event it waits for: a node added (tainted: nothing
-            # lands there) wakes it, whether or not the victim's deletion came after its
-            # first attempt (it did not always: the test failed now and then).
+            # A second FailedScheduling for too-big with the same words makes the event
+            # a series (PATCH). Its retries need events it waits for: a node added
+            # (tainted: nothing lands there, and the taint is what too-big is told
+            # about it), then that node's allocatable changed again and again (the
+            # words stay the same) until the series shows. Waiting on one retry failed
+            # now and then on a loaded machine.
             nudge = node("nudge", cpu="1")
             nudge["spec"] = {"taints": [{"key": "nudge", "effect": "NoSchedule"}]}
             api.create("v1", "nodes", nudge)
-            await eventually(
-                lambda: any(r.resource == "events" and r.verb == "patch" for r in api.requests),
-                what="an event series update",
-            )
+
+            def series_written() -> bool:
+                return any(r.resource == "events" and r.verb == "patch" for r in api.requests)
+
+            deadline = time.monotonic() + 60.0
+            cpu = 1
+            while not series_written() and time.monotonic() < deadline:
+                await asyncio.sleep(1.0)
+                cpu = 3 - cpu
+                current = api.get("", "nodes", "", "nudge") or nudge
+                status = {**current.get("status", {})}
+                status["allocatable"] = {**status.get("allocatable", {}), "cpu": str(cpu)}
+                api.update("", "nodes", {**current, "status": status})
+            assert series_written(), "no event series update within 60 s"
             # The serving port's delegated authentication and authorization (`shoal run`
             # on its HTTPS port in a cluster), through a client of the same identity.
             from shoal.servers.auth import DelegatedAuth

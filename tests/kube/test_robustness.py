@@ -303,6 +303,9 @@ async def test_a_half_open_watch_is_dropped_at_the_progress_deadline_and_resumed
         async with running(api, tmp_path, _quick_deadline(1.5)) as (kube, _):
             await eventually(lambda: kube.synced and kube.leading, what="synced")
             pods = kube.informers["pods"]
+            # The informer counts a watch when it asks for it: wait until the server has
+            # it open, or a watch still on its way would miss the stall below.
+            await eventually(lambda: api.open_watches("pods") >= 1, what="pods watched")
             watches = pods.watches
             api.stall_watches()  # every watch open now goes silent, its connection open
             started = time.monotonic()

@@ -315,6 +315,10 @@ class FakeApiServer:
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(("DROP", {}))
 
+    def open_watches(self, plural: str) -> int:
+        """How many watches of the resource are open (registered) now."""
+        return sum(1 for w in self._watchers if w.plural == plural)
+
     def stall_watches(self) -> None:
         """Make every open watch go silent, its connection left open (as if half-open):
         nothing more is sent on it. Watches opened later work normally."""

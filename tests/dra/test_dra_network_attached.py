@@ -177,3 +177,46 @@ def test_a_rack_slice_with_two_selector_terms_is_refused_by_name() -> None:
         f"resource pool {DRIVER}/r1-fpgas is invalid (ResourceSlice r1-fpgas: "
         "spec.nodeSelector has 2 terms, exactly one is allowed)"
     ) in messages["default/a"]
+
+
+def test_per_device_node_selection_places_each_device_where_it_says() -> None:
+    """A slice with perDeviceNodeSelection (partitionable devices, KEP-4815): one device
+    of node n1, one of every node, one of the nodes of rack r2."""
+    h = SchedulerHarness()
+    _nodes(h, n1="r1", n2="r2", n3="r3")
+    rack = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r2"]}]}
+        ]
+    }
+    devices = [
+        {"name": "local", "nodeName": "n1", "attributes": {"kind": {"string": "local"}}},
+        {"name": "anywhere", "allNodes": True, "attributes": {"kind": {"string": "anywhere"}}},
+        {"name": "rack", "nodeSelector": rack, "attributes": {"kind": {"string": "rack"}}},
+    ]
+    slice_ = decode(
+        {
+            "metadata": {"name": "mixed"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "mixed", "generation": 1, "resourceSliceCount": 1},
+                "perDeviceNodeSelection": True,
+                "devices": devices,
+            },
+        },
+        ResourceSlice,
+    )
+    h.add_dra(device_class(), slice_)
+    for kind in ("local", "rack", "anywhere"):
+        selector = f'device.attributes["{DRIVER}"].kind == "{kind}"'
+        h.add_dra(resource_claim(kind, selectors=[selector]))
+    h.add_pods(*(with_claims(make_pod(k).req(cpu="15"), dev=k) for k in ("local", "rack")))
+    placements = h.run().placements
+    assert placements == {"default/local": "n1", "default/rack": "n2"}
+    h.add_pods(with_claims(make_pod("anywhere").req(cpu="15"), dev="anywhere"))
+    assert h.run().placements["default/anywhere"] == "n3"  # the only node with room
+    local = _allocation(h, "local").node_selector.node_selector_terms[0]
+    assert [f.values for f in local.match_fields] == [["n1"]]
+    term = msgspec.to_builtins(_allocation(h, "rack").node_selector)
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["r2"]
+    assert _allocation(h, "anywhere").node_selector is None

@@ -169,6 +169,11 @@ class SliceDevice(_Base):
     # Taints (KEP-5055): a NoSchedule or NoExecute taint keeps the device from
     # requests that do not tolerate it.
     taints: list[DeviceTaint] = []
+    # Where the device is, in a slice with `perDeviceNodeSelection` (KEP-4815): one of
+    # these, as a slice's own fields.
+    node_name: str | None = None
+    all_nodes: bool | None = None
+    node_selector: NodeSelector | None = None
 
 
 class ResourcePool(_Base):

@@ -63,7 +63,7 @@ from shoal.api.dra import (
     SliceDevice,
     pod_claim_names,
 )
-from shoal.api.objects import NodeSelectorRequirement, NodeSelectorTerm
+from shoal.api.objects import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 from shoal.api.podinfo import PodInfo
 from shoal.api.quantity import QuantityError, parse_quantity
 from shoal.cache.cluster import ClusterState, observer_service
@@ -358,28 +358,26 @@ class DeviceCatalog:
                 (spec.driver, spec.pool.name), spec.node_name or ""
             ):
                 continue  # kube allocates nothing from it (shoal.cache.dra_pools)
-            group = -1
-            if spec.node_name:
-                node = spec.node_name
-            elif spec.all_nodes:
-                node = ""
-            elif spec.node_selector is not None:
-                # A network-attached pool: its devices are reachable from the nodes the
-                # selector picks. The API allows exactly one term (kube's allocator
-                # refuses others).
-                terms = spec.node_selector.node_selector_terms
-                if len(terms) != 1:
-                    continue
-                node = ""
-                if terms[0] not in table.selectors:
-                    table.selectors.append(terms[0])
-                group = table.selectors.index(terms[0])
-            else:
-                continue  # per-device node selection: not modelled (docs/dra.md)
+            per_device = bool(spec.per_device_node_selection)
+            of_slice = (
+                None
+                if per_device
+                else _placement(spec.node_name, spec.all_nodes, spec.node_selector, table)
+            )
+            if of_slice is None and not per_device:
+                continue
             for device in spec.devices:
                 ident = (spec.driver, spec.pool.name, device.name)
                 if ident in table.index:
                     continue
+                where = (
+                    _placement(device.node_name, device.all_nodes, device.node_selector, table)
+                    if per_device
+                    else of_slice
+                )
+                if where is None:
+                    continue
+                node, group = where
                 table.index[ident] = len(table.ids)
                 table.ids.append(ident)
                 table.devices.append(device)
@@ -963,3 +961,28 @@ def _joined(table: _Table, devices: list[int]) -> NodeSelectorTerm | None:
     if not expressions and not fields:
         return None
     return NodeSelectorTerm(match_expressions=expressions, match_fields=fields)
+
+
+def _placement(
+    node_name: str | None,
+    all_nodes: bool | None,
+    selector: NodeSelector | None,
+    table: _Table,
+) -> tuple[str, int] | None:
+    """(node, selector group) of a slice's devices, or of one device of a slice with
+    per-device node selection: one node; every node ("", -1); or, for a network-attached
+    pool, the nodes a node selector picks ("", its group). None: none set, or a
+    selector of other than one term (the API allows exactly one; kube's allocator
+    refuses others)."""
+    if node_name:
+        return node_name, -1
+    if all_nodes:
+        return "", -1
+    if selector is None:
+        return None
+    terms = selector.node_selector_terms
+    if len(terms) != 1:
+        return None
+    if terms[0] not in table.selectors:
+        table.selectors.append(terms[0])
+    return "", table.selectors.index(terms[0])

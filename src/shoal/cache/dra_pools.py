@@ -13,9 +13,9 @@ the `allNodes` slices) and then
   "all" cannot be known.
 
 `unsettled_pools` computes that from the newest-generation slices, once per device
-table. Slices with a `nodeSelector` count for the whole pool (as `allNodes` ones do);
-slices with per-device node selection are not read by Shoal (docs/dra.md), and neither
-are they counted here.
+table. Slices with a `nodeSelector` or per-device node selection count for the whole
+pool (as `allNodes` ones do: exact when all such slices of a pool reach the same
+nodes).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def unsettled_pools(current: Iterable[ResourceSlice]) -> UnsettledPools:
         pool = (spec.driver, spec.pool.name)
         if spec.node_name:
             local.setdefault(pool, {}).setdefault(spec.node_name, []).append(s)
-        elif spec.all_nodes or spec.node_selector is not None:
+        elif spec.all_nodes or spec.node_selector is not None or spec.per_device_node_selection:
             # A nodeSelector slice counts as if it reached every node the pool's other
             # such slices reach (exact when they all select the same nodes, as a
             # network-attached pool's slices do).

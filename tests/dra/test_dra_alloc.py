@@ -48,7 +48,8 @@ def _cases(
     constraints = []
     if draw(st.booleans()):
         members = sorted(draw(st.sets(st.integers(min_value=0, max_value=k - 1), min_size=1)))
-        constraints.append(Constraint("default/c", "x/attr", members, codes))
+        distinct = draw(st.booleans()) and draw(st.booleans())
+        constraints.append(Constraint("default/c", "x/attr", members, codes, distinct=distinct))
     return reqs, constraints, rows, free, n
 
 
@@ -81,7 +82,11 @@ def test_the_verdict_is_the_exact_search(
             if not req.all_mode:
                 assert len(devs) == req.count
         for c in constraints:
-            values = {int(c.codes[dev]) for i in c.requests for dev in chosen[i]}
+            taken = [int(c.codes[dev]) for i in c.requests for dev in chosen[i]]
+            if c.distinct:
+                assert -1 not in taken and len(set(taken)) == len(taken), taken
+                continue
+            values = set(taken)
             assert len(values) == 1 and -1 not in values
 
 
@@ -221,5 +226,9 @@ def test_with_shared_devices_and_counters_the_verdict_is_the_exact_search(
             np.add.at(spent, counters.ctr[lo:hi], counters.amt[lo:hi])
         assert (spent <= counters.remaining).all()
         for c in constraints:
-            values = {int(c.codes[dev]) for i in c.requests for dev in chosen[i]}
+            taken = [int(c.codes[dev]) for i in c.requests for dev in chosen[i]]
+            if c.distinct:
+                assert -1 not in taken and len(set(taken)) == len(taken), taken
+                continue
+            values = set(taken)
             assert len(values) == 1 and -1 not in values

@@ -136,6 +136,10 @@ class Constraint:
     # Members named only as `<request>/<subrequest>`: the index -> those names; the
     # member counts only when one of those sub-requests is the one chosen.
     only: dict[int, frozenset[str]] = field(default_factory=dict)
+    # distinctAttribute (KEP-5075) instead of matchAttribute: every device of the listed
+    # requests has the attribute, each with a value of its own (e.g. shares of
+    # different physical GPUs). Judged by the exact search only.
+    distinct: bool = False
 
 
 @dataclass
@@ -427,8 +431,12 @@ def feasible(
         tight = _tight(reqs, prep, state, bool(constraints))
         if tight.any():
             tangled = _count(tight, rows, n, reach) > 0
+    distinct = [c for c in constraints if c.distinct]
+    constraints = [c for c in constraints if not c.distinct]
     all_constrained = any(reqs[i].all_mode for c in constraints for i in c.requests)
-    approximate = k > MAX_SUBSETS_REQUESTS or len(constraints) > 1 or all_constrained
+    approximate = (
+        k > MAX_SUBSETS_REQUESTS or len(constraints) > 1 or all_constrained or bool(distinct)
+    )
     if len(constraints) == 1 and not all_constrained:
         c = constraints[0]
         ok = _one_constraint(reqs, c, rows, prep.avail, n, needs, reach) | tangled
@@ -441,6 +449,11 @@ def feasible(
             what = constraints[0].attribute if constraints else ""
             if constraints:
                 reason = f"cannot satisfy matchAttribute {what} together with the other requests"
+            elif distinct:
+                reason = (
+                    f"cannot satisfy distinctAttribute {distinct[0].attribute} for claim "
+                    f"{_name(distinct[0].claim)} (each device with a value of its own)"
+                )
             elif tangled[row]:
                 reason = (
                     "the pod's device requests do not fit together in the free devices, "
@@ -605,8 +618,11 @@ def allocate(
         if r.all_mode and r.untolerated is not None and r.untolerated[devices].any():
             return None  # All must take a matching device whose taint it does not tolerate
     prep = prepared if prepared is not None else prepare(reqs, state)
+    distinct = [c for c in constraints if c.distinct]
+    if distinct:
+        constraints = [c for c in constraints if not c.distinct]
     special = state.special
-    tangled = (
+    tangled = bool(distinct) or (
         special is not None
         and bool(special[devices].any())
         and any(
@@ -626,7 +642,7 @@ def allocate(
         candidates = _candidates(reqs, constraints, combo, devices, prep)
         if candidates is None:
             continue
-        found = _search(reqs, candidates, state) if tangled else _assign(reqs, candidates)
+        found = _search(reqs, candidates, state, distinct) if tangled else _assign(reqs, candidates)
         if found is not None:
             return found
     return None
@@ -703,9 +719,13 @@ class _Search:
     """Depth-first search for devices that fit together: what this assignment takes of
     shared devices' capacity and of counters is tracked as devices are tried."""
 
-    def __init__(self, reqs: Sequence[Req], state: Devices) -> None:
+    def __init__(
+        self, reqs: Sequence[Req], state: Devices, distinct: Sequence[Constraint] = ()
+    ) -> None:
         self.reqs = reqs
         self.state = state
+        # distinctAttribute constraints: per constraint, the values taken here.
+        self.distinct = [(c, set(c.requests), set[int]()) for c in distinct]
         self.whole: set[int] = set()  # devices allocated whole here
         self.extra: dict[int, NDArray[np.int64]] = {}  # shared device -> capacity taken here
         self.sharing: dict[int, int] = {}  # shared device -> shares taken here
@@ -745,6 +765,31 @@ class _Search:
 
     def place(self, i: int, d: int) -> tuple[bool, list[tuple[int, int]]] | None:
         """Take device d for request i; (shared?, counters taken) to undo, or None."""
+        if self.distinct:
+            values = self._values(i, d)
+            if values is None:
+                return None
+            done = self._place(i, d)
+            if done is not None:
+                for taken, value in values:
+                    taken.add(value)
+            return done
+        return self._place(i, d)
+
+    def _values(self, i: int, d: int) -> list[tuple[set[int], int]] | None:
+        """The distinct values device d would take for request i, or None if one is
+        missing or taken already."""
+        out: list[tuple[set[int], int]] = []
+        for c, members, taken in self.distinct:
+            if i not in members:
+                continue
+            value = int(c.codes[d])
+            if value < 0 or value in taken:
+                return None
+            out.append((taken, value))
+        return out
+
+    def _place(self, i: int, d: int) -> tuple[bool, list[tuple[int, int]]] | None:
         state = self.state
         if state.multi is not None and state.multi[d]:
             demand = self.reqs[i].demand
@@ -776,6 +821,9 @@ class _Search:
         return False, got
 
     def undo(self, i: int, d: int, done: tuple[bool, list[tuple[int, int]]]) -> None:
+        for c, members, taken in self.distinct:
+            if i in members:
+                taken.discard(int(c.codes[d]))
         shared, got = done
         self._give_back(got)
         if not shared:
@@ -789,9 +837,12 @@ class _Search:
 
 
 def _search(
-    reqs: Sequence[Req], candidates: list[list[int]], state: Devices
+    reqs: Sequence[Req],
+    candidates: list[list[int]],
+    state: Devices,
+    distinct: Sequence[Constraint] = (),
 ) -> list[list[int]] | None:
-    search = _Search(reqs, state)
+    search = _Search(reqs, state, distinct)
     out: list[list[int]] = [[] for _ in reqs]
     for i, r in enumerate(reqs):
         if r.all_mode:

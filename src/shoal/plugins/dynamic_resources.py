@@ -13,8 +13,9 @@ kube-scheduler's Dynamic Resource Allocation for the core subset (docs/dra.md).
   kube's order) are judged against every node's free devices at once
   (`shoal.cache.dra_alloc`).
   A request with `adminAccess` may take any matching device, allocated to others or
-  not, and takes nothing from them. What Shoal cannot allocate yet
-  (distinctAttribute, a selector CEL cannot compile) refuses the pod with a message
+  not, and takes nothing from them. A `distinctAttribute` constraint is judged by the
+  exact search on each node the columns pass. What Shoal cannot allocate (a selector
+  CEL cannot compile) refuses the pod with a message
   naming the claim, the field and what to do; so does a selector whose evaluation
   fails on a device of a node (kube's "CEL runtime error"), naming the device and
   the error too. Devices a nominated preemptor of equal or higher priority will take
@@ -474,9 +475,8 @@ class DynamicResources:
             reqs.append(subs[0])
         for j, constraint in enumerate(spec.constraints):
             path = f"spec.devices.constraints[{j}]"
-            if constraint.distinct_attribute:
-                return f"{where}: {path}.distinctAttribute is not supported by Shoal yet ({_DOCS})"
-            if not constraint.match_attribute:
+            attribute = constraint.match_attribute or constraint.distinct_attribute
+            if not attribute:
                 continue
             members = constraint.requests or [r.name for r in spec.requests]
             unknown = [m for m in members if m not in by_name and m not in sub_names]
@@ -490,10 +490,11 @@ class DynamicResources:
             constraints.append(
                 Constraint(
                     claim.key,
-                    constraint.match_attribute,
+                    attribute,
                     sorted(whole | set(only)),
-                    self.catalog.codes(constraint.match_attribute),
+                    self.catalog.codes(attribute),
                     {i: frozenset(names) for i, names in only.items()},
+                    distinct=not constraint.match_attribute,
                 )
             )
         return ""

@@ -19,6 +19,9 @@ Kueue's topology-aware scheduling annotations, on the pod template of a pod set 
 every pod of it): `kueue.x-k8s.io/podset-required-topology: LABEL` (all in one domain
 of the node label), `kueue.x-k8s.io/podset-preferred-topology: LABEL` (as few as
 possible) and `kueue.x-k8s.io/podset-unconstrained-topology: "true"` (no level).
+A Kueue `Topology` (`kueue.x-k8s.io`, cluster-scoped) lists the levels of a fabric as
+node labels, highest first (`spec.levels[].nodeLabel`: block, rack, hostname); a
+preferred level falls back to each coarser level one lists (`shoal.cache.kueue_topologies`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "HYPERNODE_TIER_PREFIX",
     "KUEUE_PREFERRED",
     "KUEUE_REQUIRED",
+    "KUEUE_TOPOLOGY_VERSIONS",
     "KUEUE_UNCONSTRAINED",
     "ExactMatch",
     "HyperNode",
@@ -41,6 +45,9 @@ __all__ = [
     "MemberSelector",
     "MemberSpec",
     "RegexMatch",
+    "Topology",
+    "TopologyLevel",
+    "TopologySpec",
     "key_tier",
     "kueue_topology",
     "tier_key",
@@ -50,6 +57,10 @@ HYPERNODE_TIER_PREFIX = "volcano.sh/hypernode-tier-"
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
+# The versions Kueue has served Topology in, the one Shoal asks for first: v1beta2
+# (served since Kueue 0.15, stored since 0.16), v1 (prepared upstream), v1beta1 (0.12 to
+# 0.17; deprecated) and v1alpha1 (0.9 to 0.11). All have the same schema.
+KUEUE_TOPOLOGY_VERSIONS = ("v1beta2", "v1", "v1beta1", "v1alpha1")
 
 
 class _Base(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -134,3 +145,22 @@ def kueue_topology(annotations: dict[str, str]) -> KueueTopology | None:
     if not (required or preferred or unconstrained):
         return None
     return KueueTopology(required, preferred, unconstrained)
+
+
+class TopologyLevel(_Base):
+    node_label: str = ""
+
+
+class TopologySpec(_Base):
+    levels: list[TopologyLevel] = []  # highest first
+
+
+class Topology(_Base):
+    """Kueue `kueue.x-k8s.io` Topology (any of `KUEUE_TOPOLOGY_VERSIONS`): a fabric's
+    levels as node labels, highest first. Checked when applied, so a malformed one is
+    reported naming the field, not undecodable."""
+
+    api_version: str = "kueue.x-k8s.io/v1beta2"
+    kind: str = "Topology"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: TopologySpec = msgspec.field(default_factory=TopologySpec)

@@ -26,6 +26,7 @@ from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.hypernodes import HyperNodeTopology
+from shoal.cache.kueue_topologies import KueueTopologies
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_fence import NodeFence
 from shoal.cache.node_table import NodeTable
@@ -168,6 +169,9 @@ class ClusterState:
     # Volcano HyperNodes resolved to nodes: the network tiers as domain columns
     # (`shoal.cache.hypernodes`); told of every node change (nothing to do without any).
     hypernodes: HyperNodeTopology = field(init=False)
+    # Kueue's Topology objects: the levels coarser than a node label, for gangs whose
+    # members prefer a level (`shoal.cache.kueue_topologies`).
+    kueue_topologies: KueueTopologies = field(default_factory=KueueTopologies)
 
     def __post_init__(self) -> None:
         self.fence = NodeFence(self.table)

@@ -24,6 +24,7 @@ from shoal.api.podinfo import HostPort, PodInfo
 from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.hypernodes import HyperNodeTopology
+from shoal.cache.kueue_topologies import KueueTopologies
 from shoal.cache.labels import LabelColumns
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_fence import NodeFence
@@ -124,6 +125,11 @@ class Snapshot:
     def hypernodes(self) -> HyperNodeTopology:
         """Volcano's HyperNodes resolved to nodes (`shoal.cache.hypernodes`)."""
         return self._cluster.hypernodes
+
+    @property
+    def kueue_topologies(self) -> KueueTopologies:
+        """Kueue's Topology objects (`shoal.cache.kueue_topologies`)."""
+        return self._cluster.kueue_topologies
 
     def domain_column(self, key: str) -> tuple[NDArray[np.int32], Sequence[str]]:
         """A topology level over node rows 0..n-1: each node's domain code (MISSING: in

@@ -48,6 +48,7 @@ from shoal.api.podgroup import (
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import ResourceList, parse_resource_list
 from shoal.cache.hypernodes import HyperNodeTopology
+from shoal.cache.kueue_topologies import KueueTopologies
 from shoal.framework.effects import SubGroupStatus
 from shoal.framework.handle import Handle
 from shoal.gang.topology import Levels, volcano_levels
@@ -229,19 +230,29 @@ class Group:
     def placed(self) -> int:
         return len(self.bound)
 
-    def levels(self, hypernodes: HyperNodeTopology) -> Levels:
+    def levels(
+        self, hypernodes: HyperNodeTopology, kueue_topologies: KueueTopologies | None = None
+    ) -> Levels:
         """The gang's topology levels, from the first source that gives any: its Volcano
         PodGroup's networkTopology (over the HyperNode tiers there are now), then its
         own levels (`shoal.dev/topology-*`, a Kubernetes PodGroup's topology key), then
-        its members' Kueue annotations (when they agree)."""
+        its members' Kueue annotations (when they agree): a preferred level, then each
+        coarser level a Kueue Topology lists above it (as Kueue's TAS tries them)."""
         if self.network_topology is not None:
             return volcano_levels(self.network_topology, hypernodes)
         if self.topology_required or self.topology_preferred:
             return Levels(self.topology_required, self.topology_preferred)
         if len(self.kueue_votes) == 1:
             asked = next(iter(self.kueue_votes))
-            preferred = (asked.preferred,) if asked.preferred != asked.required else ()
-            return Levels(asked.required, tuple(p for p in preferred if p))
+            if not asked.preferred or asked.preferred == asked.required:
+                return Levels(asked.required)
+            climb = () if kueue_topologies is None else kueue_topologies.coarser(asked.preferred)
+            preferred = [asked.preferred]
+            for level in climb:
+                if level == asked.required:  # a required level is never left
+                    break
+                preferred.append(level)
+            return Levels(asked.required, tuple(preferred))
         return Levels()
 
     def kueue_conflict(self) -> str:

@@ -358,8 +358,9 @@ class GangCycle:
 
     def _levels(self, group: Group) -> Levels:
         """The gang's topology levels now (a Volcano PodGroup's are over the HyperNode
-        tiers there are now)."""
-        return group.levels(self.algorithm.snapshot.hypernodes)
+        tiers there are now; a Kueue preferred level climbs the Topologies there are)."""
+        snap = self.algorithm.snapshot
+        return group.levels(snap.hypernodes, snap.kueue_topologies)
 
     def _held(self, group: Group) -> tuple[HeldDomains | None, dict[str, HeldDomains]]:
         """Where the group's placed members are (`HeldDomains`), for the gang when it has

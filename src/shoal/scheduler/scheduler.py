@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shoal.api.hypernode import HyperNode
+from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.podinfo import PodInfo
@@ -422,6 +422,20 @@ class Scheduler:
         one HyperNode may make another wrong (a cycle, a tier) or right again. Checked
         when asked (ask once after a batch of changes, not after each)."""
         return self.cluster.hypernodes.problems()
+
+    def upsert_kueue_topology(self, topology: Topology) -> str:
+        """A Kueue Topology created or changed: what is wrong with it ("" when nothing;
+        a malformed one is skipped, naming the field)."""
+        topologies = self.cluster.kueue_topologies
+        if topologies.upsert(topology):
+            # Gangs preferring a level it lists are placed differently from now on.
+            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
+        return topologies.problems().get(topology.metadata.name, "")
+
+    def delete_kueue_topology(self, name: str) -> None:
+        """A Kueue Topology deleted."""
+        if self.cluster.kueue_topologies.remove(name):
+            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
 
     def routing_key(self, pod: Pod) -> str:
         """What must be decided by one replica when several share the work (node

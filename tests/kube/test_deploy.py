@@ -163,6 +163,13 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         api.register("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
         api.register("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True)
         api.register("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False)
+        api.register("kueue.x-k8s.io", "v1beta2", "topologies", "Topology", False, status=False)
+        # A Kueue Topology (read only: the levels a preferred level climbs).
+        api.create(
+            "kueue.x-k8s.io/v1beta2",
+            "topologies",
+            {"metadata": {"name": "fabric"}, "spec": {"levels": [{"nodeLabel": "rack"}]}},
+        )
         # A HyperNode (read only: the topology of gangs).
         api.create(
             "topology.volcano.sh/v1alpha1",

@@ -21,7 +21,7 @@ import yaml
 from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from shoal.api.errors import ManifestError
 from shoal.api.gpu import check_node_gpus
-from shoal.api.hypernode import HyperNode
+from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.podinfo import check_pod_totals
@@ -57,6 +57,7 @@ GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("scheduling.volcano.sh", "PodGroup"): VolcanoPodGroup,
     ("scheduling.k8s.io", "PodGroup"): UpstreamPodGroup,
     ("topology.volcano.sh", "HyperNode"): HyperNode,
+    ("kueue.x-k8s.io", "Topology"): Topology,
     ("shoal.dev", "Queue"): Queue,
     ("shoal.dev", "QueueBinding"): QueueBinding,
     ("shoal.dev", "NodePool"): NodePool,

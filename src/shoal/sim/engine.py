@@ -165,6 +165,10 @@ class Simulation:
             self.scheduler.upsert_hypernode(hypernode)
         if sc.hypernodes:  # as they stand once every HyperNode is in
             self.warnings.extend(self.scheduler.hypernode_problems().values())
+        for topology in sc.kueue_topologies:  # each checked on its own
+            problem = self.scheduler.upsert_kueue_topology(topology)
+            if problem:
+                self.warnings.append(problem)
         for obj in sc.storage:
             try:
                 upsert_storage(self.scheduler, obj)

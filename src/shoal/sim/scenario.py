@@ -7,6 +7,9 @@ is flattened. Cluster and workload files are read the same way, in the order giv
   `scheduling.x-k8s.io`, or Volcano `scheduling.volcano.sh`): known from the start;
 * `HyperNode` (Volcano's `topology.volcano.sh`): the network tiers gangs are kept in,
   known from the start (a malformed one is a warning of the run, naming the field);
+* `Topology` (Kueue's `kueue.x-k8s.io`, any version): the levels a Kueue preferred
+  topology level climbs, known from the start (a malformed one is a warning of the run,
+  naming the field);
 * `PersistentVolumeClaim`, `PersistentVolume`, `StorageClass`, `CSINode`: known from
   the start (for the volume plugins, see docs/volumes.md);
 * `DeviceClass`, `ResourceSlice`, `ResourceClaim`, `ResourceClaimTemplate`
@@ -42,7 +45,7 @@ from typing import Any
 
 from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from shoal.api.errors import ManifestError
-from shoal.api.hypernode import HyperNode
+from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
 from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
@@ -102,6 +105,7 @@ class Scenario:
     priority_classes: list[PriorityClass] = field(default_factory=list)
     pod_groups: list[PodGroup | VolcanoPodGroup | UpstreamPodGroup] = field(default_factory=list)
     hypernodes: list[HyperNode] = field(default_factory=list)  # Volcano's network topology
+    kueue_topologies: list[Topology] = field(default_factory=list)  # Kueue's levels
     # Tenant capacity objects (applied together; an invalid set is reported whole).
     queues: list[Queue] = field(default_factory=list)
     elastic_quotas: list[ElasticQuota] = field(default_factory=list)
@@ -212,6 +216,11 @@ def load_scenario(
                 if unique(hypernode, where, live):
                     _drop(scenario.hypernodes, hypernode)
                 scenario.hypernodes.append(hypernode)
+            elif cls is Topology:
+                topology = decode(doc, Topology, where)
+                if unique(topology, where, live):
+                    _drop(scenario.kueue_topologies, topology)
+                scenario.kueue_topologies.append(topology)
             elif cls is Node:
                 node = decode(doc, Node, where)
                 if not node.metadata.name:
@@ -268,7 +277,7 @@ def load_scenario(
                     name,
                     "kind",
                     "not simulated (the simulator reads Node, PriorityClass, PodGroup, "
-                    "HyperNode, Queue, QueueBinding, NodePool, ElasticQuota, "
+                    "HyperNode, Topology, Queue, QueueBinding, NodePool, ElasticQuota, "
                     "PodDisruptionBudget, Namespace, Pod and Workload); skipped — describe "
                     "replicated pods with a Workload",
                     where,

@@ -22,7 +22,8 @@ watches from the list's resourceVersion with bookmarks on:
   events were compacted away: the informer relists and diffs the new list against its
   store, so objects deleted while it was not looking are reported deleted;
 * an optional kind (a CRD) that is not installed (404 on list) is marked absent and
-  looked for again later, without holding up readiness;
+  looked for again later, without holding up readiness; a kind with fallback versions
+  is listed and watched in the first of its versions that is served (`served`);
 * any other exception (a bug, a response that cannot be taken apart at all, ...) does
   not end the informer: it is logged, the informer is marked down (`down`, which fails
   /readyz naming the resource) and it relists after the same backoff, until a list or
@@ -122,6 +123,7 @@ class Informer:
     ) -> None:
         self.client = client
         self.kind = kind
+        self.served = kind  # `kind` in the version listed last (see `fallback_versions`)
         self.handler = handler
         self.settings = settings or InformerSettings()
         self.observer = observer
@@ -230,11 +232,26 @@ class Informer:
             log.warning("%s %s failed: %s", what, self.kind.name, err, extra=extra)
 
     async def _list(self) -> None:
+        """List the kind in the version served (the one that was, first; then the
+        kind's versions in order): 404 only when none is."""
+        versions = self.kind.versions()
+        if len(versions) > 1:
+            versions.sort(key=lambda k: k.version != self.served.version)
+        for i, served in enumerate(versions):
+            try:
+                await self._list_in(served)
+            except ApiError as err:
+                if err.not_found and i + 1 < len(versions):
+                    continue
+                raise
+            return
+
+    async def _list_in(self, served: ResourceKind) -> None:
         items: list[JSON] = []
         undecodable: list[Undecodable] = []
         query: dict[str, str] = {"limit": str(self.settings.page_size)}
         resource_version = ""
-        path = self.kind.path(self.namespace)
+        path = served.path(self.namespace)
         while True:
             page = await self.client.list(path, query, timeout=self.settings.list_timeout)
             meta = page.metadata
@@ -246,6 +263,14 @@ class Informer:
             if not token:
                 break
             query = {"limit": str(self.settings.page_size), "continue": str(token)}
+        if served.version != self.served.version:
+            log.info(
+                "reading %s in version %s",
+                self.kind.name,
+                served.version,
+                extra={"resource": self.kind.name},
+            )
+        self.served = served
         self.lists += 1
         self._note("list")
         self._replace(items, undecodable)
@@ -259,7 +284,7 @@ class Informer:
         stays (it did not vanish)."""
         fresh: dict[str, JSON] = {}
         for item in items:
-            item.setdefault("apiVersion", self.kind.api_version)
+            item.setdefault("apiVersion", self.served.api_version)
             item.setdefault("kind", self.kind.kind)
             fresh[object_key(item)] = item
         old_store = self.store
@@ -289,7 +314,7 @@ class Informer:
     def _stub(self, bad: Undecodable) -> JSON:
         """What is known of an object that could not be decoded."""
         return {
-            "apiVersion": self.kind.api_version,
+            "apiVersion": self.served.api_version,
             "kind": self.kind.kind,
             "metadata": dict(bad.metadata),
         }
@@ -360,7 +385,7 @@ class Informer:
         count = 0
         async with (
             self.client.stream(
-                self.kind.path(self.namespace), query, read_timeout=self.settings.read_timeout
+                self.served.path(self.namespace), query, read_timeout=self.settings.read_timeout
             ) as lines,
             aclosing(lines),
         ):

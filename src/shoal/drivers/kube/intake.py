@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shoal.api.errors import ManifestError
-from shoal.api.hypernode import HyperNode
+from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
@@ -36,6 +36,7 @@ from shoal.drivers.kube.resources import (
     ELASTIC_QUOTAS,
     ELASTIC_QUOTAS_SIGS,
     HYPERNODES,
+    KUEUE_TOPOLOGIES,
     NAMESPACES,
     NODE_POOLS,
     NODES,
@@ -262,6 +263,18 @@ def _hypernode_gone(b: Intake, namespace: str, name: str) -> None:
         b.report_hypernodes()
 
 
+def _kueue_topology(b: Intake, topology: Topology, raw: JSON) -> None:
+    # Each is checked on its own: a malformed one is reported (an InvalidObject, once
+    # per resourceVersion) and skipped; fixed, it is cleared by the decoding.
+    problem = b.scheduler.upsert_kueue_topology(topology)
+    if problem:
+        raise ValueError(problem)
+
+
+def _kueue_topology_gone(b: Intake, namespace: str, name: str) -> None:
+    b.scheduler.delete_kueue_topology(name)
+
+
 def _tenancy(kind: ResourceKind) -> Watched:
     def upsert(b: Intake, obj: Any, raw: JSON) -> None:
         assert b.tenancy is not None
@@ -285,6 +298,7 @@ WATCHED: list[Watched] = [
     _pod_groups(VOLCANO_PODGROUPS),
     _pod_groups(UPSTREAM_PODGROUPS),
     Watched(HYPERNODES, _hypernode, _hypernode_gone),
+    Watched(KUEUE_TOPOLOGIES, _kueue_topology, _kueue_topology_gone),
     _tenancy(QUEUES),
     _tenancy(QUEUE_BINDINGS),
     _tenancy(NODE_POOLS),

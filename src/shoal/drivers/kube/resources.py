@@ -8,13 +8,13 @@ CRD that is not installed). Informers are built from `WATCHED` (see
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
 import msgspec
 
-from shoal.api.hypernode import HyperNode
+from shoal.api.hypernode import KUEUE_TOPOLOGY_VERSIONS, HyperNode, Topology
 from shoal.api.objects import Node, Pod, PriorityClass
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
@@ -24,6 +24,7 @@ __all__ = [
     "ELASTIC_QUOTAS_SIGS",
     "EVENTS",
     "HYPERNODES",
+    "KUEUE_TOPOLOGIES",
     "LEASES",
     "NAMESPACES",
     "NODES",
@@ -52,6 +53,16 @@ class ResourceKind:
     namespaced: bool
     model: type[msgspec.Struct] | None = None  # None: kept as raw JSON
     optional: bool = False  # a CRD that may not be installed
+    # Other versions to read it in when `version` is not served (a CRD of an older or
+    # newer release), in order; the informer uses the first that is.
+    fallback_versions: tuple[str, ...] = ()
+
+    def versions(self) -> list[ResourceKind]:
+        """This kind, then one per fallback version."""
+        return [
+            self,
+            *(replace(self, version=v, fallback_versions=()) for v in self.fallback_versions),
+        ]
 
     @property
     def api_version(self) -> str:
@@ -87,8 +98,11 @@ def object_key(obj: dict[str, Any]) -> str:
 def object_ref(kind: ResourceKind, obj: dict[str, Any]) -> dict[str, str]:
     """An ObjectReference to `obj` (for events' `regarding`)."""
     meta = obj.get("metadata") or {}
+    api_version = str(obj.get("apiVersion") or "")
+    if api_version.rpartition("/")[0] != kind.group:  # a version it was read in, or ours
+        api_version = kind.api_version
     ref = {
-        "apiVersion": kind.api_version,
+        "apiVersion": api_version,
         "kind": kind.kind,
         "name": str(meta.get("name", "")),
         "uid": str(meta.get("uid", "")),
@@ -162,6 +176,18 @@ ELASTIC_QUOTAS_SIGS = ResourceKind(
 # Volcano's network topology (cluster-scoped; read when Volcano's CRD is installed).
 HYPERNODES = ResourceKind(
     "topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False, HyperNode, optional=True
+)
+# Kueue's Topology objects (cluster-scoped; read when Kueue's CRD is installed, in the
+# newest version it serves of those Shoal knows: they all have the same schema).
+KUEUE_TOPOLOGIES = ResourceKind(
+    "kueue.x-k8s.io",
+    KUEUE_TOPOLOGY_VERSIONS[0],
+    "topologies",
+    "Topology",
+    False,
+    Topology,
+    optional=True,
+    fallback_versions=KUEUE_TOPOLOGY_VERSIONS[1:],
 )
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = ResourceKind("events.k8s.io", "v1", "events", "Event", True)

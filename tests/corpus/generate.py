@@ -134,6 +134,15 @@ def hypernode(name: str = "hn-bad", **spec: Any) -> JSON:
     }
 
 
+def kueue_topology(name: str = "kt-bad", **spec: Any) -> JSON:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": "topo/block"}, {"nodeLabel": "topo/rack"}], **spec},
+    }
+
+
 def pdb(name: str = "pdb-bad", **spec: Any) -> JSON:
     return {
         "apiVersion": "policy/v1",
@@ -183,6 +192,7 @@ KINDS: dict[str, Callable[..., JSON]] = {
     "VolcanoPodGroup": volcano_group,
     "PodDisruptionBudget": pdb,
     "HyperNode": hypernode,
+    "Topology": kueue_topology,
 }
 
 
@@ -530,6 +540,23 @@ def hypernode_cases() -> Iterator[Case]:
         (low, hypernode("hn-high", tier=2)),
         "not lower than this one's tier 1",
         names="hn-low",
+    )
+    yield Case("kueue-topology-no-levels", (kueue_topology(levels=[]),), "spec.levels")
+    yield Case(
+        "kueue-topology-empty-label",
+        (kueue_topology(levels=[{"nodeLabel": "topo/block"}, {"nodeLabel": ""}]),),
+        "spec.levels[1].nodeLabel",
+    )
+    yield Case(
+        "kueue-topology-label-twice",
+        (kueue_topology(levels=[{"nodeLabel": "topo/rack"}, {"nodeLabel": "topo/rack"}]),),
+        "listed twice",
+    )
+    yield Case(
+        "kueue-topology-levels-map", (kueue_topology(levels={"nodeLabel": "x"}),), "spec.levels"
+    )
+    yield Case(
+        "kueue-topology-label-number", (kueue_topology(levels=[{"nodeLabel": 5}]),), "nodeLabel"
     )
     topology = {"networkTopology": {"mode": "strict"}}
     yield Case(

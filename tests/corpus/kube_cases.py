@@ -60,6 +60,7 @@ PLURALS = {
     ("resource.k8s.io/v1", "ResourceClaim"): "resourceclaims",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
     ("topology.volcano.sh/v1alpha1", "HyperNode"): "hypernodes",
+    ("kueue.x-k8s.io/v1beta2", "Topology"): "topologies",
 }
 NAMESPACED = {
     "Pod",
@@ -232,7 +233,7 @@ _NOT_FROM_AN_API = (
     "pod-scheduler-name-bad",  # another scheduler's pod: not ours to judge
 )
 _DEFAULT_NAMES = {"n-bad", "p-bad", "pc-bad", "q-bad", "qb-bad", "np-bad", "eq-bad", "pg-bad"}
-_DEFAULT_NAMES |= {"vpg-bad", "pdb-bad", "hn-bad"}
+_DEFAULT_NAMES |= {"vpg-bad", "pdb-bad", "hn-bad", "kt-bad"}
 
 
 def _watched(doc: Any) -> bool:
@@ -294,6 +295,9 @@ DEEP_KINDS: dict[str, JSON] = {
     ),
     "hypernode": obj(
         "topology.volcano.sh/v1alpha1", "HyperNode", "deep-hypernode", spec={"tier": 1}
+    ),
+    "topology": obj(
+        "kueue.x-k8s.io/v1beta2", "Topology", "deep-topology", spec={"levels": [{"nodeLabel": "x"}]}
     ),
 }
 

@@ -116,6 +116,7 @@ def _install(api: FakeApiServer) -> None:
     api.register("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
     api.register("scheduling.sigs.k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True)
     api.register("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False)
+    api.register("kueue.x-k8s.io", "v1beta2", "topologies", "Topology", False, status=False)
     for plural, kind, namespaced in (
         ("deviceclasses", "DeviceClass", False),
         ("resourceslices", "ResourceSlice", False),

@@ -157,3 +157,29 @@ async def test_a_snapshot_carries_the_topologies_and_the_simulator_climbs_them(
     result = simulate(sc, SimOptions(config=config()))
     placed = {r.name: r.node for r in result.records if r.name.startswith("k")}
     assert {RACKS[n] for n in placed.values() if n} == {"b0"} and all(placed.values())
+
+
+@async_test(timeout=60)
+async def test_a_kueue_upgrade_that_stops_serving_the_version_read_is_followed(
+    tmp_path: Path,
+) -> None:
+    async with FakeApiServer() as api:
+        api.register(GROUP, "v1beta1", "topologies", "Topology", False, status=False)
+        api.create(f"{GROUP}/v1beta1", "topologies", topology("fabric", "topo/block", "topo/rack"))
+        api.create("v1", "nodes", node("n0", cpu="1"))
+        async with running(api, tmp_path) as (kube, _):
+            informer = kube.informers[KUEUE_TOPOLOGIES.name]
+            topologies = kube.scheduler.cluster.kueue_topologies
+            await eventually(lambda: "fabric" in topologies.levels(), what="read in v1beta1")
+            assert informer.served.version == "v1beta1"
+            # Kueue upgraded: v1beta2 only (the objects are kept); the watch of v1beta1
+            # ends (404 when resumed) and the relist finds v1beta2.
+            api.register(GROUP, "v1beta2", "topologies", "Topology", False, status=False)
+            api.drop_watches()  # as the API server ends them when a CRD's versions change
+            api.create(f"{GROUP}/v1beta2", "topologies", topology("later", "zone", "topo/rack"))
+            await eventually(
+                lambda: informer.served.version == "v1beta2" and "later" in topologies.levels(),
+                what="read in v1beta2",
+                timeout=20,
+            )
+            assert "fabric" in topologies.levels() and not informer.down

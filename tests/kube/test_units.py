@@ -160,6 +160,30 @@ async def test_an_absent_crd_does_not_block_sync_and_is_found_later(tmp_path: Pa
 
 
 @async_test()
+async def test_a_crd_uninstalled_while_watched_is_absent_and_its_objects_deleted(
+    tmp_path: Path,
+) -> None:
+    async with FakeApiServer() as api:
+        api.register("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
+        api.create("scheduling.x-k8s.io/v1alpha1", "podgroups", {"metadata": {"name": "g"}})
+        connection = await connect(str(api.kubeconfig(tmp_path / "kc")))
+        client = connection.client("t", ClientSettings(qps=0))
+        handler = Recorder()
+        settings = InformerSettings(absent_retry=0.1, backoff_initial=0.05)
+        informer = Informer(client, PODGROUPS, handler, settings)
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(informer.synced.wait(), 2)
+        assert ("upsert", "g") in handler.seen and not informer.absent
+        del api.resources[("scheduling.x-k8s.io", "podgroups")]  # the CRD deleted
+        api.drop_watches()
+        while ("delete", "g") not in handler.seen:
+            await asyncio.sleep(0.02)
+        assert informer.absent and informer.store == {} and not informer.down
+        task.cancel()
+        await connection.close()
+
+
+@async_test()
 async def test_relist_reports_what_vanished_and_recreated_objects(tmp_path: Path) -> None:
     async with FakeApiServer() as api:
         connection = await connect(str(api.kubeconfig(tmp_path / "kc")))

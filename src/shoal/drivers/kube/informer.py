@@ -23,7 +23,10 @@ watches from the list's resourceVersion with bookmarks on:
   store, so objects deleted while it was not looking are reported deleted;
 * an optional kind (a CRD) that is not installed (404 on list) is marked absent and
   looked for again later, without holding up readiness; a kind with fallback versions
-  is listed and watched in the first of its versions that is served (`served`);
+  is listed and watched in the first of its versions that is served (`served`). A 404
+  on the watch of an optional kind (its CRD uninstalled, or no longer serving the
+  version watched) relists: in the version served now, else the kind is absent and its
+  objects are reported deleted;
 * any other exception (a bug, a response that cannot be taken apart at all, ...) does
   not end the informer: it is logged, the informer is marked down (`down`, which fails
   /readyz naming the resource) and it relists after the same backoff, until a list or
@@ -184,6 +187,10 @@ class Informer:
                 await self._list()
             except ApiError as err:
                 if err.not_found and self.kind.optional:
+                    if self.store or self.undecodable:
+                        # Uninstalled: its objects went with it.
+                        self._replace([])
+                        self.resource_version = ""
                     if not self.absent:
                         log.info(
                             "resource %s is not served (CRD not installed); will look again",
@@ -358,6 +365,12 @@ class Informer:
                 return
             except ApiError as err:
                 if err.gone:
+                    self._note("expired")
+                    return
+                if err.not_found and self.kind.optional:
+                    # The CRD, or the version watched, is gone (uninstalled, or upgraded
+                    # to serve other versions): a relist finds the version served, or
+                    # marks the kind absent.
                     self._note("expired")
                     return
                 self._failed("watch", err, unexpected=_unreadable(err))

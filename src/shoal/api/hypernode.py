@@ -57,9 +57,10 @@ HYPERNODE_TIER_PREFIX = "volcano.sh/hypernode-tier-"
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
-# The versions Kueue has served Topology in, the one Shoal asks for first: v1beta2
-# (served since Kueue 0.15, stored since 0.16), v1 (prepared upstream), v1beta1 (0.12 to
-# 0.17; deprecated) and v1alpha1 (0.9 to 0.11). All have the same schema.
+# The versions Kueue serves Topology in, the one Shoal asks for first: v1beta2 (served
+# since Kueue 0.15, the storage version since 0.16), v1 (being prepared upstream),
+# v1beta1 (its predecessor: deprecated, to be dropped) and v1alpha1 (Kueue 0.9 to 0.11).
+# All have the same schema.
 KUEUE_TOPOLOGY_VERSIONS = ("v1beta2", "v1", "v1beta1", "v1alpha1")
 
 

@@ -60,7 +60,6 @@ class KueueTopologies:
         self._problems: dict[str, str] = {}
         # label -> the levels above it, nearest first (None: rebuild when read).
         self._coarser: dict[str, tuple[str, ...]] | None = None
-        self.version = 0  # bumped by every change that matters
 
     def upsert(self, obj: Topology) -> bool:
         """A Topology created or changed; False when nothing that matters changed (its
@@ -77,7 +76,7 @@ class KueueTopologies:
             self._levels[name] = levels
         if before == self._levels.get(name):
             return False
-        self._changed()
+        self._coarser = None
         return True
 
     def remove(self, name: str) -> bool:
@@ -85,7 +84,7 @@ class KueueTopologies:
         self._problems.pop(name, None)
         if self._levels.pop(name, None) is None:
             return False
-        self._changed()
+        self._coarser = None
         return True
 
     def problems(self) -> dict[str, str]:
@@ -107,7 +106,3 @@ class KueueTopologies:
                     coarser.setdefault(level, tuple(reversed(levels[:i])))
             self._coarser = coarser
         return self._coarser.get(label, ())
-
-    def _changed(self) -> None:
-        self._coarser = None
-        self.version += 1

@@ -32,6 +32,7 @@ from shoal.cache.node_table import NodeTable
 from shoal.gpu.fragmentation import FragmentationModel, NodeStates, TargetShape, TargetWorkload
 from shoal.plugins.fragmentation_base import pod_shape
 from shoal.scheduler import Scheduler
+from shoal.web.dra_census import DraGroup, dra_census
 
 __all__ = ["MAX_SHAPES", "WHOLE_GPU", "GpuCensus", "GpuGroup", "ShapeTracker", "pool_masks"]
 
@@ -163,6 +164,8 @@ class GpuCensus:
         self.scheduler = scheduler
         self.interval = interval
         self.latest: tuple[GpuGroup, ...] = ()
+        # The DRA devices per driver, taken with each census (`shoal.web.dra_census`).
+        self.dra: tuple[DraGroup, ...] = ()
         self.taken_at: float | None = None
         self._next = 0.0
         self._shapes = ShapeTracker()
@@ -172,6 +175,7 @@ class GpuCensus:
         """A driver-loop sampler: a census at most every `interval` seconds."""
         if now >= self._next:
             self.latest = self.sample()
+            self.dra = dra_census(self.scheduler)
             self.taken_at = now
             self._next = now + self.interval
 

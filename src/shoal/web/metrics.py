@@ -39,7 +39,10 @@ Shoal's own:
   pods asking for whole GPUs, `shared`: GPU shares), `shoal_gpu_unallocated{pool, model}`,
   `shoal_gpu_shared_devices{pool, model}` (devices holding at least one share) and
   `shoal_gpu_fragmentation{pool, model}` (the free GPU today's GPU workload could not
-  use, the FGD measure: the dashboard's "fragment").
+  use, the FGD measure: the dashboard's "fragment"). With the same census,
+  `shoal_dra_devices{driver, state}`: devices published in ResourceSlices, by state
+  (allocated, shared, free; at most 32 drivers, the rest as "(other)"; see
+  `shoal.web.dra_census`).
 * `shoal_invalid_objects_total{resource}`: objects from the API that could not be read.
 * `shoal_informer_operations_total{resource, operation}`: list, relist, watch,
   watch_silent (no line within the progress deadline: the watch is renewed, not a
@@ -448,6 +451,18 @@ class _GpuCollector(Collector):
             shared.add_metric(key, group.shared_devices)
             frag.add_metric(key, group.frag_milli / GPU_MILLI)
         yield from (devices, allocated, unallocated, shared, frag)
+        dra = GaugeMetricFamily(
+            "shoal_dra_devices",
+            "Devices published in ResourceSlices that nodes in the cache reach, per driver: "
+            "state=allocated (taken whole by a claim), shared (allowing multiple "
+            "allocations, holding at least one share) or free.",
+            labels=["driver", "state"],
+        )
+        for devices_of in census.dra if census is not None else ():
+            dra.add_metric([devices_of.driver, "allocated"], devices_of.allocated)
+            dra.add_metric([devices_of.driver, "shared"], devices_of.shared)
+            dra.add_metric([devices_of.driver, "free"], devices_of.free)
+        yield dra
 
 
 def register_gpu_collector(

@@ -83,3 +83,23 @@ def test_template_claims_count_their_devices_before_the_claim_exists() -> None:
     assert sorted(v or "-" for v in placements.values()) == ["-", "n1"]
     [waiting] = [k for k, v in placements.items() if v is None]
     assert f"{IMPLICIT}: uses 2, pod asks 2, max 3" in messages[waiting]
+
+
+def test_admin_access_requests_charge_nothing() -> None:
+    from shoal.api.dra import ResourceClaim
+    from shoal.api.manifests import decode
+
+    h = harness()
+    h.add_nodes(make_node("n1").capacity(cpu="16", memory="64Gi"))
+    assert h.scheduler.apply_queues([queue("team", max={IMPLICIT: 1})]) == []
+    exactly = {"deviceClassName": DRIVER, "count": 1, "adminAccess": True}
+    admin = decode(
+        {
+            "metadata": {"name": "monitor", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        },
+        ResourceClaim,
+    )
+    h.add_dra(device_class(), gpu_slice("n1", count=2), admin, resource_claim("job"))
+    h.add_pods(with_claims(_team("monitor"), gpu="monitor"), with_claims(_team("job"), gpu="job"))
+    assert h.run().placements == {"default/monitor": "n1", "default/job": "n1"}

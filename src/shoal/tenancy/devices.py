@@ -14,7 +14,8 @@ placed is what is released when it leaves): per request, `count` devices of its 
 (`allocationMode: All` counts one, since how many is known only once allocated); a
 `firstAvailable` request counts its first sub-request. A claim made from a template is
 counted from the template until the claim exists. A claim shared by several pods is
-charged to each of them.
+charged to each of them. A request with admin access charges nothing (it takes its
+devices from nobody).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def claim_charges(pod: PodInfo, catalog: DeviceCatalog) -> tuple[tuple[str, int]
             continue
         for request in spec.devices.requests:
             if request.exactly is not None:
+                if request.exactly.admin_access:
+                    continue  # admin access takes devices from nobody
                 name, mode, count = (
                     request.exactly.device_class_name,
                     request.exactly.allocation_mode,

@@ -132,10 +132,11 @@ def _reference_frag_weighted(model: FragmentationModel, s: NodeStates) -> list[i
         max_size=12,
     ),
     weights=st.lists(st.integers(1, 50), min_size=12, max_size=12),
-    nodes=st.integers(1, 40),
+    nodes=st.sampled_from([1, 2, 5, 15, 16, 40, 127, 128, 300]),
     width=st.integers(1, 8),
     mix=st.sampled_from([(1, 0), (0, 1), (3, 1)]),
     seed=st.integers(0, 1000),
+    extreme=st.booleans(),
 )
 def test_frag_weighted_matches_the_definition(
     shapes: list[tuple[int, int, int, tuple[str, ...], int]],
@@ -144,9 +145,12 @@ def test_frag_weighted_matches_the_definition(
     width: int,
     mix: tuple[int, int],
     seed: int,
+    extreme: bool,
 ) -> None:
-    """Small batches and large ones (the counted and tabled paths) agree with the
-    definition, every device compared with every demand."""
+    """Small batches and large ones (the shapes' table, the counted and tabled paths,
+    integer and float64 floor division) agree with the definition, every device compared
+    with every demand; cpu and memory left include exact multiples of the shapes' (where
+    a float quotient could round the wrong way), negatives and values past 2^53."""
     workload = TargetWorkload(
         tuple(TargetShape(c, m, k, models, mem) for c, m, k, models, mem in shapes),
         tuple(weights[: len(shapes)]),
@@ -155,8 +159,20 @@ def test_frag_weighted_matches_the_definition(
     rng = np.random.default_rng(seed)
     s = NodeStates(
         rng.choice([0, 0, 1, 50, 100, 250, 300, 700, 999, 1000], size=(nodes, width)),
-        rng.integers(0, 64000, nodes),
-        rng.integers(0, 64 << 30, nodes),
+        np.where(
+            rng.random(nodes) < 0.5,
+            rng.integers(-2000, 64000, nodes),
+            rng.integers(0, 64, nodes) * 1000,
+        ),
+        np.choose(
+            rng.choice(4, p=[0.45, 0.45, 0.05, 0.05] if extreme else [0.5, 0.5, 0, 0], size=nodes),
+            [
+                rng.integers(0, 64 << 30, nodes),
+                rng.integers(0, 64, nodes) << 30,
+                rng.integers(-(1 << 30), 0, nodes),
+                rng.integers(1 << 53, 1 << 60, nodes),
+            ],
+        ),
         rng.integers(-1, 2, nodes),
     )
     assert list(model.frag_weighted(s)) == _reference_frag_weighted(model, s)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -117,6 +118,12 @@ def _less_key(shape: TargetShape) -> tuple[int, int, int, str]:
 
 
 MEASURES = ("fgd", "fill", "blend")
+_EXACT_FLOAT = 2**53
+"""Integers below this in magnitude are exact in float64, and so is floor(a / b)."""
+_FLOAT_DIVIDE_MIN = 128
+"""Batches of at least this many states divide in float64 (`_fill_copies`)."""
+_SMALL_BATCH = 16
+"""Batches of fewer states sum per-device quantities from the shapes' table."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +190,16 @@ class FragmentationModel:
         # shape -> its demand column
         self.demand_of = np.array([index.get(int(d), 0) for d in self.milli], dtype=np.intp)
         self._per_copy = self.count * self.milli
+        self._per_copy_mix = self._per_copy * self.mix[1]
         self._cpu_div = np.maximum(self.cpu, 1)
         self._mem_div = np.maximum(self.memory, 1)
         self._count_div = np.maximum(self.count, 1)
+        self._cpu_float = self._cpu_div.astype(np.float64)
+        self._mem_float = self._mem_div.astype(np.float64)
+        self._count_float = self._count_div.astype(np.float64)
+        self._counts_above_one = bool((self.count > 1).any())
+        self._memory_shapes = self.memory > 0
+        self._no_memory_limit = np.where(self._memory_shapes, 0.0, np.inf)
         # For every free milli f a device can have: how many demands it meets
         # (`_per_demand`) and floor(f / d) per demand d (`_copies_per_demand`).
         values = np.arange(GPU_MILLI + 1, dtype=np.int64)
@@ -193,9 +207,26 @@ class FragmentationModel:
         self._copies_table: NDArray[np.int64] | None = (
             values[:, None] // self.demands[None, :] if int(self.demands.min()) > 0 else None
         )
+        self._shape_table = self._per_shape_table(values)
         self._models: list[str] | None = None
         self.allowed = np.zeros((len(shapes), 1), dtype=bool)
+        self._allowed_by_model = self.allowed.T
         self.refresh_models(models)
+
+    def _per_shape_table(self, values: NDArray[np.int64]) -> NDArray[np.int32]:
+        """[T, f, M] for every free milli f a device can have and each shape m (the
+        demand column it uses): [f >= d_m] and f [f >= d_m] (the "fgd" term), then
+        floor(f / d_m) (the "fill" term), the quantities the measure sums over devices.
+        Summed over a few states' devices in one gather (`frag_weighted`)."""
+        demand = self.demands[self.demand_of][None, :]  # [1, M]
+        met = values[:, None] >= demand
+        parts: list[NDArray[np.int64]] = []
+        if self.mix[0]:
+            parts += [met.astype(np.int64), np.where(met, values[:, None], 0)]
+        if self.mix[1]:
+            parts.append(values[:, None] // np.maximum(demand, 1))
+        table: NDArray[np.int32] = np.stack(parts).astype(np.int32)
+        return table
 
     def refresh_models(self, models: list[str]) -> None:
         """Rebuild the shape x model table (the last column is "no model")."""
@@ -212,6 +243,8 @@ class FragmentationModel:
         # A node without a model label only runs shapes that accept any model.
         allowed[:, -1] = [not s.models for s in self.workload.shapes]
         self.allowed = allowed & self.gpu_shape[:, None]
+        # Rows by model code (-1, no model, is the last row), contiguous.
+        self._allowed_by_model = np.ascontiguousarray(self.allowed.T)
 
     def frag_weighted(self, states: NodeStates) -> NDArray[np.int64]:
         """sum_m w_m F_n(m) for each state; divide by `total_weight` for F_n(M) in
@@ -220,24 +253,73 @@ class FragmentationModel:
         total = free.sum(axis=1)
         if not len(self.weight):
             return np.zeros(len(free), dtype=np.int64)
-        allowed = self.allowed.T[states.model]  # model -1 picks the "no model" column
-        satisfied = np.zeros(len(free), dtype=np.int64)
+        allowed = self._allowed_by_model[states.model]  # model -1: the "no model" row
+        small = len(free) < _SMALL_BATCH and int(free.min()) >= 0 and int(free.max()) <= GPU_MILLI
+        if small:
+            # Few states (most calls): numpy's per-call overhead is the cost, so every
+            # per-device sum comes from one gather of the shapes' table.
+            per_shape = self._shape_table[:, free].sum(axis=2)  # [T, B, M]
+        # The share each state satisfies, per shape (both terms, weighed by the mix).
+        satisfied: NDArray[np.int64] = np.zeros((len(free), len(self.weight)), dtype=np.int64)
         if self.mix[0]:
-            meets, usable = self._per_demand(free)  # [B, D] each
-            fits = meets[:, self.demand_of] >= self.count[None, :]
-            fits &= states.cpu_left[:, None] >= self.cpu[None, :]
+            if small:
+                meets_m, usable_m = per_shape[0], per_shape[1]
+            else:
+                meets, usable = self._per_demand(free)  # [B, D] each
+                meets_m, usable_m = meets[:, self.demand_of], usable[:, self.demand_of]
+            fits = meets_m >= self.count
+            fits &= states.cpu_left[:, None] >= self.cpu
             fits &= allowed
-            usable_m = np.where(fits, usable[:, self.demand_of], 0)
-            satisfied += self.mix[0] * (usable_m @ self.weight)
+            satisfied = np.where(fits, usable_m, 0)
+            if self.mix[0] != 1:
+                satisfied *= self.mix[0]
         if self.mix[1]:
-            per_device = self._copies_per_demand(free)  # [B, D]
-            copies = per_device[:, self.demand_of] // self._count_div[None, :]
-            copies = np.minimum(copies, states.cpu_left[:, None] // self._cpu_div[None, :])
-            by_memory = states.mem_left[:, None] // self._mem_div[None, :]
-            copies = np.minimum(copies, np.where(self.memory > 0, by_memory, copies))
-            copies = np.where(allowed, np.maximum(copies, 0), 0)
-            satisfied += self.mix[1] * ((copies * self._per_copy[None, :]) @ self.weight)
-        result: NDArray[np.int64] = total * self.total_weight - satisfied
+            if small:
+                per_device = per_shape[-1]
+            else:
+                per_device = self._copies_per_demand(free)[:, self.demand_of]
+            copies = self._fill_copies(states, per_device)
+            copies *= allowed
+            copies *= self._per_copy_mix
+            satisfied += copies
+        result: NDArray[np.int64] = total * self.total_weight - satisfied @ self.weight
+        return result
+
+    def _fill_copies(self, states: NodeStates, per_device: NDArray[np.int64]) -> NDArray[np.int64]:
+        """[B, M]: copies of each shape that fit each state (whole devices: `per_device`
+        is sum_g floor(R_g / d_m) per state and shape; cpu, memory),
+        not below 0; the fill term's count before the model is checked.
+
+        Floor divisions are taken in float64: floor(a / b) of integers is exact there
+        while |a| < 2^53 (a / b is at least 1 / b away from the next integer, and the
+        rounding error is below |a / b| 2^-53), and numpy divides int64 several times
+        slower. A few states (fewer numpy calls) and states beyond that (never in
+        practice) take the integer path."""
+        cpu_left, mem_left = states.cpu_left, states.mem_left
+        big = _EXACT_FLOAT
+        if len(cpu_left) < _FLOAT_DIVIDE_MIN or (
+            int(np.abs(cpu_left).max()) >= big or int(np.abs(mem_left).max()) >= big
+        ):
+            found = per_device // self._count_div
+            found = np.minimum(found, cpu_left[:, None] // self._cpu_div)
+            by_memory = mem_left[:, None] // self._mem_div
+            found = np.minimum(found, np.where(self.memory > 0, by_memory, found))
+            exact: NDArray[np.int64] = np.maximum(found, 0)
+            return exact
+        copies = per_device.astype(np.float64)
+        if self._counts_above_one:
+            copies /= self._count_float
+            np.floor(copies, out=copies)
+        by_cpu = cpu_left.astype(np.float64)[:, None] / self._cpu_float
+        np.minimum(copies, np.floor(by_cpu, out=by_cpu), out=copies)
+        if self._memory_shapes.any():
+            by_mem = mem_left.astype(np.float64)[:, None] / self._mem_float
+            np.floor(by_mem, out=by_mem)
+            if not self._memory_shapes.all():
+                by_mem += self._no_memory_limit  # +inf where a shape has no memory
+            np.minimum(copies, by_mem, out=copies)
+        np.maximum(copies, 0.0, out=copies)
+        result: NDArray[np.int64] = copies.astype(np.int64)
         return result
 
     def _per_demand(self, free: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -273,6 +355,10 @@ class FragmentationModel:
         if table is None or int(free.max(initial=0)) >= len(table):
             found: NDArray[np.int64] = (free[:, None, :] // self.demands[None, :, None]).sum(axis=2)
             return found
+        if free.shape[0] < 64:
+            # A few states (most calls): one gather of [B, W, D] beats W lookups.
+            gathered: NDArray[np.int64] = table[free].sum(axis=1)
+            return gathered
         out = table[free[:, 0]]
         for device in range(1, free.shape[1]):
             out += table[free[:, device]]
@@ -282,6 +368,15 @@ class FragmentationModel:
         """F_n(M) in milli-GPU for each state."""
         weighted = self.frag_weighted(states)
         return weighted / max(self.total_weight, 1)
+
+
+@cache
+def _earlier(width: int) -> NDArray[np.bool_]:
+    """[1, W, W]: device j comes before device i (a constant per width; `np.tri` costs
+    microseconds a call)."""
+    earlier: NDArray[np.bool_] = np.tri(width, width, -1, dtype=bool)[None, :, :]
+    earlier.flags.writeable = False
+    return earlier
 
 
 def after_states(
@@ -304,7 +399,7 @@ def after_states(
     if per_device:
         fits = free >= milli
         # First occurrence of each free value within a row.
-        earlier = np.tri(width, width, -1, dtype=bool)[None, :, :]
+        earlier = _earlier(width)
         same_before = ((free[:, :, None] == free[:, None, :]) & earlier).any(axis=2)
         pos, dev = np.nonzero(fits & ~same_before)
         after = free[pos]
@@ -344,6 +439,28 @@ def best_per_row(
     return best, device
 
 
+_DISTINCT_MIN = 64
+"""Batches of stale rows at least this large are scored once per distinct node state."""
+
+
+def distinct_rows(key: NDArray[np.int64]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """(first, inverse) for the distinct rows of `key` [B, C]: `key[first]` holds each
+    distinct row once (the lowest index among equal rows) and `key[first][inverse]` is
+    `key`. A sort of the rows (cheaper than `np.unique(axis=0)`)."""
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    order = np.lexsort(key.T[::-1])
+    ordered = key[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.any(ordered[1:] != ordered[:-1], axis=1, out=new[1:])
+    inverse = np.empty(n, dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    first: NDArray[np.intp] = order[new].astype(np.intp)
+    return first, inverse
+
+
 @dataclass
 class _ShapeEntry:
     score: NDArray[np.int64]
@@ -377,6 +494,8 @@ class FragScorer:
         self._before = np.zeros(0, dtype=np.int64)
         self._before_version = np.zeros(0, dtype=np.int64)
         self._shapes: dict[tuple[TargetShape, bool], _ShapeEntry] = {}
+        self.distinct_min = _DISTINCT_MIN
+        """Batches of stale rows at least this large are scored per distinct state."""
         self.share_loss: Callable[[NDArray[np.int64], int], NDArray[np.float64]] | None = None
         """Milli-GPU taken off the gain of putting a share of `milli` on a device with
         `free` milli (see `GpuFragGuard`'s share prices); None: nothing."""
@@ -456,9 +575,30 @@ class FragScorer:
         version = self.devices.version
         stale = rows[entry.version[rows] != version[rows]]
         if len(stale):
-            pos, dev, gain = self.gains(stale, shape, per_device)
-            best, device = best_per_row(len(stale), pos, dev, self.score_of(gain))
+            best, device = self._best(stale, shape, per_device)
             entry.score[stale] = best
             entry.device[stale] = device
             entry.version[stale] = version[stale]
         return entry.score[rows], entry.device[rows]
+
+    def _best(
+        self, rows: NDArray[np.intp], shape: TargetShape, per_device: bool
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(score, device) of each row, computed once per distinct node state: a row's
+        score and device are a function of its state (free milli per device, cpu and
+        memory left, model), and many rows share one (nodes of a type still empty, or
+        filled alike). A refit of the target workload empties the caches and rescores
+        every node for every shape, about a tenth of them distinct on the openb trace."""
+        if len(rows) < self.distinct_min:
+            pos, dev, gain = self.gains(rows, shape, per_device)
+            return best_per_row(len(rows), pos, dev, self.score_of(gain))
+        states = self.states(rows)
+        first, inverse = distinct_rows(
+            np.column_stack((states.free, states.cpu_left, states.mem_left, states.model))
+        )
+        pos, dev, gain = self.gains(rows[first], shape, per_device)
+        best, device = best_per_row(len(first), pos, dev, self.score_of(gain))
+        # Their "before" fragmentation is the representative's (cached by `gains`).
+        self._before[rows] = self._before[rows[first]][inverse]
+        self._before_version[rows] = self.devices.version[rows]
+        return best[inverse], device[inverse]

@@ -159,7 +159,7 @@ class SharePrices:
 
     def worth(self, free: NDArray[np.int64]) -> NDArray[np.float64]:
         """K(free) in devices."""
-        result: NDArray[np.float64] = self._worth[np.clip(free, 0, GPU_MILLI)]
+        result: NDArray[np.float64] = self._worth[np.minimum(np.maximum(free, 0), GPU_MILLI)]
         return result
 
     def price(self, milli: int) -> float:

@@ -122,7 +122,7 @@ _EXACT_FLOAT = 2**53
 """Integers below this in magnitude are exact in float64, and so is floor(a / b)."""
 _FLOAT_DIVIDE_MIN = 128
 """Batches of at least this many states divide in float64 (`_fill_copies`)."""
-_SMALL_BATCH = 16
+_SMALL_BATCH = 64
 """Batches of fewer states sum per-device quantities from the shapes' table."""
 
 

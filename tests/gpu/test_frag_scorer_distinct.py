@@ -1,5 +1,6 @@
 """FragScorer scores a large batch of stale rows once per distinct node state (many nodes
-share one); the scores and devices must be those of scoring every row on its own."""
+share one; state ids kept across refits); the scores and devices must be those of
+scoring every row on its own."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from shoal.cache.gpu_devices import GpuDevices
 from shoal.gpu.fragmentation import (
     FragmentationModel,
     FragScorer,
+    StateClasses,
     TargetShape,
     TargetWorkload,
 )
 from shoal.testing.builders import NodeBuilder, PodBuilder
-from shoal.testing.plugin_env import make_handle
+from shoal.testing.plugin_env import as_pod_info, make_handle
 
 from .helpers import cpu_pod, gpu_node, gpu_pod
 
@@ -74,15 +76,25 @@ def test_distinct_states_score_as_every_row(
     rows = np.arange(handle.snapshot.n, dtype=np.intp)
     pods = [(TargetShape(4000, 300, 1, (), 8 << 30), True)]
     pods += [(s, False) for s in SHAPES[1:]]
-    # Two workloads: a scorer per fit, as a refit builds (the caches start empty).
-    for w in (weights, refit):
+    # Two workloads: a scorer per fit, as a refit builds (the score caches start empty,
+    # the state ids carry over).
+    classes = StateClasses()
+    for fit, w in enumerate((weights, refit)):
+        if fit:
+            # Between the fits pods land on some nodes: their ids must be renewed.
+            for i in range(0, nodes, 7):
+                pod = as_pod_info(cpu_pod(f"late{i}", cpu="16", node=f"n{i}"))
+                handle.cluster.add_bound_pod(pod, f"n{i}")
+            handle.snapshot.refresh()
         workload = TargetWorkload(tuple(SHAPES), tuple(w))
 
-        def scorer(workload: TargetWorkload = workload) -> FragScorer:
+        def scorer(
+            workload: TargetWorkload = workload, shared: StateClasses | None = None
+        ) -> FragScorer:
             model = FragmentationModel(workload, devices.models, "blend", mix)
-            return FragScorer(devices, handle.snapshot, model)
+            return FragScorer(devices, handle.snapshot, model, classes=shared)
 
-        distinct, every = scorer(), scorer()
+        distinct, every = scorer(shared=classes), scorer()
         distinct.distinct_min, every.distinct_min = 64, 1 << 30
         for shape, per_device in pods:
             # The second shape's stale rows find "before" values the first one cached

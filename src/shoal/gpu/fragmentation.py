@@ -35,6 +35,7 @@ __all__ = [
     "FragScorer",
     "FragmentationModel",
     "NodeStates",
+    "StateClasses",
     "TargetShape",
     "TargetWorkload",
     "after_states",
@@ -461,6 +462,42 @@ def distinct_rows(key: NDArray[np.int64]) -> tuple[NDArray[np.intp], NDArray[np.
     return first, inverse
 
 
+class StateClasses:
+    """Ids of node states per row, valid while the row's version holds: rows with one id
+    have one state (free milli per device, cpu and memory left, model), so a batch of
+    rows is scored once per id. Rows whose version moved get new ids (equal states among
+    them share one); equal states given ids at different times keep two, which costs
+    work, not exactness. One policy's scorers share theirs across refits of the target
+    workload, so a refit's rescoring sorts only the rows that changed since."""
+
+    def __init__(self) -> None:
+        self._layout = (-1, -1, -1)
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._version = np.zeros(0, dtype=np.int64)
+        self._next = 0
+
+    def of(self, scorer: FragScorer, rows: NDArray[np.intp]) -> NDArray[np.int64]:
+        """The state id of each row (rows distinct)."""
+        devices = scorer.devices
+        layout = (len(devices.version), devices.width, len(devices.models))
+        if layout != self._layout:
+            self._layout = layout
+            self._ids = np.zeros(layout[0], dtype=np.int64)
+            self._version = np.full(layout[0], -1, dtype=np.int64)
+        version = devices.version
+        stale = rows[self._version[rows] != version[rows]]
+        if len(stale):
+            states = scorer.states(stale)
+            first, inverse = distinct_rows(
+                np.column_stack((states.free, states.cpu_left, states.mem_left, states.model))
+            )
+            self._ids[stale] = self._next + inverse
+            self._next += len(first)
+            self._version[stale] = version[stale]
+        ids: NDArray[np.int64] = self._ids[rows]
+        return ids
+
+
 @dataclass
 class _ShapeEntry:
     score: NDArray[np.int64]
@@ -484,11 +521,13 @@ class FragScorer:
         snapshot: Snapshot,
         model: FragmentationModel,
         score_of: Callable[[NDArray[np.float64]], NDArray[np.int64]] = sigmoid_scores,
+        classes: StateClasses | None = None,
     ) -> None:
         self.devices = devices
         self.snapshot = snapshot
         self.model = model
         self.score_of = score_of
+        self.classes = classes or StateClasses()
         self._models_seen = -1
         self._cap = -1
         self._before = np.zeros(0, dtype=np.int64)
@@ -592,10 +631,8 @@ class FragScorer:
         if len(rows) < self.distinct_min:
             pos, dev, gain = self.gains(rows, shape, per_device)
             return best_per_row(len(rows), pos, dev, self.score_of(gain))
-        states = self.states(rows)
-        first, inverse = distinct_rows(
-            np.column_stack((states.free, states.cpu_left, states.mem_left, states.model))
-        )
+        ids = self.classes.of(self, rows)
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
         pos, dev, gain = self.gains(rows[first], shape, per_device)
         best, device = best_per_row(len(first), pos, dev, self.score_of(gain))
         # Their "before" fragmentation is the representative's (cached by `gains`).

@@ -18,7 +18,13 @@ from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
-from shoal.gpu.fragmentation import FragmentationModel, FragScorer, TargetShape, TargetWorkload
+from shoal.gpu.fragmentation import (
+    FragmentationModel,
+    FragScorer,
+    StateClasses,
+    TargetShape,
+    TargetWorkload,
+)
 
 __all__ = [
     "FragmentationPolicy",
@@ -86,11 +92,15 @@ class FragmentationPolicy:
         self._learning = workload is None
         self._seen: Counter[TargetShape] = Counter()
         self._refit_at = 1
+        # Node state ids, kept across refits (each refit builds a new scorer).
+        self.state_classes = StateClasses()
         self.scorer = self._scorer(workload or TargetWorkload((), ()))
 
     def _scorer(self, workload: TargetWorkload) -> FragScorer:
         model = FragmentationModel(workload, self.devices.models, self.measure)
-        return FragScorer(self.devices, self.handle.snapshot, model, self.score_of)
+        return FragScorer(
+            self.devices, self.handle.snapshot, model, self.score_of, self.state_classes
+        )
 
     def score_of(self, gain: NDArray[np.float64]) -> NDArray[np.int64]:
         raise NotImplementedError

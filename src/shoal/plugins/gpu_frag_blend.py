@@ -77,7 +77,9 @@ def blend_scorer(
             tuple(s.without_memory() for s in workload.shapes), workload.weights
         )
     model = FragmentationModel(workload, policy.devices.models, policy.measure, args.mix)
-    return FragScorer(policy.devices, policy.handle.snapshot, model, policy.score_of)
+    return FragScorer(
+        policy.devices, policy.handle.snapshot, model, policy.score_of, policy.state_classes
+    )
 
 
 class GpuFragBlend(FragmentationPolicy):

@@ -301,11 +301,16 @@ class FragmentationModel:
         if len(cpu_left) < _FLOAT_DIVIDE_MIN or (
             int(np.abs(cpu_left).max()) >= big or int(np.abs(mem_left).max()) >= big
         ):
-            found = per_device // self._count_div
-            found = np.minimum(found, cpu_left[:, None] // self._cpu_div)
-            by_memory = mem_left[:, None] // self._mem_div
-            found = np.minimum(found, np.where(self.memory > 0, by_memory, found))
-            exact: NDArray[np.int64] = np.maximum(found, 0)
+            exact: NDArray[np.int64] = (
+                per_device // self._count_div if self._counts_above_one else per_device.copy()
+            )
+            np.minimum(exact, cpu_left[:, None] // self._cpu_div, out=exact)
+            if self._memory_shapes.any():
+                by_memory = mem_left[:, None] // self._mem_div
+                if not self._memory_shapes.all():
+                    by_memory = np.where(self._memory_shapes, by_memory, exact)
+                np.minimum(exact, by_memory, out=exact)
+            np.maximum(exact, 0, out=exact)
             return exact
         copies = per_device.astype(np.float64)
         if self._counts_above_one:

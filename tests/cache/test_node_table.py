@@ -34,6 +34,7 @@ def _row_view(table: NodeTable, name: str) -> dict[str, object]:
         "pods": sorted(table.pods[row]),
         "ports": sorted(p.port for p in table.host_ports[row]),
         "port_count": int(table.host_port_count[row]),
+        "generation": int(table.row_generation[row]),
     }
 
 
@@ -129,6 +130,40 @@ def test_pods_placed_and_unplaced_adjust_all_counters() -> None:
     assert view["requested"] == {r: 0 for r in table.resources}
     assert view["nonzero"] == (0, 0)
     assert view["ports"] == [] and view["port_count"] == 0
+
+
+def test_row_generations_change_with_their_row_only_and_never_repeat() -> None:
+    """An optimistic worker's proposal is valid while its row's generation is the one it
+    read (`shoal.scheduler.optimistic`): every change to a row gives it a new one, other
+    rows keep theirs, and a node removed and added again does not get an old one back."""
+    cluster = _cluster()
+    table = cluster.table
+
+    def gens() -> dict[str, int]:
+        return {name: int(table.row_generation[table.row_of[name]]) for name in table.names}
+
+    seen: set[int] = set(gens().values())
+    assert len(seen) == 4
+    before = gens()
+    pod = make_pod("new").req(cpu="100m").info()
+    cluster.assume(pod, "b")
+    after = gens()
+    assert after["b"] not in seen
+    assert {k: v for k, v in after.items() if k != "b"} == {
+        k: v for k, v in before.items() if k != "b"
+    }
+    seen.add(after["b"])
+    cluster.forget(pod)
+    assert gens()["b"] not in seen
+    seen.add(gens()["b"])
+    cluster.update_node(make_node("c").capacity(cpu="8").obj())
+    assert gens()["c"] not in seen
+    seen.add(gens()["c"])
+    keep = gens()
+    cluster.remove_node("a")  # "d" moves into row 0 with its generation
+    assert gens() == {k: v for k, v in keep.items() if k != "a"}
+    cluster.add_node(make_node("a").capacity(cpu="1").obj())
+    assert gens()["a"] not in seen
 
 
 def test_new_resource_widens_columns_with_zeros() -> None:

@@ -8,6 +8,12 @@ one contiguous column per requested resource instead of striding through rows.
 `free` (allocatable - requested) is kept up to date so the fit check is one compare. Rows are
 kept dense: removing a node moves the last row into its slot, so the live nodes are
 always rows `0..n-1` and "all nodes" is the cheap slice `0:n`.
+
+Every row carries a generation (`row_generation`): the table-wide `generation` at the row's
+last change (node written, pod placed or taken off). It moves with its node when rows are
+compacted and never repeats, so "the row is as I read it" is one integer compare: an
+optimistic worker's proposal is checked against it at commit
+(`shoal.scheduler.optimistic`).
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ class NodeTable:
         self.names_array: NDArray[np.object_] = np.empty(self._capacity, dtype=object)
         # `node_hash` of each node's name: node shards are `name_hash % slots` (NodeFence).
         self.name_hash = np.zeros(self._capacity, dtype=np.uint32)
+        # The table `generation` at each row's last change (see the module docstring).
+        self.row_generation = np.zeros(self._capacity, dtype=np.int64)
         self.labels = LabelColumns(self._capacity)
         self.names: list[str] = []
         self.row_of: dict[str, int] = {}
@@ -181,6 +189,7 @@ class NodeTable:
         self.taint_set = grown(self.taint_set)
         self.host_port_count = grown(self.host_port_count)
         self.name_hash = grown(self.name_hash)
+        self.row_generation = grown(self.row_generation)
         names = np.empty(cap, dtype=object)
         names[: self._capacity] = self.names_array
         self.names_array = names
@@ -225,6 +234,7 @@ class NodeTable:
         self.taint_set[row] = self._taint_set_id(tuple(node.spec.taints))
         self.labels.set_row(row, node.metadata.labels)
         self.generation += 1
+        self.row_generation[row] = self.generation
         self.nodes_version += 1
 
     def _taint_set_id(self, taints: tuple[Taint, ...]) -> int:
@@ -255,6 +265,7 @@ class NodeTable:
                 self.host_port_count,
                 self.names_array,
                 self.name_hash,
+                self.row_generation,
             ):
                 array[row] = array[last]
             self.labels.move_row(last, row)
@@ -290,6 +301,7 @@ class NodeTable:
             self.host_ports[row].extend(pod.host_ports)
             self.host_port_count[row] += len(pod.host_ports)
         self.generation += 1
+        self.row_generation[row] = self.generation
 
     def unplace(self, row: int, pod: PodInfo) -> None:
         vector = self.pod_vector(pod)
@@ -304,6 +316,7 @@ class NodeTable:
             self.host_ports[row].remove(port)
         self.host_port_count[row] -= len(pod.host_ports)
         self.generation += 1
+        self.row_generation[row] = self.generation
 
     def replace(self, row: int, pod: PodInfo) -> None:
         """A new object of a pod placed on `row` that counts the same

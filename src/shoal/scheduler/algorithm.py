@@ -60,6 +60,11 @@ class PlacementAlgorithm:
         # The handle's list (shared, so extenders configured later are seen).
         self.extenders: list[Extender] = extenders if extenders is not None else []
 
+    def rotate_to(self, index: int) -> None:
+        """Start the next cycle's search at this node row (kube's nextStartNodeIndex):
+        optimistic workers start apart, so they do not all look at the same nodes."""
+        self._next_start_node_index = index
+
     def schedule_pod(
         self,
         fwk: Framework,

@@ -720,6 +720,33 @@ class Scheduler:
         taken = self.scheduling_queue.take([uid])
         return self._attempt(taken[0]) if taken else None
 
+    def run_cycle(self, entry: QueuedPod) -> CycleResult:
+        """A scheduling cycle for a pod already taken from the queue (`pop_pod`): the
+        optimistic driver's serial lane (`shoal.drivers.optimistic`)."""
+        return self._attempt(entry)
+
+    def pop_pod(self) -> QueuedPod | None:
+        """Take the next pod from the active queue without deciding it (the optimistic
+        driver hands it to a worker, or back to `run_cycle`)."""
+        return self.scheduling_queue.pop()
+
+    def place(self, entry: QueuedPod, node: str) -> CycleResult:
+        """Place a pod popped with `pop_pod` on a node decided elsewhere (an optimistic
+        worker's proposal the committer validated, `shoal.scheduler.optimistic`): the
+        tail of a cycle that chose `node` (assume, Reserve, Permit), with a fresh
+        CycleState, which is why only pods whose Reserve reads none go that way."""
+        pod = entry.pod
+        now = self.clock.now()
+        if pod.initial_attempt_time is None:
+            pod.initial_attempt_time = now
+        try:
+            return self._place(entry, self.profiles[pod.scheduler_name], CycleState(), node, now)
+        except Exception as err:
+            status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
+            if self.scheduling_queue.get(pod.uid) is not None:
+                self._requeue(entry, now, frozenset(), status, status.message)
+            return CycleResult(pod, None, status, status.message)
+
     def _attempt(self, entry: QueuedPod) -> CycleResult:
         try:
             return self._cycle(entry)
@@ -749,8 +776,13 @@ class Scheduler:
             status = Status.error(f"scheduling cycle failed: {type(err).__name__}: {err}")
         if node is None:
             return self._unschedulable(entry, fwk, state, status, diagnosis, now)
+        return self._place(entry, fwk, state, node, now)
 
-        # Assume, then Reserve and Permit (kube-scheduler's order), in a transaction.
+    def _place(
+        self, entry: QueuedPod, fwk: Framework, state: CycleState, node: str, now: float
+    ) -> CycleResult:
+        """Assume, then Reserve and Permit (kube-scheduler's order), in a transaction."""
+        pod = entry.pod
         with Transaction(self.cluster) as tx:
             tx.clear_nomination(pod)
             tx.assume(pod, node)

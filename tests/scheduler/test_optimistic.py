@@ -1,0 +1,113 @@
+"""Optimistic workers (`shoal.drivers.optimistic`, `shoal.scheduler.optimistic`): worker
+processes decide on replicas, the committer checks row generations; conflicts are
+decided again, and the outcome is the one a single scheduler could have reached."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from shoal.config import KubeSchedulerConfiguration
+from shoal.drivers.memory import ManualClock, MemoryEffects
+from shoal.drivers.optimistic import OptimisticDriver
+from shoal.framework.effects import Bind, Effect, Unschedulable
+from shoal.scheduler import new_scheduler
+from shoal.scheduler.optimistic import row_local
+from shoal.scheduler.scheduler import Scheduler
+from shoal.testing import make_node, make_pod
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.binds: Counter[str] = Counter()
+        self.unschedulable: dict[str, str] = {}
+
+    def __call__(self, effect: Effect) -> None:
+        if isinstance(effect, Bind):
+            self.binds[effect.pod.key] += 1
+        elif isinstance(effect, Unschedulable):
+            self.unschedulable[effect.pod.key] = effect.message
+
+
+def scheduler(seed: int = 0) -> tuple[Scheduler, MemoryEffects, Recorded]:
+    effects = MemoryEffects()
+    recorded = Recorded()
+    effects.listeners.append(recorded)
+    sched = new_scheduler(
+        KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects, seed=seed
+    )
+    return sched, effects, recorded
+
+
+def test_two_workers_conflict_and_place_everything_once() -> None:
+    """Both workers decide a batch of three on the same empty view: the second one's
+    proposals find rows the first one's commits changed, are decided again on the
+    refreshed replica, and every node ends with exactly the two pods it holds."""
+    sched, effects, recorded = scheduler()
+    for name in ("a", "b", "c"):
+        sched.add_node(make_node(name).capacity(cpu="2", memory="4Gi").obj())
+    for i in range(6):
+        sched.add_pod(make_pod(f"p{i}").req(cpu="1").obj())
+    with OptimisticDriver(sched, effects, workers=2, batch=3, depth=1) as driver:
+        assert driver.run()
+        stats = driver.stats()
+    assert stats["conflicts"] >= 1
+    assert stats["committed"] == 6
+    assert stats["proposed"] == stats["committed"] + stats["conflicts"]
+    assert sorted(recorded.binds.values()) == [1] * 6
+    per_node = Counter(effects.bound.values())
+    assert per_node == {"a": 2, "b": 2, "c": 2}
+    table = sched.cluster.table
+    assert (table.free[: table.n] >= 0).all()
+
+
+def test_pods_that_fit_nowhere_get_the_serial_cycles_answer() -> None:
+    sched, effects, recorded = scheduler()
+    sched.add_node(make_node("a").capacity(cpu="2", memory="4Gi").obj())
+    for i in range(3):
+        sched.add_pod(make_pod(f"p{i}").req(cpu="1").obj())
+    with OptimisticDriver(sched, effects, workers=2, batch=2) as driver:
+        assert driver.run()
+        stats = driver.stats()
+    assert sum(recorded.binds.values()) == 2
+    (pending,) = recorded.unschedulable
+    assert recorded.unschedulable[pending] == "0/1 nodes are available: 1 Insufficient cpu."
+    assert stats["serial"] >= 1
+
+
+def test_pods_added_while_the_workers_run_reach_them() -> None:
+    """After the fork, nodes and pods go through the driver, which forwards them."""
+    sched, effects, recorded = scheduler()
+    sched.add_node(make_node("a").capacity(cpu="2", memory="4Gi").obj())
+    with OptimisticDriver(sched, effects, workers=2, batch=2) as driver:
+        assert driver.run()
+        driver.add_node(make_node("b").capacity(cpu="2", memory="4Gi").obj())
+        for i in range(4):
+            driver.add_pod(make_pod(f"p{i}").req(cpu="1").obj())
+        assert driver.run()
+        assert driver.stats()["committed"] >= 1
+    assert Counter(effects.bound.values()) == {"a": 2, "b": 2}
+    assert sorted(recorded.binds.values()) == [1] * 4
+
+
+def test_pods_whose_verdict_reads_other_rows_are_decided_serially() -> None:
+    sched, effects, _ = scheduler()
+    sched.add_node(make_node("a").capacity(cpu="4", memory="4Gi").hostname_label().obj())
+    plain = sched.add_pod(make_pod("plain").req(cpu="1").obj())
+    anti = sched.add_pod(
+        make_pod("anti")
+        .label("app", "x")
+        .req(cpu="1")
+        .pod_anti_affinity_exists("app", "kubernetes.io/hostname")
+        .obj()
+    )
+    assert row_local(sched, plain) == ""
+    assert row_local(sched, anti) == "required pod affinity"
+    with OptimisticDriver(sched, effects, workers=2) as driver:
+        assert driver.run()
+        stats = driver.stats()
+    assert set(effects.bound.values()) == {"a"}
+    assert stats["serial"] >= 1
+    # Once a placed pod carries required anti-affinity, every pod's verdict may depend
+    # on its domain: all of them go serially.
+    later = sched.add_pod(make_pod("later").req(cpu="1").obj())
+    assert row_local(sched, later) == "placed pods with required anti-affinity"

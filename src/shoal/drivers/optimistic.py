@@ -26,6 +26,7 @@ decide one at a time (see docs/architecture.md, "Optimistic workers").
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -80,6 +81,7 @@ class OptimisticDriver:
         self._in_flight: list[deque[list[QueuedPod]]] = []
         self._order: deque[int] = deque()
         self._tries: dict[str, int] = {}
+        self.worker_cpu: list[float] = []  # CPU seconds of each worker, once closed
 
     # ---- intake (forwarded to the workers once started) -----------------------------
 
@@ -140,9 +142,12 @@ class OptimisticDriver:
         self._in_flight = [deque() for _ in range(self.workers)]
 
     def close(self) -> None:
-        """Stop the workers (after `run` returned: nothing is in flight)."""
+        """Stop the workers (after `run` returned: nothing is in flight). Each reports
+        the CPU seconds it used (`worker_cpu`)."""
         for conn in self._conns:
             conn.send(None)
+        self.worker_cpu = [float(conn.recv()) for conn in self._conns]
+        for conn in self._conns:
             conn.close()
         for proc in self._procs:
             proc.join(timeout=10)
@@ -276,6 +281,7 @@ def _serve(conn: Connection, sched: Scheduler, seed: int, index: int, start: int
     while True:
         update: Update | None = conn.recv()
         if update is None:
+            conn.send(time.process_time())
             break
         replica.apply(update)
         conn.send([(p.uid, p.node, p.seen) for p in replica.decide(update.decide)])

@@ -80,13 +80,50 @@ def test_pods_added_while_the_workers_run_reach_them() -> None:
     sched.add_node(make_node("a").capacity(cpu="2", memory="4Gi").obj())
     with OptimisticDriver(sched, effects, workers=2, batch=2) as driver:
         assert driver.run()
-        driver.add_node(make_node("b").capacity(cpu="2", memory="4Gi").obj())
+        driver.add_node(make_node("b").capacity(cpu="3", memory="4Gi").obj())
+        # Bound by someone else: the replicas count it on b.
+        driver.add_pod(make_pod("theirs").node("b").req(cpu="1").obj())
         for i in range(4):
             driver.add_pod(make_pod(f"p{i}").req(cpu="1").obj())
         assert driver.run()
         assert driver.stats()["committed"] >= 1
-    assert Counter(effects.bound.values()) == {"a": 2, "b": 2}
+        # Pods deleted or changed while queued are let go of, or decided again.
+        for i in range(4, 8):
+            driver.add_pod(make_pod(f"p{i}").req(cpu="1").obj())
+        driver.delete_pod("default/p4")
+        driver.update_pod(make_pod("p5").req(cpu="1").label("changed", "yes").obj())
+        assert driver.run()
+    assert Counter(effects.bound.values()) == {"a": 2, "b": 2}  # and theirs
     assert sorted(recorded.binds.values()) == [1] * 4
+    assert set(recorded.unschedulable) == {"default/p5", "default/p6", "default/p7"}
+    table = sched.cluster.table
+    assert int(table.requested[table.row_of["b"], table.resource_index["cpu"]]) == 3000
+
+
+def test_pods_deleted_or_changed_while_a_worker_decides() -> None:
+    """The committer places the pod as it is now: one deleted while in flight is never
+    bound, one changed is decided again (here: it asks for more than fits)."""
+    sched, effects, recorded = scheduler()
+    sched.add_node(make_node("a").capacity(cpu="8", memory="8Gi").obj())
+    for i in range(8):
+        sched.add_pod(make_pod(f"p{i}").req(cpu="1").obj())
+    driver = OptimisticDriver(sched, effects, workers=2, batch=2, depth=2)
+    changed: list[str] = []
+
+    def first(result: object) -> None:
+        if not changed:  # p6 and p7 are in the last batch sent, still in flight
+            changed.append("done")
+            driver.delete_pod("default/p6")
+            driver.update_pod(make_pod("p7").req(cpu="9").obj())
+
+    driver.on_cycle = first
+    with driver:
+        assert driver.run()
+    assert changed
+    assert "default/p6" not in recorded.binds
+    assert "default/p7" not in recorded.binds
+    assert recorded.unschedulable["default/p7"].endswith("Insufficient cpu.")
+    assert sorted(recorded.binds.values()) == [1] * 6
 
 
 def test_pods_whose_verdict_reads_other_rows_are_decided_serially() -> None:

@@ -35,6 +35,7 @@ from multiprocessing.process import BaseProcess
 import numpy as np
 
 from shoal.api.objects import Node, Pod
+from shoal.api.podinfo import PodInfo
 from shoal.drivers.loop import Driver, Inbox
 from shoal.scheduler.optimistic import Committer, PlacementLog, Proposal, Replica, Update, row_local
 from shoal.scheduler.scheduler import CycleResult, Scheduler
@@ -78,7 +79,8 @@ class OptimisticDriver:
         self._cursor: list[int] = []
         self._conflicted: list[list[str]] = []
         self._again: list[deque[QueuedPod]] = []
-        self._in_flight: list[deque[list[QueuedPod]]] = []
+        # Per worker, its batches in flight: each pod with the PodInfo it was sent as.
+        self._in_flight: list[deque[list[tuple[QueuedPod, PodInfo]]]] = []
         self._order: deque[int] = deque()
         self._tries: dict[str, int] = {}
         self.worker_cpu: list[float] = []  # CPU seconds of each worker, once closed
@@ -86,30 +88,32 @@ class OptimisticDriver:
     # ---- intake (forwarded to the workers once started) -----------------------------
 
     def add_node(self, node: Node) -> None:
-        self.scheduler.add_node(node)
         self._forward("add_node", node)
+        self.scheduler.add_node(node)
 
     def update_node(self, node: Node) -> None:
-        self.scheduler.update_node(node)
         self._forward("update_node", node)
+        self.scheduler.update_node(node)
 
     def delete_node(self, name: str) -> None:
-        self.scheduler.delete_node(name)
         self._forward("delete_node", name)
+        self.scheduler.delete_node(name)
 
     def add_pod(self, pod: Pod) -> None:
-        self.scheduler.add_pod(pod)
         self._forward("add_pod", pod)
+        self.scheduler.add_pod(pod)
 
     def update_pod(self, pod: Pod) -> None:
-        self.scheduler.update_pod(pod)
         self._forward("update_pod", pod)
+        self.scheduler.update_pod(pod)
 
     def delete_pod(self, uid: str) -> None:
-        self.scheduler.delete_pod(uid)
         self._forward("delete_pod", uid)
+        self.scheduler.delete_pod(uid)
 
     def _forward(self, method: str, obj: Node | Pod | str) -> None:
+        """Log the call before the truth runs it: the placements it causes come after
+        it in the log, so a replica knows the pod before it is told where it is."""
         if self.committer is not None:
             self.log.observed(method, obj)
 
@@ -229,15 +233,27 @@ class OptimisticDriver:
                 self._cursor[worker] = len(log)
                 self._conflicted[worker].clear()
                 self._conns[worker].send(update)
-                self._in_flight[worker].append(batch)
+                self._in_flight[worker].append([(e, e.pod) for e in batch])
                 self._order.append(worker)
 
     def _commit(
-        self, worker: int, batch: list[QueuedPod], wire: list[tuple[str, str, int]]
+        self,
+        worker: int,
+        batch: list[tuple[QueuedPod, PodInfo]],
+        wire: list[tuple[str, str, int]],
     ) -> None:
         committer = self.committer
         assert committer is not None
-        for entry, (uid, node, seen) in zip(batch, wire, strict=True):
+        queue = self.scheduler.scheduling_queue
+        for (entry, sent), (uid, node, seen) in zip(batch, wire, strict=True):
+            if queue.get(uid) is not entry or entry.pod is not sent:
+                # Deleted, bound by someone else or changed while the worker decided:
+                # its replica lets go of the decision; a changed pod is decided again.
+                if node:
+                    self._conflicted[worker].append(uid)
+                if queue.get(uid) is entry:
+                    self._serial(entry)
+                continue
             if not node:
                 self._serial(entry)  # nothing fits in the worker's view: the truth decides
                 continue

@@ -253,6 +253,8 @@ class OptimisticDriver:
                     self._conflicted[worker].append(uid)
                 if queue.get(uid) is entry:
                     self._serial(entry)
+                else:
+                    self._tries.pop(uid, None)
                 continue
             if not node:
                 self._serial(entry)  # nothing fits in the worker's view: the truth decides

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from shoal.config import KubeSchedulerConfiguration
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.drivers.optimistic import OptimisticDriver
@@ -148,3 +150,16 @@ def test_pods_whose_verdict_reads_other_rows_are_decided_serially() -> None:
     # on its domain: all of them go serially.
     later = sched.add_pod(make_pod("later").req(cpu="1").obj())
     assert row_local(sched, later) == "placed pods with required anti-affinity"
+
+
+def test_a_replica_that_cannot_follow_the_truth_stops_the_run_saying_why() -> None:
+    """A pod bound in the truth behind the driver's back never reached the replicas:
+    the worker says so and the run fails, rather than deciding on a wrong replica."""
+    sched, effects, _ = scheduler()
+    sched.add_node(make_node("a").capacity(cpu="4", memory="4Gi").obj())
+    with OptimisticDriver(sched, effects, workers=1) as driver:
+        assert driver.run()
+        sched.add_pod(make_pod("behind").node("a").req(cpu="1").obj())  # not driver.add_pod
+        driver.add_pod(make_pod("p").req(cpu="1").obj())
+        with pytest.raises(RuntimeError, match="never reached this replica"):
+            driver.run()

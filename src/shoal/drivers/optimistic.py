@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -148,10 +149,13 @@ class OptimisticDriver:
     def close(self) -> None:
         """Stop the workers (after `run` returned: nothing is in flight). Each reports
         the CPU seconds it used (`worker_cpu`)."""
+        self.worker_cpu = []
         for conn in self._conns:
-            conn.send(None)
-        self.worker_cpu = [float(conn.recv()) for conn in self._conns]
-        for conn in self._conns:
+            try:
+                conn.send(None)
+                self.worker_cpu.append(float(conn.recv()))
+            except (OSError, EOFError):  # it stopped on an error already reported
+                self.worker_cpu.append(0.0)
             conn.close()
         for proc in self._procs:
             proc.join(timeout=10)
@@ -190,6 +194,8 @@ class OptimisticDriver:
             if self._order:
                 worker = self._order.popleft()
                 wire = self._conns[worker].recv()
+                if isinstance(wire, str):
+                    raise RuntimeError(f"optimistic worker {worker} failed:\n{wire}")
                 self._commit(worker, self._in_flight[worker].popleft(), wire)
                 driver.start_bindings()
                 if min(self._cursor) > _TRIM_AT:
@@ -301,6 +307,13 @@ def _serve(conn: Connection, sched: Scheduler, seed: int, index: int, start: int
         if update is None:
             conn.send(time.process_time())
             break
-        replica.apply(update)
-        conn.send([(p.uid, p.node, p.seen) for p in replica.decide(update.decide)])
+        try:
+            replica.apply(update)
+            answer: list[tuple[str, str, int]] | str = [
+                (p.uid, p.node, p.seen) for p in replica.decide(update.decide)
+            ]
+        except Exception:  # the replica cannot follow the truth: say why, and stop
+            conn.send(traceback.format_exc())
+            break
+        conn.send(answer)
     conn.close()

@@ -21,8 +21,9 @@ makes the decision valid for every filter that reads only the chosen node's row 
 pod, which is why only such pods go to workers (`row_local`): pods whose verdict depends
 on other rows (required inter-pod affinity or anti-affinity, DoNotSchedule spread,
 placed pods carrying required anti-affinity), on state outside the table (gangs,
-nominations, volumes, resource claims, tenant queues and node pools, extenders), or on
-a Reserve that reads PreFilter state are decided by the committer itself, serially.
+nominations, volumes, resource claims, tenant queues and node pools, extenders, node
+shards), or on a Reserve that reads PreFilter state are decided by the committer
+itself, serially.
 Scores read other rows too (least allocated, spreading): a stale replica may pick a
 worse node than the truth would, never an infeasible one.
 """
@@ -165,6 +166,8 @@ def cluster_not_row_local(sched: Scheduler) -> str:
         return "tenant queues"
     if sched.handle.extenders:
         return "extenders"
+    if sched.cluster.fence.held is not None:
+        return "node shards"  # which rows are usable is not a row's generation
     if PodTopologyIndex.of(sched.handle).has_groups(REQUIRED_ANTI_AFFINITY):
         return "placed pods with required anti-affinity"
     return ""

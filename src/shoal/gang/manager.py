@@ -198,6 +198,10 @@ class Group:
     role_members: Counter[str] = field(default_factory=Counter)
     role_succeeded: Counter[str] = field(default_factory=Counter)
     min_executors: int = 0  # Spark driver-first: executors that must fit with the driver
+    # A Kubernetes PodGroup's spec.disruptionMode (KEP-5832): "Pod", its running members
+    # are preempted one by one like any pods; "PodGroup", all of them together. ""
+    # (the other APIs): one by one while minMember stay running, else together.
+    disruption_mode: str = ""
     source: str = ""
     has_object: bool = False  # backed by a PodGroup object
     finished_in_cluster: bool = False  # its object's status says it finished
@@ -416,7 +420,9 @@ class GangManager:
         if isinstance(obj, UpstreamPodGroup):
             group.min_member = obj.min_member
             group.min_resources = {}
+            group.disruption_mode = obj.spec.disruption_mode or "Pod"  # the API's default
         else:
+            group.disruption_mode = ""
             group.min_member = max(1, obj.spec.min_member)
             group.min_resources = parse_resource_list(obj.spec.min_resources)
         if isinstance(obj, PodGroup) and obj.spec.schedule_timeout_seconds:
@@ -431,6 +437,12 @@ class GangManager:
             obj.spec.network_topology if isinstance(obj, VolcanoPodGroup) else None
         )
         self._read_shoal_annotations(group, meta.annotations)
+        if group.disruption_mode not in ("", "Pod", "PodGroup"):
+            group.reason = (
+                f"spec.disruptionMode {group.disruption_mode!r} is neither Pod nor PodGroup: "
+                "its members are preempted together, as PodGroup says"
+            )
+            group.disruption_mode = "PodGroup"
         if isinstance(obj, UpstreamPodGroup) and obj.topology_key:
             # schedulingConstraints.topology: all members within one domain of the key.
             group.topology_required = obj.topology_key

@@ -2,7 +2,9 @@
 
 A member goes alone while its group keeps at least minMember members running without
 it; otherwise the group's running members go together, so preemption and reclaim never
-leave a partial gang running.
+leave a partial gang running. A Kubernetes PodGroup says so itself
+(`spec.disruptionMode`): `Pod` (its default) lets its members go one by one like any
+pods, `PodGroup` makes all its running members go together.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class GangUnits:
         """(group key, members that may go one by one, the running members), or None
         for a pod outside any group."""
         group = self.gangs.group_of_uid(pod.uid)
-        if group is None:
+        if group is None or group.disruption_mode == "Pod":
             return None
         placed, evicting = self.cluster.placed, self.cluster.evicting
         members = [
@@ -41,10 +43,18 @@ class GangUnits:
             for uid in sorted(group.members)
             if uid not in evicting and (record := placed.get(uid)) is not None
         ]
+        if group.disruption_mode == "PodGroup":
+            return group.key, 0, members
         return group.key, len(members) - group.min_member, members
 
     def any_grouped(self, uids: Iterable[str]) -> bool:
-        return self.gangs.any_member(uids)
+        uids = list(uids)
+        if not self.gangs.any_member(uids):
+            return False
+        return any(
+            (group := self.gangs.group_of_uid(uid)) is not None and group.disruption_mode != "Pod"
+            for uid in uids
+        )
 
     def __call__(self, pod: PodInfo) -> list[PodInfo]:
         found = self.running(pod)

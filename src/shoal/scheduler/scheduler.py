@@ -34,12 +34,9 @@ from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.effects import (
     BindFailed,
-    BindingStatus,
     BindOutcome,
     Evict,
-    GroupStatus,
     Nominate,
-    QueueStatus,
     Unschedulable,
 )
 from shoal.framework.handle import Handle
@@ -59,13 +56,13 @@ from shoal.rescheduler.holds import is_hold
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
 from shoal.scheduler.binding import BindingCycles, BindingTask
 from shoal.scheduler.gang_cycle import GangCycle
+from shoal.scheduler.publishing import StatusPublisher
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
 
 FINISHED_PHASES = ("Succeeded", "Failed")
-QUEUE_STATUS_SECONDS = 1.0  # queue statuses are published at most this often
 AWAITING_VICTIMS = "shoal/awaiting-victims"  # queue key of preemptors awaiting victims
 
 
@@ -130,13 +127,12 @@ class Scheduler:
         self.bindings = BindingCycles(
             handle, self.gangs, self._event, self.scheduling_queue.done, self._undone
         )
-        self._published_groups: dict[str, GroupStatus] = {}  # key -> last GroupStatus sent
         # Whether this replica writes the status of an object shared by replicas (node
         # shards: the one that decides its pods), by routing key and schedulerName.
         self.writes_status: Callable[[str, str], bool] = lambda key, scheduler_name: True
-        self._published_queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
-        self._published_bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
-        self._queues_due = 0.0  # when queue statuses may be published next
+        self.publisher = StatusPublisher(
+            self, self.gangs, self.tenant_queues, self.scheduling_queue, self.cluster, self.effects
+        )
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -578,96 +574,7 @@ class Scheduler:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
                 waiting.reject("", "rejected due to timeout after waiting at permit")
         self.bindings.settle_waiting()
-        self._publish_groups()
-        self._publish_queues(now)
-
-    def _publish_queues(self, now: float) -> None:
-        """A QueueStatus effect for every tenant queue whose status changed, at most once
-        per `QUEUE_STATUS_SECONDS` (the fair share is computed only then)."""
-        if now < self._queues_due or len(self.tenant_queues.tree.names) <= 1:
-            return
-        manager = self.tenant_queues
-        objects = manager.objects
-        if not (
-            objects.queues
-            or objects.elastic
-            or objects.bindings
-            or manager.rejected
-            or self._published_queues
-        ):
-            # No Queue, ElasticQuota or QueueBinding object to carry a status (only the
-            # implicit default queue): the O(placed pods) count is not made every second.
-            return
-        self._queues_due = now + QUEUE_STATUS_SECONDS
-        queues = self.tenant_queues.queue_statuses(self.cluster.table)
-        bindings = self.tenant_queues.binding_statuses()
-        # Objects gone are forgotten: one created again under that name gets its status.
-        for gone in self._published_queues.keys() - {q.name for q in queues}:
-            del self._published_queues[gone]
-        for gone in self._published_bindings.keys() - {b.name for b in bindings}:
-            del self._published_bindings[gone]
-        for status in queues:
-            if not self.writes_status(f"queue/{status.name}", ""):
-                continue
-            if self._published_queues.get(status.name) != status:
-                self._published_queues[status.name] = status
-                self.effects.emit(status)
-        for binding in bindings:
-            if self._published_bindings.get(binding.name) != binding:
-                self._published_bindings[binding.name] = binding
-                self.effects.emit(binding)
-
-    def _refresh_gate_messages(self, group: Group) -> None:
-        """Members gated by the gang say what holds it now ("2/3 members exist", not the
-        count when each arrived): their gate message is brought up to date once per
-        tick for each group that changed, not at every arrival (O(members) each)."""
-        gate = self.gangs.gate(group)
-        if not gate:
-            return
-        stale = [
-            uid
-            for uid in group.members
-            if (entry := self.scheduling_queue.get(uid)) is not None
-            and entry.gated_by == "Coscheduling"
-            and entry.message != gate
-        ]
-        if stale:
-            self.scheduling_queue.regate(stale)
-
-    def _publish_groups(self) -> None:
-        """A GroupStatus effect for every group whose observable state changed."""
-        gangs = self.gangs
-        if not gangs.dirty:
-            return
-        for key in sorted(gangs.dirty):
-            group = gangs.groups.get(key)
-            if group is None:
-                self._published_groups.pop(key, None)
-                continue
-            self._refresh_gate_messages(group)
-            member = next(iter(group.members.values()), None)
-            if member is not None and not self.writes_status(
-                self.routing_key(member.pod), member.scheduler_name
-            ):
-                continue
-            status = GroupStatus(
-                namespace=group.namespace,
-                name=group.name,
-                source=group.source,
-                has_object=group.has_object,
-                phase=gangs.observed_phase(group),
-                min_member=group.min_member,
-                scheduled=len(group.bound),
-                running=gangs.started(group),
-                succeeded=len(group.succeeded),
-                failed=len(group.failed),
-                reason=group.reason,
-                sub_groups=gangs.sub_group_status(group),
-            )
-            if self._published_groups.get(key) != status:
-                self._published_groups[key] = status
-                self.effects.emit(status)
-        gangs.dirty.clear()
+        self.publisher.publish(now)
 
     def next_wakeup(self) -> float | None:
         """When `tick` next has something to do (None: only a new event can help)."""

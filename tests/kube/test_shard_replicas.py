@@ -13,6 +13,7 @@ from kubehelpers import backend as running
 
 from shoal.drivers.kube.backend import KubeBackend
 from shoal.drivers.kube.crds import render
+from shoal.drivers.kube.shards import slot_of
 from shoal.testing.fake_apiserver import FakeApiServer
 
 SHOAL = "shoal.dev/v1alpha1"
@@ -78,3 +79,55 @@ async def test_a_gang_is_bound_whole_by_one_replica(tmp_path: Path) -> None:
             await eventually(lambda: len(bound_pods(api)) == 4, what="the gang bound")
             binders = {p["metadata"]["annotations"]["shoal.dev/scheduled-by"] for p in api.pods()}
             assert len(binders) == 1
+
+
+@async_test(timeout=120)
+async def test_a_gang_larger_than_any_replicas_shards_borrows_them_and_gives_them_back(
+    tmp_path: Path,
+) -> None:
+    """A gang that fits in no single replica's shards but in the cluster: its home asks
+    for the shards it would use (a loan in the shard map), the other replica gives them
+    back through its give-back path, the home takes them (fenced as any claim), binds
+    the gang whole, and the shards are balanced again afterwards."""
+    name = "pod-group.scheduling.sigs.k8s.io/name"
+    minimum = "pod-group.scheduling.sigs.k8s.io/min-available"
+    nodes = [f"n{i:02d}" for i in range(16)]
+    async with FakeApiServer() as api:
+        for n in nodes:
+            api.create("v1", "nodes", node(n, cpu="1"))
+        async with (
+            running(api, tmp_path, fast_options("alpha")) as (alpha, _),
+            running(api, tmp_path, fast_options("beta")) as (beta, _),
+        ):
+            await _split(alpha, beta)
+            size = 14
+            for r in (alpha, beta):
+                assert r.shards is not None
+                slots = r.shards.state.slots
+                mine = [n for n in nodes if slot_of(n, slots) in r.shards.state.usable]
+                assert len(mine) < size  # no replica can place it alone
+            for i in range(size):
+                api.create(
+                    "v1", "pods", pod(f"g{i:02d}", cpu="1", labels={name: "g", minimum: str(size)})
+                )
+            await eventually(
+                lambda: len(bound_pods(api)) == size, what="the gang bound whole", timeout=60
+            )
+            placed = bound_pods(api)
+            assert len(set(placed.values())) == size  # one per node: nothing overcommitted
+            binders = {p["metadata"]["annotations"]["shoal.dev/scheduled-by"] for p in api.pods()}
+            assert len(binders) == 1  # its home bound it all
+            (home,) = binders
+            borrower = alpha if home == "alpha" else beta
+            assert borrower.shards is not None and borrower.shards.loans >= 1
+            # The loan ends and the shards are balanced again.
+            await _split(alpha, beta)
+            assert all(r.shards is not None and r.shards.state.loan is None for r in (alpha, beta))
+            assert alpha.binder.conflicts == beta.binder.conflicts == 0
+            # It said what it waited for.
+            said = [
+                e.get("note", "")
+                for e in api.list_objects("events.k8s.io", "events")
+                if e.get("reason") == "FailedScheduling"
+            ]
+            assert any("waiting for them to be lent" in m for m in said), said

@@ -13,7 +13,8 @@ and cached per change of the nodes or of the shards held.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,6 +48,18 @@ class NodeFence:
         self.slots, self.held = slots, held
         self.version += 1
         return True
+
+    @contextlib.contextmanager
+    def lifted(self) -> Iterator[None]:
+        """Every node usable inside (a what-if: which shards would a gang need?)."""
+        held = self.held
+        self.held = None
+        self.version += 1
+        try:
+            yield
+        finally:
+            self.held = held
+            self.version += 1
 
     def slot_of(self, row: int) -> int:
         return int(self._table.name_hash[row]) % self.slots

@@ -223,7 +223,10 @@ class GangCycle:
         fwk: Framework,
         now: float,
         may_preempt: bool = True,
+        dry_run: bool = False,
     ) -> GangOutcome:
+        """`dry_run`: decide, then take the placements back (the outcome still says
+        where the members would go; node shards' what-if)."""
         entries.sort(key=lambda e: (-e.pod.priority, e.pod.timestamp, e.pod.key))
         need = group.needed()
         snap = self.algorithm.snapshot
@@ -276,7 +279,16 @@ class GangCycle:
                 tx = Transaction(self.cluster)
                 try:
                     outcome = self._place(
-                        tx, entries, group, fwk, now, need, rows, may_preempt and preempt, trial
+                        tx,
+                        entries,
+                        group,
+                        fwk,
+                        now,
+                        need,
+                        rows,
+                        may_preempt and preempt,
+                        trial,
+                        dry_run,
                     )
                 finally:
                     if not tx.closed:
@@ -640,6 +652,7 @@ class GangCycle:
         restrict: np.ndarray | None,
         may_preempt: bool,
         trial: _Trial | None = None,
+        dry_run: bool = False,
     ) -> GangOutcome:
         # A retried gang competes with others for room, not with its own nominations.
         # With roles, a member's nomination is given up only once it has been tried:
@@ -853,7 +866,10 @@ class GangCycle:
                 status = Status(Code.UNSCHEDULABLE, message)
                 return GangOutcome(rejected=(status, message, frozenset({"Coscheduling"})))
 
-        tx.commit()
+        if dry_run:
+            tx.discard()  # Unreserve and forget every member placed: only where they'd go
+        else:
+            tx.commit()
         return GangOutcome(placed=placed, failed=failed)
 
     def _preempt_for(

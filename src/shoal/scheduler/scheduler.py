@@ -29,6 +29,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
 from shoal.cache.dra import DeviceCatalog
+from shoal.cache.node_table import node_hash
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
@@ -133,6 +134,11 @@ class Scheduler:
         self.publisher = StatusPublisher(
             self, self.gangs, self.tenant_queues, self.scheduling_queue, self.cluster, self.effects
         )
+        # Node shards: ask the driver to borrow shards of other replicas for a gang that
+        # fits only with them (gang key, slots; empty: no longer). None: no borrowing
+        # (one replica, the simulator). `_borrowing`: the gangs asking now.
+        self.borrow_shards: Callable[[str, frozenset[int]], None] | None = None
+        self._borrowing: dict[str, frozenset[int]] = {}
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -456,6 +462,53 @@ class Scheduler:
         if self.cluster.fence.set(slots, held, holders):
             self._event(ClusterEvent(EventResource.NODE, ActionType.ADD))
 
+    def _borrow_for(
+        self, entries: list[QueuedPod], group: Group, fwk: Framework, now: float
+    ) -> str:
+        """A gang that did not fit in the node shards held here: would it fit with every
+        node (a what-if: the fence lifted, nothing preempted, nothing kept)? Then ask to
+        borrow the shards of other replicas it would use, and say so ("" otherwise).
+        Only its home replica asks (the one its pods are routed to first)."""
+        fence = self.cluster.fence
+        if self.borrow_shards is None or fence.held is None or group.needed() <= 0:
+            return ""
+        first = entries[0].pod
+        if fence.fenced() is None or not self.writes_status(
+            self.routing_key(first.pod), first.scheduler_name
+        ):
+            return ""
+        with fence.lifted():
+            trial = self.gang_cycle.decide(
+                list(entries), group, fwk, now, may_preempt=False, dry_run=True
+            )
+        held = fence.held or frozenset()
+        wanted = frozenset(node_hash(p.node) % fence.slots for p in trial.placed) - held
+        if trial.rejected is not None or not wanted:
+            self._stop_borrowing(group.key)
+            return ""
+        self._borrowing[group.key] = wanted
+        self.borrow_shards(group.key, wanted)
+        holders = sorted({fence.holders.get(s, "") for s in wanted} - {""})
+        return (
+            f"it would fit with node shard(s) {', '.join(map(str, sorted(wanted)))} of "
+            f"other Shoal replicas ({', '.join(holders) or 'nobody'}): waiting for them to be "
+            "lent to this replica"
+        )
+
+    def _stop_borrowing(self, key: str) -> None:
+        if self._borrowing.pop(key, None) is not None and self.borrow_shards is not None:
+            self.borrow_shards(key, frozenset())
+
+    def _end_loans(self) -> None:
+        """A gang that borrowed shards gives them up once it is placed and its binds
+        answered (or it is gone)."""
+        for key in list(self._borrowing):
+            group = self.gangs.groups.get(key)
+            if group is None or (
+                group.needed() <= 0 and not any(uid in self.bindings.binding for uid in group.bound)
+            ):
+                self._stop_borrowing(key)
+
     def _release_held(self) -> None:
         """Pods kept off reserved nodes get another try when the reservation ends (an
         event Coscheduling registered for)."""
@@ -574,6 +627,7 @@ class Scheduler:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
                 waiting.reject("", "rejected due to timeout after waiting at permit")
         self.bindings.settle_waiting()
+        self._end_loans()
         self.publisher.publish(now)
 
     def next_wakeup(self) -> float | None:
@@ -845,6 +899,9 @@ class Scheduler:
             )
         if outcome.rejected is not None:
             status, message, rejectors = outcome.rejected
+            borrowing = self._borrow_for(entries, group, fwk, now)
+            if borrowing:
+                message = f"{message}; {borrowing}"
             return self._gang_failed(
                 entry, entries, group, status, message, rejectors, now, outcome.retry_soon
             )

@@ -76,6 +76,7 @@ from shoal.drivers.kube.shards import (
     ShardKeeper,
     ShardSettings,
     ShardState,
+    loan_text,
     slot_of,
     unschedulable_since,
 )
@@ -401,6 +402,9 @@ class KubeBackend:
                 on_round=self._shards_round,
                 binds=lambda: (self.bound, self.binder.conflicts),
             )
+            # A gang that fits only with other replicas' shards asks to borrow them.
+            keeper = self.shards
+            self.scheduler.borrow_shards = lambda key, slots: self.io.post(keeper.want, key, slots)
             # Until the first shard round: no pending pod is ours, no shared status.
             self.intake.routing = Routing(opts.identity, ())
             self.scheduler.writes_status = self.intake.routing.writes_status
@@ -541,6 +545,7 @@ class KubeBackend:
             detail = f"{len(state.usable)} of {state.slots} node shards usable here" + (
                 f"; others held by {', '.join(others)}" if others else ""
             )
+        detail += loan_text(state, self.options.identity)
         if state.last_renew == -math.inf:
             if self.shards.error:
                 return [Check("nodeShards", False, f"cannot join: {self.shards.error}")]
@@ -756,10 +761,11 @@ class KubeBackend:
         self.metrics.node_shards.labels("usable").set(len(state.usable))
         self.metrics.node_shards.labels("total").set(state.slots)
         log.info(
-            "node shards: %d of %d usable here; replicas: %s",
+            "node shards: %d of %d usable here; replicas: %s%s",
             len(state.usable),
             state.slots,
             ", ".join(m.identity for m in state.members) or "none",
+            loan_text(state, self.options.identity),
             extra={"identity": self.options.identity},
         )
         self.core.post(

@@ -25,6 +25,25 @@ The rules (client-go's leader election, per shard):
 * Each replica aims at `ceil(slots / live members)` shards: a replica that joins gets
   shards from the others, a replica that dies leaves its shards to be taken over.
 
+Loans (borrowing shards, Volcano's "soft" shard mode): a gang that fits in no single
+replica's shards but in the whole cluster asks its home replica to borrow the shards it
+would use (`want`). The map holds at most one loan at a time (`Loan`: the borrower, the
+slots, their holders when asked), added and removed by the same resourceVersion-checked
+updates, so borrowers are served one after another and two can never each hold half of
+what the other needs. While a loan stands:
+
+* the holders of its slots give them back through the ordinary give-back path (fenced
+  at once, written free once no Binding to them is in flight) even below their target,
+  and nobody but the borrower claims them when free;
+* the borrower claims them (the ordinary claim: usable once its pod watch caught up)
+  and gives nothing back; its lenders stay in the routing, so pods do not move;
+* it ends when the borrower withdraws it (the gang placed and its binds answered, or no
+  longer asking) or after `loan_seconds` on the borrower's clock (a loan not used is
+  returned; the borrower then asks again only `loan_seconds` later); a loan whose
+  borrower died, or that others have seen for `loan_seconds + lease_duration`, may be
+  removed by anyone. Afterwards the ordinary balancing toward `ceil(slots / live)`
+  brings the shards back, the borrowed ones given back first.
+
 Pods are routed so that replicas do not decide the same things twice: the home replica
 of a pod is chosen by rendezvous hashing over the live holders that serve its
 schedulerName, keyed by its tenant queue when that queue (or one above it) has a max
@@ -42,6 +61,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -55,6 +75,7 @@ __all__ = [
     "CONFIG_ANNOTATION",
     "DEFAULT_SLOTS",
     "MAP_NAME",
+    "Loan",
     "Member",
     "Routing",
     "ShardKeeper",
@@ -62,6 +83,7 @@ __all__ = [
     "ShardState",
     "ShardTable",
     "home_order",
+    "loan_text",
     "member_lease_names",
     "plan",
     "read_leases",
@@ -98,6 +120,15 @@ class ShardSettings:
     retry_period: float = 2.0
     handoff_seconds: float = 10.0
     config: str = ""  # CONFIG_ANNOTATION's value
+    # How long a loan of shards stands at most, on the borrower's clock (0: twice
+    # lease_duration plus four rounds).
+    loan_seconds: float = 0.0
+
+    @property
+    def loan_limit(self) -> float:
+        if self.loan_seconds > 0:
+            return self.loan_seconds
+        return 2 * self.lease_duration + 4 * self.retry_period
 
     def __post_init__(self) -> None:
         if not 1 <= self.slots <= 1024:
@@ -133,12 +164,54 @@ def home_order(key: str, members: Iterable[str]) -> list[str]:
 # ---- the shard table and the plan --------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Loan:
+    """Shards a replica asked the others to lend it (one loan in the map at a time)."""
+
+    to: str  # the borrower
+    slots: tuple[int, ...]  # what it asked for (held by others when it asked)
+    lenders: tuple[str, ...]  # their holders then (kept in the routing meanwhile)
+    id: str  # unique per request: every replica times it on its own clock
+    why: str = ""  # what it is for (a gang's key), for readyz and `shoal get shards`
+
+    def encode(self) -> dict[str, object]:
+        return {
+            "to": self.to,
+            "slots": list(self.slots),
+            "lenders": list(self.lenders),
+            "id": self.id,
+            "for": self.why,
+        }
+
+    @staticmethod
+    def decode(data: object, slots: int) -> Loan | None:
+        """None when absent or unreadable (a loan is only a request: dropping it is
+        safe)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            asked = tuple(sorted({int(x) for x in data["slots"]}))
+            loan = Loan(
+                to=str(data["to"]),
+                slots=asked,
+                lenders=tuple(str(x) for x in data.get("lenders") or ()),
+                id=str(data["id"]),
+                why=str(data.get("for") or ""),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not loan.to or not loan.id or not all(0 <= x < slots for x in asked):
+            return None
+        return loan
+
+
 @dataclass
 class ShardTable:
-    """The decoded shard map: a holder per slot ("" = free)."""
+    """The decoded shard map: a holder per slot ("" = free), and the loan asked for."""
 
     slots: int
     holders: list[str]
+    loan: Loan | None = None
 
     @staticmethod
     def decode(text: str) -> ShardTable:
@@ -147,32 +220,61 @@ class ShardTable:
         holders = [str(h) for h in data["holders"]]
         if slots < 1 or len(holders) != slots:
             raise ValueError(f"{slots} slots but {len(holders)} holders")
-        return ShardTable(slots, holders)
+        return ShardTable(slots, holders, Loan.decode(data.get("loan"), slots))
 
     def encode(self) -> str:
-        return json.dumps({"slots": self.slots, "holders": self.holders}, separators=(",", ":"))
+        data: dict[str, object] = {"slots": self.slots, "holders": self.holders}
+        if self.loan is not None:
+            data["loan"] = self.loan.encode()
+        return json.dumps(data, separators=(",", ":"))
 
     def held_by(self, identity: str) -> list[int]:
         return [s for s, h in enumerate(self.holders) if h == identity]
 
 
 def plan(
-    table: ShardTable, me: str, live: Collection[str], takeable: Collection[str]
+    table: ShardTable,
+    me: str,
+    live: Collection[str],
+    takeable: Collection[str],
+    *,
+    lent: Collection[int] = (),
+    borrowing: Collection[int] = (),
+    give_first: Collection[int] = (),
 ) -> tuple[list[int], list[int]]:
     """(slots to claim, slots to give back) for `me`: aim at ceil(slots / members) with
     the live members (`live`, us included). Free slots are claimed first, then those of
-    holders in `takeable` (gone, or fenced by a leader lease we hold)."""
+    holders in `takeable` (gone, or fenced by a leader lease we hold).
+
+    Loans: `lent` are the slots of another replica's standing loan (given back if we
+    hold them, whatever our target; never claimed); `borrowing` those of our own (claimed
+    when free or takeable, and nothing is given back meanwhile). `give_first`: slots we
+    borrowed, given back before the others once we are above our target."""
     members = set(live) | {me}
     target = math.ceil(table.slots / len(members))
     mine = table.held_by(me)
-    if len(mine) > target:
-        # Give back the highest slots first: the same ones every time, so a replica
-        # that could not give them back yet (binds in flight) keeps its choice.
-        return [], sorted(mine)[target:]
-    free = [s for s, h in enumerate(table.holders) if h == ""]
-    orphaned = [s for s, h in enumerate(table.holders) if h and h != me and h in takeable]
-    need = target - len(mine)
-    return (free + orphaned)[:need], []
+    if borrowing:
+        return [
+            s
+            for s in sorted(borrowing)
+            if table.holders[s] == "" or (table.holders[s] != me and table.holders[s] in takeable)
+        ], []
+    lent = set(lent)
+    give = [s for s in mine if s in lent]
+    keep = [s for s in mine if s not in lent]
+    if len(keep) > target:
+        # Give back the highest slots first (after borrowed ones): the same ones every
+        # time, so a replica that could not give them back yet (binds in flight) keeps
+        # its choice.
+        first = set(give_first)
+        order = sorted(s for s in keep if s not in first) + sorted(s for s in keep if s in first)
+        return [], sorted(give + order[target:])
+    free = [s for s, h in enumerate(table.holders) if h == "" and s not in lent]
+    orphaned = [
+        s for s, h in enumerate(table.holders) if h and h != me and h in takeable and s not in lent
+    ]
+    need = target - len(keep)
+    return (free + orphaned)[:need], sorted(give)
 
 
 # ---- routing ------------------------------------------------------------------------------
@@ -259,6 +361,7 @@ class ShardState:
     members: tuple[Member, ...] = ()  # live members holding a shard
     last_renew: float = -math.inf  # monotonic send time of our last member-lease renewal
     conflicts: int = 0  # map updates that lost a race
+    loan: Loan | None = None  # the loan standing in the map (ours or another's)
 
 
 class ShardKeeper:
@@ -294,6 +397,80 @@ class ShardKeeper:
         self._settling: dict[int, tuple[int, float]] = {}  # slot -> (map rv, taken at)
         self._releasing: set[int] = set()
         self.error = ""  # why the last round failed ("" when it did not)
+        # Loans: what the core asks to borrow (key -> (slots, last asked)), when each
+        # loan id was first seen, the slots we borrowed (given back first), and until
+        # when we ask for no new loan (after one that was not used).
+        self._wants: dict[str, tuple[frozenset[int], float]] = {}
+        self._loan_seen: dict[str, float] = {}
+        self._borrowed: set[int] = set()
+        self._no_loan_until = -math.inf
+        self.loans = 0  # loans asked for by this replica
+        self.loans_unused = 0  # ... that ended by their time limit with the want still there
+
+    # ---- loans (see the module docstring) --------------------------------------------
+
+    def want(self, key: str, slots: Collection[int]) -> None:
+        """The core's wish to borrow `slots` for `key` (a gang); empty: withdrawn. A wish
+        not repeated within the loan time limit lapses."""
+        if slots:
+            self._wants[key] = (frozenset(slots), self.clock())
+        else:
+            self._wants.pop(key, None)
+
+    def _live_wants(self) -> dict[str, frozenset[int]]:
+        now, limit = self.clock(), self.settings.loan_limit
+        for key, (_, asked) in list(self._wants.items()):
+            if now - asked >= limit:
+                del self._wants[key]
+        return {key: slots for key, (slots, _) in self._wants.items()}
+
+    def _loan_step(self, table: ShardTable, live: Collection[str]) -> bool:
+        """Ask for a loan, end ours, or clear a dead one, in `table` (True: changed,
+        to be written). Called with the map as read this round."""
+        me, now, limit = self.settings.identity, self.clock(), self.settings.loan_limit
+        wants = self._live_wants()
+        loan = table.loan
+        if loan is None:
+            self._loan_seen.clear()
+            if not wants or now < self._no_loan_until:
+                return False
+            key = next(iter(wants))
+            ask = sorted(s for s in wants[key] if 0 <= s < table.slots and table.holders[s] != me)
+            if not ask:
+                return False
+            lenders = sorted({table.holders[s] for s in ask if table.holders[s]})
+            table.loan = Loan(me, tuple(ask), tuple(lenders), f"{me}/{uuid.uuid4().hex[:12]}", key)
+            return True
+        seen = self._loan_seen.setdefault(loan.id, now)
+        for other in [i for i in self._loan_seen if i != loan.id]:
+            del self._loan_seen[other]
+        if loan.to == me:
+            if loan.why in wants and now - seen < limit:
+                return False
+            if loan.why in wants:
+                self.loans_unused += 1
+                self._no_loan_until = now + limit
+                log.info(
+                    "node shards: the loan of shards %s for %s ends unused after %.0fs",
+                    _slots_text(loan.slots),
+                    loan.why,
+                    now - seen,
+                )
+            table.loan = None
+            return True
+        if loan.to not in live or now - seen >= limit + self.settings.lease_duration:
+            table.loan = None  # its borrower is gone, or it stood too long
+            return True
+        return False
+
+    def _loan_active(self, loan: Loan | None) -> bool:
+        if loan is None:
+            return False
+        seen = self._loan_seen.get(loan.id)
+        limit = self.settings.loan_limit
+        if loan.to != self.settings.identity:
+            limit += self.settings.lease_duration
+        return seen is not None and self.clock() - seen < limit
 
     # ---- the fence ------------------------------------------------------------------
 
@@ -347,30 +524,50 @@ class ShardKeeper:
             if table is None:
                 return  # another replica created it first: read it next round
             shard_map = None
-        takeable = {
-            h
-            for h in set(table.holders)
-            if h and h != self.settings.identity and self._takeable(h, members)
-        }
-        claim, give_back = plan(table, self.settings.identity, live, takeable)
+        me = self.settings.identity
+        takeable = {h for h in set(table.holders) if h and h != me and self._takeable(h, members)}
+        loan_changed = shard_map is not None and self._loan_step(table, live)
+        loan = table.loan if self._loan_active(table.loan) else None
+        ours = loan is not None and loan.to == me
+        self._borrowed &= set(table.held_by(me))
+        claim, give_back = plan(
+            table,
+            me,
+            live,
+            takeable,
+            lent=loan.slots if loan is not None and not ours else (),
+            borrowing=loan.slots if loan is not None and ours else (),
+            give_first=self._borrowed,
+        )
         self._releasing = set(give_back)
         if give_back:
             # Fence first (no Binding to these nodes starts from now on), then give back
             # the shards no Binding is in flight for; the others next round.
             self.state = replace(self.state, usable=self.state.usable - self._releasing)
         ready = [s for s in give_back if not self.binds_in_flight([s], table.slots)]
-        if (claim or ready) and shard_map is not None:
+        if (claim or ready or loan_changed) and shard_map is not None:
             for slot in ready:
                 table.holders[slot] = ""
             for slot in claim:
-                table.holders[slot] = self.settings.identity
+                table.holders[slot] = me
             written = await self._write_map(shard_map, table)
             if written is None:
                 self.state.conflicts += 1
                 return  # another replica wrote first: read again next round
             for slot in claim:
                 self._settling[slot] = (written, self.clock())
+            if ours:
+                self._borrowed |= set(claim)
             self._releasing -= set(ready)
+            if loan_changed and table.loan is not None and table.loan.to == me:
+                self.loans += 1
+                self._loan_seen[table.loan.id] = self.clock()
+                log.info(
+                    "node shards: asking %s to lend shards %s for %s",
+                    ", ".join(table.loan.lenders) or "nobody",
+                    _slots_text(table.loan.slots),
+                    table.loan.why,
+                )
         self._publish(table, members, live)
 
     def _publish(self, table: ShardTable, members: Sequence[Member], live: set[str]) -> None:
@@ -390,9 +587,10 @@ class ShardKeeper:
                 del self._settling[slot]
         usable = held - set(self._settling) - self._releasing
         holders = {s: h for s, h in enumerate(table.holders)}
-        serving = tuple(
-            m for m in members if m.identity in live and m.identity in set(table.holders)
-        )
+        loan = table.loan if self._loan_active(table.loan) else None
+        # A lender keeps its place in the routing while its shards are out on loan.
+        routed = set(table.holders) | set(loan.lenders if loan is not None else ())
+        serving = tuple(m for m in members if m.identity in live and m.identity in routed)
         if me in set(table.holders) and not any(m.identity == me for m in serving):
             serving = (*serving, self._me())
         state = ShardState(
@@ -403,12 +601,14 @@ class ShardKeeper:
             members=tuple(sorted(serving, key=lambda m: m.identity)),
             last_renew=self.state.last_renew,
             conflicts=self.state.conflicts,
+            loan=loan,
         )
-        changed = (state.slots, state.usable, state.holders, state.members) != (
+        changed = (state.slots, state.usable, state.holders, state.members, state.loan) != (
             self.state.slots,
             self.state.usable,
             self.state.holders,
             self.state.members,
+            self.state.loan,
         )
         self.state = state
         if changed:
@@ -641,9 +841,12 @@ class ShardKeeper:
             items = await self._list()
             _, shard_map = self._read(items)
             table = self._table_of(shard_map)
-            if table is not None and table.held_by(s.identity):
+            ours = table is not None and table.loan is not None and table.loan.to == s.identity
+            if table is not None and (table.held_by(s.identity) or ours):
                 for slot in table.held_by(s.identity):
                     table.holders[slot] = ""
+                if ours:
+                    table.loan = None
                 await self._write_map(shard_map, table)
             if self._member is not None:
                 name = str((self._member.get("metadata") or {}).get("name", ""))
@@ -684,6 +887,27 @@ def _int_rv(obj: JSON) -> int:
         return int(str((obj.get("metadata") or {}).get("resourceVersion", "0")))
     except ValueError:
         return 0
+
+
+def loan_text(state: ShardState, me: str) -> str:
+    """The standing loan as readyz and the log say it ("" when none concerns us)."""
+    loan = state.loan
+    if loan is None:
+        return ""
+    if loan.to == me:
+        have = sum(1 for s in loan.slots if s in state.usable)
+        return (
+            f"; borrowing node shards {_slots_text(loan.slots)} from "
+            f"{', '.join(loan.lenders) or 'nobody'} for gang {loan.why} "
+            f"({have} of {len(loan.slots)} usable here)"
+        )
+    if me in loan.lenders:
+        return f"; lending node shards to {loan.to} for gang {loan.why}"
+    return ""
+
+
+def _slots_text(slots: Iterable[int]) -> str:
+    return ", ".join(str(s) for s in sorted(slots))
 
 
 def slot_of(node: str, slots: int) -> int:

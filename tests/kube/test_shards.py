@@ -17,12 +17,14 @@ from shoal.drivers.kube.resources import LEASES
 from shoal.drivers.kube.shards import (
     MAP_ANNOTATION,
     MAP_NAME,
+    Loan,
     Member,
     Routing,
     ShardKeeper,
     ShardSettings,
     ShardTable,
     home_order,
+    loan_text,
     plan,
     unschedulable_since,
 )
@@ -92,10 +94,86 @@ def test_plans_applied_in_any_order_never_give_a_shard_two_holders_and_settle(
     assert sum(counts) == slots or all(c == target for c in counts)
 
 
+def test_a_loan_is_given_back_whatever_the_target_claimed_by_its_borrower_alone() -> None:
+    table = ShardTable(8, ["a"] * 4 + ["b"] * 4)
+    live = {"a", "b", "c"}
+    # b lends 5 and 6: it gives them back although that leaves it below its target,
+    # and claims nothing in their place while they stand lent.
+    assert plan(table, "b", live, set(), lent=[5, 6]) == ([], [5, 6])
+    table.holders[5] = table.holders[6] = ""
+    assert plan(table, "b", live, set(), lent=[5, 6]) == ([], [])
+    assert plan(table, "c", live, set(), lent=[5, 6]) == ([], [])  # not for a third either
+    # a, the borrower, claims them above its target and gives nothing back meanwhile.
+    assert plan(table, "a", live, set(), borrowing=[5, 6]) == ([5, 6], [])
+    table.holders[5] = table.holders[6] = "a"
+    assert plan(table, "a", live, set(), borrowing=[5, 6]) == ([], [])
+    # The loan over: the borrowed ones go back first, then the highest.
+    assert plan(table, "a", live, set(), give_first={5, 6}) == ([], [3, 5, 6])
+    assert plan(table, "a", {"a", "b"}, set(), give_first={5, 6}) == ([], [5, 6])
+
+
+def test_a_borrower_takes_a_lent_shard_of_a_holder_that_died() -> None:
+    table = ShardTable(4, ["a", "a", "b", "b"])
+    assert plan(table, "a", {"a"}, {"b"}, borrowing=[3]) == ([3], [])
+    assert plan(table, "a", {"a", "b"}, set(), borrowing=[3]) == ([], [])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 32),
+    st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=2, max_size=4, unique=True),
+    st.data(),
+)
+def test_plans_with_a_loan_never_give_a_shard_two_holders_and_balance_after_it(
+    slots: int, members: list[str], data: st.DataObject
+) -> None:
+    """As above, with a loan standing for a while: the borrower ends up holding every
+    lent shard, nobody else ever claims one, and balance returns once it is over."""
+    table = ShardTable(slots, [m for m, _ in zip(itertools.cycle(members), range(slots))])
+    borrower = data.draw(st.sampled_from(members))
+    lent = data.draw(
+        st.sets(st.sampled_from([s for s in range(slots)] or [0]), max_size=slots)
+    ) - set(table.held_by(borrower))
+    borrowed: set[int] = set()
+    for _ in range(4 * len(members) + 2):
+        for who in data.draw(st.permutations(members)):
+            if who == borrower:
+                claim, give_back = plan(table, who, set(members), set(), borrowing=lent)
+                borrowed |= set(claim)
+            else:
+                claim, give_back = plan(table, who, set(members), set(), lent=lent)
+                assert not set(claim) & lent
+            for slot in claim:
+                assert table.holders[slot] == ""
+                table.holders[slot] = who
+            for slot in give_back:
+                assert table.holders[slot] == who
+                table.holders[slot] = ""
+    assert all(table.holders[s] == borrower for s in lent)
+    for _ in range(4 * len(members) + 2):  # the loan is over
+        for who in members:
+            first = borrowed if who == borrower else set()
+            claim, give_back = plan(table, who, set(members), set(), give_first=first)
+            for slot in claim:
+                assert table.holders[slot] == ""
+                table.holders[slot] = who
+            for slot in give_back:
+                table.holders[slot] = ""
+    target = -(-slots // len(members))
+    counts = [table.holders.count(m) for m in members]
+    assert all(c <= target for c in counts)
+    assert sum(counts) == slots or all(c == target for c in counts)
+
+
 def test_a_shard_map_that_cannot_be_read_is_an_error_naming_the_fix() -> None:
     with pytest.raises(ValueError):
         ShardTable.decode(json.dumps({"slots": 4, "holders": ["a"]}))
     assert ShardTable.decode(ShardTable(2, ["a", ""]).encode()) == ShardTable(2, ["a", ""])
+    loan = Loan("a", (1,), ("b",), "a/1", "default/g")
+    assert ShardTable.decode(ShardTable(2, ["a", "b"], loan).encode()).loan == loan
+    # A loan that cannot be read is only a request: dropped, the map still read.
+    text = json.dumps({"slots": 2, "holders": ["a", "b"], "loan": {"to": "a", "slots": [7]}})
+    assert ShardTable.decode(text) == ShardTable(2, ["a", "b"])
 
 
 # ---- routing ------------------------------------------------------------------------
@@ -222,6 +300,139 @@ async def test_keepers_split_the_shards_hand_them_over_and_take_over_the_dead(
             assert stored is not None
             holders = json.loads(stored["metadata"]["annotations"][MAP_ANNOTATION])["holders"]
             assert holders == [""] * 8
+        finally:
+            await connection.close()
+
+
+async def _rounds(clock: _Clock, *keepers: ShardKeeper, times: int = 1) -> None:
+    for _ in range(times):
+        for keeper in keepers:
+            clock.now += 0.01
+            await keeper.round()
+            _disjoint(*dict.fromkeys(keepers))
+
+
+@async_test()
+async def test_a_loan_is_lent_through_the_give_back_path_settles_and_comes_back(
+    tmp_path: Path,
+) -> None:
+    async with FakeApiServer() as api:
+        clock = _Clock()
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        connection = await connect(str(kubeconfig))
+        in_flight: set[int] = set()
+        caught_up = [False]
+        try:
+            a = ShardKeeper(
+                connection.client("a", ClientSettings()),
+                _settings("a"),
+                clock=clock,
+                watch_caught_up=lambda rv: caught_up[0],
+            )
+            b = ShardKeeper(
+                connection.client("b", ClientSettings()),
+                _settings("b"),
+                clock=clock,
+                binds_in_flight=lambda slots, count: bool(set(slots) & in_flight),
+            )
+            await a.round()
+            caught_up[0] = True
+            await _rounds(clock, b, a, times=6)
+            clock.now += 0.2
+            await _rounds(clock, b, a)
+            assert len(a.state.usable) == len(b.state.usable) == 4
+            lent = sorted(b.state.held)[:3]
+            own_b = set(b.state.held)
+
+            # a asks (the core's wish): the loan goes into the map, naming b.
+            a.want("default/g", lent)
+            caught_up[0] = False  # a's pod watch is behind the writes from now on
+            await _rounds(clock, a)
+            assert a.state.loan is not None and a.state.loan.slots == tuple(lent)
+            assert a.state.loan.lenders == ("b",) and a.loans == 1
+            # b fences them at once, gives back those no Binding is in flight for.
+            in_flight.add(lent[0])
+            await _rounds(clock, b)
+            assert not set(lent) & b.state.usable
+            assert b.state.held & set(lent) == {lent[0]}
+            assert {m.identity for m in b.state.members} == {"a", "b"}
+            # a takes the free ones: held, but not usable before its watch caught up.
+            await _rounds(clock, a)
+            assert set(lent[1:]) <= a.state.held and not set(lent) & a.state.usable
+            caught_up[0] = True
+            in_flight.clear()
+            await _rounds(clock, b, a, times=2)
+            assert set(lent) <= a.state.usable and len(a.state.usable) == 7
+            assert "borrowing node shards" in loan_text(a.state, "a")
+            assert "lending node shards to a" in loan_text(b.state, "b")
+            # a never gives back while it borrows, b claims nothing in their place.
+            await _rounds(clock, b, a, times=3)
+            assert len(a.state.held) == 7 and len(b.state.held) == 1
+
+            # The gang placed: the wish is withdrawn, the loan ends, the borrowed
+            # shards go back first and the split is even again.
+            a.want("default/g", ())
+            await _rounds(clock, a, b, times=4)
+            clock.now += 0.2
+            await _rounds(clock, a, b, times=2)
+            assert a.state.loan is None and b.state.loan is None
+            assert len(a.state.usable) == len(b.state.usable) == 4
+            assert b.state.held == own_b
+            assert a.loans_unused == 0
+        finally:
+            await connection.close()
+
+
+@async_test()
+async def test_a_loan_not_used_ends_in_time_and_is_not_asked_again_at_once(
+    tmp_path: Path,
+) -> None:
+    async with FakeApiServer() as api:
+        clock = _Clock()
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        connection = await connect(str(kubeconfig))
+        try:
+            settings = {"loan_seconds": 2.0}
+            a = ShardKeeper(
+                connection.client("a", ClientSettings()), _settings("a", **settings), clock=clock
+            )
+            b = ShardKeeper(
+                connection.client("b", ClientSettings()), _settings("b", **settings), clock=clock
+            )
+            await a.round()
+            await _rounds(clock, b, a, times=6)
+            clock.now += 0.2
+            await _rounds(clock, b, a)
+            lent = sorted(b.state.held)
+            a.want("default/g", lent)
+            await _rounds(clock, a, b, a, times=3)
+            assert a.state.held == frozenset(range(8))
+            # The gang keeps asking (it never got placed), but the loan has a limit.
+            for _ in range(3):
+                clock.now += 0.7
+                a.want("default/g", lent)
+                await _rounds(clock, a, b)
+            assert a.loans_unused == 1 and a.state.loan is None
+            clock.now += 0.2
+            await _rounds(clock, a, b, times=3)
+            clock.now += 0.2
+            await _rounds(clock, a, b)
+            assert len(a.state.usable) == len(b.state.usable) == 4
+            # Asked again at once: no new loan before loan_seconds went by.
+            a.want("default/g", sorted(b.state.held))
+            await _rounds(clock, a, b)
+            assert a.loans == 1 and a.state.loan is None
+            clock.now += 2.0
+            a.want("default/g", sorted(b.state.held))
+            await _rounds(clock, a, b)
+            assert a.loans == 2 and a.state.loan is not None
+
+            # A borrower that dies leaves a loan nobody serves: b clears it once a's
+            # member Lease is silent for lease_duration (and takes a's shards).
+            for _ in range(3):
+                clock.now += 0.5
+                await b.round()
+            assert b.state.loan is None and len(b.state.held) == 8
         finally:
             await connection.close()
 

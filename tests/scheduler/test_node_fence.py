@@ -92,3 +92,73 @@ def test_routing_keys_keep_a_capped_queue_and_a_gang_with_one_replica() -> None:
     assert key(make_pod("b").labels({label: "free", **gang}).obj()) == "gang/default/g"
     plain = make_pod("c").labels({label: "free"}).obj()
     assert key(plain) == f"pod/{plain.metadata.uid}"
+
+
+def _gang(h: SchedulerHarness, size: int, cpu: str = "2") -> None:
+    name = "pod-group.scheduling.sigs.k8s.io/name"
+    minimum = "pod-group.scheduling.sigs.k8s.io/min-available"
+    h.add_pods(
+        *(
+            make_pod(f"g{i}").labels({name: "g", minimum: str(size)}).req(cpu=cpu)
+            for i in range(size)
+        )
+    )
+
+
+def test_a_gang_that_fits_only_with_other_shards_asks_to_borrow_them_then_lets_go() -> None:
+    h = cluster()
+    asked: list[tuple[str, frozenset[int]]] = []
+    h.scheduler.borrow_shards = lambda key, slots: asked.append((key, slots))
+    hold(h, ["n0", "n1"])
+    _gang(h, 3)
+    result = h.advance(5)
+    assert not any(result.placements.values())  # whole or nothing
+    key, wanted = asked[-1]
+    # The shard of one of the other two nodes (a what-if with every node: the gang
+    # would use three of the four).
+    assert key == "default/g"
+    assert len(wanted) == 1 and wanted <= {slot("n2"), slot("n3")}
+    message = h.message("default/g0")
+    assert "waiting for them to be lent to this replica" in message
+    assert f"node shard(s) {min(wanted)} of other Shoal replicas (beta)" in message
+    # The what-if left the fence as it was, and nothing assumed.
+    assert h.scheduler.cluster.fence.held == frozenset(slot(n) for n in ("n0", "n1"))
+    assert not h.scheduler.cluster.placed
+
+    # The loan comes through: the gang is placed whole, and once its binds are
+    # answered it lets the shards go.
+    hold(h, ["n0", "n1", *(n for n in ("n2", "n3") if slot(n) in wanted)])
+    result = h.advance(5)
+    assert len([v for v in result.placements.values() if v]) == 3
+    h.advance(1)
+    assert asked[-1] == ("default/g", frozenset())
+
+
+def test_a_gang_that_fits_nowhere_or_not_at_home_does_not_borrow() -> None:
+    h = cluster()
+    asked: list[tuple[str, frozenset[int]]] = []
+    h.scheduler.borrow_shards = lambda key, slots: asked.append((key, slots))
+    hold(h, ["n0", "n1"])
+    _gang(h, 5)  # five 2-cpu members, four 2-cpu nodes: not even with every shard
+    h.advance(5)
+    assert asked == []
+    assert "lent" not in h.message("default/g0")
+
+    h = cluster()
+    h.scheduler.borrow_shards = lambda key, slots: asked.append((key, slots))
+    h.scheduler.writes_status = lambda key, scheduler_name: False  # handed over, not home
+    hold(h, ["n0", "n1"])
+    _gang(h, 3)
+    h.advance(5)
+    assert asked == []
+
+
+def test_a_gang_that_fits_in_the_held_shards_never_asks() -> None:
+    h = cluster()
+    asked: list[tuple[str, frozenset[int]]] = []
+    h.scheduler.borrow_shards = lambda key, slots: asked.append((key, slots))
+    hold(h, ["n0", "n1"])
+    _gang(h, 2)
+    result = h.advance(5)
+    assert len([v for v in result.placements.values() if v]) == 2
+    assert asked == []

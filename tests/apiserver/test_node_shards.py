@@ -22,7 +22,7 @@ from kubehelpers import async_test
 from shoal.config import parse_config
 from shoal.drivers.kube.backend import KubeOptions
 from shoal.drivers.kube.binder import SCHEDULED_BY
-from shoal.drivers.kube.resources import LEASES
+from shoal.drivers.kube.resources import LEASES, PODGROUPS, QUEUES
 from shoal.drivers.kube.shards import MAP_ANNOTATION, MAP_NAME, ROLE_LABEL, ShardTable, slot_of
 
 SLOTS = 16
@@ -230,3 +230,163 @@ async def test_a_killed_replica_leaves_its_shards_to_the_survivor(
             )
             holders = {m["spec"]["holderIdentity"] for m in members.get("items") or []}
             assert holders == {"alpha", "beta"}, holders
+
+
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+QUEUE_LABEL = "shoal.dev/queue"
+
+
+async def split_nodes(s: Space, per_half: int) -> list[str]:
+    """`per_half` 1-cpu nodes in shards 0..7 and as many in 8..15: the map's creator
+    keeps the low half and gives the high half to the other replica (it gives back its
+    highest first), so each replica holds exactly `per_half` of them."""
+    low: list[str] = []
+    high: list[str] = []
+    i = 0
+    while len(low) < per_half or len(high) < per_half:
+        name = f"{s.name}-n{i}"
+        half = low if slot_of(name, SLOTS) < SLOTS // 2 else high
+        if len(half) < per_half:
+            half.append(await s.add_node(f"n{i}", cpu="1"))
+        i += 1
+    return low + high
+
+
+async def create_gang(s: Space, name: str, size: int, cpu: str, **labels: str) -> None:
+    body = {
+        "apiVersion": PODGROUPS.api_version,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": s.name},
+        "spec": {"minMember": size},
+    }
+    await s.create(PODGROUPS.path(s.name), body)
+    for i in range(size):
+        await s.create_pod(f"{name}-{i:02d}", cpu, labels={GROUP_LABEL: name, **labels})
+
+
+def node_counts(replica: Running, nodes: list[str]) -> int:
+    keeper = replica.kube.shards
+    assert keeper is not None
+    return sum(1 for n in nodes if slot_of(n, SLOTS) in keeper.state.usable)
+
+
+def loan_free(*replicas: Running) -> bool:
+    return all(r.kube.shards is not None and r.kube.shards.state.loan is None for r in replicas)
+
+
+@async_test(timeout=120)
+async def test_a_gang_of_64_that_spans_shards_is_bound_whole_on_borrowed_shards(
+    control_plane: dict[str, str],
+) -> None:
+    """64 pods of 125m fill 8 nodes of 1 cpu exactly, 4 in each replica's shards: no
+    replica can place the gang alone. Its home borrows the other's shards (a loan in
+    the shard map), binds all 64, and the shards go back to an even split."""
+    async with space(control_plane["KUBECONFIG"], "shardloan") as s:
+        nodes = await split_nodes(s, 4)
+        async with (
+            s.shoal(shard_options(s, "alpha")) as alpha,
+            s.shoal(shard_options(s, "beta")) as beta,
+        ):
+            await split_evenly(alpha, beta)
+            assert node_counts(alpha, nodes) == node_counts(beta, nodes) == 4
+            started = time.monotonic()
+            await create_gang(s, "big", 64, "125m")
+            said: set[str] = set()  # what readyz and `explain` said meanwhile
+
+            async def whole() -> bool:
+                pods = await s.pods()
+                for r in (alpha, beta):
+                    said.update(c.detail for c in r.kube.readyz() if c.name == "nodeShards")
+                    for name in ("big-00", "big-63"):
+                        if name in pods:
+                            said.add(r.kube.scheduler.explain(pods[name]["metadata"]["uid"]))
+                return sum(1 for p in pods.values() if p["spec"].get("nodeName")) == 64
+
+            await wait_for(whole, timeout=60, what="the gang of 64 bound")
+            took = time.monotonic() - started
+            pods = await s.pods()
+            bound = {n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")}
+            counts = per_node(bound)
+            binders = Counter(binder_of(pods[n]) for n in bound)
+            assert len(binders) == 1, binders  # its home bound it, whole
+            (home,) = binders
+            borrower = alpha if home == "alpha" else beta
+            assert borrower.kube.shards is not None and borrower.kube.shards.loans >= 1
+            assert sorted(counts.values()) == [8] * 8, counts  # every node full, none over
+            assert set(counts) == set(nodes)
+            assert alpha.failed_binds() == beta.failed_binds() == 0
+            assert alpha.kube.foreign_binds == beta.kube.foreign_binds == 0
+
+            # The loan ends and the shards are balanced again.
+            async def returned() -> bool:
+                return loan_free(alpha, beta) and usable(alpha) == usable(beta) == SLOTS // 2
+
+            await wait_for(returned, timeout=30, what="the loan over, 8 shards each")
+            back = time.monotonic() - started
+            waiting = sorted(t for t in said if "lent to this replica" in t)
+            loans = sorted(t for t in said if "borrowing node shards" in t)
+            print(
+                f"\ngang of 64 bound whole by {home} after {took:.2f}s "
+                f"({borrower.kube.shards.loans} loan(s), "
+                f"{borrower.kube.shards.loans_unused} unused); even split again after "
+                f"{back:.2f}s; said: {waiting[:1]} {loans[:1]}"
+            )
+            assert waiting and loans, said
+
+
+@async_test(timeout=120)
+async def test_a_queues_max_holds_across_shards_with_a_borrowing_gang(
+    control_plane: dict[str, str],
+) -> None:
+    """A capped queue (max 6 cpu) whose gang of 48 x 125m needs nodes of both replicas'
+    shards: its home borrows and binds it whole; then 10 more pods of the queue find
+    room on the other replica's nodes but are never bound (the max counts every bound
+    pod, whoever bound it, also once they are handed over to the other replica)."""
+    async with space(control_plane["KUBECONFIG"], "shardmax") as s:
+        nodes = await split_nodes(s, 4)
+        queue = f"{s.name}-team"
+        await s.create(
+            QUEUES.path(),
+            {
+                "apiVersion": QUEUES.api_version,
+                "kind": "Queue",
+                "metadata": {"name": queue},
+                "spec": {"max": {"cpu": "6"}},
+            },
+        )
+        s.cluster_objects.append(QUEUES.path(name=queue))
+        async with (
+            s.shoal(shard_options(s, "alpha")) as alpha,
+            s.shoal(shard_options(s, "beta")) as beta,
+        ):
+            await split_evenly(alpha, beta)
+            assert node_counts(alpha, nodes) == node_counts(beta, nodes) == 4
+            await create_gang(s, "team", 48, "125m", **{QUEUE_LABEL: queue})
+
+            async def whole() -> bool:
+                return len(await s.bound()) == 48
+
+            await wait_for(whole, timeout=60, what="the gang of 48 bound")
+
+            async def returned() -> bool:
+                return loan_free(alpha, beta) and usable(alpha) == usable(beta) == SLOTS // 2
+
+            await wait_for(returned, timeout=30, what="the loan over, 8 shards each")
+            for i in range(10):
+                await s.create_pod(f"more-{i}", "125m", labels={QUEUE_LABEL: queue})
+            # Time for the home to refuse them and hand them to the other replica
+            # (shard_handoff_seconds 0.5), and for that one to refuse them too.
+            await asyncio.sleep(4.0)
+            pods = await s.pods()
+            bound = {n: p["spec"]["nodeName"] for n, p in pods.items() if p["spec"].get("nodeName")}
+            counts = per_node(bound)
+            binders = Counter(binder_of(pods[n]) for n in bound)
+            print(f"\nbound {len(bound)} (max 6 cpu = 48 x 125m); binders {dict(binders)}")
+            assert len(bound) == 48 and not any(n.startswith("more-") for n in bound), counts
+            assert sum(counts.values()) * 125 <= 6000
+            assert len(binders) == 1
+            for name in ("more-0", "more-9"):
+                uid = pods[name]["metadata"]["uid"]
+                why = alpha.kube.scheduler.explain(uid) or beta.kube.scheduler.explain(uid)
+                assert queue in why, why
+            assert alpha.failed_binds() == beta.failed_binds() == 0

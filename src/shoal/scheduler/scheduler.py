@@ -901,7 +901,7 @@ class Scheduler:
             status, message, rejectors = outcome.rejected
             borrowing = self._borrow_for(entries, group, fwk, now)
             if borrowing:
-                message = f"{message}; {borrowing}"
+                message = f"{message.rstrip().rstrip('.')}; {borrowing}"
             return self._gang_failed(
                 entry, entries, group, status, message, rejectors, now, outcome.retry_soon
             )

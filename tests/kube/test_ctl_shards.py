@@ -24,6 +24,7 @@ from shoal.drivers.kube.shards import (
     NAMES_ANNOTATION,
     RATE_ANNOTATION,
     ROLE_LABEL,
+    Loan,
     ShardTable,
     slot_of,
 )
@@ -81,7 +82,9 @@ def _member(
     )
 
 
-def _map(api: FakeApiServer, holders: list[str], namespace: str = "kube-system") -> None:
+def _map(
+    api: FakeApiServer, holders: list[str], namespace: str = "kube-system", loan: Loan | None = None
+) -> None:
     api.create(
         LEASES,
         "leases",
@@ -90,7 +93,7 @@ def _map(api: FakeApiServer, holders: list[str], namespace: str = "kube-system")
                 "name": MAP_NAME,
                 "namespace": namespace,
                 "labels": {ROLE_LABEL: "map"},
-                "annotations": {MAP_ANNOTATION: ShardTable(len(holders), holders).encode()},
+                "annotations": {MAP_ANNOTATION: ShardTable(len(holders), holders, loan).encode()},
             },
             "spec": {"holderIdentity": "", "renewTime": micro_time()},
         },
@@ -169,6 +172,19 @@ async def test_get_shards_shows_each_replica_and_the_slots_without_one(tmp_path:
         assert aged((await _shoal(tmp_path, api, "get", "shard")).stdout) == aged(out)
         before = await _shoal(tmp_path, api, "get", "-n", "kube-system", "shards")
         assert before.exit_code == 0 and _row(before.stdout, "b")[-1] == "expired"
+
+
+@async_test(timeout=60)
+async def test_get_shards_names_a_standing_loan(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        for name in NODES:
+            api.create("v1", "nodes", node(name))
+        _member(api, "a", "shoal", 1)
+        _member(api, "c", "shoal", 1)
+        _map(api, ["a"] * 4 + ["", "c", "a", "a"], loan=Loan("a", (4, 5), ("c",), "a/1", "ns/g"))
+        result = await _shoal(tmp_path, api, "get", "shards")
+        assert result.exit_code == 0, result.output
+        assert "loan: a borrows shards 4-5 from c for gang ns/g" in result.stdout
 
 
 @async_test(timeout=60)

@@ -321,6 +321,14 @@ def _print(
     for row in rows:
         out.add_row(*(escape(cell(row)) for _, cell in columns))
     console.print(out)
+    loan = table.loan
+    if loan is not None:
+        console.print(
+            f"loan: {loan.to} borrows shards {slot_ranges(loan.slots)} from "
+            f"{', '.join(loan.lenders) or 'nobody'} for gang {loan.why or '-'} (until it "
+            "is placed, or its time limit)",
+            markup=False,
+        )
     console.print(
         "live: renewTime within leaseDurationSeconds by this machine's clock; live "
         "replicas take over the shards of the others and the free ones",

@@ -162,3 +162,18 @@ def test_a_gang_that_fits_in_the_held_shards_never_asks() -> None:
     result = h.advance(5)
     assert len([v for v in result.placements.values() if v]) == 2
     assert asked == []
+
+
+def test_an_elastic_gang_borrows_for_its_minimum_only() -> None:
+    h = cluster()
+    asked: list[tuple[str, frozenset[int]]] = []
+    h.scheduler.borrow_shards = lambda key, slots: asked.append((key, slots))
+    hold(h, ["n0"])
+    name = "pod-group.scheduling.sigs.k8s.io/name"
+    minimum = "pod-group.scheduling.sigs.k8s.io/min-available"
+    h.add_pods(
+        *(make_pod(f"g{i}").labels({name: "g", minimum: "2"}).req(cpu="2") for i in range(3))
+    )
+    h.advance(5)
+    key, wanted = asked[-1]
+    assert key == "default/g" and len(wanted) == 1  # two members, one of them on n0

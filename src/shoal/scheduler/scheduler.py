@@ -482,7 +482,9 @@ class Scheduler:
                 list(entries), group, fwk, now, may_preempt=False, dry_run=True
             )
         held = fence.held or frozenset()
-        wanted = frozenset(node_hash(p.node) % fence.slots for p in trial.placed) - held
+        # The minimum only (placed first): members beyond it stay queued on their own.
+        minimum = trial.placed[: group.needed()]
+        wanted = frozenset(node_hash(p.node) % fence.slots for p in minimum) - held
         if trial.rejected is not None or not wanted:
             self._stop_borrowing(group.key)
             return ""

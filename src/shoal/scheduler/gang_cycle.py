@@ -224,9 +224,11 @@ class GangCycle:
         now: float,
         may_preempt: bool = True,
         dry_run: bool = False,
+        prefer: np.ndarray | None = None,
     ) -> GangOutcome:
         """`dry_run`: decide, then take the placements back (the outcome still says
-        where the members would go; node shards' what-if)."""
+        where the members would go; node shards' what-if). `prefer`: a mask of node rows
+        each member tries first (the what-if: the nodes of the shards held)."""
         entries.sort(key=lambda e: (-e.pod.priority, e.pod.timestamp, e.pod.key))
         need = group.needed()
         snap = self.algorithm.snapshot
@@ -289,6 +291,7 @@ class GangCycle:
                         may_preempt and preempt,
                         trial,
                         dry_run,
+                        prefer,
                     )
                 finally:
                     if not tx.closed:
@@ -653,6 +656,7 @@ class GangCycle:
         may_preempt: bool,
         trial: _Trial | None = None,
         dry_run: bool = False,
+        prefer: np.ndarray | None = None,
     ) -> GangOutcome:
         # A retried gang competes with others for room, not with its own nominations.
         # With roles, a member's nomination is given up only once it has been tried:
@@ -755,6 +759,13 @@ class GangCycle:
                             state = preferred_state
                             break
                         full.add(key)  # not for the next members of this shape either
+                    if node is None and prefer is not None:
+                        preferred_state = CycleState()
+                        node, _, _ = self.algorithm.schedule_pod(
+                            fwk, preferred_state, pod, _both(restrict_now, prefer)
+                        )
+                        if node is not None:
+                            state = preferred_state
                     if node is None:
                         node, status, diagnosis = self.algorithm.schedule_pod(
                             fwk, state, pod, restrict_now

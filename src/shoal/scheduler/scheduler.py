@@ -477,9 +477,11 @@ class Scheduler:
             self.routing_key(first.pod), first.scheduler_name
         ):
             return ""
+        fenced = fence.fenced()
+        mine = None if fenced is None else ~fenced  # tried first: borrow as little as may be
         with fence.lifted():
             trial = self.gang_cycle.decide(
-                list(entries), group, fwk, now, may_preempt=False, dry_run=True
+                list(entries), group, fwk, now, may_preempt=False, dry_run=True, prefer=mine
             )
         held = fence.held or frozenset()
         # The minimum only (placed first): members beyond it stay queued on their own.

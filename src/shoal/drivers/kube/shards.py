@@ -834,25 +834,41 @@ class ShardKeeper:
         return _int_rv(written)
 
     async def release_all(self) -> None:
-        """On a clean shutdown (after binding stopped): give every shard back and
-        release our member Lease (empty holder), so others take over at once."""
+        """On a clean shutdown (after binding stopped): give every shard back, end our
+        loan, and release our member Lease (empty holder), so others take over at once.
+        A write that lost a race (a round cancelled mid-write, another replica writing
+        the map) is read again and retried, a few times."""
         s = self.settings
         try:
-            items = await self._list()
-            _, shard_map = self._read(items)
-            table = self._table_of(shard_map)
-            ours = table is not None and table.loan is not None and table.loan.to == s.identity
-            if table is not None and (table.held_by(s.identity) or ours):
+            for _ in range(3):
+                items = await self._list()
+                _, shard_map = self._read(items)
+                table = self._table_of(shard_map)
+                ours = table is not None and table.loan is not None and table.loan.to == s.identity
+                if table is None or not (table.held_by(s.identity) or ours):
+                    break
                 for slot in table.held_by(s.identity):
                     table.holders[slot] = ""
                 if ours:
                     table.loan = None
-                await self._write_map(shard_map, table)
+                if await self._write_map(shard_map, table) is not None:
+                    break
             if self._member is not None:
                 name = str((self._member.get("metadata") or {}).get("name", ""))
-                body = dict(self._member)
-                body["spec"] = {**(body.get("spec") or {}), "holderIdentity": ""}
-                await self.client.request("PUT", LEASES.path(s.namespace, name), body=body)
+                path = LEASES.path(s.namespace, name)
+                for _ in range(3):
+                    body = dict(self._member)
+                    body["spec"] = {**(body.get("spec") or {}), "holderIdentity": ""}
+                    try:
+                        await self.client.request("PUT", path, body=body)
+                        break
+                    except ApiError as err:
+                        if not err.conflict:
+                            raise
+                    fresh = await self.client.request("GET", path)
+                    if str((fresh.get("spec") or {}).get("holderIdentity") or "") != s.identity:
+                        break  # not ours any more
+                    self._member = fresh
                 self._member = None
         except (ApiError, OSError, TimeoutError) as err:
             log.warning(

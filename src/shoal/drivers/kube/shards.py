@@ -39,7 +39,8 @@ what the other needs. While a loan stands:
   and gives nothing back; its lenders stay in the routing, so pods do not move;
 * it ends when the borrower withdraws it (the gang placed and its binds answered, or no
   longer asking) or after `loan_seconds` on the borrower's clock (a loan not used is
-  returned; the borrower then asks again only `loan_seconds` later); a loan whose
+  returned; the borrower then asks again only `loan_seconds` later, else two rounds
+  later, so that others get their turn); a loan whose
   borrower died, or that others have seen for `loan_seconds + lease_duration`, may be
   removed by anyone. Afterwards the ordinary balancing toward `ceil(slots / live)`
   brings the shards back, the borrowed ones given back first.
@@ -447,6 +448,9 @@ class ShardKeeper:
         if loan.to == me:
             if loan.why in wants and now - seen < limit:
                 return False
+            # Others get a turn: two rounds before we ask again (so each of them reads
+            # the map without a loan), a whole loan's time after one not used.
+            self._no_loan_until = now + 2 * self.settings.retry_period
             if loan.why in wants:
                 self.loans_unused += 1
                 self._no_loan_until = now + limit

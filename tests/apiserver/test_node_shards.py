@@ -30,12 +30,24 @@ NODES = 8
 PER_NODE = 10  # 1 cpu / 100m
 
 
-def shard_options(s: Space, identity: str, **more: Any) -> KubeOptions:
+def shard_options(
+    s: Space, identity: str, timings: tuple[float, float, float] = (2.0, 1.5, 0.2), **more: Any
+) -> KubeOptions:
     """Short lease timings (the shard keeper uses the leader-election settings, whose
-    namespace is the test's own) and a quick hand-off of unschedulable pods."""
+    namespace is the test's own: lease duration, renew deadline, retry period) and a
+    quick hand-off of unschedulable pods."""
     options = s.options(identity, **more)
-    leader = replace(options.leader, lease_duration=2.0, renew_deadline=1.5, retry_period=0.2)
+    duration, deadline, retry = timings
+    leader = replace(
+        options.leader, lease_duration=duration, renew_deadline=deadline, retry_period=retry
+    )
     return replace(options, leader=leader, shard_handoff_seconds=0.5)
+
+
+# The loan tests: a round may take longer than 0.2 s on a loaded machine (it is then
+# abandoned), and a replica whose rounds keep failing for 2 s has its shards taken over,
+# with no loan needed; these timings keep both replicas alive through the test.
+LOAN_TIMINGS = (4.0, 3.0, 0.4)
 
 
 def usable(running: Running) -> int:
@@ -284,8 +296,8 @@ async def test_a_gang_of_64_that_spans_shards_is_bound_whole_on_borrowed_shards(
     async with space(control_plane["KUBECONFIG"], "shardloan") as s:
         nodes = await split_nodes(s, 4)
         async with (
-            s.shoal(shard_options(s, "alpha")) as alpha,
-            s.shoal(shard_options(s, "beta")) as beta,
+            s.shoal(shard_options(s, "alpha", LOAN_TIMINGS)) as alpha,
+            s.shoal(shard_options(s, "beta", LOAN_TIMINGS)) as beta,
         ):
             await split_evenly(alpha, beta)
             assert node_counts(alpha, nodes) == node_counts(beta, nodes) == 4
@@ -356,8 +368,8 @@ async def test_a_queues_max_holds_across_shards_with_a_borrowing_gang(
         )
         s.cluster_objects.append(QUEUES.path(name=queue))
         async with (
-            s.shoal(shard_options(s, "alpha")) as alpha,
-            s.shoal(shard_options(s, "beta")) as beta,
+            s.shoal(shard_options(s, "alpha", LOAN_TIMINGS)) as alpha,
+            s.shoal(shard_options(s, "beta", LOAN_TIMINGS)) as beta,
         ):
             await split_evenly(alpha, beta)
             assert node_counts(alpha, nodes) == node_counts(beta, nodes) == 4

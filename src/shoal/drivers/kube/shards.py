@@ -405,6 +405,7 @@ class ShardKeeper:
         self._loan_seen: dict[str, float] = {}
         self._borrowed: set[int] = set()
         self._no_loan_until = -math.inf
+        self._ending: tuple[Loan, bool, float] | None = None  # our loan, unused?, how long
         self.loans = 0  # loans asked for by this replica
         self.loans_unused = 0  # ... that ended by their time limit with the want still there
 
@@ -448,24 +449,33 @@ class ShardKeeper:
         if loan.to == me:
             if loan.why in wants and now - seen < limit:
                 return False
-            # Others get a turn: two rounds before we ask again (so each of them reads
-            # the map without a loan), a whole loan's time after one not used.
-            self._no_loan_until = now + 2 * self.settings.retry_period
-            if loan.why in wants:
-                self.loans_unused += 1
-                self._no_loan_until = now + limit
-                log.info(
-                    "node shards: the loan of shards %s for %s ends unused after %.0fs",
-                    _slots_text(loan.slots),
-                    loan.why,
-                    now - seen,
-                )
+            self._ending = (loan, loan.why in wants, now - seen)
             table.loan = None
             return True
         if loan.to not in live or now - seen >= limit + self.settings.lease_duration:
             table.loan = None  # its borrower is gone, or it stood too long
             return True
         return False
+
+    def _loan_ended(self) -> None:
+        """Our loan's end is written: others get a turn. We ask again two rounds later
+        (so each of them reads the map without a loan), a whole loan's time after one
+        that was not used."""
+        if self._ending is None:
+            return
+        loan, unused, stood = self._ending
+        self._ending = None
+        now = self.clock()
+        self._no_loan_until = now + 2 * self.settings.retry_period
+        if unused:
+            self.loans_unused += 1
+            self._no_loan_until = now + self.settings.loan_limit
+            log.info(
+                "node shards: the loan of shards %s for %s ends unused after %.0fs",
+                _slots_text(loan.slots),
+                loan.why,
+                stood,
+            )
 
     def _loan_active(self, loan: Loan | None) -> bool:
         if loan is None:
@@ -530,6 +540,7 @@ class ShardKeeper:
             shard_map = None
         me = self.settings.identity
         takeable = {h for h in set(table.holders) if h and h != me and self._takeable(h, members)}
+        self._ending = None
         loan_changed = shard_map is not None and self._loan_step(table, live)
         loan = table.loan if self._loan_active(table.loan) else None
         ours = loan is not None and loan.to == me
@@ -563,6 +574,7 @@ class ShardKeeper:
             if ours:
                 self._borrowed |= set(claim)
             self._releasing -= set(ready)
+            self._loan_ended()
             if loan_changed and table.loan is not None and table.loan.to == me:
                 self.loans += 1
                 self._loan_seen[table.loan.id] = self.clock()

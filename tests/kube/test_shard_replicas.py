@@ -131,3 +131,61 @@ async def test_a_gang_larger_than_any_replicas_shards_borrows_them_and_gives_the
                 if e.get("reason") == "FailedScheduling"
             ]
             assert any("waiting for them to be lent" in m for m in said), said
+
+
+@async_test(timeout=150)
+async def test_two_gangs_that_both_need_loans_are_served_in_turn_by_three_replicas(
+    tmp_path: Path,
+) -> None:
+    """One loan at a time: two gangs, each larger than any replica's share of the nodes,
+    are both bound whole (in turn, whoever their homes are), with no node overcommitted,
+    and the shards are balanced again afterwards."""
+    name = "pod-group.scheduling.sigs.k8s.io/name"
+    minimum = "pod-group.scheduling.sigs.k8s.io/min-available"
+    nodes = [f"n{i:02d}" for i in range(24)]
+    async with FakeApiServer() as api:
+        for n in nodes:
+            api.create("v1", "nodes", node(n, cpu="1"))
+        async with (
+            running(api, tmp_path, fast_options("alpha")) as (alpha, _),
+            running(api, tmp_path, fast_options("beta")) as (beta, _),
+            running(api, tmp_path, fast_options("gamma")) as (gamma, _),
+        ):
+            replicas = (alpha, beta, gamma)
+
+            def balanced() -> bool:
+                counts = sorted(
+                    len(r.shards.state.usable) for r in replicas if r.shards is not None
+                )
+                # Each aims at ceil(16 / 3) = 6: 6, 6 and 4.
+                return (
+                    sum(counts) == 16
+                    and max(counts) <= 6
+                    and all(r.shards is not None and r.shards.state.loan is None for r in replicas)
+                )
+
+            await eventually(balanced, what="16 shards split at most 6 each")
+            size = 11
+            for r in replicas:
+                assert r.shards is not None
+                mine = [n for n in nodes if slot_of(n, 16) in r.shards.state.usable]
+                assert len(mine) < size, len(mine)  # no replica can place a gang alone
+            for gang in ("a", "b"):
+                for i in range(size):
+                    labels = {name: gang, minimum: str(size)}
+                    api.create("v1", "pods", pod(f"{gang}{i:02d}", cpu="1", labels=labels))
+            await eventually(
+                lambda: len(bound_pods(api)) == 2 * size, what="both gangs bound", timeout=100
+            )
+            placed = bound_pods(api)
+            assert len(set(placed.values())) == 2 * size  # one pod per node
+            for gang in ("a", "b"):
+                binders = {
+                    p["metadata"]["annotations"]["shoal.dev/scheduled-by"]
+                    for p in api.pods()
+                    if p["metadata"]["name"].startswith(gang)
+                }
+                assert len(binders) == 1, (gang, binders)
+            assert sum(r.shards.loans for r in replicas if r.shards is not None) >= 2
+            await eventually(balanced, what="the loans over, at most 6 each again", timeout=60)
+            assert all(r.binder.conflicts == 0 for r in replicas)

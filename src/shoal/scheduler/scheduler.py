@@ -458,8 +458,14 @@ class Scheduler:
         self, slots: int, held: frozenset[int] | None, holders: Mapping[int, str]
     ) -> None:
         """The node shards this replica holds (None: no fencing, every node). Pods that
-        found no room get another try when more nodes become usable."""
+        found no room get another try when more nodes become usable; a gang whose
+        borrowed shards are all usable now is tried at once, whatever its backoff (the
+        loan lasts a limited time)."""
         if self.cluster.fence.set(slots, held, holders):
+            for key, wanted in self._borrowing.items():
+                group = self.gangs.groups.get(key)
+                if group is not None and (held is None or wanted <= held):
+                    self.scheduling_queue.hurry(u for u in group.members if u not in group.bound)
             self._event(ClusterEvent(EventResource.NODE, ActionType.ADD))
 
     def _borrow_for(

@@ -340,6 +340,17 @@ class SchedulingQueue:
             if entry is not None:
                 self._push_active(entry)
 
+    def hurry(self, uids: Iterable[str]) -> None:
+        """As `wake`, also for pods backing off: what they waited for is here (node
+        shards lent for their gang, for a limited time), so they are tried at once."""
+        for uid in uids:
+            entry = self._unschedulable.remove(uid)
+            if entry is None and uid in self._in_backoff:
+                self._in_backoff.discard(uid)  # its heap entry is skipped when it comes up
+                entry = self._entries.get(uid)
+            if entry is not None:
+                self._push_active(entry)
+
     def _activate_or_backoff(self, entry: QueuedPod, now: float) -> None:
         if self.backoff_expiry(entry) > now:
             self._push_backoff(entry)

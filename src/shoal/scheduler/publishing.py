@@ -9,7 +9,12 @@ the same name gets its status). With node shards, only the replica that decides 
 object's pods writes its status (`writes_status`).
 
 It also brings the gate message of gang members up to date ("2/3 members exist", not
-the count when each arrived), once per tick for each group that changed.
+the count when each arrived), at most once per `GATE_REFRESH_SECONDS` for each group: every
+refresh re-gates every waiting member, and each says it again (a condition write and an
+event in a cluster), so refreshing at every arrival made a gang of n members arriving
+one by one say it about n^2/2 times (1783 events for 64 pods). A refresh put off is done
+when it is due (`next_due`); a gang complete is let through at once all the same
+(`Scheduler._join_group`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from shoal.gang.manager import GangManager, Group
 from shoal.scheduling_queue.queue import SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
-__all__ = ["QUEUE_STATUS_SECONDS", "StatusOwner", "StatusPublisher"]
+__all__ = ["GATE_REFRESH_SECONDS", "QUEUE_STATUS_SECONDS", "StatusOwner", "StatusPublisher"]
 
 QUEUE_STATUS_SECONDS = 1.0  # queue statuses are published at most this often
+GATE_REFRESH_SECONDS = 2.0  # a gang's members' gate messages are refreshed at most this often
 
 
 class StatusOwner(Protocol):
@@ -57,9 +63,17 @@ class StatusPublisher:
         self._queues: dict[str, QueueStatus] = {}  # name -> last QueueStatus sent
         self._bindings: dict[str, BindingStatus] = {}  # QueueBinding statuses sent
         self._queues_due = 0.0  # when queue statuses may be published next
+        self._gates_due: dict[str, float] = {}  # group -> when its gates may be refreshed
+        self._stale_gates: set[str] = set()  # groups whose refresh was put off
+
+    def next_due(self) -> float | None:
+        """When a gate refresh put off is due (None: none is)."""
+        if not self._stale_gates:
+            return None
+        return min(self._gates_due.get(key, 0.0) for key in self._stale_gates)
 
     def publish(self, now: float) -> None:
-        self.publish_groups()
+        self.publish_groups(now)
         self.publish_queues(now)
 
     def publish_queues(self, now: float) -> None:
@@ -99,17 +113,29 @@ class StatusPublisher:
                 self._bindings[binding.name] = binding
                 self.effects.emit(binding)
 
-    def publish_groups(self) -> None:
+    def publish_groups(self, now: float) -> None:
         """A GroupStatus effect for every group whose observable state changed."""
         gangs = self.gangs
+        for key in sorted(self._stale_gates - gangs.dirty):
+            if now >= self._gates_due.get(key, 0.0):
+                self._stale_gates.discard(key)
+                group = gangs.groups.get(key)
+                if group is not None:
+                    self._refresh_gate_messages(group, now)
         if not gangs.dirty:
             return
         for key in sorted(gangs.dirty):
             group = gangs.groups.get(key)
             if group is None:
                 self._groups.pop(key, None)
+                self._gates_due.pop(key, None)
+                self._stale_gates.discard(key)
                 continue
-            self._refresh_gate_messages(group)
+            if now >= self._gates_due.get(key, 0.0):
+                self._stale_gates.discard(key)
+                self._refresh_gate_messages(group, now)
+            else:
+                self._stale_gates.add(key)
             member = next(iter(group.members.values()), None)
             if member is not None and not self.owner.writes_status(
                 self.owner.routing_key(member.pod), member.scheduler_name
@@ -134,10 +160,8 @@ class StatusPublisher:
                 self.effects.emit(status)
         gangs.dirty.clear()
 
-    def _refresh_gate_messages(self, group: Group) -> None:
-        """Members gated by the gang say what holds it now: their gate message is
-        brought up to date once per tick for each group that changed, not at every
-        arrival (O(members) each)."""
+    def _refresh_gate_messages(self, group: Group, now: float) -> None:
+        """Members gated by the gang say what holds it now (O(members) each)."""
         gate = self.gangs.gate(group)
         if not gate:
             return
@@ -149,4 +173,5 @@ class StatusPublisher:
             and entry.message != gate
         ]
         if stale:
+            self._gates_due[group.key] = now + GATE_REFRESH_SECONDS
             self.scheduling_queue.regate(stale)

@@ -652,6 +652,9 @@ class Scheduler:
         queue_time = self.scheduling_queue.next_wakeup()
         if queue_time is not None:
             times.append(queue_time)
+        due = self.publisher.next_due()  # gang members' gate messages to bring up to date
+        if due is not None:
+            times.append(due)
         return min(times) if times else None
 
     def start_bindings(self) -> int:

@@ -22,8 +22,10 @@ from shoal.drivers.kube.shards import (
     Routing,
     ShardKeeper,
     ShardSettings,
+    ShardState,
     ShardTable,
     home_order,
+    loan_counts,
     loan_text,
     plan,
     unschedulable_since,
@@ -536,3 +538,13 @@ async def test_member_leases_have_fixed_names_and_are_reused_once_released(
             assert holders() == {"shoal-member-0": "c", "shoal-member-1": "b"}
         finally:
             await connection.close()
+
+
+def test_loan_counts_for_the_borrower_a_lender_and_a_bystander() -> None:
+    loan = Loan("a", (1, 2), ("b",), "a/1", "default/g")
+    borrower = ShardState(slots=4, usable=frozenset({0, 1}), holders={0: "a", 1: "a", 2: "b"})
+    borrower.loan = loan
+    assert loan_counts(borrower, "a") == {"borrowing": 2, "borrowed": 1, "lending": 0}
+    assert loan_counts(borrower, "b") == {"borrowing": 0, "borrowed": 0, "lending": 1}
+    assert loan_counts(borrower, "c") == {"borrowing": 0, "borrowed": 0, "lending": 0}
+    assert loan_counts(ShardState(slots=4), "a") == {"borrowing": 0, "borrowed": 0, "lending": 0}

@@ -165,7 +165,9 @@ class SchedulerMetrics:
         self.node_shards = Gauge(
             "shoal_node_shards",
             "Node shards: held by this replica, usable by it now (held, settled and not "
-            "being given back), and the total in the cluster's shard map.",
+            "being given back), the total in the cluster's shard map, and in a standing "
+            "loan: asked by this replica (borrowing), of those usable here (borrowed), and "
+            "asked of it and still held here (lending).",
             ["state"],
             registry=r,
         )

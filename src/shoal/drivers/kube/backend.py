@@ -76,6 +76,7 @@ from shoal.drivers.kube.shards import (
     ShardKeeper,
     ShardSettings,
     ShardState,
+    loan_counts,
     loan_text,
     slot_of,
     unschedulable_since,
@@ -760,6 +761,8 @@ class KubeBackend:
         self.metrics.node_shards.labels("held").set(len(state.held))
         self.metrics.node_shards.labels("usable").set(len(state.usable))
         self.metrics.node_shards.labels("total").set(state.slots)
+        for what, count in loan_counts(state, self.options.identity).items():
+            self.metrics.node_shards.labels(what).set(count)
         log.info(
             "node shards: %d of %d usable here; replicas: %s%s",
             len(state.usable),

@@ -84,6 +84,7 @@ __all__ = [
     "ShardState",
     "ShardTable",
     "home_order",
+    "loan_counts",
     "loan_text",
     "member_lease_names",
     "plan",
@@ -936,6 +937,20 @@ def loan_text(state: ShardState, me: str) -> str:
     if me in loan.lenders:
         return f"; lending node shards to {loan.to} for gang {loan.why}"
     return ""
+
+
+def loan_counts(state: ShardState, me: str) -> dict[str, int]:
+    """Shards in the standing loan, as `shoal_node_shards{state}` counts them: asked by
+    us (`borrowing`), of those usable here (`borrowed`), and asked of us and still held
+    here (`lending`: being given back)."""
+    loan = state.loan
+    mine = loan is not None and loan.to == me
+    asked = loan.slots if loan is not None else ()
+    return {
+        "borrowing": len(asked) if mine else 0,
+        "borrowed": sum(1 for s in asked if s in state.usable) if mine else 0,
+        "lending": 0 if mine else sum(1 for s in asked if state.holders.get(s) == me),
+    }
 
 
 def _slots_text(slots: Iterable[int]) -> str:

@@ -118,3 +118,32 @@ def test_a_share_is_written_with_its_share_id_and_consumed_capacity() -> None:
         "consumedCapacity": {"bandwidth": "2G", "queues": "4"},
     }
     assert "shareID" not in whole and "consumedCapacity" not in whole
+
+
+def test_a_deallocation_clears_the_allocation_or_leaves_a_claim_changed_since_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from shoal.framework.effects import DeallocateClaim
+
+    async def main() -> None:
+        claim = _claim()
+        claim["status"] = {"allocation": {"devices": {"results": []}}, "reservedFor": []}
+        client = StubClient(claim)
+        writer = ClaimWriter(client)  # type: ignore[arg-type]
+        pod = PodInfo(make_pod("p").uid("uid-p").obj())
+        # Decided on resourceVersion 0, the claim is at 1 now: 409, logged, left alone.
+        writer.deallocate(DeallocateClaim(pod, "default/c", "0"))
+        await asyncio.sleep(0.05)
+        assert client.claim["status"]["allocation"] is not None
+        assert "deallocating resourceclaim default/c not done: 409" in caplog.text
+        # Decided on the version it has: allocation and reservedFor cleared (null).
+        writer.deallocate(DeallocateClaim(pod, "default/c", "1"))
+        await asyncio.sleep(0.05)
+        assert client.claim["status"] == {"allocation": None, "reservedFor": None}
+        assert client.calls[-1] == (
+            "PATCH",
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c/status",
+        )
+
+    caplog.set_level("INFO", logger="shoal.kube.dra")
+    asyncio.run(main())

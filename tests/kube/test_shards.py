@@ -358,6 +358,11 @@ async def test_a_loan_is_lent_through_the_give_back_path_settles_and_comes_back(
             assert not set(lent) & b.state.usable
             assert b.state.held & set(lent) == {lent[0]}
             assert {m.identity for m in b.state.members} == {"a", "b"}
+            # The shard still held takes the Bindings already decided for it (no new
+            # decision lands there: it is not usable), so a gang decided on it is not
+            # cut in two; the shards written free take none.
+            assert b.may_bind(lent[0]) == ""
+            assert all(b.may_bind(s) for s in lent[1:])
             # a takes the free ones: held, but not usable before its watch caught up.
             await _rounds(clock, a)
             assert set(lent[1:]) <= a.state.held and not set(lent) & a.state.usable
@@ -365,6 +370,7 @@ async def test_a_loan_is_lent_through_the_give_back_path_settles_and_comes_back(
             in_flight.clear()
             await _rounds(clock, b, a, times=2)
             assert set(lent) <= a.state.usable and len(a.state.usable) == 7
+            assert b.may_bind(lent[0])  # written free once its Binding was answered
             assert "borrowing node shards" in loan_text(a.state, "a")
             assert "lending node shards to a" in loan_text(b.state, "b")
             # a never gives back while it borrows, b claims nothing in their place.

@@ -732,7 +732,9 @@ class KubeBackend:
     # ---- node shards (on the I/O loop) -------------------------------------------------
 
     def _binds_in_flight(self, slots: Collection[int], count: int) -> bool:
-        return any(slot_of(node, count) in slots for node in self.binder.in_flight_nodes)
+        """Bindings queued or sent to nodes of these shards (a shard being given back is
+        written free only once none is left: see `ShardKeeper.may_bind`)."""
+        return any(slot_of(node, count) in slots for node in self.binder.pending_nodes)
 
     def _pods_caught_up(self, resource_version: int) -> bool:
         try:

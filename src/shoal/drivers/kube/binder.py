@@ -92,6 +92,9 @@ class KubeBinder:
         self.in_flight = 0
         self.conflicts = 0  # Bindings the API server refused as conflicting (409)
         self.in_flight_nodes: Counter[str] = Counter()  # node -> Bindings sent, unanswered
+        # node -> Bindings accepted and not finished (waiting for a slot, or sent): a
+        # node shard is given back only once none is left for its nodes.
+        self.pending_nodes: Counter[str] = Counter()
         self.settling = 0  # binds whose outcome is being read back
 
     def _precheck(self, pod: PodInfo, node: str) -> None:
@@ -121,8 +124,11 @@ class KubeBinder:
     ) -> None:
         started = time.monotonic()
         result = "error"
+        pending = False
         try:
             self._precheck(pod, node)
+            self.pending_nodes[node] += 1
+            pending = True
             async with self._slots:
                 self._precheck(pod, node)  # the wait for a slot may have been long
                 self.in_flight += 1
@@ -150,6 +156,10 @@ class KubeBinder:
                 f"pod {pod.key} to {node}: {err.status} {err.reason}: {err.message}"
             ) from None
         finally:
+            if pending:
+                self.pending_nodes[node] -= 1
+                if not self.pending_nodes[node]:
+                    del self.pending_nodes[node]
             self.metrics.binds.labels(result).inc()
             self.metrics.bind_duration.labels(result).observe(time.monotonic() - started)
 

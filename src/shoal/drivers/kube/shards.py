@@ -398,6 +398,9 @@ class ShardKeeper:
         self._observed: dict[str, tuple[str, float]] = {}  # identity -> (renewTime+rv, seen at)
         self._settling: dict[int, tuple[int, float]] = {}  # slot -> (map rv, taken at)
         self._releasing: set[int] = set()
+        # Releasing shards with no Binding left, being written free now: no Binding may
+        # start for them any more (see `may_bind`).
+        self._freeing: set[int] = set()
         self.error = ""  # why the last round failed ("" when it did not)
         # Loans: what the core asks to borrow (key -> (slots, last asked)), when each
         # loan id was first seen, the slots we borrowed (given back first), and until
@@ -490,10 +493,15 @@ class ShardKeeper:
     # ---- the fence ------------------------------------------------------------------
 
     def may_bind(self, slot: int) -> str:
-        """Why a Binding to a node of `slot` must not be sent now ("" when it may)."""
+        """Why a Binding to a node of `slot` must not be sent now ("" when it may). A
+        shard being given back still takes the Bindings already decided for it (no new
+        decision lands there): it is written free only once none is queued or in
+        flight, so a gang decided there is not cut in two by the hand-over."""
         s, state = self.settings, self.state
         if self.clock() >= state.last_renew + s.renew_deadline:
             return "this replica's member Lease is not renewed (node shards)"
+        if slot in self._releasing and slot not in self._freeing and slot in state.held:
+            return ""
         if slot not in state.usable:
             holder = state.holders.get(slot, "")
             return (
@@ -566,7 +574,11 @@ class ShardKeeper:
                 table.holders[slot] = ""
             for slot in claim:
                 table.holders[slot] = me
+            # A write that fails without an answer may have landed: its shards then take
+            # no Binding until a later write settles what the map says.
+            self._freeing = set(ready)
             written = await self._write_map(shard_map, table)
+            self._freeing = set()
             if written is None:
                 self.state.conflicts += 1
                 return  # another replica wrote first: read again next round

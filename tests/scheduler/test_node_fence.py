@@ -144,6 +144,15 @@ def test_a_gang_that_fits_nowhere_or_not_at_home_does_not_borrow() -> None:
     h.advance(5)
     assert asked == []
     assert "lent" not in h.message("default/g0")
+    # Its retries do not run the what-if again while nothing changed (each is a whole
+    # gang placement); a node added is a change.
+    trials = h.scheduler.borrow_trials
+    assert trials == 1
+    h.advance(30)
+    assert h.scheduler.borrow_trials == trials
+    h.add_nodes(make_node("n9").capacity(cpu="1", memory="8Gi"))
+    h.advance(30)
+    assert h.scheduler.borrow_trials == trials + 1
 
     h = cluster()
     h.scheduler.borrow_shards = lambda key, slots: asked.append((key, slots))

@@ -139,6 +139,10 @@ class Scheduler:
         # (one replica, the simulator). `_borrowing`: the gangs asking now.
         self.borrow_shards: Callable[[str, frozenset[int]], None] | None = None
         self._borrowing: dict[str, frozenset[int]] = {}
+        # Gangs whose what-if with every node failed, and the cluster's generation and
+        # their members then: not tried again before something changed.
+        self._no_borrow: dict[str, tuple[int, int]] = {}
+        self.borrow_trials = 0  # what-ifs run (tests)
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -483,8 +487,12 @@ class Scheduler:
             self.routing_key(first.pod), first.scheduler_name
         ):
             return ""
+        stamp = (self.cluster.table.generation, len(entries))
+        if self._no_borrow.get(group.key) == stamp:
+            return ""  # it fit nowhere, and nothing changed since
         fenced = fence.fenced()
         mine = None if fenced is None else ~fenced  # tried first: borrow as little as may be
+        self.borrow_trials += 1
         with fence.lifted():
             trial = self.gang_cycle.decide(
                 list(entries), group, fwk, now, may_preempt=False, dry_run=True, prefer=mine
@@ -494,8 +502,11 @@ class Scheduler:
         minimum = trial.placed[: group.needed()]
         wanted = frozenset(node_hash(p.node) % fence.slots for p in minimum) - held
         if trial.rejected is not None or not wanted:
+            if trial.rejected is not None:
+                self._no_borrow[group.key] = stamp
             self._stop_borrowing(group.key)
             return ""
+        self._no_borrow.pop(group.key, None)
         self._borrowing[group.key] = wanted
         self.borrow_shards(group.key, wanted)
         holders = sorted({fence.holders.get(s, "") for s in wanted} - {""})
@@ -512,6 +523,8 @@ class Scheduler:
     def _end_loans(self) -> None:
         """A gang that borrowed shards gives them up once it is placed and its binds
         answered (or it is gone)."""
+        for key in [k for k in self._no_borrow if k not in self.gangs.groups]:
+            del self._no_borrow[key]
         for key in list(self._borrowing):
             group = self.gangs.groups.get(key)
             if group is None or (

@@ -80,6 +80,14 @@ async def test_a_volcano_gang_with_hard_network_topology_lands_in_one_hypernode(
             await eventually(lambda: "broken" in invalid(kube), what="broken named")
             detail = invalid(kube)
             assert f"{HYPERNODES.name} x" in detail and f"{HYPERNODES.name} y" in detail
+            # Events are written after /readyz says it (the event writer's queue).
+            await eventually(
+                lambda: (
+                    events_for(api, "broken", "InvalidObject")
+                    and events_for(api, "x", "InvalidObject")
+                ),
+                what="the InvalidObject events written",
+            )
             events = events_for(api, "broken", "InvalidObject")
             assert len(events) == 1
             assert "field spec.members[0].selector.regexMatch.pattern" in events[0]["note"]

@@ -44,9 +44,11 @@ def shard_options(
     return replace(options, leader=leader, shard_handoff_seconds=0.5)
 
 
-# The loan tests: a round may take longer than 0.2 s on a loaded machine (it is then
-# abandoned), and a replica whose rounds keep failing for 2 s has its shards taken over,
-# with no loan needed; these timings keep both replicas alive through the test.
+# Tests that need both replicas alive throughout (the loan tests, and those checking
+# that both did work): a round may take longer than 0.2 s on a loaded machine (it is
+# then abandoned), and a replica whose rounds keep failing for 2 s has its shards taken
+# over (a fresh-clone CI run saw one replica bind all 80 pods that way); these timings
+# keep both replicas alive through the test.
 LOAN_TIMINGS = (4.0, 3.0, 0.4)
 
 
@@ -105,8 +107,8 @@ async def test_two_active_replicas_of_one_scheduler_name_fill_the_nodes_exactly(
     async with space(control_plane["KUBECONFIG"], "shards") as s:
         nodes = await add_nodes(s)
         async with (
-            s.shoal(shard_options(s, "alpha")) as alpha,
-            s.shoal(shard_options(s, "beta")) as beta,
+            s.shoal(shard_options(s, "alpha", LOAN_TIMINGS)) as alpha,
+            s.shoal(shard_options(s, "beta", LOAN_TIMINGS)) as beta,
         ):
             await split_evenly(alpha, beta)
             for i in range(90):

@@ -284,22 +284,32 @@ class DynamicResources:
         """The failure, with the nodes a pool not allocated from reaches (incomplete or
         invalid: its devices are not counted) told apart and the pool named, for the
         first `_NAMED_POOLS` such pools."""
-        reasons = self.catalog.table().unsettled.reasons()
-        if not reasons:
+        unsettled = self._unsettled(bad.size)
+        if not unsettled:
             return [Failure(reason, bad, code)]
-        names = self.handle.snapshot.names[: bad.size]
         rest = bad.copy()
         out: list[Failure] = []
-        for node, why in reasons:
+        for reaches, why in unsettled:
             if len(out) == _NAMED_POOLS:
                 break
-            reached = rest.copy() if not node else rest & (names == node)
+            reached = rest & reaches
             if reached.any():
                 out.append(Failure(f"{reason}; {why}", reached, code))
                 rest &= ~reached
         if rest.any():
             out.append(Failure(reason, rest, code))
         return out
+
+    def _unsettled(self, n: int) -> list[tuple[NDArray[np.bool_], str]]:
+        """(node rows 0..n-1 it reaches, why) for each pool not allocated from
+        (`shoal.cache.dra_pools`): one node's, or every node's."""
+        reasons = self.catalog.table().unsettled.reasons()
+        if not reasons:
+            return []
+        names = self.handle.snapshot.names[:n]
+        return [
+            (np.ones(n, dtype=bool) if not node else names == node, why) for node, why in reasons
+        ]
 
     def _all_mode_reach(
         self, reqs: list[Req], passed: NDArray[np.bool_], failures: list[Failure]
@@ -311,13 +321,8 @@ class DynamicResources:
         every = [r for r in reqs if r.all_mode]
         if not every:
             return allowed
-        reasons = self.catalog.table().unsettled.reasons()
-        if not reasons:
-            return allowed
-        names = self.handle.snapshot.names[: passed.size]
         what = f"{every[0].claim.partition('/')[2]}/{every[0].name}"
-        for node, why in reasons:
-            reached = np.ones(passed.size, dtype=bool) if not node else names == node
+        for reached, why in self._unsettled(passed.size):
             bad = reached & passed & allowed
             if bad.any():
                 reason = f"request {what} asks for all devices (allocationMode All), but {why}"

@@ -19,7 +19,7 @@ import pytest
 from apihelpers import MERGE, Space, space, wait_for
 from kubehelpers import async_test
 from test_dra_capacity import _bound, _class, _pod, _slice
-from test_dra_vs_kube import kube_scheduler
+from test_dra_vs_kube import scheduling
 
 from shoal.drivers.kube.dra import RESOURCE_CLAIMS
 from shoal.drivers.kube.resources import NAMESPACES
@@ -86,12 +86,5 @@ async def test_admin_access_passes_the_same_checks_with_shoal_and_kube_scheduler
 ) -> None:
     async with space(control_plane["KUBECONFIG"], "draadmin") as s:
         node = await create_objects(s)
-        if scheduler == "shoal":
-            async with s.shoal(s.options("draadmin")):
-                await run_side(s, node)
-        else:
-            with kube_scheduler(control_plane, s, tmp_path) as log:
-                try:
-                    await run_side(s, node)
-                except AssertionError as err:
-                    raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+        async with scheduling(control_plane, s, tmp_path, scheduler, "draadmin"):
+            await run_side(s, node)

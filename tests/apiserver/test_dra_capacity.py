@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from apihelpers import Space, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import kube_scheduler
+from test_dra_vs_kube import scheduling
 
 from shoal.api.quantity import parse_quantity
 from shoal.drivers.kube.dra import DEVICE_CLASSES, FINALIZER, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -229,12 +229,5 @@ async def test_shares_and_partitions_pass_the_same_checks_with_shoal_and_kube_sc
 ) -> None:
     async with space(control_plane["KUBECONFIG"], "dracap") as s:
         node, _ = await create_objects(s)
-        if scheduler == "shoal":
-            async with s.shoal(s.options("dracap")):
-                await run_side(s, node)
-        else:
-            with kube_scheduler(control_plane, s, tmp_path) as log:
-                try:
-                    await run_side(s, node)
-                except AssertionError as err:
-                    raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+        async with scheduling(control_plane, s, tmp_path, scheduler, "dracap"):
+            await run_side(s, node)

@@ -20,7 +20,7 @@ import pytest
 from apihelpers import MERGE, Space, space, wait_for
 from kubehelpers import async_test
 from test_dra_capacity import _bound, _class, _pod, _slice
-from test_dra_vs_kube import kube_scheduler
+from test_dra_vs_kube import scheduling
 
 from shoal.drivers.kube.dra import RESOURCE_CLAIMS
 
@@ -96,12 +96,5 @@ async def test_a_claim_allocated_where_its_pod_cannot_run_is_moved_by_shoal_and_
 ) -> None:
     async with space(control_plane["KUBECONFIG"], "dradealloc") as s:
         _, free = await create_objects(s)
-        if scheduler == "shoal":
-            async with s.shoal(s.options("dradealloc")):
-                await run_side(s, free)
-        else:
-            with kube_scheduler(control_plane, s, tmp_path) as log:
-                try:
-                    await run_side(s, free)
-                except AssertionError as err:
-                    raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+        async with scheduling(control_plane, s, tmp_path, scheduler, "dradealloc"):
+            await run_side(s, free)

@@ -25,7 +25,7 @@ import pytest
 from apihelpers import Space, space, wait_for
 from kubehelpers import async_test
 from test_dra_capacity import _class, _pod, _slice
-from test_dra_vs_kube import kube_scheduler
+from test_dra_vs_kube import scheduling
 
 from shoal.drivers.kube.dra import FINALIZER, RESOURCE_CLAIMS
 
@@ -115,12 +115,5 @@ async def test_network_attached_devices_pass_the_same_checks_with_shoal_and_kube
 ) -> None:
     async with space(control_plane["KUBECONFIG"], "dranet") as s:
         reaching = await create_objects(s)
-        if scheduler == "shoal":
-            async with s.shoal(s.options("dranet")):
-                await run_side(s, reaching)
-        else:
-            with kube_scheduler(control_plane, s, tmp_path) as log:
-                try:
-                    await run_side(s, reaching)
-                except AssertionError as err:
-                    raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+        async with scheduling(control_plane, s, tmp_path, scheduler, "dranet"):
+            await run_side(s, reaching)

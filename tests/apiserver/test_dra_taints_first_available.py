@@ -28,7 +28,7 @@ import pytest
 from apihelpers import Space, space, wait_for
 from kubehelpers import async_test
 from test_dra_capacity import _bound, _class, _pod, _slice
-from test_dra_vs_kube import kube_scheduler
+from test_dra_vs_kube import scheduling
 
 from shoal.drivers.kube.dra import FINALIZER, RESOURCE_CLAIMS
 
@@ -126,12 +126,5 @@ async def test_taints_and_first_available_pass_the_same_checks_with_shoal_and_ku
 ) -> None:
     async with space(control_plane["KUBECONFIG"], "drataint") as s:
         node = await create_objects(s)
-        if scheduler == "shoal":
-            async with s.shoal(s.options("drataint")):
-                await run_side(s, node)
-        else:
-            with kube_scheduler(control_plane, s, tmp_path) as log:
-                try:
-                    await run_side(s, node)
-                except AssertionError as err:
-                    raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+        async with scheduling(control_plane, s, tmp_path, scheduler, "drataint"):
+            await run_side(s, node)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +213,24 @@ def kube_scheduler(control_plane: dict[str, str], s: Space, folder: Path) -> Ite
             process.wait(timeout=10)
 
 
+@contextlib.asynccontextmanager
+async def scheduling(
+    control_plane: dict[str, str], s: Space, folder: Path, scheduler: str, prefix: str
+) -> AsyncIterator[None]:
+    """Shoal (`scheduler` "shoal") or the kit's kube-scheduler scheduling the space's
+    pods while the body runs; a check failing under kube-scheduler gets the tail of its
+    log."""
+    if scheduler == "shoal":
+        async with s.shoal(s.options(prefix)):
+            yield
+        return
+    with kube_scheduler(control_plane, s, folder) as log:
+        try:
+            yield
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+
+
 async def all_bound(s: Space) -> bool:
     return len(await s.bound()) == len(PODS_CLAIMS)
 
@@ -224,13 +242,6 @@ async def test_the_same_claims_pass_the_same_checks_with_shoal_and_kube_schedule
 ) -> None:
     async with space(control_plane["KUBECONFIG"], "dravs") as s:
         await create_objects(s)
-        if scheduler == "shoal":
-            async with s.shoal(s.options("dravs")):
-                await wait_for(lambda: all_bound(s), timeout=60, what="every pod bound by Shoal")
-        else:
-            with kube_scheduler(control_plane, s, tmp_path) as log:
-                try:
-                    await wait_for(lambda: all_bound(s), timeout=60, what="every pod bound")
-                except AssertionError as err:
-                    raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+        async with scheduling(control_plane, s, tmp_path, scheduler, "dravs"):
+            await wait_for(lambda: all_bound(s), timeout=60, what="every pod bound")
         await check_allocations(s)

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from apihelpers import JSON, Space, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import kube_scheduler
+from test_dra_vs_kube import scheduling
 
 from shoal.api.quantity import parse_quantity
 from shoal.drivers.kube.client import ApiError
@@ -108,18 +108,12 @@ async def test_the_same_preemptions_pass_the_same_checks_with_shoal_and_kube_sch
             bound = await s.bound()
             return all(f"high-{i}" in bound for i in range(NODES))
 
-        async with kubelet(s) as evicted:
-            if scheduler == "shoal":
-                async with s.shoal(s.options("prevs")):
-                    await wait_for(all_bound, timeout=60, what="every preemptor bound by Shoal")
-                    await asyncio.sleep(2 * LINGER)  # would anything more be evicted?
-            else:
-                with kube_scheduler(control_plane, s, tmp_path) as log:
-                    try:
-                        await wait_for(all_bound, timeout=60, what="every preemptor bound")
-                        await asyncio.sleep(2 * LINGER)
-                    except AssertionError as err:
-                        raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
+        async with (
+            kubelet(s) as evicted,
+            scheduling(control_plane, s, tmp_path, scheduler, "prevs"),
+        ):
+            await wait_for(all_bound, timeout=60, what="every preemptor bound")
+            await asyncio.sleep(2 * LINGER)  # would anything more be evicted?
         pods = await s.pods()
         evicted |= {name for name in low_nodes if name not in pods}
         bound = {f"high-{i}": pods[f"high-{i}"]["spec"]["nodeName"] for i in range(NODES)}

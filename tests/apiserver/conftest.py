@@ -76,14 +76,16 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     # Kubernetes' own Workload/PodGroup API (KEP-4671 gang scheduling, KEP-5832) is alpha
     # in v1.36: served only with the GenericWorkload gate and scheduling.k8s.io/v1alpha2;
     # without TopologyAwareWorkloadScheduling the apiserver silently drops a PodGroup's
-    # spec.schedulingConstraints.
+    # spec.schedulingConstraints. DeviceTaintRules (resource.k8s.io/v1beta2) are served
+    # only with DRADeviceTaintRules.
     env["APISERVER_EXTRA_ARGS"] = " ".join(
         filter(
             None,
             (
                 env.get("APISERVER_EXTRA_ARGS", ""),
-                "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
-                "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+                "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true,"
+                "DRADeviceTaintRules=true",
+                "--runtime-config=scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1beta2=true",
             ),
         )
     )

@@ -262,6 +262,7 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
             ("resourceclaimtemplates", "ResourceClaimTemplate", True),
         ):
             api.register("resource.k8s.io", "v1", plural, kind, namespaced)
+        api.register("resource.k8s.io", "v1beta2", "devicetaintrules", "DeviceTaintRule", False)
         api.create(
             "resource.k8s.io/v1",
             "deviceclasses",

@@ -1,7 +1,8 @@
 """Dynamic Resource Allocation objects (resource.k8s.io/v1) as pure values.
 
-DeviceClass, ResourceSlice, ResourceClaim and ResourceClaimTemplate are decoded with
-the fields Shoal's DynamicResources plugin reads; everything else in a manifest is
+DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate and DeviceTaintRule
+(resource.k8s.io/v1beta2) are decoded with the fields Shoal's DynamicResources plugin
+reads; everything else in a manifest is
 ignored. `pod_claim_names` says which ResourceClaim each of a pod's
 `spec.resourceClaims` names (directly, or through the claim the resource-claim
 controller created from a template, recorded in `status.resourceClaimStatuses`).
@@ -17,6 +18,7 @@ from shoal.api.objects import NodeSelector, NodeSelectorTerm, ObjectMeta, Pod, t
 
 __all__ = [
     "BLOCKING_TAINT_EFFECTS",
+    "TAINT_EFFECTS",
     "AllocationResult",
     "CELSelector",
     "CapacityRequestPolicy",
@@ -36,6 +38,8 @@ __all__ = [
     "DeviceSelector",
     "DeviceSubRequest",
     "DeviceTaint",
+    "DeviceTaintRule",
+    "DeviceTaintSelector",
     "DeviceToleration",
     "ExactDeviceRequest",
     "ResourceClaim",
@@ -155,6 +159,64 @@ class DeviceToleration(_Base):
 
 
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
+
+
+class DeviceTaintSelector(_Base):
+    """Which devices a DeviceTaintRule taints: every field that is set must match
+    (`spec.driver` of the slice, `spec.pool.name`, `spec.devices[].name`)."""
+
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def selects(self, driver: str, pool: str, device: str) -> bool:
+        return (
+            (self.driver is None or self.driver == driver)
+            and (self.pool is None or self.pool == pool)
+            and (self.device is None or self.device == device)
+        )
+
+
+class DeviceTaintRuleSpec(_Base):
+    # None: the rule selects no device (an empty selector selects them all).
+    device_selector: DeviceTaintSelector | None = None
+    taint: DeviceTaint = msgspec.field(default_factory=DeviceTaint)
+
+
+class DeviceTaintRule(_Base):
+    """One taint for the devices a selector picks, as if their driver had put it in their
+    ResourceSlice (KEP-5055; resource.k8s.io/v1beta2 in Kubernetes 1.36, behind the
+    DRADeviceTaintRules feature gate)."""
+
+    api_version: str = "resource.k8s.io/v1beta2"
+    kind: str = "DeviceTaintRule"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: DeviceTaintRuleSpec = msgspec.field(default_factory=DeviceTaintRuleSpec)
+
+    def selects(self, driver: str, pool: str, device: str) -> bool:
+        chosen = self.spec.device_selector
+        return chosen is not None and chosen.selects(driver, pool, device)
+
+    def problem(self) -> str | None:
+        """What the API server would refuse in it (the simulator's inputs are not
+        validated by one), naming the field and the fix; None when it is fine."""
+        taint = self.spec.taint
+        if not taint.key:
+            return "spec.taint.key is required: give the taint a key (a label name)"
+        if taint.effect not in TAINT_EFFECTS:
+            return (
+                f"spec.taint.effect {taint.effect!r} is not one of "
+                f"{', '.join(TAINT_EFFECTS)}: use one of them"
+            )
+        chosen = self.spec.device_selector
+        for field in ("driver", "pool", "device"):
+            if chosen is not None and getattr(chosen, field) == "":
+                return (
+                    f"spec.deviceSelector.{field} is empty: leave it out to select every "
+                    f"{field}, or name one"
+                )
+        return None
 
 
 class SliceDevice(_Base):

@@ -18,7 +18,13 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
-from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from shoal.api.dra import (
+    DeviceClass,
+    DeviceTaintRule,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 from shoal.api.errors import ManifestError
 from shoal.api.gpu import check_node_gpus
 from shoal.api.hypernode import HyperNode, Topology
@@ -70,6 +76,7 @@ GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("resource.k8s.io", "ResourceSlice"): ResourceSlice,
     ("resource.k8s.io", "ResourceClaim"): ResourceClaim,
     ("resource.k8s.io", "ResourceClaimTemplate"): ResourceClaimTemplate,
+    ("resource.k8s.io", "DeviceTaintRule"): DeviceTaintRule,
 }
 
 

@@ -56,6 +56,8 @@ from numpy.typing import NDArray
 from shoal.api.dra import (
     BLOCKING_TAINT_EFFECTS,
     DeviceClass,
+    DeviceTaint,
+    DeviceTaintRule,
     DeviceToleration,
     ResourceClaim,
     ResourceClaimTemplate,
@@ -159,7 +161,7 @@ class PodPlan:
 
     reqs: list[Req]
     constraints: list[Constraint]
-    version: int
+    version: tuple[int, int]  # DeviceCatalog.plan_version
     # Devices kept for nominated pods of equal or higher priority (not for this pod).
     held: NDArray[np.bool_] | None = None
     # With firstAvailable: the other choices of sub-requests (as reqs, constraints),
@@ -191,6 +193,8 @@ class DeviceCatalog:
         self.slices: dict[str, ResourceSlice] = {}
         self.claims: dict[str, ResourceClaim] = {}
         self.templates: dict[str, ResourceClaimTemplate] = {}
+        self.taint_rules: dict[str, DeviceTaintRule] = {}
+        self._rules_version = 0
         self.version = 0  # any change (plugins key cycle caches on it)
         self._slices_version = 0
         self._table = _Table()
@@ -209,6 +213,9 @@ class DeviceCatalog:
             tuple[tuple[str, str, str, str], ...], tuple[NDArray[np.bool_], dict[int, str]]
         ] = {}
         self._tainted: list[int] | None = None  # devices with a blocking taint
+        # Per device index: the taints DeviceTaintRules add (None: not gathered for
+        # this table and these rules yet).
+        self._ruled: dict[int, list[DeviceTaint]] | None = None
         # Allocations.
         self.assumed: dict[str, Assumed] = {}
         self._sticky: dict[str, Assumed] = {}
@@ -320,6 +327,21 @@ class DeviceCatalog:
         """How many departed pods the catalog remembers (bounded, see the module)."""
         return len(self._gone) + len(self._left)
 
+    def upsert_taint_rule(self, obj: DeviceTaintRule) -> None:
+        self.taint_rules[obj.metadata.name] = obj
+        self._taints_changed()
+
+    def delete_taint_rule(self, name: str) -> None:
+        if self.taint_rules.pop(name, None) is not None:
+            self._taints_changed()
+
+    def _taints_changed(self) -> None:
+        self._rules_version += 1
+        self._ruled = None
+        self._tainted = None
+        self._tolerated.clear()
+        self.version += 1
+
     def upsert_template(self, obj: ResourceClaimTemplate) -> None:
         self.templates[obj.key] = obj
         self.version += 1
@@ -334,6 +356,12 @@ class DeviceCatalog:
     def table_version(self) -> int:
         """The version of the device table `table()` returns (after calling it)."""
         return self._table_version
+
+    @property
+    def plan_version(self) -> tuple[int, int]:
+        """What a `PodPlan` was made against: the device table and the DeviceTaintRules
+        (a plan whose version moved is not allocated from at assume)."""
+        return self._table_version, self._rules_version
 
     def table(self) -> _Table:
         if self._table_version == self._slices_version:
@@ -394,6 +422,7 @@ class DeviceCatalog:
         self._code_of.clear()
         self._tolerated.clear()
         self._tainted = None
+        self._ruled = None
         self._rows_key = (-1, -1, -1)
         return table
 
@@ -498,10 +527,12 @@ class DeviceCatalog:
         when no device has such a taint (cached per device table)."""
         table = self.table()
         if self._tainted is None:
+            ruled = self._rule_taints(table)
             self._tainted = [
                 i
                 for i, dev in enumerate(table.devices)
                 if any(t.effect in BLOCKING_TAINT_EFFECTS for t in dev.taints)
+                or any(t.effect in BLOCKING_TAINT_EFFECTS for t in ruled.get(i, ()))
             ]
         if not self._tainted:
             return None
@@ -511,8 +542,9 @@ class DeviceCatalog:
             return found
         ok = np.ones(len(table.ids), dtype=bool)
         why: dict[int, str] = {}
+        ruled = self._rule_taints(table)
         for i in self._tainted:
-            for taint in table.devices[i].taints:
+            for taint in (*table.devices[i].taints, *ruled.get(i, ())):
                 if taint.effect not in BLOCKING_TAINT_EFFECTS:
                     continue
                 if not any(t.tolerates(taint) for t in tolerations):
@@ -521,6 +553,28 @@ class DeviceCatalog:
                     break
         self._tolerated[key] = (ok, why)
         return ok, why
+
+    def _rule_taints(self, table: _Table) -> dict[int, list[DeviceTaint]]:
+        """Per device index, the taints of the DeviceTaintRules selecting it, in rule
+        name order (gathered once per device table and set of rules; a rule naming a
+        device is one lookup, others are a pass over the devices)."""
+        if self._ruled is not None:
+            return self._ruled
+        ruled: dict[int, list[DeviceTaint]] = {}
+        for name in sorted(self.taint_rules):
+            rule = self.taint_rules[name]
+            chosen = rule.spec.device_selector
+            if chosen is None:
+                continue
+            if chosen.driver is not None and chosen.pool is not None and chosen.device is not None:
+                found = table.index.get((chosen.driver, chosen.pool, chosen.device))
+                hits: Iterable[int] = () if found is None else (found,)
+            else:
+                hits = (i for i, ident in enumerate(table.ids) if chosen.selects(*ident))
+            for i in hits:
+                ruled.setdefault(i, []).append(rule.spec.taint)
+        self._ruled = ruled
+        return ruled
 
     def codes(self, attribute: str) -> NDArray[np.int64]:
         """Per device: an integer code of the attribute's value (-1 without it)."""
@@ -803,7 +857,7 @@ class DeviceCatalog:
 
     def _assume(self, row: int, pod: PodInfo, keys: list[str]) -> None:
         plan = self.plans.get(pod.uid)
-        if plan is None or plan.version != self._table_version:
+        if plan is None or plan.version != self.plan_version:
             return
         todo = [k for k in dict.fromkeys(r.claim for r in plan.reqs) if self.allocated(k) is None]
         if not todo:

@@ -224,7 +224,7 @@ class DynamicResources:
         alternatives = choices(reqs, constraints, options)
         first_reqs, first_constraints = alternatives[0]
         catalog.plans[pod.uid] = PodPlan(
-            first_reqs, first_constraints, catalog.table_version, held, alternatives[1:]
+            first_reqs, first_constraints, catalog.plan_version, held, alternatives[1:]
         )
         if reqs:
             on_node = _NodeDevices(rows, reach)

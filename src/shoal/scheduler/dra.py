@@ -8,21 +8,35 @@ or class changes; pods gated waiting for a claim are checked again when claims c
 
 from __future__ import annotations
 
-from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from shoal.api.dra import (
+    DeviceClass,
+    DeviceTaintRule,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 from shoal.cache.dra import DeviceCatalog
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
 from shoal.scheduler.scheduler import Scheduler
 
 __all__ = ["DRA_KINDS", "DraObject", "delete_dra", "upsert_dra"]
 
-DraObject = DeviceClass | ResourceSlice | ResourceClaim | ResourceClaimTemplate
-DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+DraObject = DeviceClass | ResourceSlice | ResourceClaim | ResourceClaimTemplate | DeviceTaintRule
+DRA_KINDS = (
+    "DeviceClass",
+    "ResourceSlice",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "DeviceTaintRule",
+)
 
 _RESOURCE = {
     "DeviceClass": EventResource.DEVICE_CLASS,
     "ResourceSlice": EventResource.RESOURCE_SLICE,
     "ResourceClaim": EventResource.RESOURCE_CLAIM,
     "ResourceClaimTemplate": EventResource.RESOURCE_CLAIM,
+    # A rule taints or frees devices as a slice's own taints do.
+    "DeviceTaintRule": EventResource.RESOURCE_SLICE,
 }
 
 
@@ -47,6 +61,12 @@ def upsert_dra(scheduler: Scheduler, obj: DraObject) -> None:
     elif isinstance(obj, ResourceClaim):
         known = obj.key in catalog.claims
         catalog.upsert_claim(obj)
+    elif isinstance(obj, DeviceTaintRule):
+        problem = obj.problem()
+        if problem:
+            raise ValueError(f"DeviceTaintRule {name}: {problem}")
+        known = name in catalog.taint_rules
+        catalog.upsert_taint_rule(obj)
     else:
         known = obj.key in catalog.templates
         catalog.upsert_template(obj)
@@ -57,8 +77,8 @@ def upsert_dra(scheduler: Scheduler, obj: DraObject) -> None:
 
 
 def delete_dra(scheduler: Scheduler, kind: str, namespace: str, name: str) -> None:
-    """Forget a DRA object by kind ("DeviceClass", "ResourceSlice", "ResourceClaim" or
-    "ResourceClaimTemplate")."""
+    """Forget a DRA object by kind ("DeviceClass", "ResourceSlice", "ResourceClaim",
+    "ResourceClaimTemplate" or "DeviceTaintRule")."""
     catalog = DeviceCatalog.of(scheduler.handle)
     if kind == "DeviceClass":
         catalog.delete_class(name)
@@ -68,6 +88,10 @@ def delete_dra(scheduler: Scheduler, kind: str, namespace: str, name: str) -> No
         catalog.delete_claim(namespace, name)
     elif kind == "ResourceClaimTemplate":
         catalog.delete_template(namespace, name)
+    elif kind == "DeviceTaintRule":
+        catalog.delete_taint_rule(name)
     else:
         raise ValueError(f"{kind} is not a Dynamic Resource Allocation kind")
-    scheduler.notify(ClusterEvent(_RESOURCE[kind], ActionType.DELETE))
+    # A rule gone frees devices, as a slice updated without the taint would.
+    action = ActionType.UPDATE if kind == "DeviceTaintRule" else ActionType.DELETE
+    scheduler.notify(ClusterEvent(_RESOURCE[kind], action))

@@ -12,8 +12,8 @@ is flattened. Cluster and workload files are read the same way, in the order giv
   naming the field);
 * `PersistentVolumeClaim`, `PersistentVolume`, `StorageClass`, `CSINode`: known from
   the start (for the volume plugins, see docs/volumes.md);
-* `DeviceClass`, `ResourceSlice`, `ResourceClaim`, `ResourceClaimTemplate`
-  (resource.k8s.io): known from the start (Dynamic Resource Allocation, see
+* `DeviceClass`, `ResourceSlice`, `ResourceClaim`, `ResourceClaimTemplate`,
+  `DeviceTaintRule` (resource.k8s.io): known from the start (Dynamic Resource Allocation, see
   docs/dra.md); a pod naming a template gets its claim when it arrives, as the
   resource-claim controller would make it;
 * `Pod`: arrives at its `sim.shoal.dev/arrival` annotation (a pod with `spec.nodeName` is
@@ -43,7 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from shoal.api.dra import (
+    DeviceClass,
+    DeviceTaintRule,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 from shoal.api.errors import ManifestError
 from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
@@ -115,9 +121,9 @@ class Scenario:
     storage: list[PersistentVolumeClaim | PersistentVolume | StorageClass | CSINode] = field(
         default_factory=list
     )
-    dra: list[DeviceClass | ResourceSlice | ResourceClaim | ResourceClaimTemplate] = field(
-        default_factory=list
-    )
+    dra: list[
+        DeviceClass | ResourceSlice | ResourceClaim | ResourceClaimTemplate | DeviceTaintRule
+    ] = field(default_factory=list)
     pods: list[PodSource] = field(default_factory=list)
     node_changes: list[NodeChange] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
@@ -158,7 +164,7 @@ _CAPACITY_KINDS: dict[type, str] = {
 
 
 _STORAGE_KINDS = (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode)
-_DRA_KINDS = (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate)
+_DRA_KINDS = (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate, DeviceTaintRule)
 
 
 def load_scenario(

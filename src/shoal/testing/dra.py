@@ -27,6 +27,7 @@ import msgspec
 
 from shoal.api.dra import (
     DeviceClass,
+    DeviceTaintRule,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
@@ -41,6 +42,7 @@ __all__ = [
     "claim_spec",
     "claim_template",
     "device_class",
+    "device_taint_rule",
     "gpu_slice",
     "partitioned_slices",
     "resource_claim",
@@ -282,6 +284,25 @@ def claim_template(
         },
         ResourceClaimTemplate,
     )
+
+
+def device_taint_rule(
+    name: str,
+    key: str = "example.com/maintenance",
+    *,
+    value: str = "",
+    effect: str = "NoSchedule",
+    selector: Mapping[str, str] | None = None,
+) -> DeviceTaintRule:
+    """A DeviceTaintRule putting `key=value:effect` on the devices `selector` picks
+    ({"driver": ..., "pool": ..., "device": ...}, any of them; {} picks every device,
+    None none)."""
+    spec: dict[str, Any] = {"taint": {"key": key, "effect": effect}}
+    if value:
+        spec["taint"]["value"] = value
+    if selector is not None:
+        spec["deviceSelector"] = dict(selector)
+    return decode({"metadata": {"name": name}, "spec": spec}, DeviceTaintRule)
 
 
 def with_claims(

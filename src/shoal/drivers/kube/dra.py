@@ -2,9 +2,11 @@
 DynamicResources plugin, and how its decisions (`AllocateClaims`) are written.
 
 Watched (list+watch of resource.k8s.io/v1, into the scheduler's `DeviceCatalog`):
-DeviceClasses, ResourceSlices, ResourceClaims, ResourceClaimTemplates. All are
-optional: on a cluster that does not serve the API they are marked absent and looked
-for again later, and pods with claims wait.
+DeviceClasses, ResourceSlices, ResourceClaims, ResourceClaimTemplates, and
+DeviceTaintRules (resource.k8s.io/v1beta2, or v1alpha3 on older clusters; served only
+with the DRADeviceTaintRules feature gate). All are optional: on a cluster that does
+not serve the API they are marked absent and looked for again later, and pods with
+claims wait.
 
 Written (`ClaimWriter`), as kube-scheduler writes them, before the pod's Binding:
 
@@ -35,6 +37,7 @@ from typing import Any, Protocol
 
 from shoal.api.dra import (
     DeviceClass,
+    DeviceTaintRule,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
@@ -49,6 +52,7 @@ from shoal.scheduler.scheduler import Scheduler
 
 __all__ = [
     "DEVICE_CLASSES",
+    "DEVICE_TAINT_RULES",
     "DRA_WATCHED",
     "FINALIZER",
     "RESOURCE_CLAIMS",
@@ -89,6 +93,18 @@ RESOURCE_CLAIM_TEMPLATES = ResourceKind(
 )
 
 
+DEVICE_TAINT_RULES = ResourceKind(
+    _GROUP,
+    "v1beta2",
+    "devicetaintrules",
+    "DeviceTaintRule",
+    False,
+    DeviceTaintRule,
+    optional=True,
+    fallback_versions=("v1", "v1alpha3"),
+)
+
+
 def _upsert(backend: _Intake, obj: Any, raw: JSON) -> None:
     upsert_dra(backend.scheduler, obj)
 
@@ -105,7 +121,13 @@ DRA_WATCHED: list[
     tuple[ResourceKind, Callable[[_Intake, Any, JSON], None], Callable[..., None]]
 ] = [
     (kind, _upsert, _remover(kind))
-    for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
+    for kind in (
+        DEVICE_CLASSES,
+        RESOURCE_SLICES,
+        RESOURCE_CLAIMS,
+        RESOURCE_CLAIM_TEMPLATES,
+        DEVICE_TAINT_RULES,
+    )
 ]
 
 

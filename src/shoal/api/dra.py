@@ -10,6 +10,7 @@ controller created from a template, recorded in `status.resourceClaimStatuses`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -70,7 +71,9 @@ class DeviceClassSpec(_Base):
     # charge devices of the class under this name (shoal.tenancy.devices). Pods asking
     # for it in their containers are not given DRA devices (not supported).
     extended_resource_name: str | None = None
-    # config: not read.
+    # Opaque driver parameters, copied into the allocations of claims asking for the
+    # class (`allocation_config`); Shoal does not interpret them.
+    config: list[dict[str, Any]] = []
 
 
 class DeviceClass(_Base):
@@ -420,19 +423,76 @@ def pod_claim_names(pod: Pod) -> list[ClaimUse]:
 ShareResult = tuple[str, tuple[tuple[str, str], ...]]
 
 
+def allocation_config(
+    spec: ResourceClaimSpec,
+    classes: Mapping[str, DeviceClass],
+    results: tuple[tuple[str, str, str, str], ...],
+) -> tuple[dict[str, Any], ...]:
+    """`status.allocation.devices.config` as kube's allocator writes it, so the drivers
+    get their parameters: the `config` of each class a request (or its chosen
+    `firstAvailable` sub-request, `request/sub` in `results`) took devices with, once per
+    class with the names of the requests that use it (`source: FromClass`), then the
+    claim's own `config` (`FromClaim`): an entry naming no request as it is, an entry
+    naming requests once for each of the claim's requests (or chosen sub-requests) it
+    names, as kube repeats it."""
+    chosen: dict[str, str] = {}  # request -> the name its results carry
+    for request, *_ in results:
+        chosen.setdefault(request.partition("/")[0], request)
+    out: list[dict[str, Any]] = []
+    by_class: dict[str, tuple[int, int]] = {}
+    for req in spec.devices.requests:
+        if req.exactly is not None:
+            name, class_name = req.name, req.exactly.device_class_name
+        else:
+            name = chosen.get(req.name, "")
+            sub = name.partition("/")[2]
+            class_name = next(
+                (s.device_class_name for s in req.first_available if s.name == sub), ""
+            )
+        device_class = classes.get(class_name)
+        if device_class is None or not name:
+            continue
+        span = by_class.get(class_name)
+        if span is not None:
+            for entry in out[span[0] : span[1]]:
+                entry["requests"].append(name)
+            continue
+        start = len(out)
+        for config in device_class.spec.config:
+            out.append({"source": "FromClass", "requests": [name], **_configuration(config)})
+        by_class[class_name] = (start, len(out))
+    for config in spec.devices.config:
+        names = list(config.get("requests") or [])
+        if not names:
+            out.append({"source": "FromClaim", **_configuration(config)})
+            continue
+        for req in spec.devices.requests:
+            if req.name in names or (req.first_available and chosen.get(req.name) in names):
+                out.append({"source": "FromClaim", "requests": names, **_configuration(config)})
+    return tuple(out)
+
+
+def _configuration(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The DeviceConfiguration of a class's or a claim's config entry (its `opaque`
+    parameters, and whatever later API versions add beside them)."""
+    return {k: v for k, v in config.items() if k != "requests"}
+
+
 def allocation_json(
     results: tuple[tuple[str, str, str, str], ...],
     node: str,
     shares: tuple[ShareResult | None, ...] = (),
     selector: NodeSelectorTerm | None = None,
     admin: tuple[str, ...] = (),
+    config: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
     """`status.allocation` as the API takes it: the devices per request (with the share
     ID and consumed capacity of a share of a device that allows multiple allocations,
     `shares` parallel to `results`) and, for devices of one node, a node selector naming
     it (as kube-scheduler writes it); for devices of network-attached pools only, the
     one term `selector` their slices' node selectors make together. Results of the
-    requests named in `admin` are marked `adminAccess: true`."""
+    requests named in `admin` are marked `adminAccess: true`; `config` is the devices'
+    `config` (`allocation_config`)."""
     entries: list[dict[str, Any]] = []
     for i, (request, driver, pool, device) in enumerate(results):
         entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool}
@@ -446,6 +506,10 @@ def allocation_json(
                 entry["consumedCapacity"] = dict(share[1])
         entries.append(entry)
     out: dict[str, Any] = {"devices": {"results": entries}}
+    if config:
+        out["devices"]["config"] = [
+            dict(c, requests=list(c["requests"])) if "requests" in c else dict(c) for c in config
+        ]
     if node:
         out["nodeSelector"] = {
             "nodeSelectorTerms": [
@@ -471,6 +535,7 @@ def with_allocation(
     shares: tuple[ShareResult | None, ...] = (),
     selector: NodeSelectorTerm | None = None,
     admin: tuple[str, ...] = (),
+    config: tuple[dict[str, Any], ...] = (),
 ) -> ResourceClaim:
     """The claim as the API has it after the scheduler's status write: allocated (when
     `results` are given) and reserved for the pod."""
@@ -478,7 +543,7 @@ def with_allocation(
     allocation = status.allocation
     if results:
         allocation = msgspec.convert(
-            allocation_json(results, node, shares, selector, admin), AllocationResult
+            allocation_json(results, node, shares, selector, admin, config), AllocationResult
         )
     reserved = list(status.reserved_for)
     if all(r.uid != pod_uid for r in reserved):

@@ -282,6 +282,7 @@ def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:
                     entry.shares,
                     entry.selector,
                     entry.admin,
+                    entry.config,
                 ),
             )
 

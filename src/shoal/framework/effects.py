@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from shoal.api.objects import NodeSelectorTerm
 from shoal.api.podinfo import PodInfo
@@ -247,6 +247,9 @@ class ClaimAllocation:
     selector: NodeSelectorTerm | None = None
     # Requests allocated for admin access (their results say `adminAccess: true`).
     admin: tuple[str, ...] = ()
+    # The allocation's `devices.config`: the classes' and the claim's driver parameters
+    # (`shoal.api.dra.allocation_config`), JSON as written.
+    config: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from shoal.api.dra import (
     DeviceSubRequest,
     ExactDeviceRequest,
     ResourceClaim,
+    allocation_config,
     pod_claim_names,
 )
 from shoal.api.podinfo import PodInfo, controlled_by_pod
@@ -627,6 +628,7 @@ class DynamicResources:
                         assumed.share_results(),
                         assumed.selector,
                         tuple(sorted(assumed.admin)),
+                        allocation_config(claim.spec, catalog.classes, results),
                     )
                 )
             elif catalog.allocated(claim.key) is not None:

@@ -240,9 +240,11 @@ def claim_spec(
     match_attribute: str = "",
     capacity: Mapping[str, str] | None = None,
     tolerations: Sequence[Mapping[str, str]] = (),
+    config: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """`spec` of a claim: one request "gpu" (or the raw `requests` given); `capacity`
-    is its `capacity.requests` (name -> quantity), `tolerations` its tolerations."""
+    is its `capacity.requests` (name -> quantity), `tolerations` its tolerations,
+    `config` the claim's `devices.config` entries."""
     if requests is None:
         exactly: dict[str, Any] = {"deviceClassName": device_class_name}
         if all_devices:
@@ -259,6 +261,8 @@ def claim_spec(
     devices: dict[str, Any] = {"requests": list(requests)}
     if match_attribute:
         devices["constraints"] = [{"matchAttribute": match_attribute}]
+    if config:
+        devices["config"] = [dict(c) for c in config]
     return {"devices": devices}
 
 

@@ -221,7 +221,12 @@ class ClaimWriter:
             status = claim.get("status") or {}
             if entry.results:
                 wanted = allocation_json(
-                    entry.results, entry.node, entry.shares, entry.selector, entry.admin
+                    entry.results,
+                    entry.node,
+                    entry.shares,
+                    entry.selector,
+                    entry.admin,
+                    entry.config,
                 )
                 current = status.get("allocation")
                 if current and _devices(current) != _devices(wanted):
@@ -252,7 +257,12 @@ class ClaimWriter:
             new_status: JSON = {"reservedFor": reserved}
             if entry.results and not status.get("allocation"):
                 new_status["allocation"] = allocation_json(
-                    entry.results, entry.node, entry.shares, entry.selector, entry.admin
+                    entry.results,
+                    entry.node,
+                    entry.shares,
+                    entry.selector,
+                    entry.admin,
+                    entry.config,
                 )
             body = {
                 "metadata": {"resourceVersion": meta.get("resourceVersion", "")},

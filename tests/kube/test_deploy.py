@@ -277,10 +277,16 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
                     "driver": "gpu.example.com",
                     "nodeName": "gpu",
                     "pool": {"name": "gpu", "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": "gpu-0"}],
+                    "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
                 },
             },
         )
+        # An extended resource backed by DRA: its claim is created for the pod.
+        extended = pod("uses-extended", cpu="10m")
+        extended["spec"]["containers"][0]["resources"]["requests"][
+            "deviceclass.resource.kubernetes.io/gpu"
+        ] = "1"
+        api.create("v1", "pods", extended)
         request = {"name": "gpu", "exactly": {"deviceClassName": "gpu"}}
         api.create(
             "resource.k8s.io/v1",

@@ -10,15 +10,19 @@ controller created from a template, recorded in `status.resourceClaimStatuses`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
 
 from shoal.api.objects import NodeSelector, NodeSelectorTerm, ObjectMeta, Pod, tolerates
+from shoal.api.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "BLOCKING_TAINT_EFFECTS",
+    "DEVICE_CLASS_RESOURCE_PREFIX",
+    "EXTENDED_RESOURCE_CLAIM_ANNOTATION",
     "TAINT_EFFECTS",
     "AllocationResult",
     "CELSelector",
@@ -43,12 +47,16 @@ __all__ = [
     "DeviceTaintSelector",
     "DeviceToleration",
     "ExactDeviceRequest",
+    "ExtendedRequest",
     "ResourceClaim",
     "ResourceClaimTemplate",
     "ResourceSlice",
     "ShareResult",
     "SliceDevice",
     "claim_key",
+    "extended_claim_name",
+    "extended_requests",
+    "is_dra_extended_resource_name",
     "pod_claim_names",
 ]
 
@@ -67,9 +75,10 @@ class DeviceSelector(_Base):
 
 class DeviceClassSpec(_Base):
     selectors: list[DeviceSelector] = []
-    # The extended resource the class's devices stand for (KEP-5004): tenant queues
-    # charge devices of the class under this name (shoal.tenancy.devices). Pods asking
-    # for it in their containers are not given DRA devices (not supported).
+    # The extended resource the class's devices stand for (KEP-5004): a pod asking for
+    # it in its containers, on a node whose allocatable lacks it, gets devices of the
+    # class through a claim the scheduler makes (`extended_requests`); tenant queues
+    # charge devices of the class under this name (shoal.tenancy.devices).
     extended_resource_name: str | None = None
     # Opaque driver parameters, copied into the allocations of claims asking for the
     # class (`allocation_config`); Shoal does not interpret them.
@@ -381,6 +390,76 @@ class ResourceClaimTemplate(_Base):
     @property
     def key(self) -> str:
         return claim_key(self.metadata.namespace, self.metadata.name)
+
+
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+"""Every DeviceClass stands for the extended resource `<this prefix><class name>` too."""
+_NAME_LETTERS = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generated names use
+
+
+def is_dra_extended_resource_name(name: str) -> bool:
+    """kube's IsDRAExtendedResourceName: an extended resource (a domain of its own, not
+    kubernetes.io's, not a quota `requests.` name) or a class's implicit name."""
+    if name.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
+        return True
+    domain, slash, _ = name.partition("/")
+    if not slash or name.startswith("requests."):
+        return False
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+def extended_claim_name(pod_name: str, pod_uid: str) -> str:
+    """The name of the ResourceClaim made for a pod's extended resources: kube's
+    generated name (`<pod>-extended-resources-` cut to 58 characters, then 5 letters),
+    with the letters drawn from the pod's uid rather than at random, so that a retried
+    write finds the claim it made (and the cache knows its key before it exists)."""
+    digest = hashlib.sha256(pod_uid.encode()).digest()
+    suffix = "".join(_NAME_LETTERS[b % len(_NAME_LETTERS)] for b in digest[:5])
+    return f"{pod_name}-extended-resources-"[:58] + suffix
+
+
+class ExtendedRequest(msgspec.Struct, frozen=True):
+    """One request of the claim for a pod's extended resources: `count` devices of
+    `device_class` for `resource` of one container (`container-<i>-request-<j>`: i the
+    container's index among init and regular containers, j the resource's index among
+    that container's requests sorted by name, as kube names it)."""
+
+    name: str
+    container: str
+    resource: str
+    device_class: str
+    count: int
+
+
+def extended_requests(pod: Pod, mapping: Mapping[str, str]) -> list[ExtendedRequest]:
+    """kube's createDeviceRequests for every resource of the pod that a DeviceClass
+    stands for (`mapping`: resource name -> class), sorted by request name. Quantities
+    that are not whole numbers are left out, as kube does."""
+    out: list[ExtendedRequest] = []
+    for i, container in enumerate([*pod.spec.init_containers, *pod.spec.containers]):
+        requests = container.resources.requests
+        for j, resource in enumerate(sorted(requests)):
+            device_class = mapping.get(resource)
+            if not device_class or not is_dra_extended_resource_name(resource):
+                continue
+            try:
+                count = parse_quantity(requests[resource])
+            except QuantityError:
+                continue
+            if count <= 0 or count.denominator != 1:
+                continue
+            out.append(
+                ExtendedRequest(
+                    f"container-{i}-request-{j}",
+                    container.name,
+                    resource,
+                    device_class,
+                    int(count),
+                )
+            )
+    out.sort(key=lambda r: r.name)
+    return out
 
 
 def claim_key(namespace: str, name: str) -> str:

@@ -17,6 +17,7 @@ from shoal.api.resources import parse_resource_list
 __all__ = [
     "Affinity",
     "Container",
+    "ContainerExtendedResourceRequest",
     "ContainerPort",
     "LabelSelector",
     "LabelSelectorRequirement",
@@ -33,6 +34,7 @@ __all__ = [
     "PodAffinity",
     "PodAffinityTerm",
     "PodAntiAffinity",
+    "PodExtendedResourceClaimStatus",
     "PodSpec",
     "PodStatus",
     "PreferredSchedulingTerm",
@@ -444,11 +446,28 @@ class PodResourceClaimStatus(_Base):
     resource_claim_name: str | None = None
 
 
+class ContainerExtendedResourceRequest(_Base):
+    """Which request of the extended-resource claim serves which container's resource."""
+
+    container_name: str = ""
+    resource_name: str = ""
+    request_name: str = ""
+
+
+class PodExtendedResourceClaimStatus(_Base):
+    """`status.extendedResourceClaimStatus`: the ResourceClaim the scheduler created for
+    the pod's extended resources backed by Dynamic Resource Allocation (KEP-5004)."""
+
+    request_mappings: list[ContainerExtendedResourceRequest] = []
+    resource_claim_name: str = ""
+
+
 class PodStatus(_Base):
     phase: str = ""
     nominated_node_name: str = ""
     conditions: list[PodCondition] = []
     resource_claim_statuses: list[PodResourceClaimStatus] = []
+    extended_resource_claim_status: PodExtendedResourceClaimStatus | None = None
 
 
 class Pod(_Base):

@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 
 from shoal.api.dra import (
     BLOCKING_TAINT_EFFECTS,
+    DEVICE_CLASS_RESOURCE_PREFIX,
     DeviceClass,
     DeviceTaint,
     DeviceTaintRule,
@@ -63,6 +64,7 @@ from shoal.api.dra import (
     ResourceClaimTemplate,
     ResourceSlice,
     SliceDevice,
+    extended_claim_name,
     pod_claim_names,
 )
 from shoal.api.objects import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
@@ -167,6 +169,14 @@ class PodPlan:
     # With firstAvailable: the other choices of sub-requests (as reqs, constraints),
     # tried in order when the first does not fit.
     more: list[tuple[list[Req], list[Constraint]]] = field(default_factory=list)
+    # (claim, request) -> the node rows where the request is to be allocated; others
+    # everywhere (the extended-resource claim's requests are not where a device plugin
+    # serves their resource).
+    only: dict[tuple[str, str], NDArray[np.bool_]] = field(default_factory=dict)
+
+    def applies(self, r: Req, row: int) -> bool:
+        rows = self.only.get((r.claim, r.name))
+        return rows is None or (row < rows.size and bool(rows[row]))
 
 
 @dataclass
@@ -195,6 +205,11 @@ class DeviceCatalog:
         self.templates: dict[str, ResourceClaimTemplate] = {}
         self.taint_rules: dict[str, DeviceTaintRule] = {}
         self._rules_version = 0
+        # Extended resources backed by DRA (KEP-5004): resource name -> DeviceClass
+        # (None: to be gathered again after a class changed), and per pod (uid) the key
+        # of the claim for its extended resources, from when PreFilter plans it.
+        self._extended_mapping: dict[str, str] | None = None
+        self.extended: dict[str, str] = {}
         self.version = 0  # any change (plugins key cycle caches on it)
         self._slices_version = 0
         self._table = _Table()
@@ -256,12 +271,14 @@ class DeviceCatalog:
 
     def upsert_class(self, obj: DeviceClass) -> None:
         self.classes[obj.metadata.name] = obj
+        self._extended_mapping = None
         self._match.clear()
         self._errors.clear()
         self.version += 1
 
     def delete_class(self, name: str) -> None:
         self.classes.pop(name, None)
+        self._extended_mapping = None
         self._match.clear()
         self._errors.clear()
         self.version += 1
@@ -326,6 +343,40 @@ class DeviceCatalog:
     def departed(self) -> int:
         """How many departed pods the catalog remembers (bounded, see the module)."""
         return len(self._gone) + len(self._left)
+
+    def extended_mapping(self) -> dict[str, str]:
+        """Extended resource name -> the DeviceClass that stands for it: each class's
+        `extendedResourceName`, and `deviceclass.resource.kubernetes.io/<class>` for
+        every class. When several classes name one resource, the newest (by creation
+        time, then name) wins, as kube's extended resource cache keeps the latest."""
+        found = self._extended_mapping
+        if found is None:
+            found = {}
+            ranked = sorted(
+                self.classes.values(),
+                key=lambda c: (c.metadata.creation_timestamp or "", c.metadata.name),
+            )
+            for device_class in ranked:
+                name = device_class.metadata.name
+                found[DEVICE_CLASS_RESOURCE_PREFIX + name] = name
+                if device_class.spec.extended_resource_name:
+                    found[device_class.spec.extended_resource_name] = name
+            self._extended_mapping = found
+        return found
+
+    def extended_key(self, pod: PodInfo) -> str:
+        """The key of the claim for the pod's extended resources ("" when it has none):
+        named in its status once written, else planned by PreFilter."""
+        status = pod.pod.status.extended_resource_claim_status
+        if status is not None and status.resource_claim_name:
+            return f"{pod.namespace or 'default'}/{status.resource_claim_name}"
+        return self.extended.get(pod.uid, "")
+
+    def plan_extended(self, pod: PodInfo) -> str:
+        """Record that the pod's extended resources take devices: the key of its claim."""
+        key = f"{pod.namespace or 'default'}/{extended_claim_name(pod.name, pod.uid)}"
+        self.extended[pod.uid] = key
+        return key
 
     def upsert_taint_rule(self, obj: DeviceTaintRule) -> None:
         self.taint_rules[obj.metadata.name] = obj
@@ -839,10 +890,25 @@ class DeviceCatalog:
 
     # ---- placement observer -----------------------------------------------------------
 
-    def pod_placed(self, row: int, pod: PodInfo) -> None:
-        if not pod.pod.spec.resource_claims:
-            return
+    def _claim_keys(self, pod: PodInfo) -> list[str]:
+        """The claims the pod uses: its own, then the one for its extended resources."""
         keys = [use.key for use in pod_claim_names(pod.pod) if use.key]
+        extended = self.extended_key(pod)
+        if extended:
+            keys.append(extended)
+        return keys
+
+    def _uses_claims(self, pod: PodInfo) -> bool:
+        return bool(
+            pod.pod.spec.resource_claims
+            or pod.uid in self.extended
+            or pod.pod.status.extended_resource_claim_status is not None
+        )
+
+    def pod_placed(self, row: int, pod: PodInfo) -> None:
+        if not self._uses_claims(pod):
+            return
+        keys = self._claim_keys(pod)
         self._pod_claims[pod.uid] = keys
         self._gone.discard(pod.uid)
         self._left.pop(pod.uid, None)
@@ -878,7 +944,7 @@ class DeviceCatalog:
         chosen: list[list[int]] | None = None
         reqs: list[Req] = []
         for every_req, every_constraint in [(plan.reqs, plan.constraints), *plan.more]:
-            reqs = [r for r in every_req if r.claim in todo]
+            reqs = [r for r in every_req if r.claim in todo and plan.applies(r, row)]
             positions = {id(r): i for i, r in enumerate(reqs)}
             constraints = [
                 replace(c, requests=[positions[id(every_req[i])] for i in c.requests])
@@ -945,7 +1011,7 @@ class DeviceCatalog:
         return out
 
     def pod_unplaced(self, row: int, pod: PodInfo) -> None:
-        if not pod.pod.spec.resource_claims:
+        if not self._uses_claims(pod):
             return
         if pod.uid in self.cluster.placed:
             # Still placed: its node left the cache (the pod still exists) or it is
@@ -981,6 +1047,7 @@ class DeviceCatalog:
         claims that still name it no longer count it as a user."""
         self.plans.pop(uid, None)
         self.failed.pop(uid, None)
+        self.extended.pop(uid, None)
         self._depart(uid)  # also for a claim written for it that is seen only later
         listed = self._listed.get(uid)
         if listed:

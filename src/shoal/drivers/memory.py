@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from shoal.api.dra import with_allocation
+from shoal.api.dra import ResourceClaim, with_allocation
+from shoal.api.manifests import decode
 from shoal.api.podinfo import PodInfo
 from shoal.cache.dra import DeviceCatalog
 from shoal.cache.volumes import VolumeCatalog
@@ -270,6 +271,9 @@ def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:
     pod = allocate.pod
     for entry in allocate.claims:
         claim = catalog.claims.get(entry.claim)
+        if claim is None and entry.create is not None:
+            # The claim for the pod's extended resources, created as the API would.
+            claim = decode(entry.create, ResourceClaim)
         if claim is not None:
             upsert_dra(
                 scheduler,

@@ -250,6 +250,11 @@ class ClaimAllocation:
     # The allocation's `devices.config`: the classes' and the claim's driver parameters
     # (`shoal.api.dra.allocation_config`), JSON as written.
     config: tuple[dict[str, Any], ...] = ()
+    # The claim made for the pod's extended resources (KEP-5004): its manifest, to be
+    # created before its status is written, and the pod's
+    # `status.extendedResourceClaimStatus.requestMappings` to write after it.
+    create: dict[str, Any] | None = None
+    mappings: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,20 +44,24 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from shoal.api.dra import (
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     ClaimUse,
     DeviceSelector,
     DeviceSubRequest,
     ExactDeviceRequest,
     ResourceClaim,
     allocation_config,
+    extended_requests,
     pod_claim_names,
 )
+from shoal.api.manifests import decode
 from shoal.api.podinfo import PodInfo, controlled_by_pod
 from shoal.api.quantity import QuantityError, parse_quantity
 from shoal.cache.dra import GLOBAL, SELECTED, DeviceCatalog, PodPlan, Reach
@@ -96,6 +100,7 @@ _STATE = "PreFilter" + NAME
 _NAMED_POOLS = 3
 _RESERVED = NAME + "/claims"
 _DOCS = "see docs/dra.md"
+_EXTENDED_KEPT = 10_000  # in-memory extended-resource claims kept between cycles
 
 
 class DynamicResourcesArgs(BaseModel):
@@ -140,6 +145,9 @@ class DynamicResources:
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
         self.catalog = DeviceCatalog.of(handle)
+        # uid -> (the class mapping it was made with, the claim for the pod's extended
+        # resources as PreFilter made it in memory); bounded, rebuilt when missing.
+        self._extended: dict[str, tuple[dict[str, str], ResourceClaim]] = {}
 
     # ---- PreEnqueue -----------------------------------------------------------------
 
@@ -150,6 +158,9 @@ class DynamicResources:
         return status
 
     def _claims(self, pod: PodInfo) -> tuple[list[ResourceClaim], Status]:
+        """The pod's claims, then the claim for its extended resources backed by DRA
+        (last: its requests come after every other claim's, and no constraint or
+        sub-request refers to them)."""
         claims: list[ResourceClaim] = []
         seen: set[str] = set()
         for use in pod_claim_names(pod.pod):
@@ -159,7 +170,87 @@ class DynamicResources:
             if claim.key not in seen:
                 seen.add(claim.key)
                 claims.append(claim)
+        extended = self._extended_claim(pod)
+        if extended is not None:
+            claims.append(extended)
         return claims, Status()
+
+    def _extended_claim(self, pod: PodInfo) -> ResourceClaim | None:
+        """The claim for the pod's extended resources that a DeviceClass stands for
+        (KEP-5004): the one written for it, or one made in memory (kube's
+        "<extended-resources>" claim) with a request per container and resource; None
+        when the pod asks for none. It is created in the cluster at PreBind."""
+        catalog = self.catalog
+        mapping = catalog.extended_mapping()
+        if not mapping or not any(r in mapping for r in pod.requests):
+            if catalog.extended:
+                catalog.extended.pop(pod.uid, None)
+            return None
+        key = catalog.extended_key(pod) or catalog.plan_extended(pod)
+        written = catalog.claims.get(key)
+        if written is not None:
+            return written
+        kept = self._extended.get(pod.uid)
+        if kept is not None and kept[0] is mapping:
+            return kept[1]
+        requests = extended_requests(pod.pod, mapping)
+        if not requests:
+            catalog.extended.pop(pod.uid, None)
+            return None
+        namespace, _, name = key.partition("/")
+        claim = decode(
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+                    "ownerReferences": [
+                        {"kind": "Pod", "name": pod.name, "uid": pod.uid, "controller": True}
+                    ],
+                },
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": r.name,
+                                "exactly": {
+                                    "deviceClassName": r.device_class,
+                                    "allocationMode": "ExactCount",
+                                    "count": r.count,
+                                },
+                            }
+                            for r in requests
+                        ]
+                    }
+                },
+            },
+            ResourceClaim,
+        )
+        if len(self._extended) >= _EXTENDED_KEPT:
+            self._extended.clear()
+        self._extended[pod.uid] = (mapping, claim)
+        return claim
+
+    def _device_plugin_rows(
+        self, pod: PodInfo, claim: ResourceClaim
+    ) -> dict[str, NDArray[np.bool_]]:
+        """Per request of the extended-resource claim, the nodes (rows) whose allocatable
+        has its resource: there the device plugin serves it, not DRA (kube's
+        filterExtendedResources). Only requests with such nodes are listed."""
+        snap = self.handle.snapshot
+        n = snap.n
+        resource_of = {
+            r.name: r.resource for r in extended_requests(pod.pod, self.catalog.extended_mapping())
+        }
+        out: dict[str, NDArray[np.bool_]] = {}
+        for request in claim.spec.devices.requests:
+            col = snap.resource_index.get(resource_of.get(request.name, ""))
+            if col is None:
+                continue
+            served = snap.allocatable[:n, col] > 0
+            if served.any():
+                out[request.name] = served
+        return out
 
     def _claim(self, pod: PodInfo, use: ClaimUse) -> tuple[ResourceClaim | None, str]:
         if not use.key:
@@ -184,7 +275,7 @@ class DynamicResources:
     # ---- PreFilter --------------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        if not pod.pod.spec.resource_claims:
+        if not pod.pod.spec.resource_claims and self._extended_claim(pod) is None:
             return None, Status(Code.SKIP)
         claims, status = self._claims(pod)
         if not status.ok:
@@ -224,30 +315,59 @@ class DynamicResources:
         passed &= self._all_mode_reach(reqs, passed, failures)
         alternatives = choices(reqs, constraints, options)
         first_reqs, first_constraints = alternatives[0]
+        extended = claims[-1].key if claims and claims[-1].key == catalog.extended_key(pod) else ""
+        served = self._device_plugin_rows(pod, claims[-1]) if extended else {}
+        only = {(extended, name): ~rows_served for name, rows_served in served.items()}
         catalog.plans[pod.uid] = PodPlan(
-            first_reqs, first_constraints, catalog.plan_version, held, alternatives[1:]
+            first_reqs, first_constraints, catalog.plan_version, held, alternatives[1:], only
         )
         if reqs:
             on_node = _NodeDevices(rows, reach)
-            # With firstAvailable, a node passes when some choice of sub-requests fits;
-            # the explanations are those of the first choice.
             fits = np.zeros(n, dtype=bool)
-            for k, (chosen, chosen_constraints) in enumerate(alternatives):
-                verdict = self._feasible(chosen, chosen_constraints, rows, now, n, on_node, reach)
-                if k == 0:
-                    for reason, mask in verdict.reasons:
-                        code = (
-                            _UNRESOLVABLE if reason.startswith("no device") else Code.UNSCHEDULABLE
-                        )
-                        bad = mask & passed
-                        if bad.any():
-                            failures.extend(self._unsettled_said(reason, bad, code))
-                fits |= verdict.passed
-                if fits.all():
-                    break
+            for where, dropped in _variants(served, n):
+                # Nodes whose device plugin serves some of the extended resources judge
+                # the requests without those (kube: a node-specific claim).
+                variant = [
+                    (
+                        [r for r in chosen if not (r.claim == extended and r.name in dropped)],
+                        chosen_constraints,
+                    )
+                    for chosen, chosen_constraints in alternatives
+                ]
+                fits |= (
+                    self._judge(variant, rows, now, n, on_node, reach, passed & where, failures)
+                    & where
+                )
             passed &= fits
         state.write(_STATE, _Verdict([c.key for c in claims], passed, failures, unavailable))
         return None, Status()
+
+    def _judge(
+        self,
+        alternatives: list[tuple[list[Req], list[Constraint]]],
+        rows: NDArray[np.intp],
+        now: Devices,
+        n: int,
+        on_node: _NodeDevices,
+        reach: Reach | None,
+        passed: NDArray[np.bool_],
+        failures: list[Failure],
+    ) -> NDArray[np.bool_]:
+        """Where some choice of sub-requests fits (with firstAvailable); the
+        explanations, on the `passed` nodes, are those of the first choice."""
+        fits = np.zeros(n, dtype=bool)
+        for k, (chosen, chosen_constraints) in enumerate(alternatives):
+            verdict = self._feasible(chosen, chosen_constraints, rows, now, n, on_node, reach)
+            if k == 0:
+                for reason, mask in verdict.reasons:
+                    code = _UNRESOLVABLE if reason.startswith("no device") else Code.UNSCHEDULABLE
+                    bad = mask & passed
+                    if bad.any():
+                        failures.extend(self._unsettled_said(reason, bad, code))
+            fits |= verdict.passed
+            if fits.all():
+                break
+        return fits
 
     # ---- PostFilter -------------------------------------------------------------------
 
@@ -600,7 +720,7 @@ class DynamicResources:
     # ---- Reserve / PreBind ------------------------------------------------------------
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        if not pod.pod.spec.resource_claims:
+        if not pod.pod.spec.resource_claims and not self.catalog.extended_key(pod):
             return Status()
         catalog = self.catalog
         failed = catalog.failed.pop(pod.uid, None)
@@ -629,6 +749,7 @@ class DynamicResources:
                         assumed.selector,
                         tuple(sorted(assumed.admin)),
                         allocation_config(claim.spec, catalog.classes, results),
+                        *self._to_create(pod, claim, results),
                     )
                 )
             elif catalog.allocated(claim.key) is not None:
@@ -641,6 +762,8 @@ class DynamicResources:
                         f"resourceclaim {claim.metadata.name} is allocated on {where}",
                     )
                 out.append(ClaimAllocation(claim.key))
+            elif claim.key == catalog.extended_key(pod) and not self._needs_devices(pod, node):
+                continue  # the device plugin of this node serves the extended resources
             else:
                 return Status(
                     Code.UNSCHEDULABLE,
@@ -648,6 +771,55 @@ class DynamicResources:
                 )
         state.write(_RESERVED, tuple(out))
         return Status()
+
+    def _needs_devices(self, pod: PodInfo, node: str) -> bool:
+        """Does the extended-resource claim take devices on this node (some request is
+        not served by the node's device plugin)?"""
+        plan = self.catalog.plans.get(pod.uid)
+        row = self.handle.snapshot.row_of.get(node)
+        key = self.catalog.extended_key(pod)
+        if plan is None or row is None:
+            return True
+        return any(plan.applies(r, row) for r in plan.reqs if r.claim == key)
+
+    def _to_create(
+        self, pod: PodInfo, claim: ResourceClaim, results: tuple[tuple[str, str, str, str], ...]
+    ) -> tuple[dict[str, Any] | None, tuple[dict[str, str], ...]]:
+        """For the claim made in memory for the pod's extended resources: the manifest
+        to create (with only the requests that got devices on the chosen node) and
+        the pod's `status.extendedResourceClaimStatus.requestMappings`; (None, ()) for
+        any other claim."""
+        if claim.key != self.catalog.extended_key(pod) or claim.key in self.catalog.claims:
+            return None, ()
+        used = {request for request, *_ in results}
+        requests = [r for r in claim.spec.devices.requests if r.name in used]
+        mappings = tuple(
+            {"containerName": r.container, "resourceName": r.resource, "requestName": r.name}
+            for r in extended_requests(pod.pod, self.catalog.extended_mapping())
+            if r.name in used
+        )
+        meta = claim.metadata
+        manifest: dict[str, Any] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod.name,
+                        "uid": pod.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {"devices": {"requests": [msgspec.to_builtins(r) for r in requests]}},
+        }
+        return manifest, mappings
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
         # The devices are released by the cache when the pod is forgotten.
@@ -724,3 +896,21 @@ def _first_fit(
 def _quoted(expression: str, limit: int = 120) -> str:
     text = expression if len(expression) <= limit else expression[: limit - 3] + "..."
     return f"({text!r})"
+
+
+def _variants(
+    served: dict[str, NDArray[np.bool_]], n: int
+) -> list[tuple[NDArray[np.bool_], frozenset[str]]]:
+    """(nodes, requests of the extended-resource claim their device plugin serves) for
+    each distinct such set among the nodes; one variant (every node, none served) in
+    the usual case of resources served by DRA alone."""
+    if not served:
+        return [(np.ones(n, dtype=bool), frozenset())]
+    names = sorted(served)
+    matrix = np.stack([served[name] for name in names], axis=1)  # [n, k]
+    patterns, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    return [
+        (inverse == i, frozenset(name for name, on in zip(names, pattern, strict=True) if on))
+        for i, pattern in enumerate(patterns)
+    ]

@@ -20,6 +20,8 @@ from numpy.typing import NDArray
 from shoal.api.gpu import DEVICE_LEVEL_RESOURCES, GPU_MILLI
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import GPU, PODS, is_extended
+from shoal.cache.dra import SERVICE_KEY as DRA_SERVICE
+from shoal.cache.dra import DeviceCatalog
 from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -137,8 +139,19 @@ class NodeResourcesFit:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, unplaceable)
         vector, cols, need, pairs = self._checked_of_pod(pod)
         gpu = self._whole_gpu_position(state, pod, vector, cols)
-        state.write(_STATE_KEY, (cols, need, gpu, pairs))
+        state.write(_STATE_KEY, (cols, need, gpu, pairs, self._delegated(cols)))
         return None, Status()
+
+    def _delegated(self, cols: NDArray[np.intp]) -> tuple[int, ...]:
+        """Positions in `cols` of extended resources a DeviceClass stands for: on a node
+        whose allocatable lacks one, DynamicResources allocates devices for it instead
+        (kube's shouldDelegateResourceToDRA, KEP-5004), so it is not checked there."""
+        catalog = self.handle.services.get(DRA_SERVICE)
+        if not isinstance(catalog, DeviceCatalog) or not catalog.classes:
+            return ()
+        mapping = catalog.extended_mapping()
+        names = self.handle.snapshot.resources
+        return tuple(j for j, col in enumerate(cols.tolist()) if names[col] in mapping)
 
     def checked_request(self, pod: PodInfo) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
         """The columns Filter checks for the pod and the amounts (preemption's could-fit
@@ -227,7 +240,7 @@ class NodeResourcesFit:
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
         snap = self.handle.snapshot
-        cols, need, gpu, pairs = state.read(_STATE_KEY)
+        cols, need, gpu, pairs, delegated = state.read(_STATE_KEY)
         idx = nodes.index
         free = snap.free
         # One contiguous column per requested resource (the table is column-major).
@@ -239,6 +252,8 @@ class NodeResourcesFit:
             fits[gpu] = self._whole_gpus_free(devices, idx, free[idx, cols[gpu]]) >= need[gpu]
         if self.handle.snapshot.nominations:
             self._leave_room_for_nominated(pod, nodes, cols, need, fits, gpu)
+        for j in delegated:
+            fits[j] = fits[j] | (snap.allocatable[:, cols[j]][idx] == 0)
         passed = fits[0]
         if len(fits) > 1:
             passed = passed & fits[1]
@@ -264,8 +279,8 @@ class NodeResourcesFit:
         row i, nominated room included, as it would be with those pods evicted from the
         cache: preemption's victim arithmetic. None when the verdict needs more than the
         columns (whole GPUs judged per device)."""
-        cols, need, gpu, _ = state.read(_STATE_KEY)
-        if gpu >= 0:
+        cols, need, gpu, _, delegated = state.read(_STATE_KEY)
+        if gpu >= 0 or delegated:
             return None
         free = (self.handle.snapshot.free_for(pod, rows) + freed)[:, cols]
         fits: NDArray[np.bool_] = np.all(free >= need, axis=1)

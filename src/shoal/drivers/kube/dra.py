@@ -45,7 +45,7 @@ from shoal.api.dra import (
     consumer_json,
 )
 from shoal.drivers.kube.client import JSON, ApiError, KubeClient
-from shoal.drivers.kube.resources import ResourceKind
+from shoal.drivers.kube.resources import PODS, ResourceKind
 from shoal.framework.effects import AllocateClaims, BindError, ClaimAllocation, DeallocateClaim
 from shoal.scheduler.dra import delete_dra, upsert_dra
 from shoal.scheduler.scheduler import Scheduler
@@ -202,6 +202,51 @@ class ClaimWriter:
     async def write(self, effect: AllocateClaims) -> None:
         for entry in effect.claims:
             await self._write_one(effect, entry)
+            if entry.create is not None:
+                await self._name_in_pod(effect, entry)
+
+    async def _create(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
+        """Create the claim for the pod's extended resources (kube's finalizer in it
+        from the start). Its name is derived from the pod: a retried write finds the
+        claim made before (409) and goes on with it."""
+        assert entry.create is not None
+        body = dict(entry.create)
+        body["metadata"] = {**body["metadata"], "finalizers": [FINALIZER]}
+        namespace = str(body["metadata"].get("namespace", ""))
+        try:
+            await self.client.request(
+                "POST", RESOURCE_CLAIMS.path(namespace), body=body, timeout=self.timeout
+            )
+        except ApiError as err:
+            if err.status != 409:
+                raise self._error(effect, entry, err) from None
+
+    async def _name_in_pod(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
+        """`status.extendedResourceClaimStatus`: which claim, and which of its requests
+        serves which container's resource (the kubelet reads it)."""
+        name = entry.claim.partition("/")[2]
+        body = {
+            "status": {
+                "extendedResourceClaimStatus": {
+                    "resourceClaimName": name,
+                    "requestMappings": [dict(m) for m in entry.mappings],
+                }
+            }
+        }
+        try:
+            await self.client.request(
+                "PATCH",
+                PODS.path(effect.pod.namespace, effect.pod.name, "status"),
+                body=body,
+                content_type="application/merge-patch+json",
+                timeout=self.timeout,
+            )
+        except ApiError as err:
+            raise BindError(
+                f"pod {effect.pod.key}: naming resourceclaim {name} in its "
+                f"status.extendedResourceClaimStatus failed: {err.status} {err.reason}: "
+                f"{err.message}"
+            ) from None
 
     async def _write_one(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
         lock = self._locks.setdefault(entry.claim, asyncio.Lock())
@@ -213,6 +258,8 @@ class ClaimWriter:
                 del self._locks[entry.claim]
 
     async def _write_locked(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
+        if entry.create is not None:
+            await self._create(effect, entry)
         namespace, _, name = entry.claim.partition("/")
         path = RESOURCE_CLAIMS.path(namespace, name)
         for _ in range(_ATTEMPTS):

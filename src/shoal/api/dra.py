@@ -25,6 +25,7 @@ __all__ = [
     "EXTENDED_RESOURCE_CLAIM_ANNOTATION",
     "TAINT_EFFECTS",
     "AllocationResult",
+    "BindingConditions",
     "CELSelector",
     "CapacityRequestPolicy",
     "CapacityRequestPolicyRange",
@@ -243,6 +244,12 @@ class SliceDevice(_Base):
     # Taints (KEP-5055): a NoSchedule or NoExecute taint keeps the device from
     # requests that do not tolerate it.
     taints: list[DeviceTaint] = []
+    # Binding conditions (KEP-5007): the conditions the driver must report True in the
+    # claim's `status.devices` before the pod is bound (any failure condition True
+    # fails the binding), and whether an allocation of it is limited to its node.
+    binding_conditions: list[str] = []
+    binding_failure_conditions: list[str] = []
+    binds_to_node: bool | None = None
     # Where the device is, in a slice with `perDeviceNodeSelection` (KEP-4815): one of
     # these, as a slice's own fields.
     node_name: str | None = None
@@ -340,6 +347,9 @@ class DeviceRequestAllocationResult(_Base):
     # Allocated for admin access (monitoring, debugging): the device stays free for
     # other claims (KEP-5018).
     admin_access: bool | None = None
+    # Copies of the device's binding conditions at allocation (KEP-5007).
+    binding_conditions: list[str] = []
+    binding_failure_conditions: list[str] = []
 
 
 class DeviceAllocationResult(_Base):
@@ -350,6 +360,7 @@ class DeviceAllocationResult(_Base):
 class AllocationResult(_Base):
     devices: DeviceAllocationResult = msgspec.field(default_factory=DeviceAllocationResult)
     node_selector: NodeSelector | None = None
+    allocation_timestamp: str | None = None
 
 
 class ResourceClaimConsumerReference(_Base):
@@ -500,6 +511,9 @@ def pod_claim_names(pod: Pod) -> list[ClaimUse]:
 # One share of a device that allows multiple allocations, as written in an allocation
 # result: (shareID, ((capacity name, consumed quantity), ...)).
 ShareResult = tuple[str, tuple[tuple[str, str], ...]]
+# A device's (binding conditions, binding failure conditions), as an allocation result
+# copies them (KEP-5007).
+BindingConditions = tuple[tuple[str, ...], tuple[str, ...]]
 
 
 def allocation_config(
@@ -564,6 +578,7 @@ def allocation_json(
     selector: NodeSelectorTerm | None = None,
     admin: tuple[str, ...] = (),
     config: tuple[dict[str, Any], ...] = (),
+    binding: tuple[BindingConditions | None, ...] = (),
 ) -> dict[str, Any]:
     """`status.allocation` as the API takes it: the devices per request (with the share
     ID and consumed capacity of a share of a device that allows multiple allocations,
@@ -571,7 +586,8 @@ def allocation_json(
     it (as kube-scheduler writes it); for devices of network-attached pools only, the
     one term `selector` their slices' node selectors make together. Results of the
     requests named in `admin` are marked `adminAccess: true`; `config` is the devices'
-    `config` (`allocation_config`)."""
+    `config` (`allocation_config`); `binding`, parallel to `results`, the binding and
+    binding failure conditions of devices that have them."""
     entries: list[dict[str, Any]] = []
     for i, (request, driver, pool, device) in enumerate(results):
         entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool}
@@ -583,6 +599,11 @@ def allocation_json(
             entry["shareID"] = share[0]
             if share[1]:
                 entry["consumedCapacity"] = dict(share[1])
+        conditions = binding[i] if i < len(binding) else None
+        if conditions is not None:
+            entry["bindingConditions"] = list(conditions[0])
+            if conditions[1]:
+                entry["bindingFailureConditions"] = list(conditions[1])
         entries.append(entry)
     out: dict[str, Any] = {"devices": {"results": entries}}
     if config:
@@ -615,6 +636,7 @@ def with_allocation(
     selector: NodeSelectorTerm | None = None,
     admin: tuple[str, ...] = (),
     config: tuple[dict[str, Any], ...] = (),
+    binding: tuple[BindingConditions | None, ...] = (),
 ) -> ResourceClaim:
     """The claim as the API has it after the scheduler's status write: allocated (when
     `results` are given) and reserved for the pod."""
@@ -622,7 +644,8 @@ def with_allocation(
     allocation = status.allocation
     if results:
         allocation = msgspec.convert(
-            allocation_json(results, node, shares, selector, admin, config), AllocationResult
+            allocation_json(results, node, shares, selector, admin, config, binding),
+            AllocationResult,
         )
     reserved = list(status.reserved_for)
     if all(r.uid != pod_uid for r in reserved):

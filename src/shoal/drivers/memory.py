@@ -287,6 +287,7 @@ def _apply_claims(scheduler: Scheduler, allocate: AllocateClaims) -> None:
                     entry.selector,
                     entry.admin,
                     entry.config,
+                    entry.binding,
                 ),
             )
 

@@ -255,6 +255,15 @@ class ClaimAllocation:
     # `status.extendedResourceClaimStatus.requestMappings` to write after it.
     create: dict[str, Any] | None = None
     mappings: tuple[dict[str, str], ...] = ()
+    # Parallel to `results`: the (binding, binding failure) conditions of devices that
+    # have them (KEP-5007), None for others; the pod is bound once the driver reports
+    # every binding condition True in the claim's `status.devices`.
+    binding: tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, ...] = ()
+
+    @property
+    def waits(self) -> bool:
+        """Does the pod's Binding wait for the driver (binding conditions)?"""
+        return any(b is not None for b in self.binding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +275,9 @@ class AllocateClaims:
     pod: PodInfo
     node: str
     claims: tuple[ClaimAllocation, ...] = ()
+    # How long the binding waits for devices' binding conditions (DynamicResourcesArgs'
+    # bindingTimeout) before it fails and the claims it allocated are cleared.
+    binding_timeout: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

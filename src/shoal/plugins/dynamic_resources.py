@@ -47,7 +47,7 @@ from typing import Any
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
 from shoal.api.dra import (
@@ -76,6 +76,7 @@ from shoal.cache.dra_alloc import (
     prepare,
 )
 from shoal.cache.dra_cel import CompiledSelector, SelectorError, compile_selector
+from shoal.config.durations import parse_duration
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.effects import AllocateClaims, ClaimAllocation, DeallocateClaim
 from shoal.framework.handle import Handle
@@ -101,11 +102,13 @@ _NAMED_POOLS = 3
 _RESERVED = NAME + "/claims"
 _DOCS = "see docs/dra.md"
 _EXTENDED_KEPT = 10_000  # in-memory extended-resource claims kept between cycles
+_BINDING_TIMEOUT = 600.0  # kube's default bindingTimeout (10m)
 
 
 class DynamicResourcesArgs(BaseModel):
-    """kube's DynamicResourcesArgs, accepted so stock configurations load; neither
-    timeout changes what Shoal does (see `not_used`)."""
+    """kube's DynamicResourcesArgs: `bindingTimeout` (a Go duration, default 10m) is how
+    long a binding waits for devices' binding conditions; `filterTimeout` is accepted so
+    stock configurations load and does not change what Shoal does (see `not_used`)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
@@ -114,17 +117,26 @@ class DynamicResourcesArgs(BaseModel):
     filter_timeout: str | float | None = None
     binding_timeout: str | float | None = None
 
+    @field_validator("binding_timeout")
+    @classmethod
+    def _duration(cls, value: str | float | None) -> str | float | None:
+        if value is not None and parse_duration(value) <= 0:
+            raise ValueError(f"bindingTimeout {value!r} must be above zero, e.g. 10m")
+        return value
+
+    def binding_seconds(self) -> float:
+        return (
+            _BINDING_TIMEOUT
+            if self.binding_timeout is None
+            else parse_duration(self.binding_timeout)
+        )
+
     def not_used(self) -> list[str]:
         notes = []
         if self.filter_timeout is not None:
             notes.append(
                 "DynamicResources' filterTimeout is not used: Shoal's Filter judges every "
                 "node at once over device columns"
-            )
-        if self.binding_timeout is not None:
-            notes.append(
-                "DynamicResources' bindingTimeout is not used: Shoal does not wait for "
-                "device binding conditions"
             )
         return notes
 
@@ -142,9 +154,10 @@ class _Verdict:
 class DynamicResources:
     name = NAME
 
-    def __init__(self, handle: Handle) -> None:
+    def __init__(self, handle: Handle, args: DynamicResourcesArgs | None = None) -> None:
         self.handle = handle
         self.catalog = DeviceCatalog.of(handle)
+        self.binding_timeout = (args or DynamicResourcesArgs()).binding_seconds()
         # uid -> (the class mapping it was made with, the claim for the pod's extended
         # resources as PreFilter made it in memory); bounded, rebuilt when missing.
         self._extended: dict[str, tuple[dict[str, str], ResourceClaim]] = {}
@@ -740,16 +753,26 @@ class DynamicResources:
                         f"resourceclaim {claim.metadata.name} was allocated on {assumed.node}",
                     )
                 results = tuple((request, *table.ids[d]) for request, d in assumed.results)
+                devices = [table.devices[d] for _, d in assumed.results]
+                binding = tuple(
+                    (tuple(dev.binding_conditions), tuple(dev.binding_failure_conditions))
+                    if dev.binding_conditions
+                    else None
+                    for dev in devices
+                )
+                # bindsToNode: the allocation is limited to the node it was made on.
+                pinned = assumed.node_local or any(dev.binds_to_node for dev in devices)
                 out.append(
                     ClaimAllocation(
                         claim.key,
                         results,
-                        node if assumed.node_local else "",
+                        node if pinned else "",
                         assumed.share_results(),
                         assumed.selector,
                         tuple(sorted(assumed.admin)),
                         allocation_config(claim.spec, catalog.classes, results),
                         *self._to_create(pod, claim, results),
+                        binding if any(b is not None for b in binding) else (),
                     )
                 )
             elif catalog.allocated(claim.key) is not None:
@@ -829,7 +852,7 @@ class DynamicResources:
     def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         claims: tuple[ClaimAllocation, ...] | None = state.get(_RESERVED)
         if claims:
-            self.handle.effects.emit(AllocateClaims(pod, node, claims))
+            self.handle.effects.emit(AllocateClaims(pod, node, claims, self.binding_timeout))
         return Status()
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
@@ -847,8 +870,8 @@ class DynamicResources:
         ]
 
     @classmethod
-    def new(cls, args: Any, handle: Handle) -> DynamicResources:
-        return cls(handle)
+    def new(cls, args: DynamicResourcesArgs | None, handle: Handle) -> DynamicResources:
+        return cls(handle, args)
 
 
 class _NodeDevices:

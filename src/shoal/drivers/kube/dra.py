@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from shoal.api.dra import (
@@ -66,6 +67,7 @@ log = logging.getLogger("shoal.kube.dra")
 FINALIZER = "resource.kubernetes.io/delete-protection"
 _GROUP, _VERSION = "resource.k8s.io", "v1"
 _ATTEMPTS = 4
+_BINDING_POLL = 1.0  # seconds between reads of claims whose binding conditions are awaited
 
 
 class _Intake(Protocol):
@@ -103,6 +105,49 @@ DEVICE_TAINT_RULES = ResourceKind(
     optional=True,
     fallback_versions=("v1", "v1alpha3"),
 )
+
+
+def binding_verdict(claim: JSON) -> str | None:
+    """kube's isClaimReadyForBinding: "" when every device of the allocation with
+    binding conditions has them all True in the claim's `status.devices`; None while one
+    is not yet; why, when a binding failure condition is True."""
+    status = claim.get("status") or {}
+    allocation = status.get("allocation")
+    if not allocation:
+        return (
+            "resourceclaim " + str(claim.get("metadata", {}).get("name")) + " lost its allocation"
+        )
+    reported = {
+        (d.get("driver"), d.get("pool"), d.get("device")): {
+            c.get("type"): c for c in d.get("conditions") or []
+        }
+        for d in status.get("devices") or []
+    }
+    pending = False
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        wanted = result.get("bindingConditions") or []
+        if not wanted:
+            continue
+        conditions = reported.get((result.get("driver"), result.get("pool"), result.get("device")))
+        if conditions is None:
+            pending = True
+            continue
+        for failure in result.get("bindingFailureConditions") or []:
+            found = conditions.get(failure)
+            if found is not None and found.get("status") == "True":
+                name = claim.get("metadata", {}).get("name")
+                return (
+                    f"resourceclaim {name} binding failed: device {result.get('device')} "
+                    f"reports {failure} (reason={found.get('reason', '')}, "
+                    f"message={found.get('message', '')!r})"
+                )
+        if any((conditions.get(c) or {}).get("status") != "True" for c in wanted):
+            pending = True
+    return None if pending else ""
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _upsert(backend: _Intake, obj: Any, raw: JSON) -> None:
@@ -204,6 +249,64 @@ class ClaimWriter:
             await self._write_one(effect, entry)
             if entry.create is not None:
                 await self._name_in_pod(effect, entry)
+        waiting = [entry for entry in effect.claims if entry.waits]
+        if waiting:
+            await self._await_binding_conditions(effect, waiting)
+
+    async def _await_binding_conditions(
+        self, effect: AllocateClaims, waiting: list[ClaimAllocation]
+    ) -> None:
+        """kube's PreBind wait (KEP-5007): read the claims until the driver reports
+        every binding condition of their devices True in `status.devices`. A binding
+        failure condition True, or `effect.binding_timeout` passing, fails the pod's
+        binding; the allocations written for it are cleared first, so the next
+        attempt chooses devices anew."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + effect.binding_timeout
+        while True:
+            why = ""
+            ready = True
+            for entry in waiting:
+                namespace, _, name = entry.claim.partition("/")
+                claim = await self._call(
+                    effect, entry, "GET", RESOURCE_CLAIMS.path(namespace, name)
+                )
+                verdict = binding_verdict(claim)
+                if verdict is None:
+                    ready = False
+                elif verdict:
+                    why = verdict
+                    break
+            if not why and ready:
+                return
+            if not why and loop.time() >= deadline:
+                why = f"binding conditions not met within {effect.binding_timeout:g} s"
+            if why:
+                for entry in waiting:
+                    if entry.results:
+                        await self._clear(effect, entry)
+                raise BindError(f"pod {effect.pod.key}: {why}")
+            await asyncio.sleep(min(_BINDING_POLL, max(deadline - loop.time(), 0.0)))
+
+    async def _clear(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
+        namespace, _, name = entry.claim.partition("/")
+        body: JSON = {"status": {"allocation": None, "reservedFor": None}}
+        try:
+            await self.client.request(
+                "PATCH",
+                RESOURCE_CLAIMS.path(namespace, name, "status"),
+                body=body,
+                content_type="application/merge-patch+json",
+                timeout=self.timeout,
+            )
+        except (ApiError, OSError, TimeoutError) as err:
+            log.warning(
+                "pod %s: clearing the allocation of resourceclaim %s after a failed "
+                "binding failed: %s",
+                effect.pod.key,
+                entry.claim,
+                str(err) or type(err).__name__,
+            )
 
     async def _create(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
         """Create the claim for the pod's extended resources (kube's finalizer in it
@@ -274,6 +377,7 @@ class ClaimWriter:
                     entry.selector,
                     entry.admin,
                     entry.config,
+                    entry.binding,
                 )
                 current = status.get("allocation")
                 if current and _devices(current) != _devices(wanted):
@@ -310,7 +414,11 @@ class ClaimWriter:
                     entry.selector,
                     entry.admin,
                     entry.config,
+                    entry.binding,
                 )
+                # As kube-scheduler writes it (DRADeviceBindingConditions): when the
+                # allocation was made, which a binding timeout counts from.
+                new_status["allocation"]["allocationTimestamp"] = _now_rfc3339()
             body = {
                 "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
                 "status": new_status,

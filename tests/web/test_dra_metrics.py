@@ -63,3 +63,55 @@ def test_drivers_beyond_the_limit_fold_into_one_label() -> None:
     assert len(groups) == MAX_DRIVERS + 1
     other = next(g for g in groups if g.driver == OTHER_DRIVERS)
     assert other.devices == 5 and other.free == 5
+
+
+def test_gpus_published_through_dra_count_in_the_gpu_series() -> None:
+    """A class standing for nvidia.com/gpu makes its devices GPUs of the census: whole,
+    shared (by the part of the first capacity their shares take) and free, per model
+    (the device's productName attribute), beside the GPUs nodes list."""
+    import msgspec
+
+    from shoal.api.dra import DeviceClass
+    from shoal.api.manifests import decode
+
+    h = SchedulerHarness()
+    h.add_nodes(
+        make_node("n1").capacity(cpu="8", memory="32Gi"),
+        make_node("n2").capacity(cpu="8", memory="32Gi"),
+        make_node("n3").capacity(cpu="8", memory="32Gi", **{"nvidia.com/gpu": "2"}),
+    )
+    gpu_class = device_class()
+    gpu_class = msgspec.structs.replace(
+        gpu_class,
+        spec=msgspec.structs.replace(gpu_class.spec, extended_resource_name="nvidia.com/gpu"),
+    )
+    nic = "nic.example.com"
+    other = decode(
+        {
+            "metadata": {"name": nic},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{nic}"'}}]},
+        },
+        DeviceClass,
+    )
+    h.add_dra(
+        gpu_class,
+        other,
+        gpu_slice("n1", count=4, attributes={"productName": ["A100"] * 4}),
+        shared_slice("n2", capacity={"memory": "80Gi"}, attributes={"productName": "H100"}),
+        shared_slice("n1", capacity={"bandwidth": "10G"}, driver=nic, name="n1-nic"),
+        resource_claim("two", count=2),
+        resource_claim("quarter", capacity={"memory": "20Gi"}),
+    )
+    h.add_pods(with_claims(make_pod("a"), gpu="two"), with_claims(make_pod("b"), gpu="quarter"))
+    assert all(h.run().placements.values())
+    census = GpuCensus(h.scheduler)
+    census.maybe_sample(0.0)
+    groups = {(g.pool, g.model): g for g in census.latest}
+    a100 = groups[("", "A100")]
+    assert (a100.nodes, a100.devices) == (1, 4)
+    assert (a100.whole_milli, a100.shared_milli, a100.free_milli) == (2000, 0, 2000)
+    shared = groups[("", "H100")]
+    assert shared.devices == 1 and shared.shared_devices == 1
+    assert (shared.shared_milli, shared.free_milli) == (250, 750)
+    # n3's GPUs from its allocatable are counted as before; the NIC is not a GPU.
+    assert sum(g.devices for g in census.latest) == 4 + 1 + 2

@@ -32,7 +32,7 @@ from shoal.cache.node_table import NodeTable
 from shoal.gpu.fragmentation import FragmentationModel, NodeStates, TargetShape, TargetWorkload
 from shoal.plugins.fragmentation_base import pod_shape
 from shoal.scheduler import Scheduler
-from shoal.web.dra_census import DraGroup, dra_census
+from shoal.web.dra_census import DraGpus, DraGroup, dra_census, dra_gpus
 
 __all__ = ["MAX_SHAPES", "WHOLE_GPU", "GpuCensus", "GpuGroup", "ShapeTracker", "pool_masks"]
 
@@ -180,6 +180,13 @@ class GpuCensus:
             self._next = now + self.interval
 
     def sample(self) -> tuple[GpuGroup, ...]:
+        native = self._sample_native()
+        gpus = dra_gpus(self.scheduler)
+        if gpus is None:
+            return native
+        return _with_dra(native, gpus, self.scheduler)
+
+    def _sample_native(self) -> tuple[GpuGroup, ...]:
         sched = self.scheduler
         devices = sched.cluster.gpu_devices
         table = sched.cluster.table
@@ -234,3 +241,48 @@ def _allocations(
             shared[row] += milli * len(devices)
             share_devices[row, [d for d in devices if d < width]] = True
     return whole, shared, share_devices.sum(axis=1).astype(np.int64)
+
+
+def _with_dra(
+    groups: tuple[GpuGroup, ...], gpus: DraGpus, scheduler: Scheduler
+) -> tuple[GpuGroup, ...]:
+    """The groups with the GPUs published through DRA added (same pool and model: one
+    group). Their fragmentation is not measured (0 added)."""
+    table = scheduler.cluster.table
+    n = table.n
+    by_key = {(g.pool, g.model): g for g in groups}
+    inside = gpus.row < n
+    models = np.array(gpus.model, dtype=object)
+    for pool, mask in pool_masks(table, scheduler.tenant_queues.pools).items():
+        mine = inside & mask[np.minimum(gpus.row, max(n - 1, 0))]
+        if not mine.any():
+            continue
+        for model in sorted(set(models[mine].tolist())):
+            pick = mine & (models == model)
+            old = by_key.get((pool, model))
+            nodes = int(np.unique(gpus.row[pick]).size)
+            add = GpuGroup(
+                pool,
+                model,
+                nodes,
+                int(pick.sum()),
+                int(gpus.whole[pick].sum()),
+                int(gpus.shared[pick].sum()),
+                int(gpus.free[pick].sum()),
+                int((gpus.shared[pick] > 0).sum()),
+                0.0,
+            )
+            if old is not None:
+                add = GpuGroup(
+                    pool,
+                    model,
+                    old.nodes + add.nodes,
+                    old.devices + add.devices,
+                    old.whole_milli + add.whole_milli,
+                    old.shared_milli + add.shared_milli,
+                    old.free_milli + add.free_milli,
+                    old.shared_devices + add.shared_devices,
+                    old.frag_milli,
+                )
+            by_key[(pool, model)] = add
+    return tuple(by_key.values())

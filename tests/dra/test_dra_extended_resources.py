@@ -139,3 +139,29 @@ def test_a_deleted_pod_frees_the_devices_of_its_claim() -> None:
     assert h.run()[0]["default/b"] is None
     h.delete_pod(a.uid)
     assert h.advance(2.0)[0]["default/b"] == "n2"
+
+
+def test_nvidia_gpus_through_dra_pass_gpu_share_on_nodes_listing_none() -> None:
+    """`nvidia.com/gpu`, the resource GpuShare places on devices, backed by DRA: on a
+    node whose allocatable lists no GPU, DynamicResources allocates the devices and
+    GpuShare leaves the node to it; on a node listing GPUs, GpuShare places as before
+    (and no claim is made)."""
+    h = SchedulerHarness()
+    h.add_nodes(
+        make_node("dra").capacity(cpu="16", memory="64Gi"),
+        make_node("plugin").capacity(cpu="16", memory="64Gi", **{"nvidia.com/gpu": "1"}),
+    )
+    h.add_dra(_class(extended="nvidia.com/gpu"), gpu_slice("dra", count=2))
+    h.add_pods(
+        make_pod("a").req({"nvidia.com/gpu": "1"}),
+        make_pod("b").req({"nvidia.com/gpu": "1"}),
+        make_pod("c").req({"nvidia.com/gpu": "1"}),
+        make_pod("d").req({"nvidia.com/gpu": "1"}),
+    )
+    placements, messages = h.run()
+    placed = sorted(str(v) for v in placements.values())
+    assert placed == ["None", "dra", "dra", "plugin"], (placements, messages)
+    claims = _claims(h)
+    assert len(claims) == 2
+    devices = sorted(r.device for c in claims.values() for r in c.status.allocation.devices.results)
+    assert devices == ["gpu-0", "gpu-1"]

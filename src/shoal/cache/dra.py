@@ -210,6 +210,7 @@ class DeviceCatalog:
         # of the claim for its extended resources, from when PreFilter plans it.
         self._extended_mapping: dict[str, str] | None = None
         self.extended: dict[str, str] = {}
+        self.classes_version = 0  # any DeviceClass change
         self.version = 0  # any change (plugins key cycle caches on it)
         self._slices_version = 0
         self._table = _Table()
@@ -271,6 +272,7 @@ class DeviceCatalog:
 
     def upsert_class(self, obj: DeviceClass) -> None:
         self.classes[obj.metadata.name] = obj
+        self.classes_version += 1
         self._extended_mapping = None
         self._match.clear()
         self._errors.clear()
@@ -278,6 +280,7 @@ class DeviceCatalog:
 
     def delete_class(self, name: str) -> None:
         self.classes.pop(name, None)
+        self.classes_version += 1
         self._extended_mapping = None
         self._match.clear()
         self._errors.clear()

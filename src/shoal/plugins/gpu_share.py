@@ -21,6 +21,9 @@ from numpy.typing import NDArray
 
 from shoal.api.gpu import GpuRequest, GpuRequestError, pod_gpu_request
 from shoal.api.podinfo import PodInfo
+from shoal.api.resources import GPU
+from shoal.cache.dra import SERVICE_KEY as DRA_SERVICE
+from shoal.cache.dra import DeviceCatalog
 from shoal.cache.gpu_devices import GpuDevices, remember_request, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
@@ -77,10 +80,22 @@ class GpuShare:
             return None, Status(Code.SKIP)
         return None, Status()
 
+    def _to_dra(self, pod: PodInfo, request: GpuRequest) -> bool:
+        """Whole GPUs asked for through the `nvidia.com/gpu` resource, which a
+        DeviceClass stands for: on a node whose allocatable lists no GPU,
+        DynamicResources allocates DRA devices for them (KEP-5004), not this plugin."""
+        if request.shared or pod.requests.get(GPU, 0) != request.count:
+            return False
+        catalog = self.handle.services.get(DRA_SERVICE)
+        return isinstance(catalog, DeviceCatalog) and GPU in catalog.extended_mapping()
+
     def filter(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterResult:
         request = request_of(state, pod)
         devices = self.handle.snapshot.gpu_devices
-        if devices is None:  # no node has a GPU
+        to_dra = self._to_dra(pod, request)
+        if devices is None:  # no node lists a GPU
+            if to_dra:
+                return FilterResult(np.ones(nodes.size, dtype=bool))
             none = np.zeros(nodes.size, dtype=bool)
             return FilterResult(
                 none, [Failure(REASON_NO_GPU, ~none, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)]
@@ -95,6 +110,9 @@ class GpuShare:
         passed = enough & has_gpu
         if allowed is not None:
             passed &= allowed
+        if to_dra:
+            passed |= ~has_gpu  # DynamicResources judges those nodes
+            has_gpu = np.ones_like(has_gpu)
         if passed.all():
             return FilterResult(passed)
         failures = []
@@ -129,6 +147,10 @@ class GpuShare:
         devices = self.handle.snapshot.gpu_devices
         held = devices.devices_of(pod.uid) if devices is not None else None
         if not held:
+            row = self.handle.snapshot.row_of.get(node)
+            listed = devices is not None and row is not None and int(devices.count[row]) > 0
+            if not listed and self._to_dra(pod, request):
+                return Status()  # DRA devices, allocated by DynamicResources
             return Status(Code.UNSCHEDULABLE, f"no GPU device on {node} can hold the pod")
         return Status()
 

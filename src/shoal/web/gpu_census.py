@@ -29,10 +29,11 @@ from shoal.api.queue import NodePool
 from shoal.api.resources import CPU, MEMORY
 from shoal.cache.gpu_devices import Assignment, GpuDevices, request_of
 from shoal.cache.node_table import NodeTable
+from shoal.gpu.dra_gpus import DraGpuView
 from shoal.gpu.fragmentation import FragmentationModel, NodeStates, TargetShape, TargetWorkload
 from shoal.plugins.fragmentation_base import pod_shape
 from shoal.scheduler import Scheduler
-from shoal.web.dra_census import DraGpus, DraGroup, dra_census, dra_gpus
+from shoal.web.dra_census import DraGroup, dra_census, dra_gpus
 
 __all__ = ["MAX_SHAPES", "WHOLE_GPU", "GpuCensus", "GpuGroup", "ShapeTracker", "pool_masks"]
 
@@ -244,7 +245,7 @@ def _allocations(
 
 
 def _with_dra(
-    groups: tuple[GpuGroup, ...], gpus: DraGpus, scheduler: Scheduler
+    groups: tuple[GpuGroup, ...], gpus: DraGpuView, scheduler: Scheduler
 ) -> tuple[GpuGroup, ...]:
     """The groups with the GPUs published through DRA added (same pool and model: one
     group). Their fragmentation is not measured (0 added)."""

@@ -602,6 +602,36 @@ class FragScorer:
             gain = gain - self.share_loss(states.free[pos, dev], shape.gpu_milli)
         return pos, dev, gain
 
+    def with_free(
+        self, rows: NDArray[np.intp], free: NDArray[np.int64], model: NDArray[np.int64]
+    ) -> NodeStates:
+        """The rows' states with the given free milli per device and model codes (GPUs
+        the device table does not hold: published through DRA)."""
+        states = self.states(rows)
+        return NodeStates(free.astype(np.int64), states.cpu_left, states.mem_left, model)
+
+    def score_states(
+        self, states: NodeStates, shape: TargetShape, per_device: bool
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(score, device) per state, computed afresh (no cache): for node states the
+        device table does not hold (`with_free`)."""
+        self._check()
+        pos, dev, free_after = after_states(
+            states.free, shape.gpu_milli, shape.gpu_count, per_device
+        )
+        after = NodeStates(
+            free_after,
+            states.cpu_left[pos] - shape.cpu_milli,
+            states.mem_left[pos] - shape.memory,
+            states.model[pos],
+        )
+        weighted = self.model.frag_weighted(states.concat(after))
+        n = len(states.free)
+        gain = (weighted[:n][pos] - weighted[n:]) / max(self.model.total_weight, 1)
+        if per_device and self.share_loss is not None and len(pos):
+            gain = gain - self.share_loss(states.free[pos, dev], shape.gpu_milli)
+        return best_per_row(n, pos, dev, self.score_of(gain))
+
     def score(
         self, rows: NDArray[np.intp], shape: TargetShape, per_device: bool
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:

@@ -12,12 +12,16 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from shoal.api.dra import pod_claim_names
 from shoal.api.gpu import GpuRequest
 from shoal.api.podinfo import PodInfo
+from shoal.cache.dra import SERVICE_KEY as DRA_SERVICE
+from shoal.cache.dra import DeviceCatalog
 from shoal.cache.gpu_devices import GpuDevices, request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
+from shoal.gpu.dra_gpus import DraGpuView, dra_gpu_request
 from shoal.gpu.fragmentation import (
     FragmentationModel,
     FragScorer,
@@ -113,7 +117,7 @@ class FragmentationPolicy:
             self.scorer = self._scorer(TargetWorkload.from_counts(self._seen, self.args.coverage))
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
-        request = request_of(state, pod)
+        request, view = self.gpu_request(state, pod)
         if not request and not pod.requests:
             return np.full(nodes.size, MAX_NODE_SCORE, dtype=np.int64)
         shape = pod_shape(pod, request, self.use_memory)
@@ -121,7 +125,56 @@ class FragmentationPolicy:
             self._learn(shape)
         per_device = request.shared and request.count == 1
         rows = nodes.rows
-        scores, devices = self.scorer.score(rows, shape, per_device)
+        scores, devices = self.gpu_scores(rows, shape, per_device, view)
         if per_device:
             self.devices.plan(pod.uid, rows, devices)
         return scores
+
+    def gpu_request(self, state: CycleState, pod: PodInfo) -> tuple[GpuRequest, DraGpuView | None]:
+        """The pod's GPU request, and the GPUs published through DRA when there are
+        any: a pod asking for none through `nvidia.com/gpu` or annotations may ask for
+        them through its ResourceClaims (`shoal.gpu.dra_gpus`)."""
+        request = request_of(state, pod)
+        catalog = self.handle.services.get(DRA_SERVICE)
+        if not isinstance(catalog, DeviceCatalog) or not catalog.classes:
+            return request, None
+        view = DraGpuView.of(catalog)
+        if view is None:
+            return request, None
+        if not request and (pod.pod.spec.resource_claims or catalog.extended_key(pod)):
+            keys = [u.key for u in pod_claim_names(pod.pod) if u.key]
+            claims = [catalog.claims[k] for k in keys if k in catalog.claims]
+            request = dra_gpu_request(claims, catalog, view)
+        return request, view
+
+    def gpu_scores(
+        self,
+        rows: NDArray[np.intp],
+        shape: TargetShape,
+        per_device: bool,
+        view: DraGpuView | None,
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(score, device) per row. Rows whose GPUs are published through DRA (none in
+        their allocatable) are scored on those devices' state, afresh; the others from
+        the device table, cached. The device is -1 on DRA rows: DynamicResources picks
+        the device there."""
+        if view is not None:
+            on_dra = np.isin(rows, view.row)
+            devices = self.devices
+            listed = devices.count[rows] > 0 if devices.count.size else np.zeros(rows.size, bool)
+            use = on_dra & ~listed
+            if use.any():
+                dra_free = view.free_matrix(rows)
+                native = devices.free[rows] if devices.free.size else np.zeros((rows.size, 0))
+                width = max(dra_free.shape[1], native.shape[1])
+                merged = np.zeros((rows.size, width), dtype=np.int64)
+                merged[:, : native.shape[1]] = native
+                merged[use] = 0
+                merged[use, : dra_free.shape[1]] = dra_free[use]
+                model = np.where(use, -1, devices.model[rows] if devices.model.size else -1).astype(
+                    np.int64
+                )
+                states = self.scorer.with_free(rows, merged, model)
+                scores, chosen = self.scorer.score_states(states, shape, per_device)
+                return scores, np.where(use, -1, chosen)
+        return self.scorer.score(rows, shape, per_device)

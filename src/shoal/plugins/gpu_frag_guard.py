@@ -63,7 +63,6 @@ from pydantic import Field
 
 from shoal.api.gpu import GPU_MILLI
 from shoal.api.podinfo import PodInfo
-from shoal.cache.gpu_devices import request_of
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.handle import Handle
 from shoal.framework.types import MAX_NODE_SCORE, Candidates
@@ -253,14 +252,14 @@ class GpuFragGuard(FragmentationPolicy):
             self._next_refit = min(self._arrived * 2, self._arrived + every)
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
-        request = request_of(state, pod)
+        request, view = self.gpu_request(state, pod)
         if not request and not pod.requests:
             return np.full(nodes.size, MAX_NODE_SCORE, dtype=np.int64)
         shape = pod_shape(pod, request, self.use_memory)
         self.observe(shape)
         per_device = request.shared and request.count == 1
         rows = nodes.rows
-        scores, devices = self.scorer.score(rows, shape, per_device)
+        scores, devices = self.gpu_scores(rows, shape, per_device, view)
         if per_device:
             self.devices.plan(pod.uid, rows, devices)
         if self.guard_args.pool_pressure and shape.is_gpu and self._pool_demand:

@@ -211,6 +211,9 @@ class DeviceCatalog:
         self._extended_mapping: dict[str, str] | None = None
         self.extended: dict[str, str] = {}
         self.classes_version = 0  # any DeviceClass change
+        # uid -> {node row: device index}: the device a GPU policy chose for a pod's
+        # share on each node (tried first when the pod is assumed there).
+        self.preferred: dict[str, dict[int, int]] = {}
         self.version = 0  # any change (plugins key cycle caches on it)
         self._slices_version = 0
         self._table = _Table()
@@ -380,6 +383,13 @@ class DeviceCatalog:
         key = f"{pod.namespace or 'default'}/{extended_claim_name(pod.name, pod.uid)}"
         self.extended[pod.uid] = key
         return key
+
+    def prefer(self, uid: str, rows: NDArray[np.intp], devices: NDArray[np.int64]) -> None:
+        """Record the device a placement policy chose for the pod on each of `rows`."""
+        if rows.size:
+            self.preferred[uid] = dict(zip(rows.tolist(), devices.tolist(), strict=True))
+        else:
+            self.preferred.pop(uid, None)
 
     def upsert_taint_rule(self, obj: DeviceTaintRule) -> None:
         self.taint_rules[obj.metadata.name] = obj
@@ -938,6 +948,12 @@ class DeviceCatalog:
             # What nominated preemptors will take stays theirs.
             state = state.holding(plan.held)
         devices = self.devices_of(row)
+        preferred = self.preferred.pop(pod.uid, {}).get(row)
+        if preferred is not None and preferred in devices:
+            # A placement policy's choice (a GPU share's device) comes first.
+            devices = np.concatenate(([preferred], devices[devices != preferred])).astype(
+                devices.dtype
+            )
         sticky = self._reuse(todo, node, state)
         if sticky:
             for key, assumed in sticky.items():
@@ -1051,6 +1067,7 @@ class DeviceCatalog:
         self.plans.pop(uid, None)
         self.failed.pop(uid, None)
         self.extended.pop(uid, None)
+        self.preferred.pop(uid, None)
         self._depart(uid)  # also for a claim written for it that is seen only later
         listed = self._listed.get(uid)
         if listed:

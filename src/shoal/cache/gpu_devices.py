@@ -249,6 +249,17 @@ class GpuDevices:
         """The code of a model name (-1 for "" and for models no node has)."""
         return self._model_code.get(model, -1) if model else -1
 
+    def register_model(self, model: str) -> int:
+        """The code of a model name, given one if it has none yet (GPU models known
+        from elsewhere than node labels: devices published through DRA)."""
+        if not model:
+            return -1
+        code = self._model_code.get(model)
+        if code is None:
+            code = self._model_code[model] = len(self.models)
+            self.models.append(model)
+        return code
+
     def _bump(self, row: int) -> None:
         self._tick += 1
         self.version[row] = self._tick

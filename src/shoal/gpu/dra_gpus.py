@@ -22,7 +22,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
-from shoal.api.dra import DeviceClass, ResourceClaim
+from shoal.api.dra import DeviceClass, DeviceSelector, ResourceClaim
 from shoal.api.gpu import GPU_MILLI, NO_GPU, GpuRequest
 from shoal.api.quantity import QuantityError, parse_quantity
 from shoal.api.resources import GPU
@@ -81,6 +81,16 @@ class DraGpuView:
     def free_matrix(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
         """Free milli-GPU per device for each of `rows` ([len(rows), W]; devices in
         table order, 0 past a node's last)."""
+        return self._matrix(rows, self.free, 0)
+
+    def device_matrix(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
+        """The device table index of each column of `free_matrix` (-1 past a node's
+        last device)."""
+        return self._matrix(rows, self.device.astype(np.int64), -1)
+
+    def _matrix(
+        self, rows: NDArray[np.intp], values: NDArray[np.int64], fill: int
+    ) -> NDArray[np.int64]:
         if not self.row.size:
             return np.zeros((rows.size, 0), dtype=np.int64)
         order = np.argsort(self.row, kind="stable")
@@ -89,12 +99,12 @@ class DraGpuView:
         ends = np.searchsorted(sorted_rows, rows, side="right")
         counts = ends - starts
         width = int(counts.max(initial=0))
-        out = np.zeros((rows.size, width), dtype=np.int64)
+        out = np.full((rows.size, width), fill, dtype=np.int64)
         if width:
             offsets = np.arange(width)
             take = offsets[None, :] < counts[:, None]
             index = np.minimum(starts[:, None] + offsets[None, :], max(order.size - 1, 0))
-            out[take] = self.free[order[index[take]]]
+            out[take] = values[order[index[take]]]
         return out
 
 
@@ -169,6 +179,7 @@ def dra_gpu_request(
         return NO_GPU
     whole = 0
     shares: list[int] = []
+    allowed: frozenset[str] | None = None
     for claim in claims:
         if catalog.allocated(claim.key) is not None:
             continue
@@ -178,17 +189,45 @@ def dra_gpu_request(
                 continue
             if exact.allocation_mode != "ExactCount":
                 return NO_GPU
+            if exact.selectors:
+                models = _models_selected(exact.selectors, catalog, view)
+                if models is not None:
+                    allowed = models if allowed is None else allowed & models
             wanted = exact.capacity.requests if exact.capacity is not None else {}
             if not wanted:
                 whole += exact.count
                 continue
             milli = _share_milli(next(iter(wanted.values())), view)
-            if milli is None or exact.count != 1:
+            if milli is None:
+                return NO_GPU
+            if milli >= GPU_MILLI:
+                whole += exact.count  # the whole of each device
+                continue
+            if exact.count != 1:
                 return NO_GPU
             shares.append(milli)
     if shares:
-        return NO_GPU if whole or len(shares) > 1 else GpuRequest(1, shares[0])
-    return GpuRequest(whole, GPU_MILLI) if whole else NO_GPU
+        return NO_GPU if whole or len(shares) > 1 else GpuRequest(1, shares[0], allowed)
+    return GpuRequest(whole, GPU_MILLI, allowed) if whole else NO_GPU
+
+
+def _models_selected(
+    selectors: list[DeviceSelector], catalog: DeviceCatalog, view: DraGpuView | None
+) -> frozenset[str] | None:
+    """The GPU models among the devices a request's own selectors pick, when they pick
+    some models and not others (a model constraint, as a GPU share's annotation makes);
+    None otherwise."""
+    if view is None or not view.device.size:
+        return None
+    try:
+        compiled = [compile_selector(s.cel.expression) for s in selectors if s.cel is not None]
+    except SelectorError:
+        return None
+    picked = catalog.match(compiled)[view.device]
+    models = np.array(view.model, dtype=object)
+    chosen = frozenset(str(m) for m in models[picked].tolist() if m)
+    every = frozenset(str(m) for m in view.model if m)
+    return chosen if chosen and chosen != every else None
 
 
 def _share_milli(amount: str | int, view: DraGpuView | None) -> int | None:

@@ -125,7 +125,7 @@ class FragmentationPolicy:
             self._learn(shape)
         per_device = request.shared and request.count == 1
         rows = nodes.rows
-        scores, devices = self.gpu_scores(rows, shape, per_device, view)
+        scores, devices = self.gpu_scores(rows, shape, per_device, view, pod.uid)
         if per_device:
             self.devices.plan(pod.uid, rows, devices)
         return scores
@@ -147,12 +147,34 @@ class FragmentationPolicy:
             request = dra_gpu_request(claims, catalog, view)
         return request, view
 
+    def _model_codes(
+        self, rows: NDArray[np.intp], use: NDArray[np.bool_], view: DraGpuView
+    ) -> NDArray[np.int64]:
+        """Model codes of the rows (in the device table's model list): a node's model
+        label where it has one, else on DRA rows the model of its first DRA GPU."""
+        devices = self.devices
+        codes = (
+            devices.model[rows].astype(np.int64)
+            if devices.model.size
+            else np.full(rows.size, -1, dtype=np.int64)
+        )
+        unknown = np.flatnonzero(use & (codes < 0))
+        if unknown.size:
+            first = view.device_matrix(rows[unknown])
+            if first.shape[1]:
+                position = {int(d): i for i, d in enumerate(view.device.tolist())}
+                for j, device in zip(unknown.tolist(), first[:, 0].tolist(), strict=True):
+                    if device >= 0:
+                        codes[j] = devices.register_model(view.model[position[device]])
+        return codes
+
     def gpu_scores(
         self,
         rows: NDArray[np.intp],
         shape: TargetShape,
         per_device: bool,
         view: DraGpuView | None,
+        pod_uid: str = "",
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """(score, device) per row. Rows whose GPUs are published through DRA (none in
         their allocatable) are scored on those devices' state, afresh; the others from
@@ -171,10 +193,21 @@ class FragmentationPolicy:
                 merged[:, : native.shape[1]] = native
                 merged[use] = 0
                 merged[use, : dra_free.shape[1]] = dra_free[use]
-                model = np.where(use, -1, devices.model[rows] if devices.model.size else -1).astype(
-                    np.int64
-                )
+                model = self._model_codes(rows, use, view)
                 states = self.scorer.with_free(rows, merged, model)
                 scores, chosen = self.scorer.score_states(states, shape, per_device)
+                if per_device and pod_uid:
+                    # The share's device on DRA rows: DynamicResources tries it first.
+                    table_index = view.device_matrix(rows)
+                    picked = np.where(
+                        use & (chosen >= 0) & (chosen < table_index.shape[1]),
+                        table_index[np.arange(rows.size), np.clip(chosen, 0, None)]
+                        if table_index.shape[1]
+                        else -1,
+                        -1,
+                    )
+                    view_catalog = self.handle.services.get(DRA_SERVICE)
+                    if isinstance(view_catalog, DeviceCatalog):
+                        view_catalog.prefer(pod_uid, rows[picked >= 0], picked[picked >= 0])
                 return scores, np.where(use, -1, chosen)
         return self.scorer.score(rows, shape, per_device)

@@ -259,7 +259,7 @@ class GpuFragGuard(FragmentationPolicy):
         self.observe(shape)
         per_device = request.shared and request.count == 1
         rows = nodes.rows
-        scores, devices = self.gpu_scores(rows, shape, per_device, view)
+        scores, devices = self.gpu_scores(rows, shape, per_device, view, pod.uid)
         if per_device:
             self.devices.plan(pod.uid, rows, devices)
         if self.guard_args.pool_pressure and shape.is_gpu and self._pool_demand:

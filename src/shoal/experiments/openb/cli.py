@@ -83,6 +83,15 @@ def openb(
             "line per finished run, none with --json).",
         ),
     ] = False,
+    dra: Annotated[
+        bool,
+        typer.Option(
+            "--dra",
+            help="Publish the GPUs through Dynamic Resource Allocation (ResourceSlices, "
+            "one claim per GPU pod, shares as consumable capacity) instead of listing "
+            "them in the nodes' allocatable (docs/dra.md; several times slower).",
+        ),
+    ] = False,
 ) -> None:
     """The published static-packing protocol: unallocated GPU % per policy and seed."""
     from shoal.experiments.openb.progress import SweepProgress, progress_mode
@@ -114,6 +123,7 @@ def openb(
                 ray_address=ray_address,
                 progress=progress.done,
                 started=progress.start,
+                **({"dra": True} if dra else {}),
             )
     except (TraceError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)

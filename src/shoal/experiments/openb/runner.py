@@ -326,7 +326,12 @@ def _trace(trace_dir: str, name: str) -> Trace:
 
 
 def _task(trace_dir: str, name: str, policy: str, seed: int, opts: Mapping[str, Any]) -> RunResult:
-    return run_one(_trace(trace_dir, name), policy, seed, **opts)
+    options = dict(opts)
+    if options.pop("dra", False):
+        from shoal.experiments.openb.dra import run_one_dra
+
+        return run_one_dra(_trace(trace_dir, name), policy, seed, **options)
+    return run_one(_trace(trace_dir, name), policy, seed, **options)
 
 
 def run_sweep(

@@ -420,6 +420,21 @@ def after_states(
     return np.arange(n, dtype=np.intp), np.full(n, -1, dtype=np.intp), after
 
 
+def _placed(
+    states: NodeStates, shape: TargetShape, per_device: bool
+) -> tuple[NDArray[np.intp], NDArray[np.intp], NodeStates]:
+    """Every way of placing `shape` on the states: (position, device or -1, the states
+    after it)."""
+    pos, dev, free_after = after_states(states.free, shape.gpu_milli, shape.gpu_count, per_device)
+    after = NodeStates(
+        free_after,
+        states.cpu_left[pos] - shape.cpu_milli,
+        states.mem_left[pos] - shape.memory,
+        states.model[pos],
+    )
+    return pos, dev, after
+
+
 def sigmoid_scores(gain: NDArray[np.float64], scale: float = 1000.0) -> NDArray[np.int64]:
     """FGD's score: floor(100 * sigmoid(gain / scale)) for a fragmentation decrease
     `gain` in milli-GPU (FGD's scale is 1000)."""
@@ -576,15 +591,7 @@ class FragScorer:
         self._check()
         version = self.devices.version
         states = self.states(rows)
-        pos, dev, free_after = after_states(
-            states.free, shape.gpu_milli, shape.gpu_count, per_device
-        )
-        after = NodeStates(
-            free_after,
-            states.cpu_left[pos] - shape.cpu_milli,
-            states.mem_left[pos] - shape.memory,
-            states.model[pos],
-        )
+        pos, dev, after = _placed(states, shape, per_device)
         stale_at = np.flatnonzero(self._before_version[rows] != version[rows])
         if len(stale_at):
             # One call for the stale "before" states and the "after" states: most calls
@@ -597,10 +604,25 @@ class FragScorer:
         else:
             after_weighted = self.model.frag_weighted(after)
         before = self._before[rows]
-        gain = (before[pos] - after_weighted) / max(self.model.total_weight, 1)
+        gain = self._gain(before[pos], after_weighted, states, pos, dev, shape, per_device)
+        return pos, dev, gain
+
+    def _gain(
+        self,
+        before: NDArray[np.int64],
+        after: NDArray[np.int64],
+        states: NodeStates,
+        pos: NDArray[np.intp],
+        dev: NDArray[np.intp],
+        shape: TargetShape,
+        per_device: bool,
+    ) -> NDArray[np.float64]:
+        """The fragmentation decrease in milli-GPU (weighted sums before and after),
+        less the share prices' loss for a share of one device."""
+        gain: NDArray[np.float64] = (before - after) / max(self.model.total_weight, 1)
         if per_device and self.share_loss is not None and len(pos):
             gain = gain - self.share_loss(states.free[pos, dev], shape.gpu_milli)
-        return pos, dev, gain
+        return gain
 
     def with_free(
         self, rows: NDArray[np.intp], free: NDArray[np.int64], model: NDArray[np.int64]
@@ -616,20 +638,10 @@ class FragScorer:
         """(score, device) per state, computed afresh (no cache): for node states the
         device table does not hold (`with_free`)."""
         self._check()
-        pos, dev, free_after = after_states(
-            states.free, shape.gpu_milli, shape.gpu_count, per_device
-        )
-        after = NodeStates(
-            free_after,
-            states.cpu_left[pos] - shape.cpu_milli,
-            states.mem_left[pos] - shape.memory,
-            states.model[pos],
-        )
+        pos, dev, after = _placed(states, shape, per_device)
         weighted = self.model.frag_weighted(states.concat(after))
         n = len(states.free)
-        gain = (weighted[:n][pos] - weighted[n:]) / max(self.model.total_weight, 1)
-        if per_device and self.share_loss is not None and len(pos):
-            gain = gain - self.share_loss(states.free[pos, dev], shape.gpu_milli)
+        gain = self._gain(weighted[:n][pos], weighted[n:], states, pos, dev, shape, per_device)
         return best_per_row(n, pos, dev, self.score_of(gain))
 
     def score(

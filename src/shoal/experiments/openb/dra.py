@@ -18,7 +18,6 @@ policy strands about as much GPU either way (docs/dra.md).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -34,7 +33,6 @@ from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.memory import MemoryEffects
 from shoal.experiments.openb.protocol import (
     DEFAULT_RATIO,
-    bin_curve,
     prepare_workload,
     target_workload,
 )
@@ -45,8 +43,8 @@ from shoal.experiments.openb.runner import (
     build_scheduler,
     driver_of,
     experiment_config,
-    policy_name,
     policy_plugin,
+    run_result,
 )
 from shoal.experiments.openb.trace import (
     NAMESPACE,
@@ -122,19 +120,7 @@ def run_one_dra(
         alloc[i] = allocated
         if on_pod is not None:
             on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
-    curve = bin_curve(arrived, alloc, capacity)
-    return RunResult(
-        trace=trace.name,
-        policy=policy_name(policy),
-        seed=seed,
-        pods=len(pods),
-        placed=placed,
-        capacity_milli=capacity,
-        unallocated=curve.unallocated_at(100),
-        curve=[None if math.isnan(v) else float(v) for v in curve.alloc],
-        first_failure=first_failure,
-        seconds=time.perf_counter() - start,
-    )
+    return run_result(trace, policy, seed, placed, arrived, alloc, first_failure, start)
 
 
 def _device_class() -> DeviceClass:

@@ -265,12 +265,28 @@ def run_one(
             on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
         if split is None and total >= capacity:
             split = stranded(devices)
+    return run_result(trace, policy, seed, placed, arrived, alloc, first_failure, start, split)
+
+
+def run_result(
+    trace: Trace,
+    policy: str,
+    seed: int,
+    placed: int,
+    arrived: np.ndarray,
+    alloc: np.ndarray,
+    first_failure: float | None,
+    start: float,
+    split: tuple[int, int] | None = None,
+) -> RunResult:
+    """A run's result from what it recorded per pod (GPU arrived and allocated, milli)."""
+    capacity = trace.gpu_capacity_milli
     curve = bin_curve(arrived, alloc, capacity)
     return RunResult(
         trace=trace.name,
         policy=policy_name(policy),
         seed=seed,
-        pods=len(pods),
+        pods=len(arrived),
         placed=placed,
         capacity_milli=capacity,
         unallocated=curve.unallocated_at(100),

@@ -52,6 +52,7 @@ class DraGpuView:
     free: NDArray[np.int64]
     # Per device allowing multiple allocations: its first capacity's value (exact).
     capacity: dict[int, Fraction]
+    largest: Fraction = Fraction(0)  # the largest of them (0: none)
 
     @classmethod
     def of(cls, catalog: DeviceCatalog) -> DraGpuView | None:
@@ -60,7 +61,7 @@ class DraGpuView:
         static = _static(catalog)
         if static is None:
             return None
-        picked, rows, model, capacity = static
+        picked, rows, model, capacity, largest = static
         state = catalog.state()
         whole = np.where(state.free[picked], 0, GPU_MILLI).astype(np.int64)
         shared = np.zeros(picked.size, dtype=np.int64)
@@ -76,7 +77,9 @@ class DraGpuView:
             fraction = np.where(cap > 0, used * GPU_MILLI // np.maximum(cap, 1), 0)
             shared = np.where(multi, fraction, 0).astype(np.int64)
             whole = np.where(multi, 0, whole)
-        return cls(picked, rows, model, whole, shared, GPU_MILLI - whole - shared, capacity)
+        return cls(
+            picked, rows, model, whole, shared, GPU_MILLI - whole - shared, capacity, largest
+        )
 
     def free_matrix(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
         """Free milli-GPU per device for each of `rows` ([len(rows), W]; devices in
@@ -108,7 +111,7 @@ class DraGpuView:
         return out
 
 
-_Static = tuple[NDArray[np.intp], NDArray[np.intp], list[str], dict[int, Fraction]]
+_Static = tuple[NDArray[np.intp], NDArray[np.intp], list[str], dict[int, Fraction], Fraction]
 _STATIC: weakref.WeakKeyDictionary[
     DeviceCatalog, tuple[tuple[int, int, int, int], _Static | None]
 ] = weakref.WeakKeyDictionary()
@@ -152,7 +155,8 @@ def _static(catalog: DeviceCatalog) -> _Static | None:
                 model.append(str(value) if value is not None else "")
                 if columns is not None and bool(columns.multi[i]):
                     capacity[i] = _first_capacity(device)
-            found = (picked, rows[picked], model, capacity)
+            largest = max(capacity.values(), default=Fraction(0))
+            found = (picked, rows[picked], model, capacity, largest)
     _STATIC[catalog] = (key, found)
     return found
 
@@ -238,7 +242,7 @@ def _share_milli(amount: str | int, view: DraGpuView | None) -> int | None:
         wanted = parse_quantity(amount)
     except QuantityError:
         return None
-    largest = max(view.capacity.values())
+    largest = view.largest
     if largest <= 0:
         return None
     milli = int(wanted * GPU_MILLI / largest)

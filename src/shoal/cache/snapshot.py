@@ -22,6 +22,7 @@ from shoal.api.hypernode import key_tier
 from shoal.api.objects import Node, Taint
 from shoal.api.podinfo import HostPort, PodInfo
 from shoal.cache.cluster import ClusterState, PodRecord
+from shoal.cache.domain_index import DomainIndex
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.hypernodes import HyperNodeTopology
 from shoal.cache.kueue_topologies import KueueTopologies
@@ -52,6 +53,8 @@ class Snapshot:
     def __init__(self, cluster: ClusterState) -> None:
         self._cluster = cluster
         self._layout = -1
+        # Level key -> (the node and HyperNode versions it was built at, its index).
+        self._domain_indexes: dict[str, tuple[tuple[int, int, int], DomainIndex]] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -145,6 +148,23 @@ class Snapshot:
             return codes, hypernodes.values
         labels = self._cluster.table.labels
         return labels.column(key, slice(0, n)), labels.values.get(key, [])
+
+    def domain_index(self, key: str) -> DomainIndex:
+        """`domain_column(key)` as an index for sums per domain (`DomainIndex`), built
+        again only when a node (or, for a HyperNode tier, a HyperNode) changed: what
+        topology-aware gang placement reads for every gang."""
+        table = self._cluster.table
+        version = (
+            table.nodes_version,
+            table.n,
+            self._cluster.hypernodes.version if key_tier(key) is not None else -1,
+        )
+        cached = self._domain_indexes.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        index = DomainIndex(*self.domain_column(key))
+        self._domain_indexes[key] = (version, index)
+        return index
 
     @property
     def taint_sets(self) -> list[tuple[Taint, ...]]:

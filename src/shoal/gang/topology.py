@@ -190,9 +190,21 @@ def members_per_node(
     holds, with its free resources now or, given, `free` (rows 0..n-1: e.g. what would be
     free with lower-priority pods preempted)."""
     n = snap.n
-    cols = np.flatnonzero(shape)
-    room = (snap.free[:n] if free is None else free)[:, cols]
-    per: NDArray[np.int64] = (np.maximum(room, 0) // shape[cols]).min(axis=1)
+    room = snap.free[:n] if free is None else free
+    # Column by column (the table is column-major: each a contiguous read), and no
+    # division for a request of 1 (the pod slot); clamped at 0 once at the end:
+    # max(floor(f / s), 0) == floor(max(f, 0) / s) for s > 0, and min and max commute.
+    per: NDArray[np.int64] | None = None
+    for col in np.flatnonzero(shape).tolist():
+        amount = int(shape[col])
+        column = room[:, col]
+        if per is None:
+            per = column.copy() if amount == 1 else column // amount
+        else:
+            np.minimum(per, column if amount == 1 else column // amount, out=per)
+    if per is None:  # an empty request (never a pod's: it holds a pod slot)
+        return np.zeros(room.shape[0], dtype=np.int64)
+    np.maximum(per, 0, out=per)
     return per
 
 
@@ -216,11 +228,10 @@ def _domains(
     snap: Snapshot, key: str, capacity: NDArray[np.int64]
 ) -> tuple[NDArray[np.int32], Sequence[str], NDArray[np.int64]]:
     """Domain codes per node (a label's, or a HyperNode tier's), the domains' names, and
-    members each domain holds."""
-    codes, values = snap.domain_column(key)
-    labelled = codes != MISSING
-    per_domain = np.bincount(codes[labelled], weights=capacity[labelled], minlength=len(values))
-    return codes, values, per_domain.astype(np.int64)
+    members each domain holds (a sum over the level's `DomainIndex`, kept while the nodes
+    do not change)."""
+    index = snap.domain_index(key)
+    return index.codes, index.values, index.sums(capacity)
 
 
 def choose_domains(
@@ -334,22 +345,18 @@ def _smallest_inside(
 ) -> DomainChoice | None:
     """The smallest domain of `key` that holds `count` members and lies inside one
     domain of `required_key` (any, without one); None when there is none."""
-    codes, values, per_domain = _domains(snap, key, capacity)
-    fitting = np.flatnonzero(per_domain >= count)
-    if fitting.size and required_key:
-        # Domains whose nodes all carry one value of the required label: the lowest and
-        # highest required code over each domain's nodes are equal.
-        req_codes, _, _ = _domains(snap, required_key, capacity)
-        labelled = codes != MISSING
-        lo = np.full(per_domain.size, np.iinfo(np.int32).max, dtype=np.int64)
-        hi = np.full(per_domain.size, np.iinfo(np.int32).min, dtype=np.int64)
-        np.minimum.at(lo, codes[labelled], req_codes[labelled])
-        np.maximum.at(hi, codes[labelled], req_codes[labelled])
-        fitting = fitting[(lo[fitting] == hi[fitting]) & (lo[fitting] != MISSING)]
+    index = snap.domain_index(key)
+    per_domain = index.sums(capacity)
+    fits = per_domain >= count
+    if required_key:
+        # Domains whose nodes all lie in one domain of the required level (kept per
+        # pair of levels: it depends on the labels alone).
+        fits &= index.parents(snap.domain_index(required_key)) != MISSING
+    fitting = np.flatnonzero(fits)
     if not fitting.size:
         return None
     best = int(fitting[np.argmin(per_domain[fitting])])
-    return DomainChoice(codes == best, (values[best],))
+    return DomainChoice(index.codes == best, (index.values[best],))
 
 
 def _fewest_inside(

@@ -71,9 +71,12 @@ class PlacementAlgorithm:
         state: CycleState,
         pod: PodInfo,
         restrict: np.ndarray | None = None,
+        restrict_rows: np.ndarray | None = None,
     ) -> tuple[str | None, Status, Diagnosis | None]:
         """kube's schedulePod; `restrict` (a mask over node rows) limits the candidates
-        (topology-aware gang placement)."""
+        (topology-aware gang placement); `restrict_rows`, when given, is its rows below
+        n (`np.flatnonzero(restrict[:n])`, read-only), which a gang's members share: found
+        once per gang, not once per member."""
         snap = self.snapshot
         n = snap.n
         if n == 0:
@@ -103,7 +106,8 @@ class PlacementAlgorithm:
                 rows = rows[restrict[rows]]
             candidates = Candidates.of(rows)
         elif restrict is not None:
-            candidates = Candidates.of(np.flatnonzero(restrict[:n]))
+            rows = np.flatnonzero(restrict[:n]) if restrict_rows is None else restrict_rows
+            candidates = Candidates.of(rows)
         else:
             candidates = Candidates.all(n)
         nominated = self._nominated_row(pod, candidates)

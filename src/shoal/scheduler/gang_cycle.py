@@ -58,6 +58,7 @@ from shoal.api.objects import Container, ObjectMeta, Pod, ResourceRequirements
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU, MEMORY
 from shoal.cache.cluster import ClusterState
+from shoal.cache.snapshot import Snapshot
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
@@ -181,6 +182,18 @@ def _both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
         return a
     both: np.ndarray = a & b
     return both
+
+
+def _widest(snap: Snapshot, members: list[QueuedPod]) -> np.ndarray:
+    """The element-wise largest request vector of `members` (with its pod slot): the
+    shape a topology's capacity per node counts. Members of one template share their
+    vector (`NodeTable.pod_vector`): then it is that one, with no stacking."""
+    vectors = [snap.pod_vector(m.pod) for m in members]
+    first = vectors[0]
+    if all(v is first for v in vectors):
+        return first
+    widest: np.ndarray = np.max(vectors, axis=0)
+    return widest
 
 
 def _where(held: HeldDomains | None, who: str) -> str:
@@ -340,7 +353,7 @@ class GangCycle:
         state = CycleState()
         fwk.run_pre_filter(state, representative)
         outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
-        shape = np.max([snap.pod_vector(e.pod) for e in entries[:need]], axis=0)
+        shape = _widest(snap, entries[:need])
         capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
         levels = self._levels(group)
         required, preferred = levels.required, levels.preferred
@@ -600,7 +613,7 @@ class GangCycle:
         state = CycleState()
         fwk.run_pre_filter(state, representative)
         outcome = fwk.run_filters(state, representative, Candidates.all(n))
-        shape = np.max([snap.pod_vector(m.pod) for m in mates[: max(count, 1)]], axis=0)
+        shape = _widest(snap, mates[: max(count, 1)])
         capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
         pinned = held.pinned if held is not None else None
         where = held.describe() if held is not None else ""
@@ -684,6 +697,12 @@ class GangCycle:
         # Where the gang and each role with a level are placed already (grown as
         # members are placed here): later members are held there (`_held_rows`).
         snap = self.algorithm.snapshot
+        # The rows of the gang's domain, found once: every member of the minimum is
+        # placed inside it (read-only: the candidates of each member's cycle).
+        restrict_rows = None
+        if restrict is not None:
+            restrict_rows = np.flatnonzero(restrict[: snap.n])
+            restrict_rows.flags.writeable = False
         gang_held, role_held = self._held(group)
         # What a member that does not fit names: where the gang (or its role) was
         # placed before this transaction (the ones placed here may yet be undone).
@@ -768,7 +787,11 @@ class GangCycle:
                             state = preferred_state
                     if node is None:
                         node, status, diagnosis = self.algorithm.schedule_pod(
-                            fwk, state, pod, restrict_now
+                            fwk,
+                            state,
+                            pod,
+                            restrict_now,
+                            restrict_rows if restrict_now is restrict else None,
                         )
                 except Exception as err:  # a plugin bug must not stop the scheduler
                     node, diagnosis = None, None

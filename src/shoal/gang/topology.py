@@ -188,7 +188,7 @@ def members_per_node(
 ) -> NDArray[np.int64]:
     """How many more pods of `shape` (a request vector incl. one pod slot) each node
     holds, with its free resources now or, given, `free` (rows 0..n-1: e.g. what would be
-    free with lower-priority pods preempted)."""
+    free with lower-priority pods preempted). A new array (the caller may write it)."""
     n = snap.n
     room = snap.free[:n] if free is None else free
     # Column by column (the table is column-major: each a contiguous read), and no
@@ -352,10 +352,10 @@ def _smallest_inside(
         # Domains whose nodes all lie in one domain of the required level (kept per
         # pair of levels: it depends on the labels alone).
         fits &= index.parents(snap.domain_index(required_key)) != MISSING
-    fitting = np.flatnonzero(fits)
-    if not fitting.size:
+    if not fits.any():
         return None
-    best = int(fitting[np.argmin(per_domain[fitting])])
+    # The first of the smallest that fit (domain codes ascending, as before).
+    best = int(np.argmin(np.where(fits, per_domain, np.iinfo(np.int64).max)))
     return DomainChoice(index.codes == best, (index.values[best],))
 
 

@@ -196,6 +196,14 @@ def _widest(snap: Snapshot, members: list[QueuedPod]) -> np.ndarray:
     return widest
 
 
+def _capacity(snap: Snapshot, shape: np.ndarray, passed: np.ndarray) -> np.ndarray:
+    """Members of `shape` each node holds, 0 where the representative failed Filter."""
+    capacity = members_per_node(snap, shape)  # a new array: zeroed in place
+    if not passed.all():
+        capacity[~passed] = 0
+    return capacity
+
+
 def _where(held: HeldDomains | None, who: str) -> str:
     """ "topo/rack r0 (where gang ml/train runs)", or "" when `held` pins nothing."""
     if held is None or held.pinned is None:
@@ -354,7 +362,7 @@ class GangCycle:
         fwk.run_pre_filter(state, representative)
         outcome = fwk.run_filters(state, representative, Candidates.all(snap.n))
         shape = _widest(snap, entries[:need])
-        capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
+        capacity = _capacity(snap, shape, outcome.passed)
         levels = self._levels(group)
         required, preferred = levels.required, levels.preferred
         held, _ = self._held(group)
@@ -614,7 +622,7 @@ class GangCycle:
         fwk.run_pre_filter(state, representative)
         outcome = fwk.run_filters(state, representative, Candidates.all(n))
         shape = _widest(snap, mates[: max(count, 1)])
-        capacity = np.where(outcome.passed, members_per_node(snap, shape), 0)
+        capacity = _capacity(snap, shape, outcome.passed)
         pinned = held.pinned if held is not None else None
         where = held.describe() if held is not None else ""
         restrict = _both(None if restrict is None else restrict[:n], pinned)

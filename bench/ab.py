@@ -10,7 +10,8 @@ working directory), N times each, in the order base, current, current, base, bas
 so that neither side always runs first on a machine whose load changes. Each run has
 PYTHONPATH set to its tree's src (checked: shoal must import from there) and its tree as
 working directory; under the base tree it runs the base's own copy of the script if the
-base has one, else the current copy.
+base has one, else the current copy (always the current copy with --current-script: when
+the script gained options or output the base's copy lacks).
 
 Every number followed by "pods/s" in a run's output is a metric, named by the line's
 heading (the text before its first colon) and the word just before the number; a name
@@ -175,6 +176,11 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="interpreter for the runs")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every run's output")
+    parser.add_argument(
+        "--current-script",
+        action="store_true",
+        help="run the current tree's copy of the script on both sides",
+    )
     parser.add_argument("script", help="the bench script, e.g. bench/scheduling_basic.py")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     ns = parser.parse_args()
@@ -192,7 +198,8 @@ def main() -> None:
     commit = git(current, "rev-parse", "--verify", f"{ns.base}^{{commit}}")
     base, created = base_tree(current, commit)
     try:
-        base_script = base / relative if (base / relative).is_file() else script
+        own = (base / relative).is_file() and not ns.current_script
+        base_script = base / relative if own else script
         check_import(ns.python, base)
         check_import(ns.python, current)
         head = git(current, "rev-parse", "--short", "HEAD")

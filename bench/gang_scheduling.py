@@ -9,8 +9,12 @@ leaves per spine, 4 spines per block) and every gang prefers `leaf,spine,block`
 fabric is Volcano HyperNodes instead of node labels (leaves list their nodes by exact
 name, spines their leaves, blocks their spines by regex) and every gang prefers the
 three HyperNode tiers, lowest first (Volcano's `networkTopology: {mode: soft}`); it
-also times resolving the HyperNodes and adding nodes to the fabric afterwards.
-  python bench/gang_scheduling.py [--nodes 5000] [--tiers | --hypernodes]
+also times resolving the HyperNodes and adding nodes to the fabric afterwards. With
+--tiers --required spine (or block), every gang must fit in one domain of that level and
+prefers the levels below it (issue 27's required spine + preferred leaf).
+Each shape's pods/s is wall-clock; the second rate divides by the process's CPU time
+instead (steadier than wall-clock when other work shares the machine's cores).
+  python bench/gang_scheduling.py [--nodes 5000] [--tiers [--required LEVEL] | --hypernodes]
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ def make_node(i: int, tiers: bool) -> Node:
     return default_node(i, labels)
 
 
-def make_pod(gang: str, i: int, size: int, levels: str) -> Pod:
+def make_pod(gang: str, i: int, size: int, levels: str, required: str = "") -> Pod:
     labels = {
         "pod-group.scheduling.sigs.k8s.io/name": gang,
         "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
@@ -78,13 +82,16 @@ def make_pod(gang: str, i: int, size: int, levels: str) -> Pod:
     pod = default_pod(f"{gang}-{i}", "gangs", labels)
     if levels:
         pod.metadata.annotations["shoal.dev/topology-preferred"] = levels
+    if required:
+        pod.metadata.annotations["shoal.dev/topology-required"] = required
     return pod
 
 
 def run_shape(
-    nodes: int, gangs: int, size: int, tiers: bool, fabric: bool = False
-) -> tuple[float, float, int]:
-    """Returns (pods/s, slowest single gang decision in s, pods bound)."""
+    nodes: int, gangs: int, size: int, tiers: bool, fabric: bool = False, required: str = ""
+) -> tuple[float, float, int, float]:
+    """Returns (pods/s, slowest single gang decision in s, pods bound, pods per CPU
+    second)."""
     effects = MemoryEffects()
     sched = new_scheduler(KubeSchedulerConfiguration(), clock=ManualClock(), effects=effects)
     for i in range(nodes):
@@ -93,22 +100,25 @@ def run_shape(
         for obj in hypernodes(nodes):
             sched.upsert_hypernode(obj)
     levels = HYPERNODE_LEVELS if fabric else "leaf,spine,block" if tiers else ""
+    if required:
+        levels = ",".join(levels.split(",")[: levels.split(",").index(required)])
     for g in range(gangs):
         for i in range(size):
-            sched.add_pod(make_pod(f"g{g}", i, size, levels))
+            sched.add_pod(make_pod(f"g{g}", i, size, levels, required))
     # The one driver loop; a cycle is timed from its start to the end of the binding
     # cycles (and watch echoes) it made ready.
     driver = Driver(sched, inbox=effects)
     slowest = 0.0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     driver.tick()
     while sched.has_work():
         t0 = time.perf_counter()
         driver.cycle()
         slowest = max(slowest, time.perf_counter() - t0)
     driver.run()
-    elapsed = time.perf_counter() - start
-    return len(effects.bound) / elapsed, slowest, len(effects.bound)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    bound = len(effects.bound)
+    return bound / elapsed, slowest, bound, bound / cpu
 
 
 def _node_adds(sched: Scheduler, first: int, count: int, rounds: int = 3) -> float:
@@ -166,18 +176,30 @@ def main() -> None:
     parser.add_argument(
         "--hypernodes", action="store_true", help="the 3 tiers as Volcano HyperNodes"
     )
+    parser.add_argument(
+        "--required",
+        choices=("spine", "block"),
+        default="",
+        help="with --tiers: every gang requires this level, prefers the ones below it",
+    )
     args = parser.parse_args()
+    if args.required and not args.tiers:
+        parser.error("--required needs --tiers")
     tiers = args.tiers or args.hypernodes
     where = ", 3 topology tiers preferred" if tiers else ""
+    if args.required:
+        where = f", 3 topology tiers: {args.required} required, the ones below preferred"
     where += " (HyperNodes)" if args.hypernodes else ""
     print(f"Gang scheduling, {args.nodes} nodes, default plugins, all-or-nothing gangs{where}")
     if args.hypernodes:
         resolution_costs(args.nodes)
     for gangs, size in ((1000, 3), (10, 1000), (1, 5000)):
-        rate, slowest, bound = run_shape(args.nodes, gangs, size, tiers, args.hypernodes)
+        rate, slowest, bound, per_cpu = run_shape(
+            args.nodes, gangs, size, tiers, args.hypernodes, args.required
+        )
         print(
             f"  {gangs} gangs x {size} pods: {bound} bound, {rate:.0f} pods/s, "
-            f"slowest gang decision {slowest:.2f} s"
+            f"slowest gang decision {slowest:.2f} s; per CPU second {per_cpu:.0f} pods/s"
         )
     print(f"  peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 

@@ -50,6 +50,10 @@ class DraGpuView:
     whole: NDArray[np.int64]
     shared: NDArray[np.int64]
     free: NDArray[np.int64]
+    # The devices ordered by row (stable), and their rows in that order: the matrices'
+    # layout, kept with the static part.
+    order: NDArray[np.intp]
+    sorted_row: NDArray[np.intp]
     # Per device allowing multiple allocations: its first capacity's value (exact).
     capacity: dict[int, Fraction]
     largest: Fraction = Fraction(0)  # the largest of them (0: none)
@@ -61,7 +65,7 @@ class DraGpuView:
         static = _static(catalog)
         if static is None:
             return None
-        picked, rows, model, capacity, largest = static
+        picked, rows, model, capacity, largest, order, sorted_row = static
         state = catalog.state()
         whole = np.where(state.free[picked], 0, GPU_MILLI).astype(np.int64)
         shared = np.zeros(picked.size, dtype=np.int64)
@@ -77,9 +81,8 @@ class DraGpuView:
             fraction = np.where(cap > 0, used * GPU_MILLI // np.maximum(cap, 1), 0)
             shared = np.where(multi, fraction, 0).astype(np.int64)
             whole = np.where(multi, 0, whole)
-        return cls(
-            picked, rows, model, whole, shared, GPU_MILLI - whole - shared, capacity, largest
-        )
+        free = GPU_MILLI - whole - shared
+        return cls(picked, rows, model, whole, shared, free, order, sorted_row, capacity, largest)
 
     def free_matrix(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
         """Free milli-GPU per device for each of `rows` ([len(rows), W]; devices in
@@ -96,8 +99,7 @@ class DraGpuView:
     ) -> NDArray[np.int64]:
         if not self.row.size:
             return np.zeros((rows.size, 0), dtype=np.int64)
-        order = np.argsort(self.row, kind="stable")
-        sorted_rows = self.row[order]
+        order, sorted_rows = self.order, self.sorted_row
         starts = np.searchsorted(sorted_rows, rows, side="left")
         ends = np.searchsorted(sorted_rows, rows, side="right")
         counts = ends - starts
@@ -111,7 +113,15 @@ class DraGpuView:
         return out
 
 
-_Static = tuple[NDArray[np.intp], NDArray[np.intp], list[str], dict[int, Fraction], Fraction]
+_Static = tuple[
+    NDArray[np.intp],
+    NDArray[np.intp],
+    list[str],
+    dict[int, Fraction],
+    Fraction,
+    NDArray[np.intp],
+    NDArray[np.intp],
+]
 _STATIC: weakref.WeakKeyDictionary[
     DeviceCatalog, tuple[tuple[int, int, int, int], _Static | None]
 ] = weakref.WeakKeyDictionary()
@@ -156,7 +166,9 @@ def _static(catalog: DeviceCatalog) -> _Static | None:
                 if columns is not None and bool(columns.multi[i]):
                     capacity[i] = _first_capacity(device)
             largest = max(capacity.values(), default=Fraction(0))
-            found = (picked, rows[picked], model, capacity, largest)
+            row = rows[picked]
+            order = np.argsort(row, kind="stable").astype(np.intp)
+            found = (picked, row, model, capacity, largest, order, row[order])
     _STATIC[catalog] = (key, found)
     return found
 

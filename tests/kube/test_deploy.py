@@ -16,7 +16,7 @@ from kubehelpers import backend as running
 
 from shoal.drivers.kube.crds import CRDS, main, render
 from shoal.drivers.kube.leader import LeaderSettings
-from shoal.testing.fake_apiserver import FakeApiServer
+from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -254,7 +254,8 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
             user["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
             api.create("v1", "pods", user)
         # Dynamic Resource Allocation: a GPU published for node "gpu" and a pod claiming
-        # it (the claim is read, gets its finalizer, and its status is written).
+        # it (the claim gets its finalizer, and its status is written; the answer to the
+        # status write is lost, so the claim is read back).
         for plural, kind, namespaced in (
             ("deviceclasses", "DeviceClass", False),
             ("resourceslices", "ResourceSlice", False),
@@ -296,6 +297,7 @@ async def test_rbac_allows_every_request_the_backend_makes_and_no_more(tmp_path:
         dra_pod = pod("uses-dra", cpu="10m")
         dra_pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "dra"}]
         api.create("v1", "pods", dra_pod)
+        api.inject(Fault(method="PATCH", path="resourceclaims/dra/status", drop=True, applied=True))
         # A tenant queue: its status is written.
         api.create("shoal.dev/v1alpha1", "queues", {"metadata": {"name": "team"}, "spec": {}})
         api.create("v1", "pods", pod("member", cpu="100m", labels={"shoal.dev/queue": "team"}))

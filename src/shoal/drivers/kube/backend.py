@@ -56,7 +56,7 @@ from shoal.drivers.extenders import http_extenders
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
 from shoal.drivers.kube.core import CoreThread, IoPort, ThreadedEffects
-from shoal.drivers.kube.dra import ClaimWriter
+from shoal.drivers.kube.dra import RESOURCE_CLAIMS, ClaimWriter
 from shoal.drivers.kube.effects import KubeEffects
 from shoal.drivers.kube.informer import Informer, InformerSettings
 from shoal.drivers.kube.intake import WATCHED, Intake, Watched
@@ -305,7 +305,10 @@ class KubeBackend:
             bindings=self.binding_status,
             volumes=VolumeWriter(self.client, self._lookup, timeout=opts.request_timeout),
             claims=ClaimWriter(
-                self.client, timeout=opts.request_timeout, concurrency=opts.bind_concurrency
+                self.client,
+                timeout=opts.request_timeout,
+                concurrency=opts.bind_concurrency,
+                lookup=lambda key: self._lookup(RESOURCE_CLAIMS, key),
             ),
         )
         self.clock = WallClock()

@@ -22,16 +22,26 @@ Written (`ClaimWriter`), as kube-scheduler writes them, before the pod's Binding
   decision (its resourceVersion, as a precondition); a failure is logged, and the pod
   is tried again as it would have been anyway.
 
-Each patch carries the claim's resourceVersion (read fresh first). A 409 conflict
-reads the claim again and retries (a few times); a claim someone else allocated to
-other devices meanwhile, or gone, fails the pod's bind (`BindError`): the pod is
-requeued and its assumed devices released.
+Requests per claim, as kube-scheduler's PreBind (`bindClaim`) makes them: the write
+starts from the latest copy at hand (the informer's, or this writer's own last answer
+for the claim when that is newer), with no read first. A claim to allocate takes
+two requests: the finalizer (a metadata patch; the status subresource ignores metadata),
+whose answer carries the resourceVersion the status patch then names as precondition.
+A shared claim already allocated takes one (its reservedFor). Every patch carries the
+resourceVersion of the copy it was built from, so a stale copy costs a 409, never a
+lost update. A 409 conflict, or a patch whose answer was lost (no answer, a 5xx), reads
+the claim and retries (a few times); a claim found already written for this pod (its
+allocation the one wanted, the pod in its reservedFor: a retried bind after a lost
+answer) is recognised and not written again. A claim someone else allocated to other
+devices meanwhile, or gone or being deleted, fails the pod's bind (`BindError`): the
+pod is requeued and its assumed devices released.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -68,6 +78,7 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 _GROUP, _VERSION = "resource.k8s.io", "v1"
 _ATTEMPTS = 4
 _BINDING_POLL = 1.0  # seconds between reads of claims whose binding conditions are awaited
+_ANSWERS_KEPT = 256
 
 
 class _Intake(Protocol):
@@ -179,9 +190,18 @@ DRA_WATCHED: list[
 class ClaimWriter:
     """Carries out `AllocateClaims` (see the module docstring)."""
 
-    def __init__(self, client: KubeClient, timeout: float = 10.0, concurrency: int = 64) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        timeout: float = 10.0,
+        concurrency: int = 64,
+        lookup: Callable[[str], JSON | None] = lambda key: None,
+    ) -> None:
         self.client = client
         self.timeout = timeout
+        # The informer's latest copy of a claim, by `namespace/name` (None: not known;
+        # the claim is then read first).
+        self.lookup = lookup
         # At most this many claims written at once, as binds are (each write is a few
         # requests): thousands started at once time out waiting for connections, and
         # every timed-out write fails its pod's bind.
@@ -191,6 +211,12 @@ class ClaimWriter:
         # shared claim writes before the pods that only join its reservedFor.
         self._locks: dict[str, asyncio.Lock] = {}
         self._deallocations: set[asyncio.Task[None]] = set()
+        # claim -> the API server's answer to our last write of it, until the informer
+        # has caught up: the next pod joining a shared claim right after its allocation
+        # starts from that, not from an informer copy a write behind (a sure 409 and a
+        # read). The newest few only: the watch catches up within moments.
+        self._answers: OrderedDict[str, JSON] = OrderedDict()
+        self.requests = 0  # claim requests sent (reads and patches), for tests and metrics
 
     def start(self, effect: AllocateClaims) -> None:
         """Begin the writes (called from `emit`, inside a binding cycle)."""
@@ -268,9 +294,7 @@ class ClaimWriter:
             ready = True
             for entry in waiting:
                 namespace, _, name = entry.claim.partition("/")
-                claim = await self._call(
-                    effect, entry, "GET", RESOURCE_CLAIMS.path(namespace, name)
-                )
+                claim = await self._read(effect, entry, RESOURCE_CLAIMS.path(namespace, name))
                 verdict = binding_verdict(claim)
                 if verdict is None:
                     ready = False
@@ -308,21 +332,25 @@ class ClaimWriter:
                 str(err) or type(err).__name__,
             )
 
-    async def _create(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
+    async def _create(self, effect: AllocateClaims, entry: ClaimAllocation) -> JSON | None:
         """Create the claim for the pod's extended resources (kube's finalizer in it
-        from the start). Its name is derived from the pod: a retried write finds the
-        claim made before (409) and goes on with it."""
+        from the start); the answer, or None when the claim is to be read (it exists
+        already: its name is derived from the pod, so a retried write finds the claim
+        made before; or the answer was lost)."""
         assert entry.create is not None
         body = dict(entry.create)
         body["metadata"] = {**body["metadata"], "finalizers": [FINALIZER]}
         namespace = str(body["metadata"].get("namespace", ""))
+        self.requests += 1
         try:
-            await self.client.request(
+            answer: JSON = await self.client.request(
                 "POST", RESOURCE_CLAIMS.path(namespace), body=body, timeout=self.timeout
             )
         except ApiError as err:
-            if err.status != 409:
-                raise self._error(effect, entry, err) from None
+            if err.status == 409 or err.ambiguous:
+                return None
+            raise self._error(effect, entry, err) from None
+        return answer
 
     async def _name_in_pod(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
         """`status.extendedResourceClaimStatus`: which claim, and which of its requests
@@ -361,83 +389,123 @@ class ClaimWriter:
                 del self._locks[entry.claim]
 
     async def _write_locked(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
-        if entry.create is not None:
-            await self._create(effect, entry)
+        created = await self._create(effect, entry) if entry.create is not None else None
         namespace, _, name = entry.claim.partition("/")
         path = RESOURCE_CLAIMS.path(namespace, name)
+        wanted = (
+            allocation_json(
+                entry.results,
+                entry.node,
+                entry.shares,
+                entry.selector,
+                entry.admin,
+                entry.config,
+                entry.binding,
+            )
+            if entry.results
+            else None
+        )
+        claim = created if created is not None else self._latest(entry.claim)
+        # `claim` came from the API server in this write (read or answer)
+        fresh = created is not None
         for _ in range(_ATTEMPTS):
-            claim = await self._call(effect, entry, "GET", path)
+            if claim is None:
+                claim = await self._read(effect, entry, path)
+                fresh = True
             meta = claim.get("metadata") or {}
             status = claim.get("status") or {}
-            if entry.results:
-                wanted = allocation_json(
-                    entry.results,
-                    entry.node,
-                    entry.shares,
-                    entry.selector,
-                    entry.admin,
-                    entry.config,
-                    entry.binding,
-                )
-                current = status.get("allocation")
-                if current and _devices(current) != _devices(wanted):
-                    raise BindError(
-                        f"pod {effect.pod.key}: resourceclaim {entry.claim} was allocated "
-                        "to other devices meanwhile"
-                    )
-                finalizers = list(meta.get("finalizers") or [])
-                if FINALIZER not in finalizers:
-                    body = {
-                        "metadata": {
-                            "finalizers": [*finalizers, FINALIZER],
-                            "resourceVersion": meta.get("resourceVersion", ""),
-                        }
-                    }
-                    if not await self._patch(effect, entry, path, body):
-                        continue
-                    claim = await self._call(effect, entry, "GET", path)
-                    meta = claim.get("metadata") or {}
-                    status = claim.get("status") or {}
-            elif not status.get("allocation"):
+            current = status.get("allocation")
+            if meta.get("deletionTimestamp"):
                 raise BindError(
-                    f"pod {effect.pod.key}: resourceclaim {entry.claim} is no longer allocated"
+                    f"pod {effect.pod.key}: resourceclaim {entry.claim} is being deleted"
                 )
+            if (wanted is not None and current and _devices(current) != _devices(wanted)) or (
+                wanted is None and not current
+            ):
+                if not fresh:  # a copy behind the API server's: judge the claim as it is
+                    claim = None
+                    continue
+                raise BindError(
+                    f"pod {effect.pod.key}: resourceclaim {entry.claim} "
+                    + (
+                        "was allocated to other devices meanwhile"
+                        if wanted is not None
+                        else "is no longer allocated"
+                    )
+                )
+            if wanted is not None and FINALIZER not in (meta.get("finalizers") or []):
+                # The finalizer first, in a metadata write (the status subresource keeps
+                # metadata as it was): a claim with devices must not be deleted under its
+                # pod. The answer is the claim at its new resourceVersion.
+                body: JSON = {
+                    "metadata": {
+                        "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                        "resourceVersion": meta.get("resourceVersion", ""),
+                    }
+                }
+                claim = await self._patch(effect, entry, path, body)
+                fresh = claim is not None
+                if claim is None:
+                    continue
+                meta = claim.get("metadata") or {}
+                status = claim.get("status") or {}
+                current = status.get("allocation")
             reserved = list(status.get("reservedFor") or [])
-            if not any(r.get("uid") == effect.pod.uid for r in reserved):
+            joined = any(r.get("uid") == effect.pod.uid for r in reserved)
+            if joined and (wanted is None or current):
+                return  # written for this pod already (a retried bind, a lost answer)
+            if not joined:
                 reserved.append(consumer_json(effect.pod.name, effect.pod.uid))
             new_status: JSON = {"reservedFor": reserved}
-            if entry.results and not status.get("allocation"):
-                new_status["allocation"] = allocation_json(
-                    entry.results,
-                    entry.node,
-                    entry.shares,
-                    entry.selector,
-                    entry.admin,
-                    entry.config,
-                    entry.binding,
-                )
-                # As kube-scheduler writes it (DRADeviceBindingConditions): when the
-                # allocation was made, which a binding timeout counts from.
-                new_status["allocation"]["allocationTimestamp"] = _now_rfc3339()
+            if wanted is not None and not current:
+                # With kube-scheduler's allocationTimestamp (DRADeviceBindingConditions):
+                # when the allocation was made, which a binding timeout counts from.
+                new_status["allocation"] = {**wanted, "allocationTimestamp": _now_rfc3339()}
             body = {
                 "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
                 "status": new_status,
             }
-            if await self._patch(
+            claim = await self._patch(
                 effect, entry, RESOURCE_CLAIMS.path(namespace, name, "status"), body
-            ):
+            )
+            if claim is not None:
                 return
         raise BindError(
             f"pod {effect.pod.key}: writing resourceclaim {entry.claim} kept conflicting "
             f"({_ATTEMPTS} attempts)"
         )
 
+    def _latest(self, key: str) -> JSON | None:
+        """The newest copy of the claim at hand: the informer's, or our last answer
+        while the informer has not seen it yet (resourceVersions compared as numbers,
+        as kube-scheduler's assume cache does; the informer's when they are not)."""
+        known = self.lookup(key)
+        answer = self._answers.get(key)
+        if answer is None:
+            return known
+        if known is None:  # a claim deleted since answers 404 to the patch as to a read
+            return answer
+        mine, theirs = _version(answer), _version(known)
+        if mine < 0 or theirs < 0 or theirs >= mine:
+            del self._answers[key]  # the informer caught up (or cannot tell)
+            return known
+        return answer
+
+    def _remember(self, key: str, answer: JSON) -> None:
+        self._answers[key] = answer
+        self._answers.move_to_end(key)
+        while len(self._answers) > _ANSWERS_KEPT:
+            self._answers.popitem(last=False)
+
     async def _patch(
         self, effect: AllocateClaims, entry: ClaimAllocation, path: str, body: JSON
-    ) -> bool:
-        """True when written, False on a conflict (read again and retry)."""
+    ) -> JSON | None:
+        """The claim as written, or None when the write must be judged again from a
+        fresh read: a conflict (409), or no answer (reset, timeout, 5xx: it may have
+        landed, and the read tells)."""
+        self.requests += 1
         try:
-            await self.client.request(
+            answer = await self.client.request(
                 "PATCH",
                 path,
                 body=body,
@@ -445,16 +513,18 @@ class ClaimWriter:
                 timeout=self.timeout,
             )
         except ApiError as err:
-            if err.conflict:
-                return False
+            if err.conflict or err.ambiguous:
+                self._answers.pop(entry.claim, None)
+                return None
             raise self._error(effect, entry, err) from None
-        return True
+        if answer.get("metadata"):
+            self._remember(entry.claim, answer)
+        return answer
 
-    async def _call(
-        self, effect: AllocateClaims, entry: ClaimAllocation, method: str, path: str
-    ) -> JSON:
+    async def _read(self, effect: AllocateClaims, entry: ClaimAllocation, path: str) -> JSON:
+        self.requests += 1
         try:
-            return await self.client.request(method, path, timeout=self.timeout)
+            return await self.client.request("GET", path, timeout=self.timeout)
         except ApiError as err:
             raise self._error(effect, entry, err) from None
 
@@ -463,6 +533,12 @@ class ClaimWriter:
             f"pod {effect.pod.key}: writing the allocation of resourceclaim {entry.claim} "
             f"for {effect.node} failed: {err.status} {err.reason}: {err.message}"
         )
+
+
+def _version(claim: JSON) -> int:
+    """A claim's resourceVersion as a number (-1 when it is not one)."""
+    rv = (claim.get("metadata") or {}).get("resourceVersion", "")
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else -1
 
 
 def _devices(allocation: JSON) -> list[tuple[str, str, str, str]]:

@@ -216,7 +216,7 @@ class ClaimWriter:
         # starts from that, not from an informer copy a write behind (a sure 409 and a
         # read). The newest few only: the watch catches up within moments.
         self._answers: OrderedDict[str, JSON] = OrderedDict()
-        self.requests = 0  # claim requests sent (reads and patches), for tests and metrics
+        self.requests = 0  # claim requests sent (reads and patches), for tests
 
     def start(self, effect: AllocateClaims) -> None:
         """Begin the writes (called from `emit`, inside a binding cycle)."""

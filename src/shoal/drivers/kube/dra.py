@@ -437,13 +437,7 @@ class ClaimWriter:
                 # The finalizer first, in a metadata write (the status subresource keeps
                 # metadata as it was): a claim with devices must not be deleted under its
                 # pod. The answer is the claim at its new resourceVersion.
-                body: JSON = {
-                    "metadata": {
-                        "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
-                        "resourceVersion": meta.get("resourceVersion", ""),
-                    }
-                }
-                claim = await self._patch(effect, entry, path, body)
+                claim = await self._add_finalizer(effect, entry, path, meta)
                 fresh = claim is not None
                 if claim is None:
                     continue
@@ -497,8 +491,65 @@ class ClaimWriter:
         while len(self._answers) > _ANSWERS_KEPT:
             self._answers.popitem(last=False)
 
+    async def _add_finalizer(
+        self, effect: AllocateClaims, entry: ClaimAllocation, path: str, meta: JSON
+    ) -> JSON | None:
+        """kube's finalizer on the claim, by a merge patch of its metadata: the claim at
+        its new resourceVersion, or None to judge it again from a fresh read.
+
+        A claim whose spec carries opaque driver parameters (a RawExtension, kept as the
+        bytes its writer sent) in a JSON layout other than compact (`json.dumps`' spaces,
+        for one) cannot be patched: the API server re-encodes the object to apply the
+        patch, sees the spec changed and answers 422 "field is immutable" (kube-scheduler
+        writes protobuf, which keeps the bytes). Then the claim as read is written back
+        whole with the finalizer (a PUT, in this client's layout, which is what writers
+        like it use); if that is refused too, the claim is allocated without the
+        finalizer, with a warning, rather than the pod never bound."""
+        body: JSON = {
+            "metadata": {
+                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                "resourceVersion": meta.get("resourceVersion", ""),
+            }
+        }
+        try:
+            return await self._patch(effect, entry, path, body, raise_invalid=True)
+        except ApiError as err:
+            if err.status != 422 or "immutable" not in err.message:
+                raise self._error(effect, entry, err) from None
+        claim = await self._read(effect, entry, path)
+        whole = dict(claim)
+        whole["metadata"] = {
+            **(claim.get("metadata") or {}),
+            "finalizers": [*((claim.get("metadata") or {}).get("finalizers") or []), FINALIZER],
+        }
+        self.requests += 1
+        try:
+            answer: JSON = await self.client.request("PUT", path, body=whole, timeout=self.timeout)
+        except ApiError as err:
+            if err.conflict or err.ambiguous:
+                return None
+            if err.status != 422:
+                raise self._error(effect, entry, err) from None
+            log.warning(
+                "pod %s: resourceclaim %s allocated without kube's finalizer %s: the API "
+                "server refuses any rewrite of its spec (its opaque parameters were sent "
+                "in a JSON layout this client cannot reproduce): %s",
+                effect.pod.key,
+                entry.claim,
+                FINALIZER,
+                err.message,
+            )
+            return claim
+        self._remember(entry.claim, answer)
+        return answer
+
     async def _patch(
-        self, effect: AllocateClaims, entry: ClaimAllocation, path: str, body: JSON
+        self,
+        effect: AllocateClaims,
+        entry: ClaimAllocation,
+        path: str,
+        body: JSON,
+        raise_invalid: bool = False,
     ) -> JSON | None:
         """The claim as written, or None when the write must be judged again from a
         fresh read: a conflict (409), or no answer (reset, timeout, 5xx: it may have
@@ -516,6 +567,8 @@ class ClaimWriter:
             if err.conflict or err.ambiguous:
                 self._answers.pop(entry.claim, None)
                 return None
+            if raise_invalid and err.status == 422:
+                raise
             raise self._error(effect, entry, err) from None
         if answer.get("metadata"):
             self._remember(entry.claim, answer)

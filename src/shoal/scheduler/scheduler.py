@@ -24,12 +24,11 @@ import numpy as np
 
 from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
+from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
 from shoal.cache.dra import DeviceCatalog
-from shoal.cache.node_table import node_hash
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.diagnosis import Diagnosis
@@ -58,6 +57,7 @@ from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_
 from shoal.scheduler.binding import BindingCycles, BindingTask
 from shoal.scheduler.gang_cycle import GangCycle
 from shoal.scheduler.publishing import StatusPublisher
+from shoal.scheduler.shard_loans import ShardLoans
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
@@ -128,21 +128,22 @@ class Scheduler:
         self.bindings = BindingCycles(
             handle, self.gangs, self._event, self.scheduling_queue.done, self._undone
         )
-        # Whether this replica writes the status of an object shared by replicas (node
-        # shards: the one that decides its pods), by routing key and schedulerName.
-        self.writes_status: Callable[[str, str], bool] = lambda key, scheduler_name: True
-        self.publisher = StatusPublisher(
-            self, self.gangs, self.tenant_queues, self.scheduling_queue, self.cluster, self.effects
+        self.shard_loans = ShardLoans(
+            self.cluster,
+            self.tenant_queues,
+            self.gangs,
+            self.scheduling_queue,
+            self.gang_cycle,
+            self.bindings,
         )
-        # Node shards: ask the driver to borrow shards of other replicas for a gang that
-        # fits only with them (gang key, slots; empty: no longer). None: no borrowing
-        # (one replica, the simulator). `_borrowing`: the gangs asking now.
-        self.borrow_shards: Callable[[str, frozenset[int]], None] | None = None
-        self._borrowing: dict[str, frozenset[int]] = {}
-        # Gangs whose what-if with every node failed, and the cluster's generation and
-        # their members then: not tried again before something changed.
-        self._no_borrow: dict[str, tuple[int, int]] = {}
-        self.borrow_trials = 0  # what-ifs run (tests)
+        self.publisher = StatusPublisher(
+            self.shard_loans,
+            self.gangs,
+            self.tenant_queues,
+            self.scheduling_queue,
+            self.cluster,
+            self.effects,
+        )
 
     # ---- intake from the backend ---------------------------------------------------
 
@@ -443,94 +444,43 @@ class Scheduler:
         if self.cluster.kueue_topologies.remove(name):
             self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
 
+    # ---- node shards (shard_loans.py) -----------------------------------------------
+
     def routing_key(self, pod: Pod) -> str:
-        """What must be decided by one replica when several share the work (node
-        shards): a pod's tenant queue when it has a max (so the max holds across
-        replicas), else its gang (placed whole), else the pod itself."""
-        queue = self.tenant_queues.capped_queue_of(pod)
-        if queue:
-            return f"queue/{queue}"
-        try:
-            group = group_of(pod)
-        except ValueError:
-            group = None
-        if group is not None:
-            return f"gang/{group.key}"
-        return f"pod/{pod.metadata.uid}"
+        """What one replica must decide alone when several share the work."""
+        return self.shard_loans.routing_key(pod)
 
     def set_node_shards(
         self, slots: int, held: frozenset[int] | None, holders: Mapping[int, str]
     ) -> None:
         """The node shards this replica holds (None: no fencing, every node). Pods that
-        found no room get another try when more nodes become usable; a gang whose
-        borrowed shards are all usable now is tried at once, whatever its backoff (the
-        loan lasts a limited time)."""
-        if self.cluster.fence.set(slots, held, holders):
-            for key, wanted in self._borrowing.items():
-                group = self.gangs.groups.get(key)
-                if group is not None and (held is None or wanted <= held):
-                    self.scheduling_queue.hurry(u for u in group.members if u not in group.bound)
+        found no room get another try when more nodes become usable."""
+        if self.shard_loans.set_node_shards(slots, held, holders):
             self._event(ClusterEvent(EventResource.NODE, ActionType.ADD))
 
-    def _borrow_for(
-        self, entries: list[QueuedPod], group: Group, fwk: Framework, now: float
-    ) -> str:
-        """A gang that did not fit in the node shards held here: would it fit with every
-        node (a what-if: the fence lifted, nothing preempted, nothing kept)? Then ask to
-        borrow the shards of other replicas it would use, and say so ("" otherwise).
-        Only its home replica asks (the one its pods are routed to first)."""
-        fence = self.cluster.fence
-        if self.borrow_shards is None or fence.held is None or group.needed() <= 0:
-            return ""
-        first = entries[0].pod
-        if fence.fenced() is None or not self.writes_status(
-            self.routing_key(first.pod), first.scheduler_name
-        ):
-            return ""
-        stamp = (self.cluster.table.generation, len(entries))
-        if self._no_borrow.get(group.key) == stamp:
-            return ""  # it fit nowhere, and nothing changed since
-        fenced = fence.fenced()
-        mine = None if fenced is None else ~fenced  # tried first: borrow as little as may be
-        self.borrow_trials += 1
-        with fence.lifted():
-            trial = self.gang_cycle.decide(
-                list(entries), group, fwk, now, may_preempt=False, dry_run=True, prefer=mine
-            )
-        held = fence.held or frozenset()
-        # The minimum only (placed first): members beyond it stay queued on their own.
-        minimum = trial.placed[: group.needed()]
-        wanted = frozenset(node_hash(p.node) % fence.slots for p in minimum) - held
-        if trial.rejected is not None or not wanted:
-            if trial.rejected is not None:
-                self._no_borrow[group.key] = stamp
-            self._stop_borrowing(group.key)
-            return ""
-        self._no_borrow.pop(group.key, None)
-        self._borrowing[group.key] = wanted
-        self.borrow_shards(group.key, wanted)
-        holders = sorted({fence.holders.get(s, "") for s in wanted} - {""})
-        return (
-            f"it would fit with node shard(s) {', '.join(map(str, sorted(wanted)))} of "
-            f"other Shoal replicas ({', '.join(holders) or 'nobody'}): waiting for them to be "
-            "lent to this replica"
-        )
+    @property
+    def writes_status(self) -> Callable[[str, str], bool]:
+        """Whether this replica writes the status of an object shared by replicas (by
+        routing key and schedulerName); the driver sets it."""
+        return self.shard_loans.writes_status
 
-    def _stop_borrowing(self, key: str) -> None:
-        if self._borrowing.pop(key, None) is not None and self.borrow_shards is not None:
-            self.borrow_shards(key, frozenset())
+    @writes_status.setter
+    def writes_status(self, writes: Callable[[str, str], bool]) -> None:
+        self.shard_loans.writes_status = writes
 
-    def _end_loans(self) -> None:
-        """A gang that borrowed shards gives them up once it is placed and its binds
-        answered (or it is gone)."""
-        for key in [k for k in self._no_borrow if k not in self.gangs.groups]:
-            del self._no_borrow[key]
-        for key in list(self._borrowing):
-            group = self.gangs.groups.get(key)
-            if group is None or (
-                group.needed() <= 0 and not any(uid in self.bindings.binding for uid in group.bound)
-            ):
-                self._stop_borrowing(key)
+    @property
+    def borrow_shards(self) -> Callable[[str, frozenset[int]], None] | None:
+        """How the driver borrows other replicas' shards for a gang (None: no borrowing)."""
+        return self.shard_loans.borrow_shards
+
+    @borrow_shards.setter
+    def borrow_shards(self, borrow: Callable[[str, frozenset[int]], None] | None) -> None:
+        self.shard_loans.borrow_shards = borrow
+
+    @property
+    def borrow_trials(self) -> int:
+        """What-ifs run to find shards to borrow (tests)."""
+        return self.shard_loans.borrow_trials
 
     def _release_held(self) -> None:
         """Pods kept off reserved nodes get another try when the reservation ends (an
@@ -650,7 +600,7 @@ class Scheduler:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
                 waiting.reject("", "rejected due to timeout after waiting at permit")
         self.bindings.settle_waiting()
-        self._end_loans()
+        self.shard_loans.end_loans()
         self.publisher.publish(now)
 
     def next_wakeup(self) -> float | None:
@@ -925,7 +875,7 @@ class Scheduler:
             )
         if outcome.rejected is not None:
             status, message, rejectors = outcome.rejected
-            borrowing = self._borrow_for(entries, group, fwk, now)
+            borrowing = self.shard_loans.borrow_for(entries, group, fwk, now)
             if borrowing:
                 message = f"{message.rstrip().rstrip('.')}; {borrowing}"
             return self._gang_failed(

@@ -1,9 +1,9 @@
 """The scheduler's side of migration holds (`shoal.rescheduler.holds`).
 
 The Rescheduler plugin proposes holds; the scheduler nominates their stand-ins when it
-commits a plan (`Scheduler._commit_preemption`), and here: lets a re-created pod take
-over its hold when it arrives (the nomination moves to it, so it is tried on that node
-first and the room is its own), and ends holds nobody claimed in time. Without a
+commits a plan (`shoal.scheduler.victims.commit_preemption`), and here: lets a re-created
+pod take over its hold when it arrives (the nomination moves to it, so it is tried on that
+node first and the room is its own), and ends holds nobody claimed in time. Without a
 Rescheduler in any profile there is no registry and each call returns at once.
 """
 

@@ -35,8 +35,6 @@ from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.effects import (
     BindFailed,
     BindOutcome,
-    Evict,
-    Nominate,
     Unschedulable,
 )
 from shoal.framework.handle import Handle
@@ -52,19 +50,23 @@ from shoal.rescheduler.commit import (
     expire_holds,
     next_hold_expiry,
 )
-from shoal.rescheduler.holds import is_hold
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
 from shoal.scheduler.binding import BindingCycles, BindingTask
 from shoal.scheduler.gang_cycle import GangCycle
 from shoal.scheduler.publishing import StatusPublisher
 from shoal.scheduler.shard_loans import ShardLoans
+from shoal.scheduler.victims import (
+    AWAITING_VICTIMS,
+    awaiting_victims,
+    commit_preemption,
+    emit_nominations,
+)
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
 
 FINISHED_PHASES = ("Succeeded", "Failed")
-AWAITING_VICTIMS = "shoal/awaiting-victims"  # queue key of preemptors awaiting victims
 
 
 @dataclass
@@ -256,7 +258,7 @@ class Scheduler:
             if (record := self.cluster.placed.get(uid)) is not None and not record.assumed
         ]
         if victims:
-            self._commit_preemption([], victims)
+            commit_preemption(self.cluster, self.effects, [], victims)
 
     def delete_pod_group(self, namespace: str, name: str, source: str = "") -> None:
         """A PodGroup object was deleted: its members wait for it again (if their keys
@@ -396,7 +398,9 @@ class Scheduler:
         if row is None or not nominated.size:
             return
         here = np.flatnonzero(nominated.row[: nominated.size] == row).tolist()
-        ready = [nominated.uids[i] for i in here if not self._awaiting_victims(nominated.pods[i])]
+        ready = [
+            nominated.uids[i] for i in here if not awaiting_victims(self.cluster, nominated.pods[i])
+        ]
         if ready:
             self.scheduling_queue.wake(ready)
 
@@ -594,7 +598,7 @@ class Scheduler:
         if expire_holds(self.handle, now):  # room held for moved pods is free again
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
         for moves in defragment(self.handle, now):  # the Rescheduler's periodic pass
-            self._commit_preemption(moves.holds, moves.victims)
+            commit_preemption(self.cluster, self.effects, moves.holds, moves.victims)
         self.scheduling_queue.flush(now)
         for waiting in self.handle.waiting_pods:
             if waiting.rejection is None and now >= waiting.deadline and waiting.pending:
@@ -730,7 +734,7 @@ class Scheduler:
                 self._bind_failed(entry, node, status)
                 return CycleResult(pod, None, status, status.message)
             decision = tx.commit()
-        self._emit_nominations(decision.nominated)
+        emit_nominations(self.effects, decision.nominated)
         status, timeout, waiting_on = fwk.run_permit(state, pod, node)
         if not self.bindings.admit(entry, node, state, fwk, status, timeout, waiting_on, now):
             return CycleResult(pod, None, status, status.message)
@@ -750,7 +754,7 @@ class Scheduler:
         message = diagnosis.message() if diagnosis is not None else status.message
         retry_soon = False
         nominated = ""
-        waiting = self._awaiting_victims(pod)
+        waiting = awaiting_victims(self.cluster, pod)
         if waiting:
             # kube's PodEligibleToPreemptOthers: victims chosen earlier are still
             # terminating on the nominated node; preempting again would take more. It
@@ -771,12 +775,14 @@ class Scheduler:
                 message = diagnosis.message()
             if result is not None and result.nominated_node:
                 nominated = result.nominated_node
-                self._commit_preemption([(pod, nominated), *result.holds], result.victims)
+                commit_preemption(
+                    self.cluster, self.effects, [(pod, nominated), *result.holds], result.victims
+                )
         if not nominated and pod.uid in self.cluster.nominations:
             # kube clears the nomination of a pod that failed without a new one.
             with Transaction(self.cluster) as tx:
                 tx.clear_nomination(pod)
-                self._emit_nominations(tx.commit().nominated)
+                emit_nominations(self.effects, tx.commit().nominated)
         rejectors = frozenset(diagnosis.unschedulable_plugins) if diagnosis else frozenset()
         if waiting:
             rejectors = frozenset({AWAITING_VICTIMS})
@@ -788,19 +794,6 @@ class Scheduler:
             rejectors |= {k for k in keys if k in events}
         self._requeue(entry, now, rejectors, status, message, retry_soon, nominated)
         return CycleResult(pod, None, status, message, diagnosis)
-
-    def _awaiting_victims(self, pod: PodInfo) -> tuple[str, str] | None:
-        """(node, why) when the pod is nominated to a node where pods evicted for it
-        are still terminating."""
-        found = self.cluster.nominations.get(pod.uid)
-        if found is None:
-            return None
-        node = found[0]
-        evicting = self.cluster.evicting
-        leaving = sum(1 for p in self.cluster.pods_on(node) if p.uid in evicting)
-        if not leaving:
-            return None
-        return node, f"waiting for {leaving} preempted pod(s) on node {node} to terminate."
 
     def _requeue(
         self,
@@ -817,32 +810,6 @@ class Scheduler:
         )
         self.effects.emit(Unschedulable(entry.pod, status, message, nominated))
 
-    def _commit_preemption(
-        self, nominations: list[tuple[PodInfo, str]], victims: list[Victim]
-    ) -> None:
-        """Evict the victims and nominate the preemptors, as one transaction. Victims
-        stay counted (and are never chosen again) until the API reports them gone."""
-        preemptors = ", ".join(p.key for p, _ in nominations if not is_hold(p))
-        with Transaction(self.cluster) as tx:
-            for victim in victims:
-                uid = victim.pod.uid
-                record = self.cluster.placed.get(uid)
-                if record is None or record.assumed or uid in self.cluster.evicting:
-                    continue
-                if not tx.is_evicted(uid):
-                    tx.evict(record.pod, victim.reason)
-            for pod, node in nominations:
-                tx.nominate(pod, node)
-            decision = tx.commit()
-        for evicted in decision.evicted:
-            self.effects.emit(Evict(evicted.pod, evicted.node, evicted.reason, preemptors))
-        self._emit_nominations(decision.nominated)
-
-    def _emit_nominations(self, nominated: list[tuple[PodInfo, str]]) -> None:
-        for pod, node in nominated:
-            if not is_hold(pod):  # a migration hold's stand-in is no pod of the cluster
-                self.effects.emit(Nominate(pod, node))
-
     def _schedule_gang(
         self, entry: QueuedPod, group: Group, fwk: Framework, now: float
     ) -> CycleResult:
@@ -854,7 +821,7 @@ class Scheduler:
             status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, gate)
             return self._gang_failed(entry, entries, group, status, gate, frozenset(), now)
         for e in entries:
-            waiting = self._awaiting_victims(e.pod)
+            waiting = awaiting_victims(self.cluster, e.pod)
             if waiting:
                 message = f"gang {group.key}: {waiting[1]}"
                 status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
@@ -882,7 +849,7 @@ class Scheduler:
                 entry, entries, group, status, message, rejectors, now, outcome.retry_soon
             )
         if outcome.nominations:
-            self._commit_preemption(outcome.nominations, outcome.victims)
+            commit_preemption(self.cluster, self.effects, outcome.nominations, outcome.victims)
             message = (
                 f"gang {group.key}: preempting {len(outcome.victims)} pod(s) to place "
                 f"{len(outcome.nominations)} member(s); waiting for them to terminate"

@@ -53,6 +53,7 @@ from shoal.rescheduler.commit import (
 from shoal.scheduler.algorithm import PlacementAlgorithm, num_feasible_nodes_to_find
 from shoal.scheduler.binding import BindingCycles, BindingTask
 from shoal.scheduler.gang_cycle import GangCycle
+from shoal.scheduler.gating import QueueGate
 from shoal.scheduler.publishing import StatusPublisher
 from shoal.scheduler.shard_loans import ShardLoans
 from shoal.scheduler.victims import (
@@ -114,14 +115,15 @@ class Scheduler:
                     self._gang_configs[name] = plugin.gang_config
         self.tenant_queues = QueueManager.of(handle)
         self.tenant_queues.job_of = self._job_of
+        self.gate = QueueGate(self.profiles, self.effects)
         self._base_sort_key = first.queue_sort.sort_key
         self.scheduling_queue = SchedulingQueue(
             sort_key=self._sort_key,
             config=queue_config or QueueConfig(),
             plugin_events=plugin_events,
-            pre_enqueue=self._pre_enqueue,
+            pre_enqueue=self.gate.pre_enqueue,
             partitions=self.tenant_queues,
-            on_gated=self._gated,
+            on_gated=self.gate.gated,
         )
         self.tenant_queues.on_install.append(self.scheduling_queue.repartition)
         self.priority_classes: dict[str, PriorityClass] = {}
@@ -547,43 +549,10 @@ class Scheduler:
         if self.tenant_queues.set_namespace_labels(namespace, labels):
             self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
 
-    def _gated(self, entry: QueuedPod, status: Status) -> None:
-        """A pod kept out of the queue by PreEnqueue (scheduling gates, an incomplete
-        gang, a missing PodGroup or dependency) says why, like an unschedulable one."""
-        message = (
-            f"pod is gated by {status.plugin}: {status.message}"
-            if status.plugin
-            else (status.message)
-        )
-        self.effects.emit(Unschedulable(entry.pod, status, message, gated=True))
-
     def announce_gated(self) -> None:
         """Say again why every gated pod waits (a new leader writes what a standby
         could not)."""
-        for entry in self.scheduling_queue.gated():
-            status = Status(
-                Code.UNSCHEDULABLE_AND_UNRESOLVABLE, entry.message, plugin=entry.gated_by
-            )
-            self._gated(entry, status)
-
-    def _pre_enqueue(self, pod: PodInfo) -> Status:
-        fwk = self.profiles.get(pod.scheduler_name)
-        claims = pod.pod.spec.resource_claims
-        if claims and (fwk is None or not fwk.has_pre_enqueue("DynamicResources")):
-            # Placing it as if it asked for nothing would start it on a node without
-            # its devices (the kubelet waits for an allocation that never comes).
-            names = ", ".join(c.name or "?" for c in claims)
-            return Status(
-                Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                f"the pod asks for devices through ResourceClaims (spec.resourceClaims: "
-                f"{names}), and its profile does not enable DynamicResources, the plugin "
-                "that allocates Dynamic Resource Allocation claims: enable it (it is in the "
-                "default profile), or ask for whole GPUs or a GPU share with resource "
-                "requests (docs/gpu-sharing.md)",
-                plugin="DynamicResources",
-            )
-        # Gangs gate here through Coscheduling's PreEnqueue, when the profile has it.
-        return fwk.run_pre_enqueue(pod) if fwk is not None else Status()
+        self.gate.announce(self.scheduling_queue.gated())
 
     # ---- driving -------------------------------------------------------------------
 

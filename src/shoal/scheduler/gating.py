@@ -1,0 +1,66 @@
+"""What keeps a pod out of the active queue (PreEnqueue), and how it says why.
+
+The scheduling queue asks `pre_enqueue` before a pod may be tried: the profile's
+PreEnqueue plugins (scheduling gates, Coscheduling's incomplete gang or missing PodGroup
+or dependency, DynamicResources' missing claims), plus one check of the core's own: a
+pod asking for devices through ResourceClaims in a profile without DynamicResources
+would be placed as if it asked for nothing, so it waits, saying what to enable. A gated
+pod tells the cluster why, like an unschedulable one (`gated`), and a new leader says it
+again for every gated pod (`announce`), since a standby wrote nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from shoal.api.podinfo import PodInfo
+from shoal.framework.effects import Effects, Unschedulable
+from shoal.framework.runtime import Framework
+from shoal.framework.status import Code, Status
+from shoal.scheduling_queue.queue import QueuedPod
+
+__all__ = ["QueueGate"]
+
+
+class QueueGate:
+    def __init__(self, profiles: Mapping[str, Framework], effects: Effects) -> None:
+        self.profiles = profiles
+        self.effects = effects
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        fwk = self.profiles.get(pod.scheduler_name)
+        claims = pod.pod.spec.resource_claims
+        if claims and (fwk is None or not fwk.has_pre_enqueue("DynamicResources")):
+            # Placing it as if it asked for nothing would start it on a node without
+            # its devices (the kubelet waits for an allocation that never comes).
+            names = ", ".join(c.name or "?" for c in claims)
+            return Status(
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                f"the pod asks for devices through ResourceClaims (spec.resourceClaims: "
+                f"{names}), and its profile does not enable DynamicResources, the plugin "
+                "that allocates Dynamic Resource Allocation claims: enable it (it is in the "
+                "default profile), or ask for whole GPUs or a GPU share with resource "
+                "requests (docs/gpu-sharing.md)",
+                plugin="DynamicResources",
+            )
+        # Gangs gate here through Coscheduling's PreEnqueue, when the profile has it.
+        return fwk.run_pre_enqueue(pod) if fwk is not None else Status()
+
+    def gated(self, entry: QueuedPod, status: Status) -> None:
+        """A pod kept out of the queue by PreEnqueue (scheduling gates, an incomplete
+        gang, a missing PodGroup or dependency) says why, like an unschedulable one."""
+        message = (
+            f"pod is gated by {status.plugin}: {status.message}"
+            if status.plugin
+            else (status.message)
+        )
+        self.effects.emit(Unschedulable(entry.pod, status, message, gated=True))
+
+    def announce(self, gated: Iterable[QueuedPod]) -> None:
+        """Say again why every gated pod waits (a new leader writes what a standby
+        could not)."""
+        for entry in gated:
+            status = Status(
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE, entry.message, plugin=entry.gated_by
+            )
+            self.gated(entry, status)

@@ -18,26 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-import numpy as np
-
 from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podgroup import SUSPENDED, PodGroup, UpstreamPodGroup, VolcanoPodGroup
+from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.podinfo import PodInfo
 from shoal.api.queue import ElasticQuota, NodePool, Queue, QueueBinding
 from shoal.cache.cluster import ClusterState
-from shoal.cache.dra import DeviceCatalog
-from shoal.framework.effects import (
-    BindOutcome,
-)
+from shoal.framework.effects import BindOutcome
 from shoal.framework.handle import Handle
-from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
-from shoal.gang.manager import GangConfig, GangManager, GangPlugin, Group
+from shoal.gang.manager import GangConfig, GangManager, GangPlugin
 from shoal.gang.reservation import reservation_due, update_reservation
 from shoal.rescheduler.commit import (
-    claim_hold,
     defragment,
     expire_holds,
     next_hold_expiry,
@@ -47,20 +40,18 @@ from shoal.scheduler.binding import BindingCycles, BindingTask
 from shoal.scheduler.cycles import CycleResult, SchedulingCycles
 from shoal.scheduler.gang_cycle import GangCycle
 from shoal.scheduler.gating import QueueGate
+from shoal.scheduler.intake import ClusterIntake
 from shoal.scheduler.publishing import StatusPublisher
 from shoal.scheduler.requeue import Requeuer
 from shoal.scheduler.shard_loans import ShardLoans
 from shoal.scheduler.victims import (
     AWAITING_VICTIMS,
-    awaiting_victims,
     commit_preemption,
 )
 from shoal.scheduling_queue.queue import QueueConfig, QueuedPod, SchedulingQueue
 from shoal.tenancy.manager import QueueManager
 
 __all__ = ["BindingTask", "CycleResult", "Scheduler", "num_feasible_nodes_to_find"]
-
-FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 class Scheduler:
@@ -110,13 +101,23 @@ class Scheduler:
             on_gated=self.gate.gated,
         )
         self.tenant_queues.on_install.append(self.scheduling_queue.repartition)
-        self.priority_classes: dict[str, PriorityClass] = {}
         self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
         self.gangs = GangManager.of(handle)
         self.requeue = Requeuer(self.scheduling_queue, self._pods, self.clock, self.effects)
         self.bindings = BindingCycles(
             handle, self.gangs, self._event, self.scheduling_queue.done, self.requeue.undone
         )
+        self.intake = ClusterIntake(
+            self.profiles,
+            handle,
+            self._pods,
+            self.gangs,
+            self._gang_configs,
+            self.tenant_queues,
+            self.scheduling_queue,
+            self.bindings,
+        )
+        self.priority_classes = self.intake.priority_classes
         self.shard_loans = ShardLoans(
             self.cluster,
             self.tenant_queues,
@@ -145,306 +146,116 @@ class Scheduler:
             self.effects,
         )
 
-    # ---- intake from the backend ---------------------------------------------------
+    # ---- intake (intake.py) ---------------------------------------------------------
 
     def add_priority_class(self, pc: PriorityClass) -> None:
-        self.priority_classes[pc.metadata.name] = pc
+        self.intake.add_priority_class(pc)
 
     def pod_info(
         self, pod: Pod, timestamp: float | None = None, previous: PodInfo | None = None
     ) -> PodInfo:
         """Admission defaults (priority from priorityClassName), then derive PodInfo."""
-        spec = pod.spec
-        if spec.priority is None:
-            pc = (
-                self.priority_classes.get(spec.priority_class_name)
-                if spec.priority_class_name
-                else None
-            )
-            if pc is None and not spec.priority_class_name:
-                pc = next((c for c in self.priority_classes.values() if c.global_default), None)
-            if pc is not None:
-                spec.priority = pc.value
-        now = self.clock.now() if timestamp is None else timestamp
-        return PodInfo(pod, timestamp=now, previous=previous)
+        return self.intake.pod_info(pod, timestamp, previous)
 
     def known_pod(self, uid: str) -> PodInfo | None:
         """The core's current view of a pod it was told about (None once deleted)."""
-        return self._pods.get(uid)
+        return self.intake.known_pod(uid)
 
     def is_ours(self, pod: PodInfo) -> bool:
-        return pod.scheduler_name in self.profiles
+        return self.intake.is_ours(pod)
 
     def add_pod(self, pod: Pod | PodInfo) -> PodInfo:
-        info = pod if isinstance(pod, PodInfo) else self.pod_info(pod)
-        now = self.clock.now()
-        phase = info.pod.status.phase
-        if phase in FINISHED_PHASES:
-            # A finished pod holds nothing; a finished gang member still counts for its
-            # group (minMember of an elastic job, dependencies between jobs).
-            self._join_group(info, now)
-            self.gangs.member_finished(info.uid, succeeded=phase == "Succeeded")
-            self._wake_dependents(phase == "Succeeded")
-            return info
-        self._pods[info.uid] = info
-        self._join_group(info, now)
-        if info.node_name:
-            self.cluster.add_bound_pod(info, info.node_name)
-            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
-        elif self.is_ours(info):
-            claim_hold(self.handle, info, now)  # a pod re-created by a migration plan
-            self.scheduling_queue.add(info, now)
-        return info
+        return self.intake.add_pod(pod)
 
-    def _join_group(self, info: PodInfo, now: float) -> None:
-        config = self._gang_configs.get(info.scheduler_name)
-        try:
-            ref = self.gangs.ref(info.pod)
-        except ValueError:
-            return  # Coscheduling's PreEnqueue keeps it out, naming the key
-        if ref is None:
-            return
-        if config is None:
-            # Not placed as a member (another scheduler's pod, or a profile without
-            # Coscheduling), yet it names the gang: the members say why it is not counted.
-            why = (
-                f"schedulerName {info.scheduler_name}, a profile without Coscheduling"
-                if self.is_ours(info)
-                else f"schedulerName {info.scheduler_name}, not served by this scheduler"
-            )
-            self.gangs.outsider_named(info, ref, why)
-            return
-        group = self.gangs.member_added(info, ref, now, config)
-        if group.kueue_votes and group.kueue_conflict():
-            # Its Kueue topology differs from the other members': they wait too, saying so.
-            self.scheduling_queue.recheck([uid for uid in group.members if uid != info.uid])
-        elif not self.gangs.gate(group):
-            self.scheduling_queue.regate([uid for uid in group.members if uid != info.uid])
+    def update_pod(self, pod: Pod) -> PodInfo:
+        return self.intake.update_pod(pod)
+
+    def delete_pod(self, uid: str) -> None:
+        self.intake.delete_pod(uid)
+
+    def finish_pod(self, uid: str, succeeded: bool = True) -> None:
+        """A bound pod ran to completion (Succeeded or Failed): free it, count it."""
+        self.intake.finish_pod(uid, succeeded)
+
+    def eviction_failed(self, uid: str) -> None:
+        """An eviction we sent did not happen: the pod keeps running."""
+        self.intake.eviction_failed(uid)
 
     def add_pod_group(self, obj: PodGroup | VolcanoPodGroup | UpstreamPodGroup) -> None:
         """A PodGroup object (scheduler-plugins, Volcano or Kubernetes' own) was created
         or updated."""
-        old = self.gangs.groups.get(f"{obj.metadata.namespace or 'default'}/{obj.metadata.name}")
-        was_suspended = old is not None and old.suspended
-        group = self.gangs.add_pod_group(obj, self.clock.now())
-        self._set_group_queue(group.key, obj.spec.queue if isinstance(obj, VolcanoPodGroup) else "")
-        if group.suspended:
-            self._suspend(group)
-        elif was_suspended:
-            group.reason = ""
-        if group.suspended != was_suspended:
-            # Members waiting in the queue leave it (suspended) or come back (resumed).
-            self.scheduling_queue.recheck(list(group.members))
-        else:
-            self.scheduling_queue.regate(list(group.members))
-        self._wake_dependents(group.phase == "Finished")
-
-    def _suspend(self, group: Group) -> None:
-        """A suspended gang runs nothing: binds not sent yet are withdrawn and placed
-        members are evicted, all of them (a gang is never left running short). Members
-        whose bind is already out are evicted when it lands (`bind_outcome`)."""
-        reason = (
-            f"gang {group.key} was suspended (its PodGroup has {SUSPENDED}=true; "
-            f"shoal resume podgroup {group.key} resumes it)"
-        )
-        group.reason = reason
-        self.gangs.dirty.add(group.key)
-        self.bindings.withdraw_members(group, reason)
-        victims = [
-            Victim(record.pod, reason)
-            for uid in sorted(group.bound)
-            if (record := self.cluster.placed.get(uid)) is not None and not record.assumed
-        ]
-        if victims:
-            commit_preemption(self.cluster, self.effects, [], victims)
+        self.intake.add_pod_group(obj)
 
     def delete_pod_group(self, namespace: str, name: str, source: str = "") -> None:
-        """A PodGroup object was deleted: its members wait for it again (if their keys
-        still name it), and a Volcano group's queue no longer applies to them."""
-        key = f"{namespace or 'default'}/{name}"
-        if source == "volcano":
-            self.clear_group_queue(key)
-        group = self.gangs.groups.get(key)
-        members = list(group.members) if group is not None else []
-        self.gangs.delete_pod_group(namespace or "default", name)
-        self.scheduling_queue.regate(members)
+        self.intake.delete_pod_group(namespace, name, source)
 
     def clear_group_queue(self, key: str) -> None:
-        """The group's `spec.queue` went with its Volcano object: its members (running
-        or pending) are charged to their own queue again."""
-        self._set_group_queue(key, "")
+        """The group's `spec.queue` went with its Volcano object."""
+        self.intake.clear_group_queue(key)
 
-    def _set_group_queue(self, key: str, queue: str) -> None:
-        """The group names `queue` ("" for none): its members move there, and those
-        waiting in the scheduling queue go to their new queue's partition."""
-        group = self.gangs.groups.get(key)
-        members = list(group.members.values()) if group is not None else []
-        if self.tenant_queues.set_group_queue(key, queue, members):
-            now = self.clock.now()
-            for member in members:
-                if self.scheduling_queue.get(member.uid) is not None:
-                    self.scheduling_queue.update(member, now)
+    def add_node(self, node: Node) -> None:
+        self.intake.add_node(node)
 
-    def finish_pod(self, uid: str, succeeded: bool = True) -> None:
-        """A bound pod ran to completion (Succeeded or Failed): free it, count it."""
-        self.gangs.member_finished(uid, succeeded)
-        self.delete_pod(uid)
-        self._wake_dependents(succeeded)
+    def update_node(self, node: Node) -> None:
+        self.intake.update_node(node)
 
-    def _wake_dependents(self, succeeded: bool) -> None:
-        if succeeded:
-            # Dependent gangs may now start.
-            for other in self.gangs.groups.values():
-                if other.depends_on and not self.gangs.gate(other):
-                    self.scheduling_queue.regate(list(other.members))
+    def delete_node(self, name: str) -> None:
+        self.intake.delete_node(name)
 
-    def update_pod(self, pod: Pod) -> PodInfo:
-        old = self._pods.get(
-            pod.metadata.uid or f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+    def upsert_hypernode(self, hypernode: HyperNode) -> None:
+        self.intake.upsert_hypernode(hypernode)
+
+    def delete_hypernode(self, name: str) -> None:
+        self.intake.delete_hypernode(name)
+
+    def hypernode_problems(self) -> dict[str, str]:
+        """Every HyperNode skipped as malformed, by name, with why."""
+        return self.intake.hypernode_problems()
+
+    def upsert_kueue_topology(self, topology: Topology) -> str:
+        """What is wrong with the Kueue Topology ("" when nothing)."""
+        return self.intake.upsert_kueue_topology(topology)
+
+    def delete_kueue_topology(self, name: str) -> None:
+        self.intake.delete_kueue_topology(name)
+
+    def apply_queues(
+        self,
+        queues: Iterable[Queue] = (),
+        elastic_quotas: Iterable[ElasticQuota] = (),
+        bindings: Iterable[QueueBinding] = (),
+        pools: Iterable[NodePool] = (),
+        deleted_queues: Iterable[str] = (),
+        *,
+        deleted_bindings: Iterable[str] = (),
+        deleted_pools: Iterable[str] = (),
+    ) -> list[str]:
+        """Validate and apply tenant-queue objects; returns the problems."""
+        return self.intake.apply_queues(
+            queues,
+            elastic_quotas,
+            bindings,
+            pools,
+            deleted_queues,
+            deleted_bindings=deleted_bindings,
+            deleted_pools=deleted_pools,
         )
-        info = self.pod_info(pod, timestamp=old.timestamp if old else None, previous=old)
-        if info.pod.status.phase in FINISHED_PHASES:
-            if old is not None:
-                self.finish_pod(info.uid, succeeded=info.pod.status.phase == "Succeeded")
-            return info
-        if old is not None and old.node_name and not info.node_name:
-            # A pod is never unbound: this copy predates our bind (e.g. a status write
-            # seen after the Binding), kube's IsAssumedPod case. Keep ours.
-            return old
-        if old is not None and old.initial_attempt_time is not None:
-            info.initial_attempt_time = old.initial_attempt_time
-        if old is not None and not old.node_name and info.node_name:
-            # Our bind landed (or someone else bound it).
-            self.scheduling_queue.delete(info.uid)
-        if info.node_name:
-            # The cluster says where the pod is: if its bind's outcome has not come back,
-            # that is the outcome (the later answer, if any, finds nothing to settle).
-            self.bindings.settled_by_watch(info.uid, info.node_name)
-        self._pods[info.uid] = info
-        group = self.gangs.group_of_uid(info.uid)
-        if group is not None:
-            asked = group.kueue.get(info.uid)
-            self.gangs.member_updated(group, info)
-            if group.kueue.get(info.uid) != asked:
-                # Its Kueue topology changed: the members may agree now, or no longer.
-                self.scheduling_queue.recheck([m for m in group.members if m != info.uid])
-            if old is None or old.pod.status.phase != info.pod.status.phase:
-                self.gangs.dirty.add(group.key)  # its running count may have changed
-        if info.node_name:
-            self.cluster.add_bound_pod(info, info.node_name)
-            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL))
-        elif self._assumed(info.uid):
-            # Assumed and being (or just) bound: an update that does not show the node
-            # yet is stale (kube's IsAssumedPod check), never a reason to schedule again.
-            pass
-        elif self.is_ours(info):
-            self.scheduling_queue.update(info, self.clock.now())
-        return info
 
-    def _assumed(self, uid: str) -> bool:
-        if self.bindings.holds(uid):
-            return True
-        record = self.cluster.placed.get(uid)
-        return record is not None and record.assumed
+    def set_namespace_labels(self, namespace: str, labels: dict[str, str]) -> None:
+        self.intake.set_namespace_labels(namespace, labels)
 
-    def delete_pod(self, uid: str) -> None:
-        info = self._pods.pop(uid, None)
-        if info is not None and info.pod.spec.resource_claims:
-            # DynamicResources' per-pod state (PreFilter's plan, a failed assume): a
-            # pending pod deleted before it is placed has no placement to release it.
-            DeviceCatalog.of(self.handle).forget_pod(uid)
-        self.cluster.clear_nomination(uid)
-        was_evicting = uid in self.cluster.evicting
-        self.cluster.evicting.discard(uid)
-        group = self.gangs.group_of_uid(uid)
-        disagreed = group is not None and bool(group.kueue_conflict())
-        self.gangs.member_removed(uid)
-        if group is not None:
-            self.bindings.withdraw_gang(group, uid)
-            if disagreed:
-                # The member that disagreed on the Kueue topology may be this one.
-                self.scheduling_queue.recheck([m for m in group.members if m != uid])
-        self.scheduling_queue.delete(uid)
-        self.bindings.cancel(uid)  # Unreserve; the cache entry goes below
-        record = self.cluster.placed.get(uid)
-        removed = self.cluster.remove_pod(uid)
-        if removed is not None:
-            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
-        if was_evicting and record is not None:
-            self._victim_gone(record.node)
+    def notify(self, event: ClusterEvent) -> None:
+        """A change the backend fed elsewhere than through this class (e.g. a storage
+        object into `VolumeCatalog`)."""
+        self.intake.notify(event)
+
+    def bind_outcome(self, outcome: BindOutcome) -> None:
+        """What became of a `Bind` (an event from the port)."""
+        self.intake.bind_outcome(outcome)
 
     def bind_withdrawn(self, uid: str) -> str:
         """Why the bind of this pod must not be sent after all ("" when it stands)."""
         return self.bindings.withdrawn(uid)
-
-    def eviction_failed(self, uid: str) -> None:
-        """An eviction we sent did not happen (refused by a disruption budget, or an
-        error): the pod keeps running and may be chosen again later."""
-        if uid in self.cluster.evicting:
-            self.cluster.evicting.discard(uid)
-            record = self.cluster.placed.get(uid)
-            if record is not None:
-                self._victim_gone(record.node)
-        self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE))
-
-    def _victim_gone(self, node: str) -> None:
-        """A pod evicted from `node` is gone (or its eviction failed): preemptors
-        nominated there that no longer wait for any victim are tried again at once."""
-        row = self.cluster.table.row_of.get(node)
-        nominated = self.cluster.nominated
-        nominated.sync(self.cluster.table)
-        if row is None or not nominated.size:
-            return
-        here = np.flatnonzero(nominated.row[: nominated.size] == row).tolist()
-        ready = [
-            nominated.uids[i] for i in here if not awaiting_victims(self.cluster, nominated.pods[i])
-        ]
-        if ready:
-            self.scheduling_queue.wake(ready)
-
-    def add_node(self, node: Node) -> None:
-        self.cluster.add_node(node)
-        self._event(ClusterEvent(EventResource.NODE, ActionType.ADD))
-
-    def update_node(self, node: Node) -> None:
-        self.cluster.update_node(node)
-        self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
-
-    def delete_node(self, name: str) -> None:
-        self.cluster.remove_node(name)
-        self._event(ClusterEvent(EventResource.NODE, ActionType.DELETE))
-
-    def upsert_hypernode(self, hypernode: HyperNode) -> None:
-        """A Volcano HyperNode created or changed (`hypernode_problems` says which are
-        skipped as malformed)."""
-        if self.cluster.hypernodes.upsert(hypernode):
-            # Gangs held by a tier may fit now (Coscheduling retries on node updates).
-            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
-
-    def delete_hypernode(self, name: str) -> None:
-        """A Volcano HyperNode deleted."""
-        if self.cluster.hypernodes.remove(name):
-            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
-
-    def hypernode_problems(self) -> dict[str, str]:
-        """Every HyperNode skipped as malformed, by name, with why (naming the field):
-        one HyperNode may make another wrong (a cycle, a tier) or right again. Checked
-        when asked (ask once after a batch of changes, not after each)."""
-        return self.cluster.hypernodes.problems()
-
-    def upsert_kueue_topology(self, topology: Topology) -> str:
-        """A Kueue Topology created or changed: what is wrong with it ("" when nothing;
-        a malformed one is skipped, naming the field)."""
-        topologies = self.cluster.kueue_topologies
-        if topologies.upsert(topology):
-            # Gangs preferring a level it lists are placed differently from now on.
-            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
-        return topologies.problems().get(topology.metadata.name, "")
-
-    def delete_kueue_topology(self, name: str) -> None:
-        """A Kueue Topology deleted."""
-        if self.cluster.kueue_topologies.remove(name):
-            self._event(ClusterEvent(EventResource.NODE, ActionType.UPDATE))
 
     # ---- node shards (shard_loans.py) -----------------------------------------------
 
@@ -487,56 +298,12 @@ class Scheduler:
     def _event(self, event: ClusterEvent) -> None:
         self.scheduling_queue.on_event(event, self.clock.now())
 
-    def notify(self, event: ClusterEvent) -> None:
-        """A change the backend fed elsewhere than through this class (e.g. a storage
-        object into `VolumeCatalog`): pods rejected by plugins that registered for it
-        are retried."""
-        self._event(event)
-
     def _job_of(self, pod: PodInfo) -> str:
         group = self.gangs.group_of_uid(pod.uid)
         return group.key if group is not None else pod.uid
 
     def _sort_key(self, pod: PodInfo) -> tuple[object, ...]:
         return self.tenant_queues.order_key(pod, self._base_sort_key(pod))
-
-    # ---- tenant queues -------------------------------------------------------------
-
-    def apply_queues(
-        self,
-        queues: Iterable[Queue] = (),
-        elastic_quotas: Iterable[ElasticQuota] = (),
-        bindings: Iterable[QueueBinding] = (),
-        pools: Iterable[NodePool] = (),
-        deleted_queues: Iterable[str] = (),
-        *,
-        deleted_bindings: Iterable[str] = (),
-        deleted_pools: Iterable[str] = (),
-    ) -> list[str]:
-        """Validate and apply queue objects, each on its own: the invalid ones are
-        rejected, the rest applies. Returns the problems (each names its object, the
-        field and the fix); see `QueueManager.apply`."""
-        closed = self.tenant_queues.closed_queues
-        problems = self.tenant_queues.apply(
-            queues,
-            elastic_quotas,
-            deleted_queues,
-            bindings=bindings,
-            pools=pools,
-            deleted_bindings=deleted_bindings,
-            deleted_pools=deleted_pools,
-        )
-        if self.tenant_queues.closed_queues != closed:
-            # Pods of a queue just closed leave the queue (gated, saying why); those of
-            # one opened again come back.
-            self.scheduling_queue.recheck()
-        self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
-        return problems
-
-    def set_namespace_labels(self, namespace: str, labels: dict[str, str]) -> None:
-        self.cluster.namespaces.set(namespace, labels)
-        if self.tenant_queues.set_namespace_labels(namespace, labels):
-            self._event(ClusterEvent(EventResource.QUEUE, ActionType.ALL))
 
     def announce_gated(self) -> None:
         """Say again why every gated pod waits (a new leader writes what a standby
@@ -585,13 +352,6 @@ class Scheduler:
     def start_bindings(self) -> int:
         """Start the binding cycles that are ready (PreBind, then a `Bind` effect)."""
         return self.bindings.start_ready()
-
-    def bind_outcome(self, outcome: BindOutcome) -> None:
-        """What became of a `Bind` (an event from the port)."""
-        self.bindings.outcome(outcome)
-        group = self.gangs.group_of_uid(outcome.uid)
-        if group is not None and group.suspended and outcome.uid in group.bound:
-            self._suspend(group)  # a bind that was already out when the gang was suspended
 
     @property
     def binding(self) -> Mapping[str, BindingTask]:

@@ -42,6 +42,7 @@ __all__ = [
     "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreScorePlugin",
+    "ProfilePolicy",
     "QueueSortPlugin",
     "ReservePlugin",
     "ScoreNormalizer",
@@ -229,3 +230,14 @@ class EnqueueExtensions(Protocol):
     """The cluster events after which pods this plugin rejected are worth retrying."""
 
     def events_to_register(self) -> Sequence[ClusterEvent]: ...
+
+
+@runtime_checkable
+class ProfilePolicy(Protocol):
+    """A plugin whose presence sets a policy for its whole profile, kept in a service it
+    shares through the handle (Coscheduling: the profile's pods join gangs, with its
+    settings, in the `GangManager`). The framework calls `register_profile` once, when it
+    builds the profile, with the profile's schedulerName; the scheduler then asks the
+    service, never the plugins, so another plugin can take Coscheduling's place."""
+
+    def register_profile(self, profile_name: str) -> None: ...

@@ -20,6 +20,7 @@ from shoal.framework.interfaces import (
     EnqueueExtensions,
     NodeFilterStatuses,
     PostFilterResult,
+    ProfilePolicy,
     QueueSortPlugin,
     ScoreNormalizer,
     ScorePlugin,
@@ -114,6 +115,9 @@ class Framework:
         self.sampled_plugins = plugins
         self.max_total_score = MAX_NODE_SCORE * sum(w for _, w in plugins.score)
         self._normalizers = {p.name: p for p, _ in plugins.score if isinstance(p, ScoreNormalizer)}
+        for plugin in plugins.all():
+            if isinstance(plugin, ProfilePolicy):
+                plugin.register_profile(profile_name)
 
     # ---- queueing ------------------------------------------------------------------
 

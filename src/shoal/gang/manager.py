@@ -20,7 +20,6 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from shoal.api.hypernode import (
     KUEUE_PREFERRED,
@@ -57,7 +56,6 @@ __all__ = [
     "DEFAULT_SCHEDULE_TIMEOUT",
     "GangConfig",
     "GangManager",
-    "GangPlugin",
     "Group",
     "Reservation",
     "SubGroup",
@@ -81,16 +79,6 @@ class GangConfig:
 
 
 DEFAULT_CONFIG = GangConfig()
-
-
-@runtime_checkable
-class GangPlugin(Protocol):
-    """A plugin that makes its profile's pods join pod groups (Coscheduling): the
-    scheduler asks the profile's plugins for this, not for a plugin class, so another
-    gang plugin can take Coscheduling's place."""
-
-    @property
-    def gang_config(self) -> GangConfig: ...
 
 
 @dataclass(frozen=True)
@@ -364,6 +352,9 @@ class GangManager:
         # profile without Coscheduling): group key -> uid -> "ns/name (why)".
         self._outsiders: dict[str, dict[str, str]] = {}
         self._outsider_of: dict[str, str] = {}
+        # The profiles whose pods join groups, with their settings: registered by the
+        # profile's gang plugin (Coscheduling) when the profile is built.
+        self._profiles: dict[str, GangConfig] = {}
         # Head-of-line reservation (policy in shoal.gang.reservation).
         self.reservation: Reservation | None = None
         self.no_block_until: dict[str, float] = {}  # group -> may not reserve before
@@ -393,6 +384,15 @@ class GangManager:
             manager = handle.services[SERVICE_KEY] = cls()
         assert isinstance(manager, GangManager)
         return manager
+
+    def register_profile(self, profile_name: str, config: GangConfig) -> None:
+        """The pods of this profile join groups, with these settings."""
+        self._profiles[profile_name] = config
+
+    def profile_config(self, profile_name: str) -> GangConfig | None:
+        """The gang settings of a profile whose pods join groups (None: its group keys
+        are plain labels)."""
+        return self._profiles.get(profile_name)
 
     # ---- objects -------------------------------------------------------------------
 

@@ -59,8 +59,8 @@ class Coscheduling:
         self.handle = handle
         self.args = args
         self.gangs = GangManager.of(handle)
-        # The settings the scheduler gives the groups of this profile's pods (the
-        # scheduler finds them through `GangPlugin.gang_config`).
+        # The settings the groups of this profile's pods get (registered with the
+        # GangManager when the profile is built: `register_profile`).
         self.gang_config = GangConfig(
             schedule_timeout=args.schedule_timeout_seconds,
             head_of_line_reservation=args.head_of_line_reservation,
@@ -69,6 +69,11 @@ class Coscheduling:
         )
         self._mask: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self._mask_key: tuple[int, int] = (-1, -1)
+
+    def register_profile(self, profile_name: str) -> None:
+        # ProfilePolicy: enabling Coscheduling is what makes this profile's pods join
+        # groups; the scheduler learns it from the GangManager, not from the plugin.
+        self.gangs.register_profile(profile_name, self.gang_config)
 
     def pre_enqueue(self, pod: PodInfo) -> Status:
         group = self.gangs.group_of_uid(pod.uid)

@@ -30,7 +30,7 @@ from shoal.framework.handle import Handle
 from shoal.framework.interfaces import Victim
 from shoal.framework.runtime import Framework
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
-from shoal.gang.manager import GangConfig, GangManager, Group
+from shoal.gang.manager import GangManager, Group
 from shoal.rescheduler.commit import claim_hold
 from shoal.scheduler.binding import BindingCycles
 from shoal.scheduler.victims import awaiting_victims, commit_preemption
@@ -49,7 +49,6 @@ class ClusterIntake:
         handle: Handle,
         pods: dict[str, PodInfo],
         gangs: GangManager,
-        gang_configs: Mapping[str, GangConfig],
         tenant_queues: QueueManager,
         scheduling_queue: SchedulingQueue,
         bindings: BindingCycles,
@@ -62,10 +61,6 @@ class ClusterIntake:
         self.pods = pods  # every pod we know, by uid (the requeuer reads it too)
         self.priority_classes: dict[str, PriorityClass] = {}
         self.gangs = gangs
-        # Gang settings of the profiles that enable a gang plugin (Coscheduling): only
-        # their pods join groups (and go through the gang cycle); elsewhere group keys
-        # are plain labels.
-        self.gang_configs = gang_configs
         self.tenant_queues = tenant_queues
         self.scheduling_queue = scheduling_queue
         self.bindings = bindings
@@ -123,7 +118,9 @@ class ClusterIntake:
         return info
 
     def _join_group(self, info: PodInfo, now: float) -> None:
-        config = self.gang_configs.get(info.scheduler_name)
+        # Only pods of a profile with a gang plugin (Coscheduling, `ProfilePolicy`) join
+        # groups and go through the gang cycle; elsewhere group keys are plain labels.
+        config = self.gangs.profile_config(info.scheduler_name)
         try:
             ref = self.gangs.ref(info.pod)
         except ValueError:

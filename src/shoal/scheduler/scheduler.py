@@ -28,7 +28,7 @@ from shoal.framework.effects import BindOutcome
 from shoal.framework.handle import Handle
 from shoal.framework.runtime import Framework
 from shoal.framework.types import ActionType, ClusterEvent, EventResource
-from shoal.gang.manager import GangConfig, GangManager, GangPlugin
+from shoal.gang.manager import GangManager
 from shoal.gang.reservation import reservation_due, update_reservation
 from shoal.rescheduler.commit import (
     defragment,
@@ -77,17 +77,11 @@ class Scheduler:
         self.gang_cycle = GangCycle(handle.cluster, self.algorithm)
         first = next(iter(self.profiles.values()))
         plugin_events: dict[str, list[ClusterEvent]] = {}
-        # Gang settings of the profiles that enable Coscheduling: only their pods join
-        # groups (and go through the gang cycle); elsewhere group keys are plain labels.
-        self._gang_configs: dict[str, GangConfig] = {}
         # A preemptor waiting for its victims to terminate is woken when the last one
         # is gone (`_victim_gone`), or when a node goes, not by every pod event.
         plugin_events[AWAITING_VICTIMS] = [ClusterEvent(EventResource.NODE, ActionType.DELETE)]
-        for name, fwk in self.profiles.items():
+        for fwk in self.profiles.values():
             plugin_events.update(fwk.events_to_register())
-            for plugin in fwk.plugins.all():
-                if isinstance(plugin, GangPlugin):
-                    self._gang_configs[name] = plugin.gang_config
         self.tenant_queues = QueueManager.of(handle)
         self.tenant_queues.job_of = self._job_of
         self.gate = QueueGate(self.profiles, self.effects)
@@ -112,7 +106,6 @@ class Scheduler:
             handle,
             self._pods,
             self.gangs,
-            self._gang_configs,
             self.tenant_queues,
             self.scheduling_queue,
             self.bindings,

@@ -6,6 +6,15 @@ then a `Bind` effect), feeds each bind's outcome back in as
 an event (`bind_outcome`, or the watch showing the pod bound) and calls `tick()` as
 time passes. Nothing here reads a clock, sleeps, awaits, or talks to the network.
 
+`Scheduler` is the facade and the step loop: it builds the parts, each of which owns one
+job, hands every call to the part that owns it, and runs what happens as time passes
+(`tick`, `next_wakeup`). The parts: `ClusterIntake` (intake.py: observed objects
+applied), `QueueGate` (gating.py: PreEnqueue), `SchedulingCycles` (cycles.py: a pod's or
+a gang's cycle and its outcome), `Requeuer` (requeue.py), `BindingCycles` (binding.py),
+`ShardLoans` (shard_loans.py: node shards), `StatusPublisher` (publishing.py), and
+victims.py for committing preemptions. Policies registered by plugins (gangs, through
+`ProfilePolicy`) live in their services (`GangManager`, `QueueManager`), not here.
+
 How a decision flows: a cycle (single pod, or a gang through `GangCycle`) works in a
 `Transaction` over the cache; committing it keeps the assumed pods (they go to binding)
 or, for preemption and reclaim, marks the victims as evicting and nominates the
@@ -78,7 +87,8 @@ class Scheduler:
         first = next(iter(self.profiles.values()))
         plugin_events: dict[str, list[ClusterEvent]] = {}
         # A preemptor waiting for its victims to terminate is woken when the last one
-        # is gone (`_victim_gone`), or when a node goes, not by every pod event.
+        # is gone (`ClusterIntake._victim_gone`), or when a node goes, not by every pod
+        # event.
         plugin_events[AWAITING_VICTIMS] = [ClusterEvent(EventResource.NODE, ActionType.DELETE)]
         for fwk in self.profiles.values():
             plugin_events.update(fwk.events_to_register())
@@ -95,7 +105,9 @@ class Scheduler:
             on_gated=self.gate.gated,
         )
         self.tenant_queues.on_install.append(self.scheduling_queue.repartition)
-        self._pods: dict[str, PodInfo] = {}  # every pod we know, by uid
+        # Every pod we know, by uid: written by the intake, read by the requeuer (a pod
+        # deleted meanwhile does not go back to the queue).
+        self._pods: dict[str, PodInfo] = {}
         self.gangs = GangManager.of(handle)
         self.requeue = Requeuer(self.scheduling_queue, self._pods, self.clock, self.effects)
         self.bindings = BindingCycles(

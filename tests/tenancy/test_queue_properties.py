@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shoal.api.manifests import decode
@@ -55,6 +55,14 @@ def _step(h: SchedulerHarness) -> None:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=tree_st, nodes=st.integers(2, 6), seed=st.integers(0, 3))
+# A reclaim that found no queue above its guarantee (another queue's higher-priority
+# pods took the room first) gave no reason, so its pod waited for the 5-minute flush
+# instead of the next pod landing in that queue.
+@example(
+    tree=[[(0, None, 6, 0, 0), (1, None, 0, 0, 0), (3, None, 3, 1, 1)], [(1, None, 1, 1, 0)]],
+    nodes=3,
+    seed=0,
+)
 def test_queues_max_guarantee_and_no_reclaim_loops(tree, nodes, seed) -> None:
     capacity = nodes * 2
     config = {

@@ -153,7 +153,14 @@ class QueueCapacity:
         usage_after = self._usage_after_evictions()
         over = self._over(leaf, asked, keep, usage_after)
         if not over:
-            return None, Status(Code.UNSCHEDULABLE)
+            # Said, so the pod waits on this PostFilter's events too: a pod landing in
+            # another queue may lift it above its level (kube-style requeueing only
+            # counts PostFilters that gave a reason; without one it waited for the
+            # periodic flush, minutes).
+            return None, Status(
+                Code.UNSCHEDULABLE,
+                f"reclaim for queue {tree.names[leaf]}: no other queue is above its {what}",
+            )
         snap = self.handle.snapshot
         mine = set(tree.path_lists[leaf])
         units = GangUnits(self.gangs, snap)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.experiments.openb.dra import run_one_dra
-from shoal.experiments.openb.runner import run_one
+from shoal.experiments.openb.runner import run_one, run_one_dra
 from shoal.experiments.openb.trace import load_trace
 
 from .test_openb import tiny_trace  # noqa: F401  (the fixture)

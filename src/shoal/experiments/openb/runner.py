@@ -28,11 +28,13 @@ import numpy as np
 
 from shoal.api.gpu import GPU_MILLI
 from shoal.cache.cluster import ClusterState
+from shoal.cache.dra import DeviceCatalog
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.snapshot import Snapshot
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.loop import Driver
 from shoal.drivers.memory import ManualClock, MemoryEffects
+from shoal.experiments.openb import dra
 from shoal.experiments.openb.protocol import (
     DEFAULT_RATIO,
     bin_curve,
@@ -49,9 +51,11 @@ from shoal.experiments.openb.trace import (
 )
 from shoal.framework.handle import Handle
 from shoal.framework.types import Candidates
+from shoal.gpu.dra_gpus import DraGpuView
 from shoal.gpu.fragmentation import TargetWorkload
 from shoal.scheduler import Scheduler, default_registry
 from shoal.scheduler.algorithm import PlacementAlgorithm
+from shoal.scheduler.dra import upsert_dra
 from shoal.scheduler.profiles import build_profiles
 from shoal.scheduling_queue.queue import QueueConfig
 
@@ -63,6 +67,8 @@ __all__ = [
     "experiment_config",
     "parse_seeds",
     "run_one",
+    "run_one_dra",
+    "run_result",
     "run_sweep",
     "stranded",
 ]
@@ -268,6 +274,68 @@ def run_one(
     return run_result(trace, policy, seed, placed, arrived, alloc, first_failure, start, split)
 
 
+def run_one_dra(
+    trace: Trace,
+    policy: str,
+    seed: int,
+    *,
+    ratio: float = DEFAULT_RATIO,
+    on_pod: Callable[[PodRow, bool, float], None] | None = None,
+) -> RunResult:
+    """One seed of the protocol with the GPUs published through DRA
+    (`shoal.experiments.openb.dra` describes the cluster): the same pods, policy and
+    seed as `run_one`, allocated by DynamicResources, the unallocated GPU measured from
+    the devices' state; `on_pod` as in `run_one`."""
+    start = time.perf_counter()
+    pods = prepare_workload(trace, seed, ratio)
+    plugin = policy_plugin(policy)
+    target = target_workload(trace, memory=plugin in _MEMORY_ARGS)
+    config = experiment_config(policy, target)
+    raw = config.model_dump(by_alias=True, exclude_none=True)
+    raw["profiles"][0]["plugins"]["multiPoint"]["enabled"].append({"name": "DynamicResources"})
+    sched = build_scheduler(KubeSchedulerConfiguration.model_validate(raw), seed)
+    upsert_dra(sched, dra.device_class())
+    order = np.random.default_rng([seed, 1]).permutation(len(trace.nodes))
+    for i in order:
+        node = trace.nodes[int(i)]
+        sched.add_node(dra.dra_node(node))
+        if node.gpus:
+            upsert_dra(sched, dra.gpu_slice(node))
+    catalog = DeviceCatalog.of(sched.handle)
+    capacity = trace.gpu_capacity_milli
+    arrived = np.zeros(len(pods), dtype=np.int64)
+    alloc = np.zeros(len(pods), dtype=np.int64)
+    total = placed = 0
+    first_failure: float | None = None
+    driver = driver_of(sched)
+    effects = driver.inbox
+    assert isinstance(effects, MemoryEffects)
+    allocated = 0
+    for i, row in enumerate(pods):
+        total += row.total_milli
+        name = f"{i}-{row.name}"
+        pod = pod_manifest(row, name, SCHEDULER_NAME)
+        if row.num_gpu:
+            upsert_dra(sched, dra.gpu_claim(row, name))
+            pod = dra.with_claim(pod, name)
+        info = sched.add_pod(pod)
+        driver.run()
+        if info.uid in effects.bound:
+            placed += 1
+            if row.num_gpu:
+                view = DraGpuView.of(catalog)
+                allocated = int(view.whole.sum() + view.shared.sum()) if view is not None else 0
+        else:
+            sched.delete_pod(info.uid)  # dropped: no retry
+            if first_failure is None and row.total_milli:
+                first_failure = 100.0 * total / capacity
+        arrived[i] = total
+        alloc[i] = allocated
+        if on_pod is not None:
+            on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
+    return run_result(trace, policy, seed, placed, arrived, alloc, first_failure, start)
+
+
 def run_result(
     trace: Trace,
     policy: str,
@@ -344,8 +412,6 @@ def _trace(trace_dir: str, name: str) -> Trace:
 def _task(trace_dir: str, name: str, policy: str, seed: int, opts: Mapping[str, Any]) -> RunResult:
     options = dict(opts)
     if options.pop("dra", False):
-        from shoal.experiments.openb.dra import run_one_dra
-
         return run_one_dra(_trace(trace_dir, name), policy, seed, **options)
     return run_one(_trace(trace_dir, name), policy, seed, **options)
 

@@ -59,6 +59,7 @@ PLURALS = {
     ("resource.k8s.io/v1", "ResourceSlice"): "resourceslices",
     ("resource.k8s.io/v1", "ResourceClaim"): "resourceclaims",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
+    ("resource.k8s.io/v1beta2", "DeviceTaintRule"): "devicetaintrules",
     ("topology.volcano.sh/v1alpha1", "HyperNode"): "hypernodes",
     ("kueue.x-k8s.io/v1beta2", "Topology"): "topologies",
 }
@@ -293,6 +294,12 @@ DEEP_KINDS: dict[str, JSON] = {
     "resourceclaimtemplate": obj(
         "resource.k8s.io/v1", "ResourceClaimTemplate", "deep-template", "default", spec={}
     ),
+    "devicetaintrule": obj(
+        "resource.k8s.io/v1beta2",
+        "DeviceTaintRule",
+        "deep-rule",
+        spec={"taint": {"key": "example.com/x", "effect": "NoSchedule"}},
+    ),
     "hypernode": obj(
         "topology.volcano.sh/v1alpha1", "HyperNode", "deep-hypernode", spec={"tier": 1}
     ),
@@ -344,6 +351,12 @@ def wrong_type_cases() -> Iterator[KubeCase]:
     yield KubeCase("resourceslice-devices-map", (s,), "spec.devices", ref(s))
     d = obj("resource.k8s.io/v1", "DeviceClass", "class-selectors-string", spec={"selectors": "x"})
     yield KubeCase("deviceclass-selectors-string", (d,), "spec.selectors", ref(d))
+    r = obj("resource.k8s.io/v1beta2", "DeviceTaintRule", "rule-selector-string")
+    r["spec"] = {"deviceSelector": "gpu", "taint": {"key": "k", "effect": "NoSchedule"}}
+    yield KubeCase("devicetaintrule-selector-string", (r,), "spec.deviceSelector", ref(r))
+    r = obj("resource.k8s.io/v1beta2", "DeviceTaintRule", "rule-without-key")
+    r["spec"] = {"deviceSelector": {}, "taint": {"effect": "NoSchedule"}}
+    yield KubeCase("devicetaintrule-without-key", (r,), "spec.taint.key", ref(r))
     t = obj("resource.k8s.io/v1", "ResourceClaimTemplate", "template-spec-string", "default")
     t["spec"] = "claim"
     yield KubeCase("resourceclaimtemplate-spec-string", (t,), "field spec", ref(t))

@@ -124,6 +124,7 @@ def _install(api: FakeApiServer) -> None:
         ("resourceclaimtemplates", "ResourceClaimTemplate", True),
     ):
         api.register("resource.k8s.io", "v1", plural, kind, namespaced)
+    api.register("resource.k8s.io", "v1beta2", "devicetaintrules", "DeviceTaintRule", False)
 
 
 def _bound(api: FakeApiServer) -> set[str]:

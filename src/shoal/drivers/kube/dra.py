@@ -232,9 +232,16 @@ class ClaimWriter:
         task.add_done_callback(self._deallocations.discard)
 
     async def _deallocate(self, effect: DeallocateClaim) -> None:
-        namespace, _, name = effect.claim.partition("/")
+        await self._clear(effect.pod.key, effect.claim, effect.seen)
+
+    async def _clear(self, pod: str, claim: str, seen: str = "") -> None:
+        """Remove the claim's allocation and reservedFor (only if its resourceVersion
+        is still `seen`, when given). A refusal is logged: 409, changed since the
+        decision (someone reserved or reallocated it); 404, gone. Either way the next
+        attempt judges the claim as it is then."""
+        namespace, _, name = claim.partition("/")
         body: JSON = {
-            "metadata": {"resourceVersion": effect.seen} if effect.seen else {},
+            "metadata": {"resourceVersion": seen} if seen else {},
             "status": {"allocation": None, "reservedFor": None},
         }
         try:
@@ -247,20 +254,18 @@ class ClaimWriter:
                     timeout=self.timeout,
                 )
         except ApiError as err:
-            # 409: changed since the decision (someone reserved or reallocated it);
-            # 404: gone. Either way the next attempt judges the claim as it is then.
             log.info(
                 "pod %s: deallocating resourceclaim %s not done: %s %s",
-                effect.pod.key,
-                effect.claim,
+                pod,
+                claim,
                 err.status,
                 err.reason,
             )
         except (OSError, TimeoutError) as err:
             log.warning(
                 "pod %s: deallocating resourceclaim %s failed: %s",
-                effect.pod.key,
-                effect.claim,
+                pod,
+                claim,
                 str(err) or type(err).__name__,
             )
 
@@ -308,29 +313,9 @@ class ClaimWriter:
             if why:
                 for entry in waiting:
                     if entry.results:
-                        await self._clear(effect, entry)
+                        await self._clear(effect.pod.key, entry.claim)
                 raise BindError(f"pod {effect.pod.key}: {why}")
             await asyncio.sleep(min(_BINDING_POLL, max(deadline - loop.time(), 0.0)))
-
-    async def _clear(self, effect: AllocateClaims, entry: ClaimAllocation) -> None:
-        namespace, _, name = entry.claim.partition("/")
-        body: JSON = {"status": {"allocation": None, "reservedFor": None}}
-        try:
-            await self.client.request(
-                "PATCH",
-                RESOURCE_CLAIMS.path(namespace, name, "status"),
-                body=body,
-                content_type="application/merge-patch+json",
-                timeout=self.timeout,
-            )
-        except (ApiError, OSError, TimeoutError) as err:
-            log.warning(
-                "pod %s: clearing the allocation of resourceclaim %s after a failed "
-                "binding failed: %s",
-                effect.pod.key,
-                entry.claim,
-                str(err) or type(err).__name__,
-            )
 
     async def _create(self, effect: AllocateClaims, entry: ClaimAllocation) -> JSON | None:
         """Create the claim for the pod's extended resources (kube's finalizer in it

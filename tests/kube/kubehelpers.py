@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sys
+import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -30,13 +33,44 @@ def async_test(timeout: float = 30.0) -> Callable[[Callable[P, Awaitable[T]]], C
         @functools.wraps(fn)
         def run(*args: P.args, **kwargs: P.kwargs) -> T:
             async def main() -> T:
-                return await asyncio.wait_for(fn(*args, **kwargs), timeout)  # type: ignore[arg-type]
+                task = asyncio.ensure_future(fn(*args, **kwargs))  # type: ignore[arg-type]
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+                if task in done:
+                    return task.result()
+                # A hang: say where every task and thread is before the test is cancelled
+                # (the cancellation unwinds the stacks that would explain it).
+                _dump_stacks(task)
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                raise AssertionError(
+                    f"{fn.__name__} did not finish in {timeout:g} s (stacks on stderr)"
+                )
 
             return asyncio.run(main())
 
         return run
 
     return wrap
+
+
+def _dump_stacks(test: asyncio.Task[Any]) -> None:
+    """Print the stack of every asyncio task of this loop and of every thread."""
+    out = [f"--- asyncio tasks (the test: {test.get_name()}) ---"]
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=8)
+        where = " <- ".join(
+            f"{f.f_code.co_name} ({Path(f.f_code.co_filename).name}:{f.f_lineno})"
+            for f in reversed(frames)
+        )
+        out.append(f"{task.get_name()}: {where or 'not started'}")
+    out.append("--- threads ---")
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        stack = traceback.extract_stack(frame, limit=12)
+        out.append(f"{names.get(ident, ident)}:")
+        out.extend(f"    {s.name} ({Path(s.filename).name}:{s.lineno})" for s in stack)
+    print("\n".join(out), file=sys.stderr)
 
 
 def config(*names: str) -> KubeSchedulerConfiguration:
@@ -188,3 +222,40 @@ def condition(api_pod: dict[str, Any] | None, kind: str = "PodScheduled") -> dic
         (c for c in (api_pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind),
         None,
     )
+
+
+def pod_story(kube: KubeBackend, api: FakeApiServer, key: str) -> str:
+    """Where a pod is on its way to a node, for a test's failure message: the API
+    server's copy, the informer's, the intake's and the core's view, node shards."""
+    namespace, name = key.split("/", 1)
+    served = next(
+        (
+            p
+            for p in api.pods()
+            if p["metadata"].get("namespace") == namespace and p["metadata"].get("name") == name
+        ),
+        None,
+    )
+    informer = kube.informers["pods"]
+    cached = informer.store.get(key)
+    uid = str(((served or cached or {}).get("metadata") or {}).get("uid", ""))
+    known = kube.scheduler.known_pod(uid) if uid else None
+    parts = [
+        f"server: {'absent' if served is None else served['metadata'].get('resourceVersion')}"
+        f" node={((served or {}).get('spec') or {}).get('nodeName')}",
+        f"informer: rv={informer.resource_version} watches={informer.watches}"
+        f" lists={informer.lists} has it={cached is not None}",
+        f"server watches open: {api.open_watches('pods')}",
+        f"core: known={known is not None} binding={uid in kube.scheduler.binding}"
+        f" pending={kube.scheduler.explain(uid)!r} backlog={kube.core.backlog}"
+        f" cycles={kube.cycles} bound={kube.bound}",
+        f"binder: in flight={kube.binder.in_flight}"
+        f" pending nodes={dict(kube.binder.pending_nodes)}",
+    ]
+    if kube.shards is not None:
+        state = kube.shards.state
+        parts.append(
+            f"shards: usable={len(state.usable)}/{state.slots} error={kube.shards.error!r}"
+            f" renewed {time.monotonic() - state.last_renew:.2f}s ago"
+        )
+    return "; ".join(parts)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubehelpers import async_test, bound_pods, eventually, node, pod
+from kubehelpers import async_test, bound_pods, eventually, node, pod, pod_story
 from kubehelpers import backend as running
 
 import shoal.testing.fake_apiserver as fake_module
@@ -293,7 +293,7 @@ def _informer_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-@async_test()
+@async_test(timeout=60)
 async def test_a_half_open_watch_is_dropped_at_the_progress_deadline_and_resumed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -310,7 +310,10 @@ async def test_a_half_open_watch_is_dropped_at_the_progress_deadline_and_resumed
             api.stall_watches()  # every watch open now goes silent, its connection open
             started = time.monotonic()
             api.create("v1", "pods", pod("late", cpu="1"))
-            await eventually(lambda: "default/late" in bound_pods(api), what="late bound")
+            try:
+                await eventually(lambda: "default/late" in bound_pods(api), timeout=20)
+            except AssertionError as err:
+                raise AssertionError(f"{err}: {pod_story(kube, api, 'default/late')}") from None
             assert time.monotonic() - started < 1.5 + 5.0  # the deadline, and some slack
             assert pods.watches > watches  # a new watch, from the resourceVersion:
             assert _lists(kube) == {1}  # no relist

@@ -18,6 +18,12 @@ state (metrics, dashboard, webhooks) ask the core loop for it (`on_core`). A slo
 scheduling pass therefore never delays /healthz, watches, binds already decided, status
 writes or the lease. Only the core thread touches the core, so it needs no locks.
 
+`KubeBackend` is the composition root: it builds the clients, writers, informers and
+the core, and `run` starts and stops them in order. Its parts, each in its own module:
+the scheduling loop on the core's thread (`core_loop.SchedulingLoop`), the informer
+intake (`intake.Intake`), node shards (`shard_link.ShardLink` over `shards.ShardKeeper`)
+and /healthz and /readyz (`health.Health`).
+
 Restart safety. Nothing the scheduler must not lose lives only in its memory:
 
 * Scheduling starts only after every informer delivered its first list, so the cache
@@ -41,23 +47,23 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import random
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from shoal.api.manifests import prepare_decoders
-from shoal.api.podinfo import PodInfo
 from shoal.config.durations import parse_duration
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.drivers.extenders import http_extenders
 from shoal.drivers.kube.binder import KubeBinder, KubeEvictor
 from shoal.drivers.kube.client import JSON, ClientSettings, Connection, KubeClient
 from shoal.drivers.kube.core import CoreThread, IoPort, ThreadedEffects
+from shoal.drivers.kube.core_loop import LoopPacing, SchedulingLoop
 from shoal.drivers.kube.dra import RESOURCE_CLAIMS, ClaimWriter
 from shoal.drivers.kube.effects import KubeEffects
+from shoal.drivers.kube.health import Health, HealthLimits
 from shoal.drivers.kube.informer import Informer, InformerSettings
 from shoal.drivers.kube.intake import WATCHED, Intake, Watched
 from shoal.drivers.kube.leader import LeaderElector, LeaderSettings, LeadershipLost
@@ -70,17 +76,8 @@ from shoal.drivers.kube.resources import (
     QUEUES,
     ResourceKind,
 )
-from shoal.drivers.kube.shards import (
-    DEFAULT_SLOTS,
-    Routing,
-    ShardKeeper,
-    ShardSettings,
-    ShardState,
-    loan_counts,
-    loan_text,
-    slot_of,
-    unschedulable_since,
-)
+from shoal.drivers.kube.shard_link import ShardLink
+from shoal.drivers.kube.shards import DEFAULT_SLOTS, ShardKeeper, ShardSettings
 from shoal.drivers.kube.status import (
     BindingStatusWriter,
     EventRecorder,
@@ -91,12 +88,11 @@ from shoal.drivers.kube.status import (
 )
 from shoal.drivers.kube.tenancy import TenancySync
 from shoal.drivers.kube.volumes import VolumeWriter
-from shoal.drivers.loop import Driver
-from shoal.framework.effects import Bind, BindOutcome, Effect
+from shoal.framework.effects import Bind, Effect
 from shoal.framework.extender import Extender, ExtenderTransport
 from shoal.framework.registry import PluginSpec
 from shoal.framework.timing import instrument
-from shoal.scheduler import CycleResult, Scheduler, new_scheduler
+from shoal.scheduler import Scheduler, new_scheduler
 from shoal.web.gpu_census import GpuCensus
 from shoal.web.metrics import (
     SchedulerMetrics,
@@ -299,7 +295,7 @@ class KubeBackend:
             self.status,
             self.events,
             self.metrics,
-            on_eviction_failed=self._eviction_failed,
+            on_eviction_failed=lambda pod: self.loop.eviction_failed(pod),
             groups=self.group_status,
             queues=self.queue_status,
             bindings=self.binding_status,
@@ -327,13 +323,25 @@ class KubeBackend:
             extenders=self._extender_connections(config),
         )
         self.binder.withdrawn = self.scheduler.bind_withdrawn
-        self.effects.on_bind_outcome = self._bind_outcome
         self.group_status.controller = next(iter(self.scheduler.profiles), "shoal")
         if not opts.passive:  # extension point and plugin latency (docs/operations.md)
             timer = self.metrics.framework_timer(rng=random.Random(f"{seed}/plugin-metrics"))
             for fwk in self.scheduler.profiles.values():
                 instrument(fwk, timer)
-        self.driver = Driver(self.scheduler, on_cycle=self._cycle_done)
+        self.loop = SchedulingLoop(
+            self.scheduler,
+            self.core,
+            self.metrics,
+            LoopPacing(
+                max_idle_seconds=opts.max_idle_seconds,
+                yield_every_seconds=opts.yield_every_seconds,
+                retry_period=opts.leader.retry_period,
+            ),
+            now=self.clock.now,
+            lease_valid=lambda: self.elector is None or self.elector.lease_valid(),
+        )
+        self.driver = self.loop.driver
+        self.effects.on_bind_outcome = self.loop.bind_outcome
         # Queue and gang series, sampled on the core's thread between decisions.
         self.scheduler_series = SchedulerSeries(self.scheduler)
         self.driver.samplers.append(self.scheduler_series.maybe_sample)
@@ -345,7 +353,6 @@ class KubeBackend:
         self.driver.samplers.append(self.gpu_census.maybe_sample)
         register_gpu_collector(self.metrics.registry, lambda: self.gpu_census)
         register_rescheduler_collector(self.metrics.registry, lambda: self.scheduler)
-        self._wake = asyncio.Event()
         # Informer updates into the core (decoding, reports, foreign binds).
         self.intake = Intake(
             self.scheduler,
@@ -356,7 +363,7 @@ class KubeBackend:
             identity=opts.identity,
             passive=opts.passive,
             watched={w.kind.name: w for w in opts.watched or tuple(WATCHED)},
-            wake=lambda: self._wake.set(),
+            wake=lambda: self.loop.wake.set(),
             issued=self.binder.issued,
         )
         self.tenancy = TenancySync(
@@ -382,10 +389,11 @@ class KubeBackend:
 
         self.binder.not_allowed = self._may_not_bind
         # Node shards: every replica that schedules holds some (see shards.py).
+        self.shard_link: ShardLink | None = None
         self.shards: ShardKeeper | None = None
         if not opts.passive:
             lease = opts.leader
-            self.shards = ShardKeeper(
+            self.shard_link = ShardLink(
                 self.shards_client,
                 ShardSettings(
                     identity=opts.identity,
@@ -399,19 +407,18 @@ class KubeBackend:
                     handoff_seconds=opts.shard_handoff_seconds,
                     config=published_config(config),
                 ),
+                scheduler=self.scheduler,
+                intake=self.intake,
+                pods=self.pods,
+                binder=self.binder,
+                core=self.core,
+                io=self.io,
+                metrics=self.metrics,
                 leading=lambda: self.leading,
-                binds_in_flight=self._binds_in_flight,
-                watch_caught_up=self._pods_caught_up,
-                on_change=self._shards_changed,
-                on_round=self._shards_round,
-                binds=lambda: (self.bound, self.binder.conflicts),
+                bound=lambda: self.loop.bound,
+                wake=lambda: self.loop.wake.set(),
             )
-            # A gang that fits only with other replicas' shards asks to borrow them.
-            keeper = self.shards
-            self.scheduler.borrow_shards = lambda key, slots: self.io.post(keeper.want, key, slots)
-            # Until the first shard round: no pending pod is ours, no shared status.
-            self.intake.routing = Routing(opts.identity, ())
-            self.scheduler.writes_status = self.intake.routing.writes_status
+            self.shards = self.shard_link.keeper
         self.elector: LeaderElector | None = None
         if opts.leader_elect:
             self.elector = LeaderElector(
@@ -431,12 +438,20 @@ class KubeBackend:
         self.events.enabled = False
         self._stopping = asyncio.Event()
         self._background: list[asyncio.Task[Any]] = []
-        self._loop_beat = time.monotonic()
-        self._cycle_started = time.perf_counter()
-        self.cycles = 0
-        self.bound = 0
         self.started = False
         self.crashed: BaseException | None = None
+        self.health = Health(
+            self,
+            HealthLimits(
+                identity=opts.identity,
+                lease_overdue=opts.leader.renew_deadline + opts.leader.retry_period,
+                foreign_bind_window=opts.foreign_bind_window_seconds,
+            ),
+            informers=self.informers,
+            intake=self.intake,
+            elector=self.elector,
+            shards=self.shards,
+        )
 
     # ---- lookups -------------------------------------------------------------------
 
@@ -499,87 +514,35 @@ class KubeBackend:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers.values())
 
-    # ---- health ----------------------------------------------------------------------
+    # ---- health (health.py) -------------------------------------------------------------
 
     def healthz(self) -> list[Check]:
-        checks = [Check("ping", True)]
-        if self.crashed is not None:
-            checks.append(Check("scheduler", False, f"crashed: {self.crashed}"))
-        if self.elector is not None and self.leading:
-            overdue = time.monotonic() - self.elector.last_renew
-            limit = self.options.leader.renew_deadline + self.options.leader.retry_period
-            checks.append(
-                Check("leaderElection", overdue < limit, f"lease not renewed for {overdue:.1f}s")
-            )
-        if self.leading:
-            stalled = time.monotonic() - self._loop_beat
-            checks.append(
-                Check("schedulingLoop", stalled < 60, f"no scheduling loop pass for {stalled:.0f}s")
-            )
-        return checks
+        return self.health.healthz()
 
     def readyz(self) -> list[Check]:
-        waiting = [n for n, i in self.informers.items() if not i.synced.is_set()]
-        down = [f"{n} ({i.down})" for n, i in self.informers.items() if i.down]
-        # An informer task that ended (it should not) leaves its store frozen.
-        down += [
-            f"{t.get_name().removeprefix('informer-')} (stopped)"
-            for t in self._background
-            if t.get_name().startswith("informer-") and t.done() and not self._stopping.is_set()
-        ]
-        return [
-            *self.healthz(),
-            Check("informerSync", not waiting, "waiting for " + ", ".join(waiting)),
-            Check("informers", not down, "not watching " + "; ".join(down)),
-            self._invalid_check(),
-            self._exclusive_check(),
-            *self._shards_check(),
-        ]
+        return self.health.readyz()
 
-    def _shards_check(self) -> list[Check]:
-        if self.shards is None or not self.leading:
-            return []
-        state = self.shards.state
-        others = sorted({h for h in state.holders.values() if h and h != self.options.identity})
-        if not state.held:
-            detail = f"standing by: all {state.slots} node shards are held by " + (
-                ", ".join(others) or "nobody yet"
-            )
-        else:
-            detail = f"{len(state.usable)} of {state.slots} node shards usable here" + (
-                f"; others held by {', '.join(others)}" if others else ""
-            )
-        detail += loan_text(state, self.options.identity)
-        if state.last_renew == -math.inf:
-            if self.shards.error:
-                return [Check("nodeShards", False, f"cannot join: {self.shards.error}")]
-            return [Check("nodeShards", True, detail="joining: no node-shard round done yet")]
-        renewed = time.monotonic() - state.last_renew
-        limit = self.options.leader.renew_deadline + self.options.leader.retry_period
-        ok = renewed < limit and not self.shards.error
-        why = (
-            f"node shards: {self.shards.error}"
-            if self.shards.error
-            else f"member Lease not renewed for {renewed:.1f}s"
-        )
-        return [Check("nodeShards", ok, why, detail)]
+    @property
+    def cycles(self) -> int:
+        """Scheduling cycles run."""
+        return self.loop.cycles
 
-    def _invalid_check(self) -> Check:
-        """Objects skipped because they cannot be read: named, never a failure (one bad
-        user object must not take the scheduler out of service)."""
-        invalid = list(self.intake.invalid.items())  # one copy: the core thread writes it
-        if not invalid:
-            return Check("invalidObjects", True)
-        invalid.sort(key=lambda item: item[0])
-        named = [
-            f"{kind.name} {key or '(name unknown)'}: {message}"
-            for (_, key), (kind, _, message) in invalid[:_NAMED]
-        ]
-        more = len(invalid) - len(named)
-        detail = f"{len(invalid)} skipped (see events InvalidObject): " + "; ".join(named)
-        if more > 0:
-            detail += f"; and {more} more"
-        return Check("invalidObjects", True, detail=detail)
+    @property
+    def bound(self) -> int:
+        """Pods this replica bound."""
+        return self.loop.bound
+
+    @property
+    def loop_beat(self) -> float:
+        return self.loop.beat
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
+    def background(self) -> Sequence[asyncio.Task[Any]]:
+        return self._background
 
     @property
     def foreign_binds(self) -> int:
@@ -589,19 +552,6 @@ class KubeBackend:
     @property
     def last_foreign_bind(self) -> tuple[float, str, str, str] | None:
         return self.intake.last_foreign_bind
-
-    def _exclusive_check(self) -> Check:
-        last = self.last_foreign_bind
-        window = self.options.foreign_bind_window_seconds
-        if last is None or time.monotonic() - last[0] > window:
-            return Check("exclusiveScheduler", True)
-        _, pod, node, binder = last
-        return Check(
-            "exclusiveScheduler",
-            False,
-            f"another scheduler ({binder}) is binding pods of our profiles: {pod} to {node}, "
-            f"{self.foreign_binds} such binds so far",
-        )
 
     # ---- running -------------------------------------------------------------------
 
@@ -650,9 +600,7 @@ class KubeBackend:
                 self._leader_changed(True)
             if self.shards is not None:
                 shards = asyncio.create_task(self.shards.run(), name="node-shards")
-            schedule = asyncio.create_task(
-                self.core.run(self._schedule_loop()), name="scheduling-loop"
-            )
+            schedule = asyncio.create_task(self.core.run(self.loop.run()), name="scheduling-loop")
             waiters: set[asyncio.Task[Any]] = {stop, schedule}
             if hold is not None:
                 waiters.add(hold)
@@ -728,84 +676,9 @@ class KubeBackend:
             return ""
         if self.elector is not None and not self.elector.lease_valid():
             return "this replica's lease is not valid (not the leader, or the renewal is overdue)"
-        if self.shards is not None:
-            return self.shards.may_bind(slot_of(node, self.shards.state.slots))
+        if self.shard_link is not None:
+            return self.shard_link.may_not_bind(node)
         return ""
-
-    # ---- node shards (on the I/O loop) -------------------------------------------------
-
-    def _binds_in_flight(self, slots: Collection[int], count: int) -> bool:
-        """Bindings queued or sent to nodes of these shards (a shard being given back is
-        written free only once none is left: see `ShardKeeper.may_bind`)."""
-        return any(slot_of(node, count) in slots for node in self.binder.pending_nodes)
-
-    def _pods_caught_up(self, resource_version: int) -> bool:
-        try:
-            return int(self.pods.resource_version or 0) >= resource_version
-        except ValueError:
-            return False
-
-    def _pending_pods(self, handoff_only: bool = False) -> list[JSON]:
-        """Pending pods of our profiles in the informer's store (only those some replica
-        reported unschedulable, for `handoff_only`)."""
-        names = self.scheduler.profiles
-        out = []
-        for raw in self.pods.store.values():
-            spec = raw.get("spec")
-            if not isinstance(spec, dict):
-                continue  # cannot be read: reported by the intake, never scheduled
-            if spec.get("nodeName") or spec.get("schedulerName", "default-scheduler") not in names:
-                continue
-            if handoff_only and unschedulable_since(raw) is None:
-                continue
-            out.append(raw)
-        return out
-
-    def _shards_changed(self, state: ShardState) -> None:
-        routing = Routing(self.options.identity, state.members, self.options.shard_handoff_seconds)
-        self.metrics.node_shards.labels("held").set(len(state.held))
-        self.metrics.node_shards.labels("usable").set(len(state.usable))
-        self.metrics.node_shards.labels("total").set(state.slots)
-        for what, count in loan_counts(state, self.options.identity).items():
-            self.metrics.node_shards.labels(what).set(count)
-        log.info(
-            "node shards: %d of %d usable here; replicas: %s%s",
-            len(state.usable),
-            state.slots,
-            ", ".join(m.identity for m in state.members) or "none",
-            loan_text(state, self.options.identity),
-            extra={"identity": self.options.identity},
-        )
-        self.core.post(
-            self._apply_shards,
-            state.slots,
-            state.usable,
-            dict(state.holders),
-            routing,
-            self._pending_pods(),
-        )
-
-    def _shards_round(self, state: ShardState) -> None:
-        """Every round: pods their home replica could not place may be ours by now."""
-        if len(state.members) > 1:
-            self.core.post(self._reroute, self._pending_pods(handoff_only=True))
-
-    def _apply_shards(
-        self,
-        slots: int,
-        usable: frozenset[int],
-        holders: dict[int, str],
-        routing: Routing,
-        pending: list[JSON],
-    ) -> None:
-        self.scheduler.set_node_shards(slots, usable, holders)
-        self.scheduler.writes_status = routing.writes_status
-        self.intake.routing = routing
-        self._reroute(pending)
-
-    def _reroute(self, pending: list[JSON]) -> None:
-        self.intake.reroute(pending)
-        self._wake.set()
 
     def _binding(self) -> bool:
         """Are binds in flight (the status writers then keep to their slower rate)?"""
@@ -853,98 +726,6 @@ class KubeBackend:
         for kind, raw, message in list(self.intake.invalid.values()):
             self.intake.report_invalid(kind, raw, message, log_it=False)
         self.scheduler.announce_gated()
-
-    # ---- the scheduling loop -----------------------------------------------------------
-
-    async def _schedule_loop(self) -> None:
-        """The driver loop in slices: yield to the event loop (informers, binds, the
-        lease) at least every `yield_every_seconds` while busy; sleep until the core's
-        next wakeup or a new event when idle."""
-        opts = self.options
-        self._wake = asyncio.Event()  # of the loop this runs on (the core's)
-        while True:
-            self._loop_beat = time.monotonic()
-            if self.elector is not None and not self.elector.lease_valid():
-                # Past the renew deadline (the lease thread is about to say so): no pass.
-                await asyncio.sleep(self.options.leader.retry_period)
-                continue
-            self._wake.clear()
-            self._cycle_started = time.perf_counter()
-            try:
-                idle = self.driver.run(
-                    timer=time.perf_counter, slice_seconds=opts.yield_every_seconds
-                )
-            except Exception:
-                log.exception("a scheduling pass failed")
-                self.metrics.schedule_attempts.labels("error", "").inc()
-                idle = True
-            if not idle:
-                await asyncio.sleep(0)
-                continue
-            wake = self.driver.next_wakeup()
-            delay = opts.max_idle_seconds
-            if wake is not None:
-                delay = min(delay, max(0.0, wake - self.clock.now()))
-            if delay > 0 and not self._wake.is_set():
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
-                # cancel that lands as the event is set, and a cancelled loop would go on.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await self._wake.wait()
-            else:
-                await asyncio.sleep(0)
-
-    def _cycle_done(self, result: CycleResult) -> None:
-        now = time.perf_counter()
-        self.cycles += 1
-        self._record_attempt(result, now - self._cycle_started)
-        self._cycle_started = now
-
-    def _record_attempt(self, result: CycleResult, seconds: float) -> None:
-        if result.node is not None:
-            outcome = "scheduled"
-        elif result.status.rejected:
-            outcome = "unschedulable"
-        else:
-            outcome = "error"
-        profile = result.pod.scheduler_name
-        self.metrics.schedule_attempts.labels(outcome, profile).inc()
-        self.metrics.attempt_duration.labels(outcome, profile).observe(seconds)
-        if result.node is None:
-            log.debug(
-                "pod %s not scheduled: %s",
-                result.pod.key,
-                result.message,
-                extra={"pod": result.pod.key, "reason": result.message},
-            )
-
-    def _eviction_failed(self, pod: PodInfo) -> None:
-        self.core.post(self._eviction_failed_on_core, pod)
-
-    def _eviction_failed_on_core(self, pod: PodInfo) -> None:
-        self.scheduler.eviction_failed(pod.uid)
-        self._wake.set()
-
-    def _bind_outcome(self, outcome: BindOutcome) -> None:
-        """A bind's outcome (on the I/O loop): an event for the core's inbox."""
-        self.core.post(self._bind_outcome_on_core, outcome)
-
-    def _bind_outcome_on_core(self, outcome: BindOutcome) -> None:
-        task = self.scheduler.binding.get(outcome.uid)
-        before = self.scheduler.bound
-        self.scheduler.bind_outcome(outcome)
-        if task is not None and self.scheduler.bound > before:
-            self.bound += 1
-            log.info(
-                "bound pod %s to %s",
-                task.pod.key,
-                task.node,
-                extra={"pod": task.pod.key, "node": task.node},
-            )
-        self._wake.set()
-
-
-_NAMED = 5  # invalid objects named in /readyz
 
 
 def _version() -> str:

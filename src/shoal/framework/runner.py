@@ -81,8 +81,11 @@ class ProfilePlugins:
 @dataclass
 class FilterOutcome:
     candidates: Candidates
+    # Read-only when every candidate passed (a shared all-True mask): copy to change.
     passed: NDArray[np.bool_]
     results: list[tuple[str, FilterResult]]
+    # Every candidate passed every filter (known without searching `passed`).
+    all_passed: bool = False
 
 
 class PluginRunner(Protocol):

@@ -34,6 +34,7 @@ from shoal.framework.types import (
     Failure,
     FilterResult,
     PreFilterResult,
+    all_true,
 )
 
 __all__ = ["MAX_PERMIT_TIMEOUT", "FilterOutcome", "Framework", "ProfilePlugins"]
@@ -178,7 +179,10 @@ class Framework:
         return merged, Status()
 
     def run_filters(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> FilterOutcome:
-        passed = np.ones(nodes.size, dtype=bool)
+        everyone = all_true(nodes.size)
+        # The intersection so far; the shared all-True mask while nobody rejected a node
+        # (most filters pass every node most of the time: no copy, no `&=` for them).
+        passed = everyone
         results: list[tuple[str, FilterResult]] = []
         fence = self.handle.snapshot.fence
         fenced = fence.fenced()
@@ -187,7 +191,7 @@ class Framework:
             # it off), and nothing on them can be preempted from here.
             out = fenced[nodes.index]
             if out.any():
-                passed &= ~out
+                passed = ~out
                 results.append(
                     (
                         FENCE_PLUGIN,
@@ -202,8 +206,14 @@ class Framework:
                 continue
             result = plugin.filter(state, pod, nodes)
             results.append((plugin.name, result))
-            passed &= result.passed
-        return FilterOutcome(nodes, passed, results)
+            mask = result.passed
+            if mask is everyone:
+                continue
+            if passed is everyone:
+                passed = mask.copy()
+            else:
+                passed &= mask
+        return FilterOutcome(nodes, passed, results, all_passed=passed is everyone)
 
     def run_post_filter(
         self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis

@@ -19,6 +19,7 @@ __all__ = [
     "Failure",
     "FilterResult",
     "PreFilterResult",
+    "all_true",
 ]
 
 MAX_NODE_SCORE = 100
@@ -85,7 +86,7 @@ class FilterResult:
 
     @classmethod
     def all_pass(cls, size: int) -> FilterResult:
-        return cls(_all_true(size))
+        return cls(all_true(size))
 
     @classmethod
     def from_mask(
@@ -177,7 +178,7 @@ _ALL_TRUE: dict[int, NDArray[np.bool_]] = {}
 _ALL_TRUE_KEPT = 64  # distinct sizes (node counts, preemption's one-row checks, ...)
 
 
-def _all_true(size: int) -> NDArray[np.bool_]:
+def all_true(size: int) -> NDArray[np.bool_]:
     """A read-only all-True mask of `size`, shared: filters that pass everything skip
     an allocation each (most calls ask for the node count again and again)."""
     mask = _ALL_TRUE.get(size)

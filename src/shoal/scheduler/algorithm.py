@@ -269,7 +269,7 @@ class PlacementAlgorithm:
             return None
         start = self._next_start_node_index % size
         limit = num_feasible_nodes_to_find(size, fwk.percentage_of_nodes_to_score)
-        if outcome.passed.all():
+        if outcome.all_passed or outcome.passed.all():
             # Every candidate passed (the usual case on a cluster with room): the first
             # `limit` from `start` on, without searching the mask.
             count = min(limit, size)

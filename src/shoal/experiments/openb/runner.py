@@ -32,6 +32,7 @@ from shoal.cache.dra import DeviceCatalog
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.snapshot import Snapshot
 from shoal.config.types import KubeSchedulerConfiguration
+from shoal.drivers.heap import frozen_heap
 from shoal.drivers.loop import Driver
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.experiments.openb import dra
@@ -255,22 +256,23 @@ def run_one(
     driver = driver_of(sched)
     effects = driver.inbox
     assert isinstance(effects, MemoryEffects)
-    for i, row in enumerate(pods):
-        total += row.total_milli
-        info = sched.add_pod(pod_manifest(row, f"{i}-{row.name}", SCHEDULER_NAME))
-        driver.run()
-        if info.uid in effects.bound:
-            placed += 1
-        else:
-            sched.delete_pod(info.uid)  # dropped: no retry
-            if first_failure is None and row.total_milli:
-                first_failure = 100.0 * total / capacity
-        arrived[i] = total
-        alloc[i] = devices.allocated_milli
-        if on_pod is not None:
-            on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
-        if split is None and total >= capacity:
-            split = stranded(devices)
+    with frozen_heap():  # the trace and the cluster stay: later collections skip them
+        for i, row in enumerate(pods):
+            total += row.total_milli
+            info = sched.add_pod(pod_manifest(row, f"{i}-{row.name}", SCHEDULER_NAME))
+            driver.run()
+            if info.uid in effects.bound:
+                placed += 1
+            else:
+                sched.delete_pod(info.uid)  # dropped: no retry
+                if first_failure is None and row.total_milli:
+                    first_failure = 100.0 * total / capacity
+            arrived[i] = total
+            alloc[i] = devices.allocated_milli
+            if on_pod is not None:
+                on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
+            if split is None and total >= capacity:
+                split = stranded(devices)
     return run_result(trace, policy, seed, placed, arrived, alloc, first_failure, start, split)
 
 
@@ -311,28 +313,29 @@ def run_one_dra(
     effects = driver.inbox
     assert isinstance(effects, MemoryEffects)
     allocated = 0
-    for i, row in enumerate(pods):
-        total += row.total_milli
-        name = f"{i}-{row.name}"
-        pod = pod_manifest(row, name, SCHEDULER_NAME)
-        if row.num_gpu:
-            upsert_dra(sched, dra.gpu_claim(row, name))
-            pod = dra.with_claim(pod, name)
-        info = sched.add_pod(pod)
-        driver.run()
-        if info.uid in effects.bound:
-            placed += 1
+    with frozen_heap():  # the trace and the cluster stay: later collections skip them
+        for i, row in enumerate(pods):
+            total += row.total_milli
+            name = f"{i}-{row.name}"
+            pod = pod_manifest(row, name, SCHEDULER_NAME)
             if row.num_gpu:
-                view = DraGpuView.of(catalog)
-                allocated = int(view.whole.sum() + view.shared.sum()) if view is not None else 0
-        else:
-            sched.delete_pod(info.uid)  # dropped: no retry
-            if first_failure is None and row.total_milli:
-                first_failure = 100.0 * total / capacity
-        arrived[i] = total
-        alloc[i] = allocated
-        if on_pod is not None:
-            on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
+                upsert_dra(sched, dra.gpu_claim(row, name))
+                pod = dra.with_claim(pod, name)
+            info = sched.add_pod(pod)
+            driver.run()
+            if info.uid in effects.bound:
+                placed += 1
+                if row.num_gpu:
+                    view = DraGpuView.of(catalog)
+                    allocated = int(view.whole.sum() + view.shared.sum()) if view is not None else 0
+            else:
+                sched.delete_pod(info.uid)  # dropped: no retry
+                if first_failure is None and row.total_milli:
+                    first_failure = 100.0 * total / capacity
+            arrived[i] = total
+            alloc[i] = allocated
+            if on_pod is not None:
+                on_pod(row, info.uid in effects.bound, 100.0 * total / capacity)
     return run_result(trace, policy, seed, placed, arrived, alloc, first_failure, start)
 
 

@@ -1,8 +1,7 @@
 """The configuration the stock kube-scheduler writes (`--write-config-to`, v1.36 from
 ../shared/k8s) is accepted by `shoal validate-config` and runs: what Shoal lacks
-(ImageLocality, VolumeRestrictions, NodeDeclaredFeatures, the workload
-placement points) is warned about, never refused; the args' `apiVersion`/`kind` are
-taken as kube takes them.
+(VolumeRestrictions, NodeDeclaredFeatures, the workload placement points) is warned
+about, never refused; the args' `apiVersion`/`kind` are taken as kube takes them.
 
 Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see conftest.py).
 """
@@ -46,9 +45,9 @@ async def test_the_stock_kube_scheduler_configuration_validates_and_runs(
     path = _stock_config(control_plane, tmp_path / "kube-scheduler.yaml")
     result = CliRunner().invoke(app, ["validate-config", str(path)])
     assert result.exit_code == 0, result.output
-    for lacking in ("ImageLocality", "NodeDeclaredFeatures"):
-        assert f"{lacking} is not in Shoal" in result.output
-    assert "DynamicResources is not in Shoal" not in result.output
+    assert "NodeDeclaredFeatures is not in Shoal" in result.output
+    for known in ("DynamicResources", "ImageLocality"):
+        assert f"{known} is not in Shoal" not in result.output
 
     async with space(control_plane["KUBECONFIG"], "stockcfg") as s:
         # The stock file with its profile renamed to this test's scheduler name (next to

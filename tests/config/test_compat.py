@@ -26,7 +26,7 @@ STOCK: dict[str, Any] = {
             "schedulerName": "shoal",
             "plugins": {
                 "multiPoint": {
-                    "disabled": [{"name": "ImageLocality"}, {"name": "EBSLimits"}],
+                    "disabled": [{"name": "NodeDeclaredFeatures"}, {"name": "EBSLimits"}],
                 },
                 "filter": {"enabled": [{"name": "VolumeRestrictions"}]},
                 "score": {"enabled": [{"name": "VolumeBinding", "weight": 2}]},
@@ -58,8 +58,8 @@ def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> 
         "profiles[0].pluginConfig[0].args",
     }
     assert found["profiles[0].plugins.multiPoint.disabled[0].name"] == (
-        "ImageLocality is not in Shoal (Shoal does not track container images on nodes); "
-        "disabling it in profile 'shoal' changes nothing"
+        "NodeDeclaredFeatures is not in Shoal (Shoal does not match pods against the "
+        "features nodes declare); disabling it in profile 'shoal' changes nothing"
     )
     assert found["profiles[0].plugins.filter.enabled[0].name"] == (
         "VolumeRestrictions is not in Shoal (Shoal does not model inline disk conflicts "

@@ -258,15 +258,15 @@ def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: P
     path.write_text(
         "profiles:\n- schedulerName: shoal\n  plugins:\n"
         "    multiPoint: {disabled: [{name: VolumeRestrictions}]}\n"
-        "    score: {enabled: [{name: ImageLocality, weight: 1}]}\n"
+        "    score: {enabled: [{name: NodeDeclaredFeatures, weight: 1}]}\n"
     )
     result = cli.invoke(app, ["validate-config", str(path)])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         f"{path}: 2 warning(s):",
-        "  - profiles[0].plugins.score.enabled[0].name: ImageLocality is not in Shoal (Shoal "
-        "does not track container images on nodes): profile 'shoal' runs without it, so pods "
-        "are placed without ImageLocality's checks and scores",
+        "  - profiles[0].plugins.score.enabled[0].name: NodeDeclaredFeatures is not in Shoal "
+        "(Shoal does not match pods against the features nodes declare): profile 'shoal' "
+        "runs without it, so pods are placed without NodeDeclaredFeatures's checks and scores",
         "  - profiles[0].plugins.multiPoint.disabled[0].name: VolumeRestrictions is not in "
         "Shoal (Shoal does not model inline disk conflicts between pods); disabling it in "
         "profile "
@@ -322,7 +322,7 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
                 "profiles": [
                     {
                         "schedulerName": "shoal",
-                        "plugins": {"filter": {"enabled": [{"name": "ImageLocality"}]}},
+                        "plugins": {"filter": {"enabled": [{"name": "NodeDeclaredFeatures"}]}},
                     }
                 ],
             }
@@ -357,7 +357,7 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
     warnings = [e for e in proc.logs if e.get("level") == "warning"]
     assert any(
         e.get("field") == "profiles[0].plugins.filter.enabled[0].name"
-        and "ImageLocality is not in Shoal" in e["msg"]
+        and "NodeDeclaredFeatures is not in Shoal" in e["msg"]
         for e in warnings
     ), proc.raw[:10]
     assert any(e.get("flag") == "--requestheader-client-ca-file" for e in warnings)

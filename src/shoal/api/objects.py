@@ -18,6 +18,7 @@ __all__ = [
     "Affinity",
     "Container",
     "ContainerExtendedResourceRequest",
+    "ContainerImage",
     "ContainerPort",
     "LabelSelector",
     "LabelSelectorRequirement",
@@ -486,9 +487,23 @@ class NodeSpec(_Base):
     taints: list[Taint] = []
 
 
+class ContainerImage(_Base):
+    """One image a node holds (`status.images`, written by the kubelet)."""
+
+    names: list[str] = []
+    size_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size_bytes < 0:
+            raise ValueError(
+                f"sizeBytes {self.size_bytes} of image {self.names[:1]} must not be negative"
+            )
+
+
 class NodeStatus(_Base):
     capacity: dict[str, Quantity] = {}
     allocatable: dict[str, Quantity] = {}
+    images: list[ContainerImage] = []
 
     def __post_init__(self) -> None:
         for field, raw in (("capacity", self.capacity), ("allocatable", self.allocatable)):

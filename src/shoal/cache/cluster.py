@@ -26,6 +26,7 @@ from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.hypernodes import HyperNodeTopology
+from shoal.cache.images import ImageStates
 from shoal.cache.kueue_topologies import KueueTopologies
 from shoal.cache.namespaces import NamespaceLabels
 from shoal.cache.node_fence import NodeFence
@@ -172,10 +173,13 @@ class ClusterState:
     # Kueue's Topology objects: the levels coarser than a node label, for gangs whose
     # members prefer a level (`shoal.cache.kueue_topologies`).
     kueue_topologies: KueueTopologies = field(default_factory=KueueTopologies)
+    # Container images the nodes hold (`status.images`), for ImageLocality.
+    images: ImageStates = field(init=False)
 
     def __post_init__(self) -> None:
         self.fence = NodeFence(self.table)
         self.hypernodes = HyperNodeTopology(self.table)
+        self.images = ImageStates(self.table)
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)
@@ -196,6 +200,7 @@ class ClusterState:
             return
         row = self.table.add(node)
         self.hypernodes.node_changed(row)
+        self.images.node_changed(row)
         for obs in self.observers:
             obs.node_changed(row)
         for pod in self._waiting_for_node.pop(name, {}).values():
@@ -208,6 +213,7 @@ class ClusterState:
             return
         row = self.table.update(node)
         self.hypernodes.node_changed(row)
+        self.images.node_changed(row)
         for obs in self.observers:
             obs.node_changed(row)
         self._track_gpus(node)  # GPUs often appear later, when the device plugin registers
@@ -227,6 +233,7 @@ class ClusterState:
         last = self.table.n - 1
         pods = self.table.remove(name)
         self.hypernodes.node_removed(name, row, last)
+        self.images.node_removed(row, last)
         if row != last:
             for obs in self.observers:
                 obs.row_moved(last, row)

@@ -25,6 +25,7 @@ from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.domain_index import DomainIndex
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.hypernodes import HyperNodeTopology
+from shoal.cache.images import ImageStates
 from shoal.cache.kueue_topologies import KueueTopologies
 from shoal.cache.labels import LabelColumns
 from shoal.cache.namespaces import NamespaceLabels
@@ -77,6 +78,11 @@ class Snapshot:
     @property
     def generation(self) -> int:
         return self._cluster.table.generation
+
+    @property
+    def images(self) -> ImageStates:
+        """Container images per node (ImageLocality); read it, never change it."""
+        return self._cluster.images
 
     @property
     def nodes_version(self) -> int:

@@ -2,7 +2,7 @@
 
 `IN_TREE` is the explicit registry literal; `DEFAULT_MULTI_POINT` is kube-scheduler's
 default profile (same order and weights), minus the plugins Shoal does not have
-(VolumeRestrictions, ImageLocality, NodeDeclaredFeatures), plus Shoal's own (tenant queues, gangs).
+(VolumeRestrictions, NodeDeclaredFeatures), plus Shoal's own (tenant queues, gangs).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     gpu_packing,
     gpu_random,
     gpu_share,
+    image_locality,
     inter_pod_affinity,
     large_job_reservation,
     node_affinity,
@@ -111,6 +112,7 @@ IN_TREE: dict[str, PluginSpec] = {
     gpu_frag_guard.NAME: PluginSpec(
         gpu_frag_guard.GpuFragGuard.new, gpu_frag_guard.GpuFragGuardArgs
     ),
+    image_locality.NAME: PluginSpec(image_locality.ImageLocality.new),
 }
 
 # (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.
@@ -132,6 +134,7 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (dynamic_resources.NAME, None),
     (default_preemption.NAME, None),
     (balanced_allocation.NAME, 1),
+    (image_locality.NAME, 1),
     # Shoal's additions after kube-scheduler's defaults:
     (node_pools.NAME, None),
     # GPU shares (alibabacloud.com/gpu-milli) on devices with room, in every profile.
@@ -151,7 +154,6 @@ KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
     "GCEPDLimits": "NodeVolumeLimits replaced it",
     "AzureDiskLimits": "NodeVolumeLimits replaced it",
     "CinderLimits": "NodeVolumeLimits replaced it",
-    "ImageLocality": "Shoal does not track container images on nodes",
     "NodeDeclaredFeatures": "Shoal does not match pods against the features nodes declare",
 }
 

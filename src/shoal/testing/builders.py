@@ -34,6 +34,7 @@ from shoal.api.manifests import decode
 from shoal.api.objects import (
     Affinity,
     Container,
+    ContainerImage,
     ContainerPort,
     LabelSelector,
     LabelSelectorRequirement,
@@ -670,6 +671,12 @@ class NodeBuilder:
     def taint(self, key: str, value: str = "", effect: TaintEffect = "NoSchedule") -> NodeBuilder:
         spec = self._node.spec
         spec.taints = [*spec.taints, Taint(key=key, value=value, effect=effect)]
+        return self
+
+    def image(self, *names: str, size_bytes: int) -> NodeBuilder:
+        """List an image the node holds (`status.images`, as the kubelet reports it)."""
+        status = self._node.status
+        status.images = [*status.images, ContainerImage(names=list(names), size_bytes=size_bytes)]
         return self
 
     def unschedulable(self, cordoned: bool = True) -> NodeBuilder:

@@ -1,0 +1,105 @@
+"""Container images on nodes (`status.images`), for ImageLocality.
+
+kube-scheduler's cache keeps, per image name, the image's size and the nodes listing
+that name (`imageStates`; a pod's image counts on a node when the node lists the name,
+and its weight is the size times the share of nodes that have it). The same here, kept
+in step with every node change by the cluster state: per name, the size first reported
+(kube keeps the first one too) and the set of node rows listing it; per row, the names
+it lists. A node heartbeat that changes nothing in its images costs one set compare.
+
+Plugins read it through the Snapshot: `state(name)` gives (size, nodes having it) and
+`mask(name)` a read-only boolean column over the node rows, built when first asked and
+kept until a node listing or dropping the name changes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shoal.cache.node_table import NodeTable
+
+__all__ = ["ImageStates"]
+
+
+class ImageStates:
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self._size: dict[str, int] = {}
+        self._rows: dict[str, set[int]] = {}
+        self._of_row: dict[int, frozenset[str]] = {}
+        self._masks: dict[str, NDArray[np.bool_]] = {}
+
+    @property
+    def empty(self) -> bool:
+        """No node lists any image (a cluster without kubelets, a simulation)."""
+        return not self._rows
+
+    def state(self, name: str) -> tuple[int, int] | None:
+        """(size in bytes, nodes listing it), or None when no node lists `name`."""
+        rows = self._rows.get(name)
+        return None if rows is None else (self._size[name], len(rows))
+
+    def mask(self, name: str) -> NDArray[np.bool_]:
+        """Which node rows (0..n-1) list `name` (read-only)."""
+        n = self.table.n
+        mask = self._masks.get(name)
+        if mask is None or mask.size != n:
+            mask = np.zeros(n, dtype=bool)
+            rows = self._rows.get(name)
+            if rows:
+                mask[np.fromiter(rows, dtype=np.intp, count=len(rows))] = True
+            mask.flags.writeable = False
+            self._masks[name] = mask
+        return mask
+
+    # ---- kept in step by the cluster state -------------------------------------------
+
+    def node_changed(self, row: int) -> None:
+        images = self.table.nodes[row].status.images
+        old = self._of_row.get(row, frozenset())
+        if not images and not old:
+            return
+        names = frozenset(name for image in images for name in image.names)
+        if names == old:
+            return
+        for name in old - names:
+            self._drop(name, row)
+        for image in images:
+            for name in image.names:
+                if name in old:
+                    continue
+                rows = self._rows.get(name)
+                if rows is None:
+                    rows = self._rows[name] = set()
+                    self._size[name] = image.size_bytes
+                if row not in rows:
+                    rows.add(row)
+                    self._masks.pop(name, None)
+        if names:
+            self._of_row[row] = names
+        else:
+            self._of_row.pop(row, None)
+
+    def node_removed(self, row: int, last: int) -> None:
+        """The node at `row` is gone and the table's last row moved into its place."""
+        for name in self._of_row.pop(row, frozenset()):
+            self._drop(name, row)
+        if row == last:
+            return
+        moved = self._of_row.pop(last, frozenset())
+        for name in moved:
+            rows = self._rows[name]
+            rows.discard(last)
+            rows.add(row)
+            self._masks.pop(name, None)
+        if moved:
+            self._of_row[row] = moved
+
+    def _drop(self, name: str, row: int) -> None:
+        rows = self._rows[name]
+        rows.discard(row)
+        self._masks.pop(name, None)
+        if not rows:
+            del self._rows[name]
+            del self._size[name]

@@ -9,7 +9,8 @@ publishes nothing, `plain` has neither. The DeviceClass names
 `<space>.example.com/gpu` as its `extendedResourceName`.
 
 * `both` asks for 2 GPUs (and cpu): on `dra` it needs a claim, on `plugin` not;
-  `plugin` is filled first by `filler` (2 GPUs through its column), so `both` must go to
+  `plugin` is filled first by `filler` (2 GPUs through its column; held there by a
+  node selector, as `dra` would take it as well), so `both` must go to
   `dra` and get a claim the scheduler creates: annotated
   `resource.kubernetes.io/extended-resource-claim`, owned by the pod, one request
   `container-0-request-1` (cpu is request 0) for 2 devices of the class, allocated and
@@ -76,10 +77,12 @@ async def create_objects(s: Space) -> tuple[str, str, str]:
     return dra, plugin, name
 
 
-async def _pod(s: Space, name: str, resource: str, count: int) -> None:
+async def _pod(s: Space, name: str, resource: str, count: int, node: str = "") -> None:
     body = s.pod(name, cpu="100m")
     body["spec"]["containers"][0]["resources"]["requests"][resource] = str(count)
     body["spec"]["containers"][0]["resources"]["limits"] = {resource: str(count)}
+    if node:
+        body["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
     await s.create(PODS.path(s.name), body)
 
 
@@ -130,7 +133,10 @@ async def test_extended_resources_backed_by_dra_pass_the_same_checks_with_shoal_
         dra, plugin, device_class = await create_objects(s)
         gpu = f"{s.name}.example.com/gpu"
         async with scheduling(control_plane, s, tmp_path, scheduler, "draext"):
-            await _pod(s, "filler", gpu, 2)
+            # Held to `plugin`: `dra` could take it too and nothing in either
+            # scheduler's scores tells the two apart (kube-scheduler's random tie-break
+            # put it on `dra` in one run).
+            await _pod(s, "filler", gpu, 2, node=plugin)
             await wait_for(lambda: _bound(s, ["filler"]), timeout=60, what="filler bound")
             await _pod(s, "both", gpu, 2)
             await wait_for(lambda: _bound(s, ["both"]), timeout=60, what="both bound")

@@ -41,6 +41,16 @@ async def wait_for(
         await asyncio.sleep(0.1)
 
 
+async def counted(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait until a scheduler's own counts agree: the API server may show a pod bound
+    before the scheduler has read the answer to its Binding and counted it."""
+
+    async def holds() -> bool:
+        return check()
+
+    await wait_for(holds, timeout=timeout, what=what)
+
+
 @dataclass
 class Space:
     """One test's corner of the shared cluster: a namespace, nodes labelled with it and a

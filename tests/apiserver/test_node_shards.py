@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from apihelpers import JSON, Running, Space, space, wait_for
+from apihelpers import JSON, Running, Space, counted, space, wait_for
 from kubehelpers import async_test
 
 from shoal.config import parse_config
@@ -130,7 +130,7 @@ async def test_two_active_replicas_of_one_scheduler_name_fill_the_nodes_exactly(
             assert set(counts) <= set(nodes)
             binders = Counter(binder_of(pods[n]) for n in bound)
             assert set(binders) == {"alpha", "beta"}, binders  # both did work
-            assert alpha.binds() + beta.binds() == len(bound)
+            await counted(lambda: alpha.binds() + beta.binds() == len(bound), "every bind counted")
             assert alpha.failed_binds() == beta.failed_binds() == 0
             assert alpha.kube.foreign_binds == beta.kube.foreign_binds == 0
             # Each bound only to nodes of the shards it holds (nothing moved meanwhile).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 
-from apihelpers import space, wait_for
+from apihelpers import counted, space, wait_for
 from kubehelpers import async_test
 
 from shoal.drivers.kube.resources import PDBS, PODS
@@ -49,7 +49,8 @@ async def test_pods_are_bound_through_the_binding_subresource(
                 assert _condition(p)["status"] == "True"
                 assert p["status"]["phase"] == "Pending"  # no kubelet
             assert all(milli <= 2000 for milli in used.values()), used
-            assert shoal.binds() == 10 and shoal.failed_binds() == 0
+            await counted(lambda: shoal.binds() == 10, "the 10 binds counted")
+            assert shoal.failed_binds() == 0
 
 
 @async_test(timeout=60)

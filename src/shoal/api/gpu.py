@@ -22,6 +22,11 @@ Anything else ("0.5", "0", "1e20", "abc") is refused with the annotation and the
 Node
   * allocatable (or capacity) `nvidia.com/gpu` or `alibabacloud.com/gpu-count`: devices.
   * label `alibabacloud.com/gpu-card-model` or `nvidia.com/gpu.product`: the model.
+  * HAMi's or Volcano's device registration annotation (`shoal.api.vgpu_protocol`): when
+    present, the devices (count, order, memory) are the registered ones.
+
+Other vocabularies (Volcano vGPU, HAMi incl. `nvidia.com/gpumem-percentage`, Alibaba
+gpushare) are read by `_vgpu_request`; docs/gpu-sharing.md has the table.
 """
 
 from __future__ import annotations

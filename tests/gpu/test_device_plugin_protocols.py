@@ -281,3 +281,33 @@ def test_a_malformed_registration_refuses_the_node_naming_annotation_and_fix(
     assert message.startswith("Node n1: field metadata.annotations.hami.io/node-nvidia-register")
     assert expect in message
     assert "fix or restart the node's device plugin" in message
+
+
+def test_pods_bound_by_hamis_or_volcanos_scheduler_keep_the_devices_they_name() -> None:
+    h = SchedulerHarness()
+    h.add_nodes(hami_node("hami"), volcano_node("volcano"))
+    second = f"{HAMI_UUIDS[1]},NVIDIA,6000,0:;"
+    by_hami = hami_pod("old", gpumem=6000).node("hami")
+    by_volcano = one_container(
+        "vold", {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 9000}
+    )
+    h.add_pods(
+        by_hami.annotations({"hami.io/vgpu-devices-allocated": second}),
+        by_volcano.node("volcano").annotations(
+            {"volcano.sh/vgpu-ids-new": f"{VOLCANO_UUIDS[1]}[0-1],NVIDIA,9000,0:"}
+        ),
+    )
+    h.run()
+    devices = GpuDevices.of(h.scheduler.handle)
+    # Not the default choice (device 0): the devices their annotations name by UUID.
+    assert devices.devices_of("old") == (1,)
+    assert devices.devices_of("vold") == (1,)
+    # A UUID the node did not register: the default choice, as for any unreadable index
+    # (the tightest fit: device 1, beside "old").
+    h.add_pods(
+        hami_pod("stray", gpumem=1000)
+        .node("hami")
+        .annotations({"hami.io/vgpu-devices-allocated": "GPU-unknown,NVIDIA,1000,0:;"})
+    )
+    h.run()
+    assert devices.devices_of("stray") == (1,)

@@ -43,6 +43,7 @@ from typing import Any
 from shoal.api.objects import Node
 
 __all__ = [
+    "ALLOCATED_ANNOTATIONS",
     "ANNOTATION_HAMI_HANDSHAKE",
     "ANNOTATION_HAMI_REGISTER",
     "ANNOTATION_VOLCANO_HANDSHAKE",
@@ -55,6 +56,7 @@ __all__ = [
     "RegisteredDevice",
     "Registration",
     "RegistrationError",
+    "allocated_devices",
     "allocation_annotations",
     "node_registration",
 ]
@@ -69,6 +71,10 @@ _STACKS = (
     (HAMI, ANNOTATION_HAMI_REGISTER, ANNOTATION_HAMI_HANDSHAKE),
     (VOLCANO, ANNOTATION_VOLCANO_REGISTER, ANNOTATION_VOLCANO_HANDSHAKE),
 )
+# Where each scheduler records a bound pod's devices (read back for pods Shoal did not
+# bind: HAMi's or Volcano's own scheduler, before Shoal took over).
+_ALLOCATED = {HAMI: "hami.io/vgpu-devices-allocated", VOLCANO: "volcano.sh/vgpu-ids-new"}
+ALLOCATED_ANNOTATIONS = tuple(_ALLOCATED.values())
 _DEVICE_TYPE = "NVIDIA"  # the device type keyword both device plugins match on
 
 MAX_REGISTERED = 256
@@ -312,3 +318,24 @@ def allocation_annotations(
         "volcano.sh/bind-phase": "allocating",
         "volcano.sh/bind-time": seconds,
     }
+
+
+def allocated_devices(
+    registration: Registration, annotations: dict[str, str]
+) -> tuple[int, ...] | None:
+    """The device indices a bound pod's allocation annotation names (HAMi's
+    `vgpu-devices-allocated`, Volcano's `vgpu-ids-new`), in the registration's order;
+    None when the pod has none or names a device the registration does not list."""
+    text = annotations.get(_ALLOCATED[registration.stack])
+    if not text:
+        return None
+    index = {d.uuid: i for i, d in enumerate(registration.devices)}
+    found = []
+    for container in text.split(";"):
+        for entry in container.split(":"):
+            if entry.strip():
+                uuid = entry.split(",", 1)[0].split("[", 1)[0].strip()  # MIG: uuid[t-i]
+                if uuid not in index:
+                    return None
+                found.append(index[uuid])
+    return tuple(found) or None

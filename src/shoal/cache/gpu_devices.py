@@ -39,9 +39,11 @@ from shoal.api.gpu import (
     node_gpus,
     pod_gpu_index,
     pod_gpu_request,
+    registration_of,
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU
+from shoal.api.vgpu_protocol import ALLOCATED_ANNOTATIONS, allocated_devices
 from shoal.cache.node_table import NodeTable
 
 G = TypeVar("G", bound=np.generic)
@@ -339,6 +341,15 @@ class GpuDevices:
             for d in devices
         )
 
+    def _registered(self, row: int, pod: PodInfo) -> tuple[int, ...] | None:
+        """The devices a pod bound by HAMi's or Volcano's own scheduler holds, by the
+        UUIDs its allocation annotation names (None: not such a pod)."""
+        annotations = pod.pod.metadata.annotations
+        if not annotations or not any(key in annotations for key in ALLOCATED_ANNOTATIONS):
+            return None
+        registration = registration_of(self.table.nodes[row])
+        return None if registration is None else allocated_devices(registration, annotations)
+
     def _around_nominated(
         self, row: int, pod: PodInfo, request: GpuRequest, planned: tuple[int, ...] | None
     ) -> tuple[int, ...] | None:
@@ -396,6 +407,8 @@ class GpuDevices:
             devices = self._around_nominated(row, pod, request, devices)
         else:
             devices = pod_gpu_index(pod)
+            if devices is None:
+                devices = self._registered(row, pod)
             if not self._valid(row, devices, request):
                 devices = self.default_choice(row, request)
         assert devices is not None

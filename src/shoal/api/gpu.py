@@ -212,7 +212,8 @@ def _vgpu_request(pod: PodInfo, models: frozenset[str] | None) -> GpuRequest | N
     several containers the devices add up and each gets the largest size asked."""
     requests = pod.requests
     keys: tuple[str, ...]
-    if requests.get(RESOURCE_VGPU_NUMBER, 0):
+    # Volcano counts a container with vgpu-memory but no vgpu-number as one vGPU.
+    if requests.get(RESOURCE_VGPU_NUMBER, 0) or requests.get(RESOURCE_VGPU_MEMORY, 0):
         keys = (RESOURCE_VGPU_NUMBER, RESOURCE_VGPU_MEMORY, RESOURCE_VGPU_CORES)
         number_key, memory_key, cores_key = keys
     elif any(key in requests for key in _HAMI_SIZES):
@@ -269,6 +270,7 @@ def _parse_gpu_request(pod: PodInfo) -> GpuRequest:
         requests = pod.requests
         if (
             RESOURCE_VGPU_NUMBER in requests
+            or RESOURCE_VGPU_MEMORY in requests
             or RESOURCE_HAMI_GPUMEM in requests
             or RESOURCE_HAMI_GPUCORES in requests
             or RESOURCE_HAMI_GPUMEM_PERCENTAGE in requests

@@ -496,6 +496,51 @@ def gpu_cases() -> Iterator[Case]:
         yield Case(f"node-gpus-{label}", (doc,), "more than 256")
         doc = node(**{"alibabacloud.com/gpu-count": value})
         yield Case(f"node-gpu-count-{label}", (doc,), "more than 256")
+    yield from registration_cases()
+
+
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+VOLCANO_REGISTER = "volcano.sh/node-vgpu-register"
+
+
+def registration_cases() -> Iterator[Case]:
+    """Device registrations of HAMi's and Volcano's device plugins (issue 24, item 1) that
+    cannot be read: the node is left out whole with the annotation, the device and the
+    fix named, never counted with devices its plugin does not know."""
+    t4 = "NVIDIA-Tesla T4"
+    many = "".join(f"GPU-{i},10,16384,100,{t4},0,true:" for i in range(300))
+    for label, key, value, expect in (
+        ("hami-fields", HAMI_REGISTER, f"GPU-a,10,16384,100,{t4},0:", "expected 7 or 9"),
+        (
+            "hami-negative-memory",
+            HAMI_REGISTER,
+            f"GPU-a,10,-1,100,{t4},0,true:",
+            "memory (MiB) '-1' must be a whole number from 1 to",
+        ),
+        ("hami-bad-uuid", HAMI_REGISTER, f"GPU a b,10,16384,100,{t4},0,true:", "not a device id"),
+        (
+            "hami-duplicate-uuid",
+            HAMI_REGISTER,
+            f"GPU-a,10,16384,100,{t4},0,true:GPU-a,10,16384,100,{t4},0,true:",
+            "listed twice",
+        ),
+        ("hami-absurd-split", HAMI_REGISTER, f"GPU-a,100000,16384,100,{t4},0,true:", "split"),
+        ("hami-too-many", HAMI_REGISTER, many, "300 devices is more than 256"),
+        ("hami-json-broken", HAMI_REGISTER, '[{"id": "GPU-a", "devmem": ', "not a JSON list"),
+        ("hami-json-no-id", HAMI_REGISTER, '[{"devmem": 16384, "count": 10}]', "not a device id"),
+        ("hami-empty", HAMI_REGISTER, "", "no device is listed"),
+        ("volcano-fields", VOLCANO_REGISTER, "GPU-a,10,16384:", "expected 5 or 6"),
+        (
+            "volcano-huge-memory",
+            VOLCANO_REGISTER,
+            f"GPU-a,10,1000000000000,{t4},true,hami-core:",
+            "memory (MiB)",
+        ),
+        ("volcano-health", VOLCANO_REGISTER, f"GPU-a,10,16384,{t4},maybe,hami-core:", "health"),
+    ):
+        doc = node(**{"nvidia.com/gpu": "1"})
+        doc["metadata"]["annotations"] = {key: value}
+        yield Case(f"node-register-{label}", (doc,), expect)
 
 
 def hypernode_cases() -> Iterator[Case]:

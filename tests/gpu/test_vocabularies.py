@@ -55,6 +55,8 @@ def gpushare(name: str, gib: int) -> PodBuilder:
             GpuRequest(2, 300, None, 4000),
         ),
         ({"volcano.sh/vgpu-number": 1}, GpuRequest(1, 100, None, 0)),
+        # Volcano: vgpu-memory without vgpu-number is one vGPU (its `singledevice`).
+        ({"volcano.sh/vgpu-memory": 4000}, GpuRequest(1, 0, None, 4000)),
         # HAMi: nvidia.com/gpu counts vGPUs, gpumem MiB and gpucores percent per vGPU.
         ({GPU: 1, "nvidia.com/gpumem": 3000}, GpuRequest(1, 0, None, 3000)),
         ({GPU: 2, "nvidia.com/gpucores": 50}, GpuRequest(2, 500, None, 0)),

@@ -22,6 +22,11 @@ Anything else ("0.5", "0", "1e20", "abc") is refused with the annotation and the
 Node
   * allocatable (or capacity) `nvidia.com/gpu` or `alibabacloud.com/gpu-count`: devices.
   * label `alibabacloud.com/gpu-card-model` or `nvidia.com/gpu.product`: the model.
+  * HAMi's or Volcano's device registration annotation (`shoal.api.vgpu_protocol`): when
+    present, the devices (count, order, memory) are the registered ones.
+
+Other vocabularies (Volcano vGPU, HAMi incl. `nvidia.com/gpumem-percentage`, Alibaba
+gpushare) are read by `_vgpu_request`; docs/gpu-sharing.md has the table.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
 from shoal.api.quantity import QuantityError, to_units
 from shoal.api.resources import GPU, ResourceList, parse_resource_list
+from shoal.api.vgpu_protocol import Registration, RegistrationError, node_registration
 
 __all__ = [
     "ANNOTATION_GPU_COUNT",
@@ -54,6 +60,7 @@ __all__ = [
     "RESOURCE_GPU_COUNT",
     "RESOURCE_HAMI_GPUCORES",
     "RESOURCE_HAMI_GPUMEM",
+    "RESOURCE_HAMI_GPUMEM_PERCENTAGE",
     "RESOURCE_VGPU_CORES",
     "RESOURCE_VGPU_MEMORY",
     "RESOURCE_VGPU_NUMBER",
@@ -66,6 +73,7 @@ __all__ = [
     "parse_gpu_index",
     "pod_gpu_index",
     "pod_gpu_request",
+    "registration_of",
 ]
 
 GPU_MILLI = 1000
@@ -96,6 +104,8 @@ RESOURCE_HAMI_GPUMEM = "nvidia.com/gpumem"
 """MiB of device memory per GPU (HAMi, with `nvidia.com/gpu` counting vGPUs)."""
 RESOURCE_HAMI_GPUCORES = "nvidia.com/gpucores"
 """Percent of a device's compute per GPU (HAMi)."""
+RESOURCE_HAMI_GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
+"""Percent of a device's memory per GPU (HAMi; `nvidia.com/gpumem` wins when both are set)."""
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 """MiB of memory per device (NVIDIA GPU Feature Discovery)."""
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
@@ -106,6 +116,7 @@ DEVICE_LEVEL_RESOURCES = (
     RESOURCE_VGPU_CORES,
     RESOURCE_HAMI_GPUMEM,
     RESOURCE_HAMI_GPUCORES,
+    RESOURCE_HAMI_GPUMEM_PERCENTAGE,
 )
 """Sizes of one device a pod asks for: checked per device (GpuShare), not per node."""
 
@@ -122,6 +133,9 @@ class GpuRequest:
     milli: int  # compute per device; 0 with `memory`: sized by memory (see GpuDevices)
     models: frozenset[str] | None = None  # None: any model
     memory: int = 0  # MiB of device memory per device; 0: in proportion to `milli`
+    # Percent of each device's memory (HAMi's gpumem-percentage, with gpucores sizing
+    # compute apart; alone it is `milli` in proportion); 0: none.
+    memory_percent: int = 0
 
     @property
     def total_milli(self) -> int:
@@ -189,17 +203,22 @@ def _percent(value: int, key: str) -> int:
     return value * 10
 
 
+_HAMI_SIZES = (RESOURCE_HAMI_GPUMEM, RESOURCE_HAMI_GPUCORES, RESOURCE_HAMI_GPUMEM_PERCENTAGE)
+
+
 def _vgpu_request(pod: PodInfo, models: frozenset[str] | None) -> GpuRequest | None:
     """Volcano vGPU, HAMi and Alibaba gpushare (memory) requests; None if none. Memory
     and cores are per vGPU (per device), as those device plugins define them; over
     several containers the devices add up and each gets the largest size asked."""
     requests = pod.requests
-    if requests.get(RESOURCE_VGPU_NUMBER, 0):
+    keys: tuple[str, ...]
+    # Volcano counts a container with vgpu-memory but no vgpu-number as one vGPU.
+    if requests.get(RESOURCE_VGPU_NUMBER, 0) or requests.get(RESOURCE_VGPU_MEMORY, 0):
         keys = (RESOURCE_VGPU_NUMBER, RESOURCE_VGPU_MEMORY, RESOURCE_VGPU_CORES)
         number_key, memory_key, cores_key = keys
-    elif RESOURCE_HAMI_GPUMEM in requests or RESOURCE_HAMI_GPUCORES in requests:
-        keys = (GPU, RESOURCE_HAMI_GPUMEM, RESOURCE_HAMI_GPUCORES)
-        number_key, memory_key, cores_key = keys
+    elif any(key in requests for key in _HAMI_SIZES):
+        keys = (GPU, *_HAMI_SIZES)
+        number_key, memory_key, cores_key = keys[:3]
     elif gib := requests.get(RESOURCE_ALIYUN_GPU_MEM, 0):
         return GpuRequest(1, 0, models, gib * MIB_PER_GIB)
     else:
@@ -211,11 +230,16 @@ def _vgpu_request(pod: PodInfo, models: frozenset[str] | None) -> GpuRequest | N
     memory = max((c.get(memory_key, 0) for c in containers), default=0)
     cores = max((c.get(cores_key, 0) for c in containers), default=0)
     milli = _percent(cores, cores_key) if cores else 0
+    share = max((c.get(RESOURCE_HAMI_GPUMEM_PERCENTAGE, 0) for c in containers), default=0)
+    percent = _percent(share, RESOURCE_HAMI_GPUMEM_PERCENTAGE) // 10 if share else 0
+    if percent and not memory:  # HAMi reads the percentage only without gpumem
+        return GpuRequest(count, milli or percent * 10, models, 0, percent if milli else 0)
     if not memory and not milli:
         if number_key == GPU:
             raise GpuRequestError(
-                f"{RESOURCE_HAMI_GPUMEM} and {RESOURCE_HAMI_GPUCORES} are both 0: ask for "
-                f"one of them, or for whole GPUs with {GPU} alone"
+                f"{RESOURCE_HAMI_GPUMEM}, {RESOURCE_HAMI_GPUMEM_PERCENTAGE} and "
+                f"{RESOURCE_HAMI_GPUCORES} are all 0: ask for one of them, or for whole "
+                f"GPUs with {GPU} alone"
             )
         milli = GPU_MILLI // 10  # neither given: Volcano's default split of 10 per device
     return GpuRequest(count, milli, models, memory)
@@ -246,8 +270,10 @@ def _parse_gpu_request(pod: PodInfo) -> GpuRequest:
         requests = pod.requests
         if (
             RESOURCE_VGPU_NUMBER in requests
+            or RESOURCE_VGPU_MEMORY in requests
             or RESOURCE_HAMI_GPUMEM in requests
             or RESOURCE_HAMI_GPUCORES in requests
+            or RESOURCE_HAMI_GPUMEM_PERCENTAGE in requests
             or RESOURCE_ALIYUN_GPU_MEM in requests
         ) and (vgpu := _vgpu_request(pod, parse_models(annotations.get(ANNOTATION_GPU_MODEL, "")))):
             return vgpu
@@ -317,9 +343,21 @@ def pod_gpu_index(pod: PodInfo) -> tuple[int, ...] | None:
         return None
 
 
+def registration_of(node: Node) -> Registration | None:
+    """The node's HAMi or Volcano device registration (`shoal.api.vgpu_protocol`); None
+    also when it cannot be read (such nodes are refused at intake, `check_node_gpus`;
+    nodes built in code are counted from their resources and labels instead)."""
+    try:
+        return node_registration(node)
+    except RegistrationError:
+        return None
+
+
 def check_node_gpus(node: Node) -> None:
-    """Refuse a node reporting more than MAX_DEVICES GPUs (ValueError naming the field),
-    so that it is left out whole rather than added with its GPUs invisible."""
+    """Refuse a node reporting more than MAX_DEVICES GPUs, or whose HAMi or Volcano
+    device registration cannot be read (ValueError naming the field), so that it is left
+    out whole rather than added with its GPUs invisible or misnamed."""
+    node_registration(node)  # RegistrationError is a ValueError naming the annotation
     status = node.status
     for field, resources in (("allocatable", status.allocatable), ("capacity", status.capacity)):
         for key in (GPU, RESOURCE_GPU_COUNT, RESOURCE_ALIYUN_GPU_COUNT):
@@ -340,7 +378,11 @@ def node_gpu_memory(node: Node, count: int) -> int:
     """MiB of memory per device of the node (0: unknown): GPU Feature Discovery's
     `nvidia.com/gpu.memory` label, else Alibaba gpushare's `aliyun.com/gpu-mem` (GiB of
     the whole node) or Volcano's `volcano.sh/vgpu-memory` (MiB of the whole node)
-    divided among the devices."""
+    divided among the devices. A HAMi or Volcano registration wins over all of them:
+    its device plugin enforces what it registered."""
+    registration = registration_of(node)
+    if registration is not None:
+        return registration.memory
     text = node.metadata.labels.get(LABEL_GPU_MEMORY, "")
     if text.isdigit():
         return int(text)
@@ -361,6 +403,11 @@ def node_gpus(node: Node) -> tuple[int, str]:
     MAX_DEVICES (manifests and the API are refused above it: `check_node_gpus`)."""
     status = node.status
     count = 0
+    registration = registration_of(node)
+    if registration is not None:  # the devices, in the order their plugin names them
+        labels = node.metadata.labels
+        model = labels.get(LABEL_GPU_MODEL) or labels.get(LABEL_GPU_PRODUCT) or ""
+        return len(registration.devices), model or registration.model
     label = node.metadata.labels.get(LABEL_GPU_COUNT, "")
     if label.isdigit():  # physical devices, whatever vGPU count the plugin reports
         labels = node.metadata.labels

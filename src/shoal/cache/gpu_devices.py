@@ -32,18 +32,18 @@ from numpy.typing import NDArray
 
 from shoal.api.gpu import (
     GPU_MILLI,
-    MIB_PER_GIB,
     NO_GPU,
-    RESOURCE_ALIYUN_GPU_MEM,
     GpuRequest,
     GpuRequestError,
     node_gpu_memory,
     node_gpus,
     pod_gpu_index,
     pod_gpu_request,
+    registration_of,
 )
 from shoal.api.podinfo import PodInfo
 from shoal.api.resources import CPU
+from shoal.api.vgpu_protocol import ALLOCATED_ANNOTATIONS, allocated_devices
 from shoal.cache.node_table import NodeTable
 
 G = TypeVar("G", bound=np.generic)
@@ -54,7 +54,6 @@ __all__ = [
     "Assignment",
     "GpuDevices",
     "cpu_left",
-    "device_plugin_annotations",
     "remember_request",
     "request_of",
 ]
@@ -342,6 +341,15 @@ class GpuDevices:
             for d in devices
         )
 
+    def _registered(self, row: int, pod: PodInfo) -> tuple[int, ...] | None:
+        """The devices a pod bound by HAMi's or Volcano's own scheduler holds, by the
+        UUIDs its allocation annotation names (None: not such a pod)."""
+        annotations = pod.pod.metadata.annotations
+        if not annotations or not any(key in annotations for key in ALLOCATED_ANNOTATIONS):
+            return None
+        registration = registration_of(self.table.nodes[row])
+        return None if registration is None else allocated_devices(registration, annotations)
+
     def _around_nominated(
         self, row: int, pod: PodInfo, request: GpuRequest, planned: tuple[int, ...] | None
     ) -> tuple[int, ...] | None:
@@ -399,6 +407,8 @@ class GpuDevices:
             devices = self._around_nominated(row, pod, request, devices)
         else:
             devices = pod_gpu_index(pod)
+            if devices is None:
+                devices = self._registered(row, pod)
             if not self._valid(row, devices, request):
                 devices = self.default_choice(row, request)
         assert devices is not None
@@ -411,8 +421,11 @@ class GpuDevices:
             self.mem_free[row, list(devices)] -= mem
             self.allocated_milli += milli * len(devices)
             self._summarize(row)
-        self.memory_pods += 1 if request.memory else 0
-        self.assigned[pod.uid] = Assignment(row, devices, milli, kind, mem if request.memory else 0)
+        # Explicit memory (MiB, or a percentage with compute sized apart) is held as
+        # such; a share sized by compute alone holds memory in proportion.
+        explicit = bool(request.memory or request.memory_percent)
+        self.memory_pods += 1 if explicit else 0
+        self.assigned[pod.uid] = Assignment(row, devices, milli, kind, mem if explicit else 0)
 
     def pod_unplaced(self, row: int, pod: PodInfo) -> None:
         self._bump(row)
@@ -491,7 +504,7 @@ class GpuDevices:
     def enough(self, request: GpuRequest, index: slice | NDArray[np.intp]) -> NDArray[np.bool_]:
         """Which nodes have `request.count` devices with room for the request each
         (compute and memory, see `takes`)."""
-        if request.memory or self.memory_pods:
+        if request.memory or request.memory_percent or self.memory_pods:
             milli, mem = _takes_per_node(request, self.mem[index])
             room = (self.free[index] >= milli[:, None]) & (self.mem_free[index] >= mem[:, None])
             counted: NDArray[np.bool_] = room.sum(axis=1) >= request.count
@@ -517,29 +530,9 @@ class GpuDevices:
         return np.isin(self.model[index], codes)
 
 
-def device_plugin_annotations(
-    pod: PodInfo, held: tuple[int, ...], devices: GpuDevices, node: str, now: float
-) -> dict[str, str]:
-    """What the pod's device plugin reads from the pod at bind time, beside Shoal's own
-    `shoal.dev/gpu-index`: for Alibaba's gpushare device plugin (`aliyun.com/gpu-mem`
-    pods), the device index, the pod's and the device's GiB, `ASSIGNED: false` and the
-    assume time in ns (as gpushare-scheduler-extender writes them). Volcano's and
-    HAMi's plugins name devices by UUID, which Shoal does not know: none for them."""
-    gib = pod.requests.get(RESOURCE_ALIYUN_GPU_MEM, 0)
-    if not gib or len(held) != 1:
-        return {}
-    row = devices.table.row_of.get(node)
-    device_mem = int(devices.mem[row]) if row is not None else 0
-    return {
-        "ALIYUN_COM_GPU_MEM_IDX": str(held[0]),
-        "ALIYUN_COM_GPU_MEM_POD": str(gib),
-        "ALIYUN_COM_GPU_MEM_DEV": str(device_mem // MIB_PER_GIB),
-        "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
-        "ALIYUN_COM_GPU_MEM_ASSUME_TIME": str(int(now * 1e9)),
-    }
-
-
 def _takes(request: GpuRequest, device_mem: int) -> tuple[int, int]:
+    if request.memory_percent:
+        return request.milli, request.memory_percent * device_mem // 100
     if request.memory:
         if request.milli:
             return request.milli, request.memory
@@ -553,6 +546,9 @@ def _takes_per_node(
     request: GpuRequest, device_mem: NDArray[np.int64]
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """`_takes` for every node at once."""
+    if request.memory_percent:
+        milli = np.full(device_mem.shape, request.milli, dtype=np.int64)
+        return milli, request.memory_percent * device_mem // 100
     if request.memory:
         mem = np.full(device_mem.shape, request.memory, dtype=np.int64)
         if request.milli:

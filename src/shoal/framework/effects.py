@@ -137,10 +137,13 @@ class BindOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Bound:
-    """The binding cycle succeeded: the cluster has the pod on the node."""
+    """The binding cycle succeeded: the cluster has the pod on the node. `note`: what
+    the pod's device plugin will not find on it ("" when nothing; the Kubernetes driver
+    adds it to the Scheduled event and logs it)."""
 
     pod: PodInfo
     node: str
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

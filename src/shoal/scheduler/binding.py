@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, format_gpu_index
 from shoal.api.podinfo import PodInfo
-from shoal.cache.gpu_devices import device_plugin_annotations
+from shoal.cache.device_plugin_writes import device_plugin_write
 from shoal.framework.cycle_state import CycleState
 from shoal.framework.effects import Bind, BindOutcome, Bound, annotate, annotations_of
 from shoal.framework.extender import EXTENDER_NAME, Extender, binder_extenders
@@ -57,6 +57,8 @@ class BindingTask:
     binder: str = ""
     via_extender: Extender | None = None
     extenders_left: list[Extender] | None = None
+    # What the pod's device plugin will miss ("" when nothing): said with `Bound`.
+    note: str = ""
 
 
 class BindingCycles:
@@ -163,9 +165,10 @@ class BindingCycles:
             # reads them back; in the vocabulary of the pod's device plugin too.
             assert devices is not None
             annotate(task.state, ANNOTATION_GPU_INDEX, format_gpu_index(held))
-            now = self.handle.clock.now()
-            for key, value in device_plugin_annotations(pod, held, devices, node, now).items():
+            written = device_plugin_write(pod, held, devices, node, self.handle.clock.now())
+            for key, value in written.annotations.items():
                 annotate(task.state, key, value)
+            task.note = written.note
         try:
             status = fwk.run_pre_bind(task.state, pod, node)
             if status.ok:
@@ -298,7 +301,7 @@ class BindingCycles:
         pod.node_name = node  # the core's own view; the API object comes back by watch
         # A pod landing may satisfy others' (anti-)affinity or spread rules.
         self._notify(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
-        self.effects.emit(Bound(pod, node))
+        self.effects.emit(Bound(pod, node, task.note))
         self.bound += 1
         fwk.run_post_bind(task.state, pod, node)  # last: the cycle's state is settled
 

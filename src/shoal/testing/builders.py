@@ -632,6 +632,11 @@ class NodeBuilder:
     def label(self, key: str, value: str) -> NodeBuilder:
         return self.labels({key: value})
 
+    def annotation(self, key: str, value: str) -> NodeBuilder:
+        """Set one annotation (device plugins register devices in node annotations)."""
+        self._node.metadata.annotations = {**self._node.metadata.annotations, key: value}
+        return self
+
     def zone(self, zone: str) -> NodeBuilder:
         """Label `topology.kubernetes.io/zone`."""
         return self.label(ZONE_LABEL, zone)

@@ -90,7 +90,7 @@ class _Recorder:
             key = effect.pod.key
             self.bound[key] = effect.node
             self.messages.pop(key, None)
-            self.events.append(HarnessEvent("bound", key, effect.node, "", now))
+            self.events.append(HarnessEvent("bound", key, effect.node, effect.note, now))
         elif isinstance(effect, Unschedulable):
             key = effect.pod.key
             self.messages[key] = effect.message

@@ -151,7 +151,7 @@ class KubeEffects:
         if isinstance(effect, Bind):
             self._start_bind(effect)
         elif isinstance(effect, Bound):
-            self._bound(effect.pod, effect.node)
+            self._bound(effect.pod, effect.node, effect.note)
         elif isinstance(effect, Unschedulable) and effect.gated:
             self._gated(effect.pod, effect.message)
         elif isinstance(effect, Unschedulable):
@@ -187,15 +187,16 @@ class KubeEffects:
         elif isinstance(effect, Nominate):
             pass  # written with the preemptor's PodScheduled=False condition (Unschedulable)
 
-    def _bound(self, pod: PodInfo, node: str) -> None:
+    def _bound(self, pod: PodInfo, node: str, note: str = "") -> None:
         self.metrics.pod_scheduling_attempts.observe(max(1, pod.attempts))
+        message = f"Successfully assigned {pod.key} to {node}"
+        if note:
+            # Bound, but its device plugin will miss what it reads from the pod: said
+            # where the user looks (the Scheduled event) and in the log.
+            message = f"{message}; {note}"
+            log.warning("pod %s bound to %s: %s", pod.key, node, note)
         self.events.record(
-            pod_ref(pod),
-            "Normal",
-            "Scheduled",
-            "Binding",
-            f"Successfully assigned {pod.key} to {node}",
-            pod.scheduler_name,
+            pod_ref(pod), "Normal", "Scheduled", "Binding", message, pod.scheduler_name
         )
 
     def _unschedulable(

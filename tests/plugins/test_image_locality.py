@@ -152,3 +152,20 @@ def test_the_default_profile_places_a_pod_where_its_image_already_is() -> None:
     # Without it the three nodes tie and the seed picks.
     off = {"profiles": [{"plugins": {"multiPoint": {"disabled": [{"name": "ImageLocality"}]}}}]}
     assert len({place(seed, off) for seed in range(8)}) > 1
+
+
+def test_nodes_listing_the_same_image_share_one_entry_and_it_goes_when_none_lists_it() -> None:
+    import gc
+
+    cluster = ClusterState()
+    for name in ("n0", "n1"):
+        node = make_node(name).capacity(cpu="1", memory="1Gi")
+        cluster.add_node(node.image("app:v1", "app@sha256:1", size_bytes=300 * MB).obj())
+    first, second = (cluster.node(n).status.images[0] for n in ("n0", "n1"))  # type: ignore[union-attr]
+    assert first is second and first.names == ["app:v1", "app@sha256:1"]
+    for name in ("n0", "n1"):
+        cluster.add_node(make_node(name).capacity(cpu="1", memory="1Gi").obj())  # images gone
+    del first, second
+    gc.collect()
+    assert len(cluster.images._shared) == 0
+    assert cluster.images.state("app:v1") is None

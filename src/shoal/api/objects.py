@@ -487,8 +487,10 @@ class NodeSpec(_Base):
     taints: list[Taint] = []
 
 
-class ContainerImage(_Base):
-    """One image a node holds (`status.images`, written by the kubelet)."""
+class ContainerImage(_Base, weakref=True):
+    """One image a node holds (`status.images`, written by the kubelet). Weakly
+    referable: the cache shares one object per distinct entry among the nodes listing
+    it (`shoal.cache.images`)."""
 
     names: list[str] = []
     size_bytes: int = 0

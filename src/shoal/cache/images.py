@@ -10,13 +10,20 @@ it lists. A node heartbeat that changes nothing in its images costs one set comp
 Plugins read it through the Snapshot: `state(name)` gives (size, nodes having it) and
 `mask(name)` a read-only boolean column over the node rows, built when first asked and
 kept until a node listing or dropping the name changes it.
+
+Nodes list the same images again and again (50 images are about 20 KB per decoded
+node), so each node's list is made to point at one shared `ContainerImage` per distinct
+entry (equal names and size), held weakly: an entry no node lists any more goes away.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numpy.typing import NDArray
 
+from shoal.api.objects import ContainerImage
 from shoal.cache.node_table import NodeTable
 
 __all__ = ["ImageStates"]
@@ -27,8 +34,11 @@ class ImageStates:
         self.table = table
         self._size: dict[str, int] = {}
         self._rows: dict[str, set[int]] = {}
-        self._of_row: dict[int, frozenset[str]] = {}
+        # Per row, the (shared) entries it lists: what a change is compared against.
+        self._of_row: dict[int, tuple[ContainerImage, ...]] = {}
         self._masks: dict[str, NDArray[np.bool_]] = {}
+        self._shared: weakref.WeakValueDictionary[tuple[tuple[str, ...], int], ContainerImage]
+        self._shared = weakref.WeakValueDictionary()
 
     @property
     def empty(self) -> bool:
@@ -56,18 +66,21 @@ class ImageStates:
     # ---- kept in step by the cluster state -------------------------------------------
 
     def node_changed(self, row: int) -> None:
-        images = self.table.nodes[row].status.images
-        old = self._of_row.get(row, frozenset())
-        if not images and not old:
+        status = self.table.nodes[row].status
+        old = self._of_row.get(row, ())
+        if not status.images and not old:
             return
-        names = frozenset(name for image in images for name in image.names)
-        if names == old:
+        listed = tuple(self._share(image) for image in status.images)
+        status.images = list(listed)
+        if listed == old:  # shared entries: compared by identity first, so this is cheap
             return
-        for name in old - names:
+        before = _names(old)
+        names = _names(listed)
+        for name in before - names:
             self._drop(name, row)
-        for image in images:
+        for image in listed:
             for name in image.names:
-                if name in old:
+                if name in before:
                     continue
                 rows = self._rows.get(name)
                 if rows is None:
@@ -76,25 +89,32 @@ class ImageStates:
                 if row not in rows:
                     rows.add(row)
                     self._masks.pop(name, None)
-        if names:
-            self._of_row[row] = names
+        if listed:
+            self._of_row[row] = listed
         else:
             self._of_row.pop(row, None)
 
     def node_removed(self, row: int, last: int) -> None:
         """The node at `row` is gone and the table's last row moved into its place."""
-        for name in self._of_row.pop(row, frozenset()):
+        for name in _names(self._of_row.pop(row, ())):
             self._drop(name, row)
         if row == last:
             return
-        moved = self._of_row.pop(last, frozenset())
-        for name in moved:
+        moved = self._of_row.pop(last, ())
+        for name in _names(moved):
             rows = self._rows[name]
             rows.discard(last)
             rows.add(row)
             self._masks.pop(name, None)
         if moved:
             self._of_row[row] = moved
+
+    def _share(self, image: ContainerImage) -> ContainerImage:
+        key = (tuple(image.names), image.size_bytes)
+        shared = self._shared.get(key)
+        if shared is None:
+            self._shared[key] = shared = image
+        return shared
 
     def _drop(self, name: str, row: int) -> None:
         rows = self._rows[name]
@@ -103,3 +123,7 @@ class ImageStates:
         if not rows:
             del self._rows[name]
             del self._size[name]
+
+
+def _names(images: tuple[ContainerImage, ...]) -> frozenset[str]:
+    return frozenset(name for image in images for name in image.names)

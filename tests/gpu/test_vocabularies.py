@@ -54,7 +54,28 @@ def gpushare(name: str, gib: int) -> PodBuilder:
             },
             GpuRequest(2, 300, None, 4000),
         ),
-        ({"volcano.sh/vgpu-number": 1}, GpuRequest(1, 100, None, 0)),
+        # Neither memory nor a percentage: all of the device's memory, as Volcano's
+        # resourcereqs gives it (percentage 100), so nothing else fits beside it.
+        ({"volcano.sh/vgpu-number": 1}, GpuRequest(1, 1000, None, 0)),
+        # vgpu-memory-percentage: that share of the device's memory (and compute with it).
+        (
+            {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory-percentage": 25},
+            GpuRequest(1, 250, None, 0),
+        ),
+        # Cores alone: the compute asked, with all of the memory (Volcano's default).
+        (
+            {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 30},
+            GpuRequest(1, 300, None, 0, 100),
+        ),
+        # A size in MiB wins over the percentage, as in Volcano.
+        (
+            {
+                "volcano.sh/vgpu-number": 1,
+                "volcano.sh/vgpu-memory": 4000,
+                "volcano.sh/vgpu-memory-percentage": 50,
+            },
+            GpuRequest(1, 0, None, 4000),
+        ),
         # Volcano: vgpu-memory without vgpu-number is one vGPU (its `singledevice`).
         ({"volcano.sh/vgpu-memory": 4000}, GpuRequest(1, 0, None, 4000)),
         # HAMi: nvidia.com/gpu counts vGPUs, gpumem MiB and gpucores percent per vGPU.
@@ -77,6 +98,10 @@ def test_each_vocabulary_maps_onto_the_device_model(
         ({GPU: 1, "nvidia.com/gpucores": 150}, "nvidia.com/gpucores 150 must be from 1 to 100"),
         ({"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 101}, "must be from 1 to 100"),
         ({"volcano.sh/vgpu-number": 300}, "more than 256"),
+        (
+            {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory-percentage": 120},
+            "volcano.sh/vgpu-memory-percentage 120 must be from 1 to 100",
+        ),
     ],
 )
 def test_out_of_range_vgpu_values_are_refused(limits: dict[str, int], message: str) -> None:
@@ -208,3 +233,35 @@ def test_a_vgpu_memory_pod_preempts_a_whole_gpu_pod() -> None:
     h.advance(30)
     assert h.node_of("high") == "n0"
     assert list(h.evicted) == ["default/low"]
+
+
+def test_volcano_vgpus_without_memory_take_a_device_each_and_percentages_share_one() -> None:
+    def vgpu(name: str, **limits: int) -> PodBuilder:
+        asked = {"volcano.sh/vgpu-number": 1, **{f"volcano.sh/{k}": v for k, v in limits.items()}}
+        return make_pod(name).uid(name).req(cpu="1").lim(asked)
+
+    def volcano_node(gpus: int) -> NodeBuilder:
+        # Volcano's device plugin reports vGPUs (10 per device) and the memory of all.
+        resources = {"cpu": "32", "memory": "128Gi", GPU: gpus}
+        resources |= {"volcano.sh/vgpu-number": 10 * gpus, "volcano.sh/vgpu-memory": 16384 * gpus}
+        return make_node("gpu").capacity(resources)
+
+    h = SchedulerHarness()
+    h.add_nodes(volcano_node(2))
+    # Neither vgpu-memory nor a percentage: all of a device's memory each (Volcano).
+    h.add_pods(vgpu("a"), vgpu("b"), vgpu("c"))
+    placements, messages = h.run()
+    assert sorted(k for k, n in placements.items() if n) == ["default/a", "default/b"]
+    assert messages["default/c"]  # no third device
+    devices = GpuDevices.of(h.scheduler.handle)
+    row = h.scheduler.cluster.table.row_of["gpu"]
+    assert devices.mem_free[row].tolist()[:2] == [0, 0]
+
+    h = SchedulerHarness()
+    h.add_nodes(volcano_node(1))
+    # vgpu-memory-percentage 25: four of them on the one device, a fifth waits.
+    h.add_pods(*(vgpu(f"q{i}", **{"vgpu-memory-percentage": 25}) for i in range(5)))
+    placements, _ = h.run()
+    assert sum(1 for n in placements.values() if n) == 4
+    row = h.scheduler.cluster.table.row_of["gpu"]
+    assert GpuDevices.of(h.scheduler.handle).mem_free[row, 0] == 0

@@ -63,6 +63,7 @@ __all__ = [
     "RESOURCE_HAMI_GPUMEM_PERCENTAGE",
     "RESOURCE_VGPU_CORES",
     "RESOURCE_VGPU_MEMORY",
+    "RESOURCE_VGPU_MEMORY_PERCENTAGE",
     "RESOURCE_VGPU_NUMBER",
     "GpuRequest",
     "GpuRequestError",
@@ -100,6 +101,8 @@ RESOURCE_VGPU_MEMORY = "volcano.sh/vgpu-memory"
 """MiB of device memory per vGPU."""
 RESOURCE_VGPU_CORES = "volcano.sh/vgpu-cores"
 """Percent of a device's compute per vGPU."""
+RESOURCE_VGPU_MEMORY_PERCENTAGE = "volcano.sh/vgpu-memory-percentage"
+"""Percent of a device's memory per vGPU (Volcano; `volcano.sh/vgpu-memory` wins)."""
 RESOURCE_HAMI_GPUMEM = "nvidia.com/gpumem"
 """MiB of device memory per GPU (HAMi, with `nvidia.com/gpu` counting vGPUs)."""
 RESOURCE_HAMI_GPUCORES = "nvidia.com/gpucores"
@@ -114,6 +117,7 @@ MIB_PER_GIB = 1024
 DEVICE_LEVEL_RESOURCES = (
     RESOURCE_VGPU_MEMORY,
     RESOURCE_VGPU_CORES,
+    RESOURCE_VGPU_MEMORY_PERCENTAGE,
     RESOURCE_HAMI_GPUMEM,
     RESOURCE_HAMI_GPUCORES,
     RESOURCE_HAMI_GPUMEM_PERCENTAGE,
@@ -214,15 +218,23 @@ def _vgpu_request(pod: PodInfo, models: frozenset[str] | None) -> GpuRequest | N
     keys: tuple[str, ...]
     # Volcano counts a container with vgpu-memory but no vgpu-number as one vGPU.
     if requests.get(RESOURCE_VGPU_NUMBER, 0) or requests.get(RESOURCE_VGPU_MEMORY, 0):
-        keys = (RESOURCE_VGPU_NUMBER, RESOURCE_VGPU_MEMORY, RESOURCE_VGPU_CORES)
-        number_key, memory_key, cores_key = keys
+        keys = (
+            RESOURCE_VGPU_NUMBER,
+            RESOURCE_VGPU_MEMORY,
+            RESOURCE_VGPU_CORES,
+            RESOURCE_VGPU_MEMORY_PERCENTAGE,
+        )
+        # Neither memory nor a percentage: Volcano gives the vGPU all of the device's
+        # memory (its resourcereqs: percentage 100), so no other vGPU fits beside it.
+        default_percent = 100
     elif any(key in requests for key in _HAMI_SIZES):
         keys = (GPU, *_HAMI_SIZES)
-        number_key, memory_key, cores_key = keys[:3]
+        default_percent = 0
     elif gib := requests.get(RESOURCE_ALIYUN_GPU_MEM, 0):
         return GpuRequest(1, 0, models, gib * MIB_PER_GIB)
     else:
         return None
+    number_key, memory_key, cores_key, percent_key = keys
     containers = _per_container(pod, keys)
     count = sum(c.get(number_key, 0) or 1 for c in containers)
     if count > MAX_DEVICES:
@@ -230,18 +242,18 @@ def _vgpu_request(pod: PodInfo, models: frozenset[str] | None) -> GpuRequest | N
     memory = max((c.get(memory_key, 0) for c in containers), default=0)
     cores = max((c.get(cores_key, 0) for c in containers), default=0)
     milli = _percent(cores, cores_key) if cores else 0
-    share = max((c.get(RESOURCE_HAMI_GPUMEM_PERCENTAGE, 0) for c in containers), default=0)
-    percent = _percent(share, RESOURCE_HAMI_GPUMEM_PERCENTAGE) // 10 if share else 0
-    if percent and not memory:  # HAMi reads the percentage only without gpumem
+    share = max((c.get(percent_key, 0) for c in containers), default=0)
+    percent = _percent(share, percent_key) // 10 if share else 0
+    if not memory and not percent:
+        percent = default_percent
+    if percent and not memory:  # the percentage counts only without a size in MiB
         return GpuRequest(count, milli or percent * 10, models, 0, percent if milli else 0)
     if not memory and not milli:
-        if number_key == GPU:
-            raise GpuRequestError(
-                f"{RESOURCE_HAMI_GPUMEM}, {RESOURCE_HAMI_GPUMEM_PERCENTAGE} and "
-                f"{RESOURCE_HAMI_GPUCORES} are all 0: ask for one of them, or for whole "
-                f"GPUs with {GPU} alone"
-            )
-        milli = GPU_MILLI // 10  # neither given: Volcano's default split of 10 per device
+        raise GpuRequestError(
+            f"{RESOURCE_HAMI_GPUMEM}, {RESOURCE_HAMI_GPUMEM_PERCENTAGE} and "
+            f"{RESOURCE_HAMI_GPUCORES} are all 0: ask for one of them, or for whole "
+            f"GPUs with {GPU} alone"
+        )
     return GpuRequest(count, milli, models, memory)
 
 

@@ -230,39 +230,31 @@ def _parse_hami_json(key: str, text: str) -> list[RegisteredDevice]:
     return devices
 
 
+# The text form of each stack's registration, per device: the field counts accepted, the
+# layout named in errors, and where uuid, count, devmem, type and health are.
+_TEXT_LAYOUTS: dict[str, tuple[tuple[int, ...], str, tuple[int, int, int, int, int]]] = {
+    HAMI: ((7, 9), "uuid,count,devmem,devcore,type,numa,health[,index,mode]", (0, 1, 2, 4, 6)),
+    VOLCANO: ((5, 6), "uuid,count,devmem,type,health[,mode]", (0, 1, 2, 3, 4)),
+}
+
+
 def _parse_text(stack: str, key: str, text: str) -> list[RegisteredDevice]:
     entries = [e for e in text.split(":") if e.strip()]
     if len(entries) > MAX_REGISTERED:
         raise _problem(key, "", f"{len(entries)} devices is more than {MAX_REGISTERED}")
+    counts, layout, at = _TEXT_LAYOUTS[stack]
     devices = []
     for i, entry in enumerate(entries):
         where = f"device {i}: "
         fields = entry.split(",")
-        if stack == HAMI:
-            if len(fields) not in (7, 9):
-                raise _problem(
-                    key,
-                    where,
-                    f"{len(fields)} fields in {entry!r}, expected 7 or 9 "
-                    "(uuid,count,devmem,devcore,type,numa,health[,index,mode])",
-                )
-            _whole(key, where, "devcore", fields[3], 0, MAX_CORES)
-            uuid, split, memory, model, health = (
-                fields[0],
-                fields[1],
-                fields[2],
-                fields[4],
-                fields[6],
+        if len(fields) not in counts:
+            expected = " or ".join(str(c) for c in counts)
+            raise _problem(
+                key, where, f"{len(fields)} fields in {entry!r}, expected {expected} ({layout})"
             )
-        else:
-            if len(fields) not in (5, 6):
-                raise _problem(
-                    key,
-                    where,
-                    f"{len(fields)} fields in {entry!r}, expected 5 or 6 "
-                    "(uuid,count,devmem,type,health[,mode])",
-                )
-            uuid, split, memory, model, health = fields[:5]
+        if stack == HAMI:
+            _whole(key, where, "devcore", fields[3], 0, MAX_CORES)
+        uuid, split, memory, model, health = (fields[j] for j in at)
         devices.append(_device(key, where, uuid.strip(), split, memory, model.strip(), health))
     return devices
 

@@ -311,3 +311,96 @@ def test_pods_bound_by_hamis_or_volcanos_scheduler_keep_the_devices_they_name() 
     )
     h.run()
     assert devices.devices_of("stray") == (1,)
+
+
+def hami_node_with(name: str, devices: list[tuple[int, bool]]) -> NodeBuilder:
+    """A HAMi node whose devices register these (split count, healthy)."""
+    value = json.dumps(
+        [
+            {"id": HAMI_UUIDS[i], "index": i, "count": split, "devmem": MIB, "devcore": 100}
+            | {"type": "NVIDIA-Tesla T4", "health": healthy}
+            for i, (split, healthy) in enumerate(devices)
+        ]
+    )
+    return (
+        make_node(name)
+        .capacity({"cpu": "32", "memory": "128Gi", GPU: sum(s for s, _ in devices)})
+        .annotation(ANNOTATION_HAMI_REGISTER, value)
+    )
+
+
+def test_a_device_takes_no_more_pods_than_its_split_count() -> None:
+    """HAMi's scheduler skips a device running `count` pods (CardTimeSlicingExhausted).
+    Devices split in 1 and 3: four small vGPUs, which the tightest fit would all put on
+    one device, go one and three."""
+    h = SchedulerHarness()
+    h.add_nodes(hami_node_with("hami", [(1, True), (3, True)]))
+    h.add_pods(*(hami_pod(f"p{i}", gpumem=1000) for i in range(4)))
+    placements, written = run_and_binds(h)
+    assert set(placements.values()) == {"hami"}
+    per_device = sorted(uuid_of(written[key], HAMI_UUIDS) for key in written)
+    assert per_device == [HAMI_UUIDS[0], *[HAMI_UUIDS[1]] * 3]
+
+
+def test_a_pod_kept_off_a_device_at_its_split_count_is_told_why_and_placed_when_one_leaves() -> (
+    None
+):
+    """Three small vGPUs fill device 0's split count (3); a 12000 MiB one takes device
+    1; a 9000 MiB one fits device 0's memory but not its count, and waits, with the
+    reason, though the node's nvidia.com/gpu (6 vGPUs) has room. A small one leaving
+    frees the slot."""
+    h = SchedulerHarness()
+    h.add_nodes(hami_node_with("hami", [(3, True), (3, True)]))
+    devices = GpuDevices.of(h.scheduler.handle)
+    h.add_pods(*(hami_pod(f"s{i}", gpumem=1000) for i in range(3)))
+    h.run()
+    assert [devices.devices_of(f"s{i}") for i in range(3)] == [(0,)] * 3
+    h.add_pods(hami_pod("big", gpumem=12000))
+    h.run()
+    assert devices.devices_of("big") == (1,)
+    h.add_pods(hami_pod("late", gpumem=9000))
+    h.run()
+    assert h.node_of("default/late") is None
+    assert "at their vGPU split count" in h.message("default/late")
+    h.delete_pod("default/s1")
+    h.advance(30)  # past the pod's backoff
+    assert h.node_of("default/late") == "hami"
+    assert devices.devices_of("late") == (0,)
+
+
+def test_volcano_split_counts_bound_vgpus_per_device_too() -> None:
+    h = SchedulerHarness()
+    value = "".join(f"{u},3,{MIB},NVIDIA-Tesla T4,true:" for u in VOLCANO_UUIDS)
+    node = make_node("v").capacity({"cpu": "32", "memory": "128Gi", "volcano.sh/vgpu-number": 6})
+    h.add_nodes(node.annotation(ANNOTATION_VOLCANO_REGISTER, value))
+    vgpu = {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory-percentage": 5}
+    h.add_pods(*(one_container(f"v{i}", vgpu) for i in range(6)))
+    placements, _ = run_and_binds(h)
+    assert set(placements.values()) == {"v"}
+    devices = GpuDevices.of(h.scheduler.handle)
+    # 3 per device, though 5 % each would let the tightest fit put all six on one.
+    assert sorted(devices.devices_of(f"v{i}") for i in range(6)) == [(0,)] * 3 + [(1,)] * 3
+
+
+def test_an_unhealthy_device_is_not_used_until_it_is_healthy_again() -> None:
+    """HAMi's scheduler skips a device registered unhealthy (CardNotHealth). A pod on it
+    before keeps it; when the plugin reports it healthy again it takes pods."""
+    h = SchedulerHarness()
+    h.add_nodes(hami_node_with("hami", [(10, False), (10, True)]))
+    h.add_pods(*(hami_pod(f"s{i}", gpumem=6000) for i in range(3)))
+    h.add_pods(one_container("whole", {GPU: 1}))
+    placements, written = run_and_binds(h)
+    assert sorted(k for k, node in placements.items() if node) == ["default/s0", "default/s1"]
+    assert {uuid_of(written[k], HAMI_UUIDS) for k in written} == {HAMI_UUIDS[1]}
+    assert "registered unhealthy" in h.message("default/s2")
+    # The only device with nothing on it is the unhealthy one: no whole GPU is free.
+    assert "Insufficient nvidia.com/gpu" in h.message("default/whole")
+    devices = GpuDevices.of(h.scheduler.handle)
+    row = h.scheduler.cluster.table.row_of["hami"]
+    assert list(devices.free[row, :2]) == [0, 1000 - 2 * 367]  # 6000 of 16384 MiB each
+    assert list(devices.room[row, :2]) == [1000, 1000 - 2 * 367]
+    h.delete_pod("default/whole")  # it would compete with s2 for device 0
+    h.update_node(hami_node_with("hami", [(10, True), (10, True)]))
+    h.advance(30)
+    assert h.node_of("default/s2") == "hami"
+    assert devices.devices_of("s2") == (0,)  # the device that was unhealthy

@@ -99,7 +99,7 @@ class RegisteredDevice:
     """One device as its device plugin registered it."""
 
     uuid: str
-    split: int  # vGPUs that may share the device (not enforced by Shoal)
+    split: int  # vGPUs that may share the device (GpuDevices blocks it at that many pods)
     memory: int  # MiB
     model: str
     healthy: bool

@@ -6,8 +6,11 @@ any), so device state is right in every profile, with or without GpuShare, and a
 cluster without GPUs pays nothing for it. The GPU plugins and NodeResourcesFit (whole
 GPUs) read it:
 
-* `free[row, i]`: free milli-GPU of device `i` of the node in `row` (0 past its last
-  device), `count[row]` devices, `model[row]` a code into `models` (-1: no model label);
+* `free[row, i]`: free milli-GPU of device `i` of the node in `row` that a new pod may
+  take (0 past its last device, and 0 on a device that takes no more pods: registered
+  unhealthy, or running as many pods as its device plugin's split count allows; see
+  `blocked`), `count[row]` devices, `model[row]` a code into `models` (-1: no model
+  label); `room[row, i]`: the device's unallocated milli-GPU whether blocked or not;
 * `kinds[row, k]`: how many GPU pods of each kind ("share-gpu", "1-gpu", ...) the node
   runs (GpuClustering reads it);
 * `version[row]`: bumped on every change of the row (a pod placed or removed, the node
@@ -147,6 +150,17 @@ class GpuDevices:
         self._capacity = 0
         self.width = 0
         self.free: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        self.room: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        # HAMi's and Volcano's device plugins register per device how many vGPUs may
+        # share it (`split`, 0: no limit) and whether it is healthy; their schedulers
+        # skip a device that is unhealthy or runs `split` pods (HAMi's Fit:
+        # CardNotHealth, CardTimeSlicingExhausted), and so does Shoal: such a device is
+        # `blocked` and shows no free milli. `used`: pods holding each device.
+        self.split: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        self.used: NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        self.unhealthy: NDArray[np.bool_] = np.zeros((0, 0), dtype=bool)
+        self.blocked: NDArray[np.bool_] = np.zeros((0, 0), dtype=bool)
+        self.limited: NDArray[np.bool_] = np.zeros(0, dtype=bool)  # rows with either
         # Memory: MiB per device of the row's nodes (0: unknown) and free per device.
         self.mem: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.mem_free: NDArray[np.int64] = np.zeros((0, 0), dtype=np.int64)
@@ -162,6 +176,8 @@ class GpuDevices:
         self.models: list[str] = []
         self._model_code: dict[str, int] = {}
         self._names: list[str | None] = []
+        # Per row: (split, healthy) of each registered device (None: no registration).
+        self._limits: list[tuple[tuple[int, bool], ...] | None] = []
         self._tick = 0
         self.assigned: dict[str, Assignment] = {}
         self.allocated_milli = 0
@@ -217,12 +233,14 @@ class GpuDevices:
         if rows <= self._capacity and width <= self.width:
             return
         cap = max(rows, self._capacity * 2, 64) if rows > self._capacity else self._capacity
-        free = np.zeros((cap, width), dtype=np.int32)
-        free[: self._capacity, : self.width] = self.free
-        self.free = free
-        mem_free = np.zeros((cap, width), dtype=np.int64)
-        mem_free[: self._capacity, : self.width] = self.mem_free
-        self.mem_free = mem_free
+        self.free = _grow2(self.free, cap, width)
+        self.room = _grow2(self.room, cap, width)
+        self.mem_free = _grow2(self.mem_free, cap, width)
+        self.split = _grow2(self.split, cap, width)
+        self.used = _grow2(self.used, cap, width)
+        self.unhealthy = _grow2(self.unhealthy, cap, width)
+        self.blocked = _grow2(self.blocked, cap, width)
+        self.limited = _grow(self.limited, cap, 0)
         self.mem = _grow(self.mem, cap, 0)
         self.count = _grow(self.count, cap, 0)
         self.model = _grow(self.model, cap, -1)
@@ -233,6 +251,7 @@ class GpuDevices:
         kinds[: self._capacity] = self.kinds
         self.kinds = kinds
         self._names += [None] * (cap - self._capacity)
+        self._limits += [None] * (cap - self._capacity)
         self._capacity = cap
         self.width = width
 
@@ -262,6 +281,24 @@ class GpuDevices:
     def _bump(self, row: int) -> None:
         self._tick += 1
         self.version[row] = self._tick
+
+    def _take(self, row: int, devices: list[int], milli: int, pods: int) -> None:
+        """`milli` taken from (negative: given back to) each of the row's `devices`,
+        by `pods` pods (1 or -1)."""
+        self.room[row, devices] -= milli
+        if self.limited[row]:
+            self.used[row, devices] += pods
+            self._unblocked(row)
+        else:
+            self.free[row, devices] -= milli
+        self._summarize(row)
+
+    def _unblocked(self, row: int) -> None:
+        """Recompute which of the row's devices take no more pods, and its free milli."""
+        split = self.split[row]
+        blocked = self.unhealthy[row] | ((split > 0) & (self.used[row] >= split))
+        self.blocked[row] = blocked
+        self.free[row] = np.where(blocked, 0, self.room[row])
 
     def _summarize(self, row: int) -> None:
         free = self.free[row]
@@ -417,10 +454,9 @@ class GpuDevices:
         milli, mem = self.takes(row, request)
         milli = min(milli, GPU_MILLI)
         if devices:
-            self.free[row, list(devices)] -= milli
+            self._take(row, list(devices), milli, 1)
             self.mem_free[row, list(devices)] -= mem
             self.allocated_milli += milli * len(devices)
-            self._summarize(row)
         # Explicit memory (MiB, or a percentage with compute sized apart) is held as
         # such; a share sized by compute alone holds memory in proportion.
         explicit = bool(request.memory or request.memory_percent)
@@ -435,17 +471,29 @@ class GpuDevices:
         self.kinds[row, found.kind] -= 1
         self.memory_pods -= 1 if found.memory else 0
         if found.devices:
-            self.free[row, list(found.devices)] += found.milli
+            self._take(row, list(found.devices), -found.milli, -1)
             self.mem_free[row, list(found.devices)] += self._memory_of(row, found)
             self.allocated_milli -= found.milli * len(found.devices)
-            self._summarize(row)
 
     def _memory_of(self, row: int, found: Assignment) -> int:
         """MiB an assignment holds per device (explicit, else in proportion)."""
         return found.memory or found.milli * int(self.mem[row]) // GPU_MILLI
 
     def row_moved(self, src: int, dst: int) -> None:
-        arrays = (self.free, self.mem_free, self.mem, self.count, self.kinds, self.max_free)
+        arrays = (
+            self.free,
+            self.room,
+            self.mem_free,
+            self.split,
+            self.used,
+            self.unhealthy,
+            self.blocked,
+            self.limited,
+            self.mem,
+            self.count,
+            self.kinds,
+            self.max_free,
+        )
         for array in (*arrays, self.model, self.full):
             array[dst] = array[src]
         for array in (*arrays, self.full):
@@ -453,6 +501,8 @@ class GpuDevices:
         self.model[src] = -1
         self._names[dst] = self._names[src]
         self._names[src] = None
+        self._limits[dst] = self._limits[src]
+        self._limits[src] = None
         self._bump(dst)
         self._bump(src)
         for uid, found in list(self.assigned.items()):
@@ -473,26 +523,47 @@ class GpuDevices:
             self.models.append(model)
         self.model[row] = self.model_code(model)
         memory = node_gpu_memory(node, count)
-        if self._names[row] == name and self.count[row] == count and self.mem[row] == memory:
+        registration = registration_of(node)
+        limits = (
+            None
+            if registration is None
+            else tuple((d.split, d.healthy) for d in registration.devices)
+        )
+        if (
+            self._names[row] == name
+            and self.count[row] == count
+            and self.mem[row] == memory
+            and self._limits[row] == limits
+        ):
             self._summarize(row)
             return
         self._names[row] = name
+        self._limits[row] = limits
         self.count[row] = count
         self.mem[row] = memory
-        self.free[row] = 0
-        self.free[row, :count] = GPU_MILLI
+        self.room[row] = 0
+        self.room[row, :count] = GPU_MILLI
         self.mem_free[row] = 0
         self.mem_free[row, :count] = memory
+        self.used[row] = 0
+        self.split[row] = 0
+        self.unhealthy[row] = False
+        if limits is not None:
+            self.split[row, :count] = [split for split, _ in limits]
+            self.unhealthy[row, :count] = [not healthy for _, healthy in limits]
+        self.limited[row] = limits is not None
         # Pods already on the row keep their devices where they still exist.
         for uid, found in list(self.assigned.items()):
             if found.row != row:
                 continue
             kept = tuple(d for d in found.devices if d < count)
             if kept:
-                self.free[row, list(kept)] -= found.milli
+                self.room[row, list(kept)] -= found.milli
+                self.used[row, list(kept)] += 1
                 self.mem_free[row, list(kept)] -= self._memory_of(row, found)
             self.allocated_milli -= found.milli * (len(found.devices) - len(kept))
             self.assigned[uid] = Assignment(row, kept, found.milli, found.kind, found.memory)
+        self._unblocked(row)
         self._summarize(row)
 
     # ---- queries -------------------------------------------------------------------
@@ -558,6 +629,13 @@ def _takes_per_node(
         return milli.astype(np.int64), mem
     milli = np.full(device_mem.shape, request.milli, dtype=np.int64)
     return milli, request.milli * device_mem // GPU_MILLI
+
+
+def _grow2(array: NDArray[G], cap: int, width: int) -> NDArray[G]:
+    """A [cap, width] copy of a row x device array, zero (False) where new."""
+    out = np.zeros((cap, width), dtype=array.dtype)
+    out[: array.shape[0], : array.shape[1]] = array
+    return out
 
 
 def _grow(array: NDArray[G], cap: int, fill: int) -> NDArray[G]:

@@ -55,6 +55,10 @@ REASON_MODEL = "node(s) didn't have the requested GPU model"
 REASON_SHARE = "Insufficient GPU milli on any single device"
 REASON_WHOLE = "Insufficient free GPU devices"
 REASON_MEMORY = "Insufficient GPU memory on any single device"
+REASON_BLOCKED = (
+    "Insufficient GPU on any usable device (devices registered unhealthy or at their "
+    "vGPU split count take no more pods)"
+)
 REASON_NO_MEMORY = "node(s) didn't report GPU memory per device"
 
 
@@ -132,6 +136,12 @@ class GpuShare:
                 Failure(REASON_NO_MEMORY, no_memory, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
             )
         short = has_gpu & ~wrong_model & ~no_memory & ~enough
+        if short.any():
+            # Nodes whose device plugin keeps some devices from new pods are told so.
+            blocked = short & devices.blocked[idx].any(axis=1)
+            if blocked.any():
+                failures.append(Failure(REASON_BLOCKED, blocked, Code.UNSCHEDULABLE))
+                short &= ~blocked
         if short.any():
             if request.memory:
                 reason = REASON_MEMORY

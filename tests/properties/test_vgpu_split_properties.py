@@ -109,6 +109,7 @@ def test_split_counts_and_health_hold_for_every_pod_placed(
             where[uid] = (node, held)
             for d in held:
                 holders[(node, d)] = holders.get((node, d), 0) + 1
+        assert devices.blocked_devices == int(devices.blocked[: table.n].sum())
         for name in NODES:
             row = table.row_of[name]
             for d, (split, healthy) in enumerate(registered[name]):

@@ -161,6 +161,7 @@ class GpuDevices:
         self.unhealthy: NDArray[np.bool_] = np.zeros((0, 0), dtype=bool)
         self.blocked: NDArray[np.bool_] = np.zeros((0, 0), dtype=bool)
         self.limited: NDArray[np.bool_] = np.zeros(0, dtype=bool)  # rows with either
+        self.blocked_devices = 0  # how many are blocked now (0: skip looking)
         # Memory: MiB per device of the row's nodes (0: unknown) and free per device.
         self.mem: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.mem_free: NDArray[np.int64] = np.zeros((0, 0), dtype=np.int64)
@@ -282,21 +283,27 @@ class GpuDevices:
         self._tick += 1
         self.version[row] = self._tick
 
-    def _take(self, row: int, devices: list[int], milli: int, pods: int) -> None:
+    def _take(self, row: int, devices: tuple[int, ...], milli: int, pods: int) -> None:
         """`milli` taken from (negative: given back to) each of the row's `devices`,
         by `pods` pods (1 or -1)."""
-        self.room[row, devices] -= milli
+        room, free = self.room, self.free
+        for d in devices:  # one or a few: scalar updates beat fancy indexing here
+            room[row, d] -= milli
         if self.limited[row]:
-            self.used[row, devices] += pods
+            used = self.used
+            for d in devices:
+                used[row, d] += pods
             self._unblocked(row)
         else:
-            self.free[row, devices] -= milli
+            for d in devices:
+                free[row, d] -= milli
         self._summarize(row)
 
     def _unblocked(self, row: int) -> None:
         """Recompute which of the row's devices take no more pods, and its free milli."""
         split = self.split[row]
         blocked = self.unhealthy[row] | ((split > 0) & (self.used[row] >= split))
+        self.blocked_devices += int(blocked.sum()) - int(self.blocked[row].sum())
         self.blocked[row] = blocked
         self.free[row] = np.where(blocked, 0, self.room[row])
 
@@ -454,7 +461,7 @@ class GpuDevices:
         milli, mem = self.takes(row, request)
         milli = min(milli, GPU_MILLI)
         if devices:
-            self._take(row, list(devices), milli, 1)
+            self._take(row, devices, milli, 1)
             self.mem_free[row, list(devices)] -= mem
             self.allocated_milli += milli * len(devices)
         # Explicit memory (MiB, or a percentage with compute sized apart) is held as
@@ -471,7 +478,7 @@ class GpuDevices:
         self.kinds[row, found.kind] -= 1
         self.memory_pods -= 1 if found.memory else 0
         if found.devices:
-            self._take(row, list(found.devices), -found.milli, -1)
+            self._take(row, found.devices, -found.milli, -1)
             self.mem_free[row, list(found.devices)] += self._memory_of(row, found)
             self.allocated_milli -= found.milli * len(found.devices)
 
@@ -480,6 +487,7 @@ class GpuDevices:
         return found.memory or found.milli * int(self.mem[row]) // GPU_MILLI
 
     def row_moved(self, src: int, dst: int) -> None:
+        self.blocked_devices -= int(self.blocked[dst].sum())  # dst's node is gone
         arrays = (
             self.free,
             self.room,

@@ -136,7 +136,7 @@ class GpuShare:
                 Failure(REASON_NO_MEMORY, no_memory, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
             )
         short = has_gpu & ~wrong_model & ~no_memory & ~enough
-        if short.any():
+        if devices.blocked_devices and short.any():
             # Nodes whose device plugin keeps some devices from new pods are told so.
             blocked = short & devices.blocked[idx].any(axis=1)
             if blocked.any():

@@ -54,17 +54,11 @@ def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> 
     assert set(found) == {
         "profiles[0].plugins.multiPoint.disabled[0].name",
         "profiles[0].plugins.multiPoint.disabled[1].name",
-        "profiles[0].plugins.filter.enabled[0].name",
         "profiles[0].pluginConfig[0].args",
     }
     assert found["profiles[0].plugins.multiPoint.disabled[0].name"] == (
         "NodeDeclaredFeatures is not in Shoal (Shoal does not match pods against the "
         "features nodes declare); disabling it in profile 'shoal' changes nothing"
-    )
-    assert found["profiles[0].plugins.filter.enabled[0].name"] == (
-        "VolumeRestrictions is not in Shoal (Shoal does not model inline disk conflicts "
-        "between pods): profile 'shoal' runs without it, so pods are placed without "
-        "VolumeRestrictions's checks and scores"
     )
     # VolumeBinding is Shoal's now: its args load, and the one that changes nothing says so.
     assert found["profiles[0].pluginConfig[0].args"] == (
@@ -74,7 +68,7 @@ def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> 
     # The profile as it runs: without the plugins Shoal lacks, with the rest honoured.
     profile = config.profiles[0]
     assert [pc.name for pc in profile.plugin_config] == ["VolumeBinding", "NodeResourcesFit"]
-    assert profile.plugins.filter.enabled == []
+    assert [p.name for p in profile.plugins.filter.enabled] == ["VolumeRestrictions"]
     assert [p.name for p in profile.plugins.score.enabled] == ["VolumeBinding"]
 
 

@@ -382,6 +382,16 @@ def pod_cases() -> Iterator[Case]:
         ),
         "duration",
     )
+    # Inline disks VolumeRestrictions compares: the fields naming the disk are required.
+    for source, spec, field in (
+        ("gcePersistentDisk", {"readOnly": True}, "pdName"),
+        ("awsElasticBlockStore", {"fsType": "ext4"}, "volumeID"),
+        ("rbd", {"monitors": "m1:6789", "image": "img"}, "monitors"),
+        ("iscsi", {"targetPortal": "10.0.0.1:3260", "lun": 0}, "iqn"),
+    ):
+        bad = pod()
+        bad["spec"]["volumes"] = [{"name": "disk", source: spec}]
+        yield Case(f"pod-inline-{source}-{field}", (bad,), f"{source}")
     # (Bad GPU share annotations belong to the GPU-shares issue and are not here yet.)
 
 

@@ -257,7 +257,7 @@ def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: P
     path = tmp_path / "stock.yaml"
     path.write_text(
         "profiles:\n- schedulerName: shoal\n  plugins:\n"
-        "    multiPoint: {disabled: [{name: VolumeRestrictions}]}\n"
+        "    multiPoint: {disabled: [{name: NodeDeclaredFeatures}]}\n"
         "    score: {enabled: [{name: NodeDeclaredFeatures, weight: 1}]}\n"
     )
     result = cli.invoke(app, ["validate-config", str(path)])
@@ -267,10 +267,9 @@ def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: P
         "  - profiles[0].plugins.score.enabled[0].name: NodeDeclaredFeatures is not in Shoal "
         "(Shoal does not match pods against the features nodes declare): profile 'shoal' "
         "runs without it, so pods are placed without NodeDeclaredFeatures's checks and scores",
-        "  - profiles[0].plugins.multiPoint.disabled[0].name: VolumeRestrictions is not in "
-        "Shoal (Shoal does not model inline disk conflicts between pods); disabling it in "
-        "profile "
-        "'shoal' changes nothing",
+        "  - profiles[0].plugins.multiPoint.disabled[0].name: NodeDeclaredFeatures is not in "
+        "Shoal (Shoal does not match pods against the features nodes declare); disabling it "
+        "in profile 'shoal' changes nothing",
         "OK: 1 profile(s): shoal",
     ]
 
@@ -292,11 +291,12 @@ def test_simulate_prints_warnings_and_serves_shoal_pods_by_default(
     records = {r["pod"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert {name: r["node"] for name, r in records.items()} == {"named": "n1", "unnamed": "n1"}
     config = tmp_path / "c.yaml"
-    config.write_text("profiles: [{plugins: {filter: {enabled: [{name: VolumeRestrictions}]}}}]\n")
+    enabled = "profiles: [{plugins: {filter: {enabled: [{name: NodeDeclaredFeatures}]}}}]\n"
+    config.write_text(enabled)
     result = cli.invoke(app, ["simulate", "--config", str(config), "-w", str(workload), "-q"])
     assert result.exit_code == 0, result.output
     assert f"{config}: 2 warning(s):" in result.output
-    assert "VolumeRestrictions is not in Shoal" in result.output
+    assert "NodeDeclaredFeatures is not in Shoal" in result.output
     assert "'default-scheduler' is the stock kube-scheduler's name" in result.output
 
 

@@ -52,11 +52,12 @@ def test_unsupported_volumes_name_the_volume_and_the_missing_model() -> None:
     pod = (
         make_pod("p")
         .volume({"name": "ok", "emptyDir": {}})
-        .volume({"name": "disk", "iscsi": {"iqn": "x"}})
+        .volume({"name": "disk", "iscsi": {"iqn": "x"}})  # VolumeRestrictions': modelled
+        .volume({"name": "odd", "someFutureSource": {}})
         .obj()
     )
     [problem] = unsupported_volumes(pod)
-    assert problem.startswith("volume 'disk' is an inline iscsi disk")
+    assert problem.startswith("volume 'odd' uses a volume source Shoal does not know")
 
 
 def test_the_index_follows_many_updates_across_log_compactions() -> None:

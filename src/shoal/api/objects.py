@@ -15,11 +15,14 @@ import msgspec
 from shoal.api.resources import parse_resource_list
 
 __all__ = [
+    "AWSElasticBlockStoreVolumeSource",
     "Affinity",
     "Container",
     "ContainerExtendedResourceRequest",
     "ContainerImage",
     "ContainerPort",
+    "GCEPersistentDiskVolumeSource",
+    "ISCSIVolumeSource",
     "LabelSelector",
     "LabelSelectorRequirement",
     "Node",
@@ -40,6 +43,7 @@ __all__ = [
     "PodStatus",
     "PreferredSchedulingTerm",
     "PriorityClass",
+    "RBDVolumeSource",
     "ResourceRequirements",
     "Taint",
     "TaintEffect",
@@ -347,6 +351,30 @@ class CSIVolumeSource(_Base):
 _Source = dict[str, Any] | None
 
 
+# The inline disks kube-scheduler's VolumeRestrictions compares between pods on a node
+# (the fields it reads; the API server requires the identifying ones).
+class GCEPersistentDiskVolumeSource(_Base):
+    pd_name: str
+    read_only: bool = False
+
+
+class AWSElasticBlockStoreVolumeSource(_Base):
+    volume_id: str = msgspec.field(name="volumeID")
+    read_only: bool = False
+
+
+class ISCSIVolumeSource(_Base):
+    iqn: str
+    read_only: bool = False
+
+
+class RBDVolumeSource(_Base):
+    monitors: list[str]
+    image: str
+    pool: str = "rbd"  # the API server's default
+    read_only: bool = False
+
+
 class Volume(_Base):
     """A pod volume. Sources the scheduler acts on are typed; the others are kept as
     mappings, only so that which source a volume uses is known (see
@@ -372,10 +400,10 @@ class Volume(_Base):
     flex_volume: _Source = None
     quobyte: _Source = None
     flocker: _Source = None
-    iscsi: _Source = None
-    rbd: _Source = None
-    gce_persistent_disk: _Source = None
-    aws_elastic_block_store: _Source = None
+    iscsi: ISCSIVolumeSource | None = None
+    rbd: RBDVolumeSource | None = None
+    gce_persistent_disk: GCEPersistentDiskVolumeSource | None = None
+    aws_elastic_block_store: AWSElasticBlockStoreVolumeSource | None = None
     azure_disk: _Source = None
     cinder: _Source = None
     vsphere_volume: _Source = None

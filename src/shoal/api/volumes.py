@@ -355,13 +355,8 @@ _FREE_SOURCES = (
     "storageos",
 )
 # Inline disks kube-scheduler's VolumeRestrictions checks for conflicts between pods
-# (the same disk read-write on two nodes), which Shoal does not model yet.
-_RESTRICTED_SOURCES = {
-    "gce_persistent_disk": "gcePersistentDisk",
-    "aws_elastic_block_store": "awsElasticBlockStore",
-    "rbd": "rbd",
-    "iscsi": "iscsi",
-}
+# on a node (`inline_disks`).
+_RESTRICTED_SOURCES = ("gce_persistent_disk", "aws_elastic_block_store", "rbd", "iscsi")
 
 
 def unsupported_volumes(pod: Pod) -> list[str]:
@@ -371,15 +366,7 @@ def unsupported_volumes(pod: Pod) -> list[str]:
     for volume in pod.spec.volumes:
         if volume.persistent_volume_claim is not None or volume.ephemeral is not None:
             continue
-        restricted = [
-            api for field, api in _RESTRICTED_SOURCES.items() if getattr(volume, field) is not None
-        ]
-        if restricted:
-            problems.append(
-                f"volume {volume.name!r} is an inline {restricted[0]} disk: Shoal does not model "
-                "VolumeRestrictions' disk conflicts yet; use a PersistentVolumeClaim"
-            )
-        elif not _has_source(volume):
+        if not _has_source(volume):
             problems.append(
                 f"volume {volume.name!r} uses a volume source Shoal does not know, so it cannot "
                 "tell where it can attach"
@@ -387,8 +374,51 @@ def unsupported_volumes(pod: Pod) -> list[str]:
     return problems
 
 
+@dataclass(frozen=True, slots=True)
+class InlineDisk:
+    """An inline disk of a pod as kube's VolumeRestrictions compares them (its
+    `isVolumeConflict`): the same GCE persistent disk (`pdName`) conflicts unless both
+    mounts are read-only; the same AWS EBS volume (`volumeID`) always; the same iSCSI
+    target (`iqn`) unless both are read-only; the same Ceph RBD image (pool and image,
+    with a monitor in common) unless both are read-only."""
+
+    kind: str  # the API's source name: gcePersistentDisk, awsElasticBlockStore, ...
+    disk: str  # what names the disk within its kind (pool/image for RBD)
+    read_only: bool
+    monitors: frozenset[str] = frozenset()  # RBD only
+
+    def conflicts(self, other: InlineDisk) -> bool:
+        if self.kind != other.kind or self.disk != other.disk:
+            return False
+        if self.kind == "awsElasticBlockStore":
+            return True
+        if self.kind == "rbd" and not self.monitors & other.monitors:
+            return False
+        return not (self.read_only and other.read_only)
+
+
+def inline_disks(pod: Pod) -> tuple[InlineDisk, ...]:
+    """The pod's inline disks VolumeRestrictions compares (empty for most pods)."""
+    found: list[InlineDisk] = []
+    for volume in pod.spec.volumes:
+        if volume.persistent_volume_claim is not None:
+            continue
+        if (gce := volume.gce_persistent_disk) is not None:
+            found.append(InlineDisk("gcePersistentDisk", gce.pd_name, gce.read_only))
+        elif (ebs := volume.aws_elastic_block_store) is not None:
+            found.append(InlineDisk("awsElasticBlockStore", ebs.volume_id, ebs.read_only))
+        elif (iscsi := volume.iscsi) is not None:
+            found.append(InlineDisk("iscsi", iscsi.iqn, iscsi.read_only))
+        elif (rbd := volume.rbd) is not None:
+            disk = f"{rbd.pool}/{rbd.image}"
+            found.append(InlineDisk("rbd", disk, rbd.read_only, frozenset(rbd.monitors)))
+    return tuple(found)
+
+
 def _has_source(volume: Volume) -> bool:
-    return any(getattr(volume, field) is not None for field in _FREE_SOURCES)
+    return any(
+        getattr(volume, field) is not None for field in (*_FREE_SOURCES, *_RESTRICTED_SOURCES)
+    )
 
 
 def label_zones(value: str) -> set[str]:

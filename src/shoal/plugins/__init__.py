@@ -41,6 +41,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     scheduling_gates,
     taint_toleration,
     volume_binding,
+    volume_restrictions,
     volume_zone,
 )
 from shoal.plugins.args import (
@@ -105,6 +106,7 @@ IN_TREE: dict[str, PluginSpec] = {
     volume_binding.NAME: PluginSpec(
         volume_binding.VolumeBinding.new, volume_binding.VolumeBindingArgs
     ),
+    volume_restrictions.NAME: PluginSpec(volume_restrictions.VolumeRestrictions.new),
     volume_zone.NAME: PluginSpec(volume_zone.VolumeZone.new),
     dynamic_resources.NAME: PluginSpec(
         dynamic_resources.DynamicResources.new, dynamic_resources.DynamicResourcesArgs
@@ -125,6 +127,7 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (node_affinity.NAME, 2),
     (node_ports.NAME, None),
     (node_resources_fit.NAME, 1),
+    (volume_restrictions.NAME, None),
     (node_volume_limits.NAME, None),
     (volume_binding.NAME, None),
     (volume_zone.NAME, None),
@@ -149,7 +152,6 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
 # harmless; enabling or configuring one does not take effect), except the in-tree volume
 # limits kube's v1 API removed, which kube-scheduler itself refuses unless disabled.
 KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
-    "VolumeRestrictions": "Shoal does not model inline disk conflicts between pods",
     "EBSLimits": "NodeVolumeLimits replaced it",
     "GCEPDLimits": "NodeVolumeLimits replaced it",
     "AzureDiskLimits": "NodeVolumeLimits replaced it",

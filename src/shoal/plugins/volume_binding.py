@@ -16,10 +16,9 @@ must be usable on the node, as kube-scheduler's volumebinding plugin decides it.
   `kubernetes.io/no-provisioner`, `allowedTopologies` matching the node, and the node
   named by the claim's `volume.kubernetes.io/selected-node` if it has one). Otherwise
   "node(s) didn't find available persistent volumes to bind".
-* Volumes Shoal does not model (inline disks VolumeRestrictions guards, unknown sources)
-  keep the pod pending with a message that names them: it is never bound where its
-  volume might not attach. A `ReadWriteOncePod` claim another placed pod uses keeps the
-  pod pending too (kube's VolumeRestrictions, without its preemption).
+* Volume sources Shoal does not know keep the pod pending with a message that names
+  them: it is never bound where its volume might not attach. (Inline disks and
+  `ReadWriteOncePod` claims in use are VolumeRestrictions'.)
 
 Speed: PreFilter works the verdict out for every node at once, Filter only indexes it.
 Static volumes are numpy columns (`shoal.cache.volume_index`): a claim's candidates are
@@ -195,17 +194,6 @@ class VolumeBinding:
                 return None, Status(
                     _UNRESOLVABLE, f'persistentvolumeclaim "{use.name}" is being deleted'
                 )
-            if "ReadWriteOncePod" in claim.spec.access_modes:
-                other = next(
-                    (p for uid, p in catalog.users_of(use.key).items() if uid != pod.uid), None
-                )
-                if other is not None:
-                    # kube's VolumeRestrictions would also weigh preempting the other pod.
-                    return None, Status(
-                        _UNRESOLVABLE,
-                        f"persistentvolumeclaim {use.key} is ReadWriteOncePod and pod "
-                        f"{other.key} already uses it",
-                    )
             if claim.spec.volume_name:
                 bound.append(claim)
                 continue
@@ -404,8 +392,6 @@ class VolumeBinding:
             ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
-            # A ReadWriteOncePod claim's user went away.
-            ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE),
         ]
 
     @classmethod

@@ -725,7 +725,8 @@ def test_registered_in_default_profile() -> None:
     names = [name for name, _ in DEFAULT_MULTI_POINT]
     fit = names.index("NodeResourcesFit")
     # kube's order: the volume plugins sit between NodeResourcesFit and PodTopologySpread.
-    assert names[fit + 1 : fit + 9] == [
+    assert names[fit + 1 : fit + 10] == [
+        "VolumeRestrictions",
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",

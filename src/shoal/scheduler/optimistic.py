@@ -70,6 +70,7 @@ ROW_LOCAL_FILTERS = frozenset(
         "NodeResourcesFit",
         "NodeVolumeLimits",
         "VolumeBinding",
+        "VolumeRestrictions",  # inline disks: the pods on the node's row
         "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",

@@ -160,3 +160,29 @@ def test_disk_identity_follows_kubes_is_volume_conflict() -> None:
     a = InlineDisk("rbd", "p/img", False, frozenset({"m1"}))
     b = InlineDisk("rbd", "p/img", False, frozenset({"m2"}))
     assert not a.conflicts(b)
+
+
+def test_a_node_is_reported_for_its_first_reason_only() -> None:
+    """kube reports a node for the disk conflict before the claim in use: with both on
+    the one node of two that holds the disk, one node names each reason."""
+    h = nodes(2)
+    rwop(h)
+    h.add_pods(with_disk("holder", *EBS).pvc("solo").node("n0"))
+    h.run()
+    h.add_pods(with_disk("second", *EBS).pvc("solo"))
+    placements, messages = h.run()
+    assert placements["default/second"] is None
+    message = messages["default/second"]
+    assert f"1 {REASON_DISK_CONFLICT}" in message
+    assert f"1 {REASON_READ_WRITE_ONCE_POD}" in message
+
+
+def test_with_only_disk_conflicts_no_claim_reason_is_given() -> None:
+    h = nodes(1)
+    rwop(h)
+    h.add_pods(with_disk("holder", *EBS).pvc("solo").node("n0"))
+    h.run()
+    h.add_pods(with_disk("second", *EBS).pvc("solo"))
+    message = h.run().messages["default/second"]
+    assert message.startswith(f"0/1 nodes are available: 1 {REASON_DISK_CONFLICT}.")
+    assert "ReadWriteOncePod" not in message.split("preemption:")[0]

@@ -104,7 +104,7 @@ class VolumeRestrictions:
                 if conflict.any():
                     passed &= ~conflict
                     failures.append(Failure(REASON_DISK_CONFLICT, conflict))
-        if restrictions.claims_in_use:
+        if restrictions.claims_in_use and passed.any():
             # Reported where the disks did not already fail (kube: the first reason).
             failures.append(Failure(REASON_READ_WRITE_ONCE_POD, passed.copy()))
             passed[:] = False

@@ -7,9 +7,12 @@ GetNonzeroRequests defaults (100m cpu, 200Mi memory for containers that set none
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from shoal.api.podinfo import pod_requests
+from shoal.api.manifests import ManifestError, decode
+from shoal.api.objects import Pod
+from shoal.api.podinfo import pod_requests, qos_class
 from shoal.api.resources import DEFAULT_MEMORY_REQUEST as MEM0
 from shoal.api.resources import DEFAULT_MILLI_CPU_REQUEST as CPU0
 from shoal.testing import make_pod
@@ -135,6 +138,53 @@ def test_pod_requests(pod: object, requests: dict[str, int], nonzero: tuple[int,
     assert pod_requests(pod.obj()) == (requests, nonzero)  # type: ignore[attr-defined]
 
 
+# Pod-level resources (KEP-2837): component-helpers' PodRequests replaces the containers'
+# sum by the pod-level request for cpu, memory and hugepages; the API server defaults a
+# pod-level request from the containers' requests, else from the pod-level limit.
+@pytest.mark.parametrize(
+    ("pod", "requests", "nonzero"),
+    [
+        pytest.param(
+            make_pod("p").container().container().pod_resources(requests={"cpu": "3"}),
+            {"cpu": 3000},
+            (3000, 2 * MEM0),
+            id="pod-level-request-alone",
+        ),
+        pytest.param(
+            make_pod("p").req(cpu="1", memory="1Gi").pod_resources(requests={"cpu": "2"}),
+            {"cpu": 2000, "memory": Gi},
+            (2000, Gi),
+            id="pod-level-cpu-replaces-containers-cpu-only",
+        ),
+        pytest.param(
+            make_pod("p").container().pod_resources(limits={"cpu": "2", "memory": "4Gi"}),
+            {"cpu": 2000, "memory": 4 * Gi},
+            (2000, 4 * Gi),
+            id="pod-level-limit-defaults-the-request",
+        ),
+        pytest.param(
+            make_pod("p").req(cpu="500m").pod_resources(limits={"cpu": "2"}),
+            {"cpu": 500},
+            (500, MEM0),
+            id="containers-requests-default-the-pod-level-request",
+        ),
+        pytest.param(
+            make_pod("p")
+            .req({"nvidia.com/gpu": 1})
+            .overhead(cpu="250m")
+            .pod_resources(requests={"cpu": "1", "memory": "1Gi"}),
+            {"cpu": 1250, "memory": Gi, "nvidia.com/gpu": 1},
+            (1250, Gi),
+            id="overhead-on-top-and-other-resources-from-containers",
+        ),
+    ],
+)
+def test_pod_level_requests(
+    pod: object, requests: dict[str, int], nonzero: tuple[int, int]
+) -> None:
+    assert pod_requests(pod.obj()) == (requests, nonzero)  # type: ignore[attr-defined]
+
+
 def test_podinfo_derives_once() -> None:
     info = (
         make_pod("web")
@@ -183,3 +233,35 @@ def test_negative_request_rejected_naming_the_field(
     with pytest.raises(ValueError) as err:
         builder().obj()  # type: ignore[operator]
     assert f"{field}: {problem}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("pod", "qos"),
+    [
+        (
+            make_pod("p").container().pod_resources(limits={"cpu": "1", "memory": "1Gi"}),
+            "Guaranteed",
+        ),
+        (
+            make_pod("p").pod_resources(
+                requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"}
+            ),
+            "Burstable",
+        ),
+        (make_pod("p").pod_resources(limits={"cpu": "1"}), "Burstable"),
+        (make_pod("p").req(cpu="1").pod_resources(requests={"memory": "1Gi"}), "Burstable"),
+    ],
+)
+def test_qos_class_reads_pod_level_resources_as_kube_does(pod: object, qos: str) -> None:
+    assert qos_class(pod.obj()) == qos  # type: ignore[attr-defined]
+
+
+def test_pod_level_resources_other_than_cpu_memory_hugepages_are_refused() -> None:
+    raw = make_pod("p").container().obj()
+    body = msgspec.to_builtins(raw)
+    body["spec"]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+    with pytest.raises(ManifestError) as caught:
+        decode(body, Pod)
+    message = str(caught.value)
+    assert "spec.resources" in message or "resources.requests.nvidia.com/gpu" in message
+    assert "pod-level resources may only be cpu, memory or hugepages-<size>" in message

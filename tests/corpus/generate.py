@@ -382,6 +382,12 @@ def pod_cases() -> Iterator[Case]:
         ),
         "duration",
     )
+    bad = pod()
+    bad["spec"]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+    yield Case("pod-level-resource-unsupported", (bad,), "pod-level resources may only be")
+    bad = pod()
+    bad["spec"]["resources"] = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
+    yield Case("pod-level-request-above-limit", (bad,), "is more than the limit")
     # Inline disks VolumeRestrictions compares: the fields naming the disk are required.
     for source, spec, field in (
         ("gcePersistentDisk", {"readOnly": True}, "pdName"),

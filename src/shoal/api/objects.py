@@ -440,6 +440,9 @@ class PodSpec(_Base):
     containers: list[Container] = []
     init_containers: list[Container] = []
     overhead: dict[str, Quantity] = {}
+    # Pod-level requests and limits (KEP-2837, PodLevelResources: beta and on by
+    # default since Kubernetes 1.34): cpu, memory and hugepages-* for the whole pod.
+    resources: ResourceRequirements | None = None
     node_name: str = ""
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
@@ -459,6 +462,19 @@ class PodSpec(_Base):
             parse_resource_list(self.overhead)
         except ValueError as err:
             raise ValueError(f"overhead.{err}") from None
+        if self.resources is not None:
+            for field, names in (
+                ("requests", self.resources.requests),
+                ("limits", self.resources.limits),
+            ):
+                for name in names:
+                    if name not in ("cpu", "memory") and not name.startswith("hugepages-"):
+                        # The API server's validation of pod-level resources.
+                        raise ValueError(
+                            f"resources.{field}.{name}: pod-level resources may only be cpu, "
+                            "memory or hugepages-<size>; ask for it in the containers' "
+                            "resources instead"
+                        )
 
 
 class PodCondition(_Base):

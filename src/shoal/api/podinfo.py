@@ -2,8 +2,8 @@
 
 Deriving requests, ports and tolerations is done when the pod enters the scheduler, not
 in every scheduling cycle. The request rules follow `k8s.io/component-helpers`
-`resource.PodRequests` (init containers, restartable sidecars, overhead) and the API
-server's defaulting (a limit with no request becomes the request).
+`resource.PodRequests` (init containers, restartable sidecars, pod-level resources,
+overhead) and the API server's defaulting (a limit with no request becomes the request).
 """
 
 from __future__ import annotations
@@ -102,11 +102,33 @@ def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
         max_into(init_max, step)
         nz_init = (max(nz_init[0], nz_step[0]), max(nz_init[1], nz_step[1]))
     max_into(total, init_max)
+    nz_cpu, nz_mem = max(nz_cpu, nz_init[0]), max(nz_mem, nz_init[1])
+    pod_level = _pod_level_requests(pod.spec, total)
+    if pod_level:
+        # kube's PodRequests: pod-level requests (cpu, memory, hugepages) replace what
+        # the containers add up to, for scheduling and for scoring alike.
+        total.update(pod_level)
+        nz_cpu = pod_level.get(CPU, nz_cpu)
+        nz_mem = pod_level.get(MEMORY, nz_mem)
     overhead = parse_resource_list(pod.spec.overhead)
     add_into(total, overhead)
-    nz_cpu = max(nz_cpu, nz_init[0]) + overhead.get(CPU, 0)
-    nz_mem = max(nz_mem, nz_init[1]) + overhead.get(MEMORY, 0)
+    nz_cpu += overhead.get(CPU, 0)
+    nz_mem += overhead.get(MEMORY, 0)
     return {k: v for k, v in total.items() if v}, (nz_cpu, nz_mem)
+
+
+def _pod_level_requests(spec: PodSpec, containers: ResourceList) -> ResourceList:
+    """The pod-level requests, defaulted as the API server does (`defaultPodRequests`):
+    a resource with a pod-level limit and no pod-level request takes what the
+    containers request of it, else the limit."""
+    level = spec.resources
+    if level is None or not (level.requests or level.limits):
+        return {}
+    requests = parse_resource_list(level.requests)
+    for name, limit in parse_resource_list(level.limits).items():
+        if name not in requests:
+            requests[name] = containers.get(name, limit)
+    return requests
 
 
 def check_pod_totals(pod: Pod) -> None:
@@ -245,12 +267,25 @@ def _same_resources(old: PodSpec, new: PodSpec) -> bool:
             old.init_containers is new.init_containers or old.init_containers == new.init_containers
         )
         and old.overhead == new.overhead
+        and old.resources == new.resources
     )
 
 
 def qos_class(pod: Pod) -> str:
-    """Kubernetes QoS class: Guaranteed (every container has cpu and memory limits equal
-    to its requests), BestEffort (no requests or limits at all), else Burstable."""
+    """Kubernetes QoS class: Guaranteed (cpu and memory limits equal to the requests:
+    the pod-level ones when the pod sets them, else every container's), BestEffort (no
+    requests or limits at all), else Burstable (kube's ComputePodQOS)."""
+    level = pod.spec.resources
+    if level is not None and (level.requests or level.limits):
+        limits = {k: v for k, v in parse_resource_list(level.limits).items() if v}
+        requests = {k: v for k, v in parse_resource_list(level.requests).items() if v}
+        requests = {**{k: v for k, v in limits.items() if k not in requests}, **requests}
+        requests = {k: v for k, v in requests.items() if k in (CPU, MEMORY)}
+        limits = {k: v for k, v in limits.items() if k in (CPU, MEMORY)}
+        if not requests and not limits:
+            return "BestEffort"
+        guaranteed = set(limits) == {CPU, MEMORY} and requests == limits
+        return "Guaranteed" if guaranteed else "Burstable"
     containers = [*pod.spec.containers, *pod.spec.init_containers]
     requests_any = False
     guaranteed = bool(containers)

@@ -287,6 +287,17 @@ class PodBuilder:
         self._pod.spec.overhead = {**self._pod.spec.overhead, **_merge(mapping, resources)}
         return self
 
+    def pod_resources(
+        self,
+        requests: ResourceMap | None = None,
+        limits: ResourceMap | None = None,
+    ) -> PodBuilder:
+        """Pod-level requests and limits (`spec.resources`: cpu, memory, hugepages-*)."""
+        self._pod.spec.resources = ResourceRequirements(
+            requests=dict(requests or {}), limits=dict(limits or {})
+        )
+        return self
+
     def host_port(
         self,
         port: int,

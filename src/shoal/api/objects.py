@@ -21,6 +21,7 @@ __all__ = [
     "ContainerExtendedResourceRequest",
     "ContainerImage",
     "ContainerPort",
+    "ContainerStatus",
     "GCEPersistentDiskVolumeSource",
     "ISCSIVolumeSource",
     "LabelSelector",
@@ -45,6 +46,7 @@ __all__ = [
     "PriorityClass",
     "RBDVolumeSource",
     "ResourceRequirements",
+    "StatusResources",
     "Taint",
     "TaintEffect",
     "Toleration",
@@ -507,10 +509,30 @@ class PodExtendedResourceClaimStatus(_Base):
     resource_claim_name: str = ""
 
 
+class StatusResources(_Base):
+    """Resources as the kubelet reports them in a status (not validated as a spec is:
+    what a node reports is read, never refused; see `shoal.api.podinfo`)."""
+
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+
+
+class ContainerStatus(_Base):
+    """The part of `status.containerStatuses[]` the scheduler reads: the resources the
+    kubelet allocated to the container and those it actuated (in-place pod resize,
+    InPlacePodVerticalScaling, GA in Kubernetes 1.35)."""
+
+    name: str = ""
+    allocated_resources: dict[str, Quantity] = {}
+    resources: StatusResources | None = None
+
+
 class PodStatus(_Base):
     phase: str = ""
     nominated_node_name: str = ""
     conditions: list[PodCondition] = []
+    container_statuses: list[ContainerStatus] = []
+    init_container_statuses: list[ContainerStatus] = []
     resource_claim_statuses: list[PodResourceClaimStatus] = []
     extended_resource_claim_status: PodExtendedResourceClaimStatus | None = None
 

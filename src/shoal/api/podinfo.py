@@ -8,6 +8,7 @@ overhead) and the API server's defaulting (a limit with no request becomes the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,12 +70,20 @@ def _container_nonzero(container: Container, requests: ResourceList) -> tuple[in
     return cpu, mem
 
 
-def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
-    """Effective requests and the non-zero (cpu, memory) used by scoring plugins."""
+# What a container asks (kube's containerSpecRequests and, for in-place resizes,
+# containerAllocatedRequests / containerActuatedRequests): its requests, or None.
+_Requests = Callable[[Container], ResourceList | None]
+
+
+def _aggregate(spec: PodSpec, requests_of: _Requests) -> tuple[ResourceList, tuple[int, int]]:
+    """kube's aggregateContainerResourcesByFn: the app containers and sidecars add up,
+    each regular init container runs beside the sidecars started before it, and the
+    pod needs the larger of the two phases; with the scheduler's non-zero (cpu, memory)
+    (100m and 200Mi for a container that asks none)."""
     total: ResourceList = {}
     nz_cpu = nz_mem = 0
-    for container in pod.spec.containers:
-        requests = _container_requests(container)
+    for container in spec.containers:
+        requests = requests_of(container) or {}
         add_into(total, requests)
         c, m = _container_nonzero(container, requests)
         nz_cpu += c
@@ -83,8 +92,8 @@ def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
     sidecars: ResourceList = {}
     nz_init = (0, 0)
     nz_sidecars = (0, 0)
-    for container in pod.spec.init_containers:
-        requests = _container_requests(container)
+    for container in spec.init_containers:
+        requests = requests_of(container) or {}
         c, m = _container_nonzero(container, requests)
         if container.restart_policy == "Always":
             # A sidecar keeps running next to the app containers.
@@ -102,15 +111,83 @@ def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
         max_into(init_max, step)
         nz_init = (max(nz_init[0], nz_step[0]), max(nz_init[1], nz_step[1]))
     max_into(total, init_max)
-    nz_cpu, nz_mem = max(nz_cpu, nz_init[0]), max(nz_mem, nz_init[1])
-    pod_level = _pod_level_requests(pod.spec, total)
+    return total, (max(nz_cpu, nz_init[0]), max(nz_mem, nz_init[1]))
+
+
+def resize_infeasible(pod: Pod) -> bool:
+    """kube's IsPodResizeInfeasible: the PodResizePending condition says Infeasible."""
+    for condition in pod.status.conditions:
+        if condition.type == "PodResizePending":
+            return condition.reason == "Infeasible"
+    return False
+
+
+def _status_resources(pod: Pod) -> dict[str, tuple[ResourceList, ResourceList | None]] | None:
+    """Per container name: (allocated, actuated requests) as the kubelet reports them,
+    for pods it reported resources for (None otherwise: nearly all pending pods). A
+    status the scheduler cannot read is left out (the spec counts), never refused."""
+    status = pod.status
+    found: dict[str, tuple[ResourceList, ResourceList | None]] = {}
+    for cs in (*status.container_statuses, *status.init_container_statuses):
+        if not cs.allocated_resources and not (cs.resources and cs.resources.requests):
+            continue
+        try:
+            allocated = parse_resource_list(cs.allocated_resources)
+            actuated = (
+                parse_resource_list(cs.resources.requests)
+                if cs.resources is not None and cs.resources.requests
+                else None
+            )
+        except ValueError:
+            continue
+        found[cs.name] = (allocated, actuated)
+    return found or None
+
+
+def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
+    """Effective requests and the non-zero (cpu, memory) used by scoring plugins, as
+    kube-scheduler computes them (component-helpers' PodRequests with status resources):
+
+    * containers, init containers and sidecars (`_aggregate`);
+    * a pod being resized in place counts the most of what its spec asks, what the
+      kubelet allocated and what it actuated, per resource (a pod resized down keeps its
+      old size until the kubelet has made it so); with the resize Infeasible, only the
+      last two (the spec's new size will not be given);
+    * pod-level requests (cpu, memory, hugepages) replace the containers' sum;
+    * overhead comes on top.
+    """
+    spec = pod.spec
+    total, (nz_cpu, nz_mem) = _aggregate(spec, _container_requests)
+    statuses = _status_resources(pod)
+    if statuses is not None:
+        infeasible = resize_infeasible(pod)
+
+        def allocated(container: Container) -> ResourceList | None:
+            found = statuses.get(container.name)
+            if found is not None and found[0]:
+                return found[0]
+            return None if infeasible else _container_requests(container)
+
+        def actuated(container: Container) -> ResourceList | None:
+            found = statuses.get(container.name)
+            if found is not None and found[1] is not None:
+                return found[1]
+            return allocated(container)
+
+        variants = [_aggregate(spec, allocated), _aggregate(spec, actuated)]
+        if infeasible:
+            total, (nz_cpu, nz_mem) = {}, (0, 0)
+        for other, (c, m) in variants:
+            max_into(total, other)
+            nz_cpu, nz_mem = max(nz_cpu, c), max(nz_mem, m)
+    pod_level = _pod_level_requests(spec, total)
     if pod_level:
         # kube's PodRequests: pod-level requests (cpu, memory, hugepages) replace what
         # the containers add up to, for scheduling and for scoring alike.
         total.update(pod_level)
         nz_cpu = pod_level.get(CPU, nz_cpu)
         nz_mem = pod_level.get(MEMORY, nz_mem)
-    overhead = parse_resource_list(pod.spec.overhead)
+    overhead = parse_resource_list(spec.overhead)
     add_into(total, overhead)
     nz_cpu += overhead.get(CPU, 0)
     nz_mem += overhead.get(MEMORY, 0)
@@ -197,7 +274,7 @@ class PodInfo:
         self.gpu_request: object = None
         self.requests: ResourceList
         self.nonzero: tuple[int, int]
-        if previous is not None and _same_resources(previous.pod.spec, spec):
+        if previous is not None and _same_resources(previous.pod, pod):
             self.requests, self.nonzero = previous.requests, previous.nonzero
             self.table_vector = previous.table_vector
             self.host_ports: tuple[HostPort, ...] = previous.host_ports
@@ -258,9 +335,12 @@ class PodInfo:
         return f"PodInfo({self.key})"
 
 
-def _same_resources(old: PodSpec, new: PodSpec) -> bool:
-    """Do two specs ask for the same resources and host ports (identity first: a bind's
-    echo shares the containers)?"""
+def _same_resources(old_pod: Pod, new_pod: Pod) -> bool:
+    """Do two versions of a pod ask for the same resources and host ports (identity
+    first: a bind's echo shares the containers)? The resources the kubelet reports for
+    an in-place resize count too."""
+    old, new = old_pod.spec, new_pod.spec
+    before, after = old_pod.status, new_pod.status
     return (
         (old.containers is new.containers or old.containers == new.containers)
         and (
@@ -268,6 +348,9 @@ def _same_resources(old: PodSpec, new: PodSpec) -> bool:
         )
         and old.overhead == new.overhead
         and old.resources == new.resources
+        and before.container_statuses == after.container_statuses
+        and before.init_container_statuses == after.init_container_statuses
+        and resize_infeasible(old_pod) == resize_infeasible(new_pod)
     )
 
 

@@ -255,7 +255,13 @@ class ClusterIntake:
                 self.gangs.dirty.add(group.key)  # its running count may have changed
         if info.node_name:
             self.cluster.add_bound_pod(info, info.node_name)
-            self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL))
+            action = ActionType.UPDATE_POD_LABEL
+            if old is not None and any(
+                info.requests.get(name, 0) < amount for name, amount in old.requests.items()
+            ):
+                # It asks less now (an in-place resize done): kube's UpdatePodScaleDown.
+                action |= ActionType.UPDATE_POD_SCALE_DOWN
+            self._event(ClusterEvent(EventResource.ASSIGNED_POD, action))
         elif self._assumed(info.uid):
             # Assumed and being (or just) bound: an update that does not show the node
             # yet is stale (kube's IsAssumedPod check), never a reason to schedule again.

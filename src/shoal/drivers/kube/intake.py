@@ -649,8 +649,10 @@ class Intake:
 
 def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
     """What of a pod the scheduler reads: spec, labels, annotations, deletion, phase,
-    the ResourceClaims made for it (status conditions, nominations and
-    resourceVersions are not)."""
+    the ResourceClaims made for it, the resources the kubelet allocated and actuated
+    for its containers and whether a resize is infeasible (in-place resize: see
+    `shoal.api.podinfo.pod_requests`). Other status conditions, nominations and
+    resourceVersions are not."""
     meta = raw.get("metadata") or {}
     status = raw.get("status") or {}
     return (
@@ -660,7 +662,29 @@ def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
         meta.get("deletionTimestamp"),
         status.get("phase"),
         status.get("resourceClaimStatuses"),
+        _container_resources(status.get("containerStatuses")),
+        _container_resources(status.get("initContainerStatuses")),
+        _resize_pending(status.get("conditions")),
     )
+
+
+def _container_resources(statuses: object) -> tuple[object, ...]:
+    if not isinstance(statuses, list):
+        return ()
+    return tuple(
+        (s.get("name"), s.get("allocatedResources"), s.get("resources"))
+        for s in statuses
+        if isinstance(s, dict) and ("allocatedResources" in s or "resources" in s)
+    )
+
+
+def _resize_pending(conditions: object) -> object:
+    if not isinstance(conditions, list):
+        return None
+    for condition in conditions:
+        if isinstance(condition, dict) and condition.get("type") == "PodResizePending":
+            return condition.get("reason")
+    return None
 
 
 def _in_gang(pod: Pod) -> bool:

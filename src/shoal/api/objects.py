@@ -531,8 +531,10 @@ class PodStatus(_Base):
     phase: str = ""
     nominated_node_name: str = ""
     conditions: list[PodCondition] = []
-    container_statuses: list[ContainerStatus] = []
-    init_container_statuses: list[ContainerStatus] = []
+    # Tuples: most pods have none (pending ones) and an empty tuple is shared, where
+    # an empty list per copy of every pod would be allocated and tracked by the GC.
+    container_statuses: tuple[ContainerStatus, ...] = ()
+    init_container_statuses: tuple[ContainerStatus, ...] = ()
     resource_claim_statuses: list[PodResourceClaimStatus] = []
     extended_resource_claim_status: PodExtendedResourceClaimStatus | None = None
 

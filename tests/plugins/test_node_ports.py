@@ -96,3 +96,41 @@ def test_port_is_free_again_when_the_pod_leaves() -> None:
     assert run_filter(plugin, _pod("p", "TCP/0.0.0.0/80"), handle).passed == []
     handle.cluster.remove_pod("default/e")
     assert run_filter(plugin, _pod("p", "TCP/0.0.0.0/80"), handle).passed == ["n1"]
+
+
+def _raw(name: str, **spec: object) -> object:
+    from shoal.api.manifests import decode
+    from shoal.api.objects import Pod
+
+    raw = {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+    return decode(raw, Pod)
+
+
+def test_a_sidecars_host_port_counts_as_kubes_get_host_ports() -> None:
+    """kube's GetHostPorts includes init containers that run as long as the pod."""
+    sidecar = {
+        "name": "proxy",
+        "restartPolicy": "Always",
+        "ports": [{"containerPort": 15001, "hostPort": 15001}],
+    }
+    once = {"name": "setup", "ports": [{"containerPort": 9000, "hostPort": 9000}]}
+    existing = _raw(
+        "existing", nodeName="n1", initContainers=[sidecar, once], containers=[{"name": "app"}]
+    )
+    handle = make_handle([make_node("n1"), make_node("n2")], [existing])  # type: ignore[list-item]
+    plugin = NodePorts.new(None, handle)
+    assert run_filter(plugin, _pod("p", "TCP//15001"), handle).passed == ["n2"]
+    # A regular init container's port is free once it has run.
+    assert run_filter(plugin, _pod("q", "TCP//9000"), handle).passed == ["n1", "n2"]
+
+
+def test_host_network_pods_take_their_container_ports_on_the_node() -> None:
+    """The API server defaults hostPort to containerPort for hostNetwork pods (so objects
+    from a cluster already say so); manifests given to the simulator may not."""
+    app = {"name": "app", "ports": [{"containerPort": 8080}]}
+    existing = _raw("existing", nodeName="n1", hostNetwork=True, containers=[app])
+    handle = make_handle([make_node("n1"), make_node("n2")], [existing])  # type: ignore[list-item]
+    plugin = NodePorts.new(None, handle)
+    assert run_filter(plugin, _pod("p", "TCP//8080"), handle).passed == ["n2"]
+    incoming = _raw("q", hostNetwork=True, containers=[app])
+    assert run_filter(plugin, incoming, handle).passed == ["n2"]  # type: ignore[arg-type]

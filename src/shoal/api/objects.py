@@ -446,6 +446,7 @@ class PodSpec(_Base):
     # default since Kubernetes 1.34): cpu, memory and hugepages-* for the whole pod.
     resources: ResourceRequirements | None = None
     node_name: str = ""
+    host_network: bool = False
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
     tolerations: list[Toleration] = []

@@ -194,6 +194,21 @@ def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
     return {k: v for k, v in total.items() if v}, (nz_cpu, nz_mem)
 
 
+def _host_ports(spec: PodSpec) -> tuple[HostPort, ...]:
+    """kube's GetHostPorts: the host ports of the containers and of the init containers
+    that run as long as the pod (sidecars). With `hostNetwork` a container port is a
+    host port (the API server defaults `hostPort` to `containerPort`)."""
+    sidecars = [c for c in spec.init_containers if c.restart_policy == "Always"]
+    return tuple(
+        HostPort(
+            p.host_ip, p.protocol, p.host_port or (p.container_port if spec.host_network else 0)
+        )
+        for c in (*sidecars, *spec.containers)
+        for p in c.ports
+        if p.host_port > 0 or (spec.host_network and p.container_port > 0)
+    )
+
+
 def _pod_level_requests(spec: PodSpec, containers: ResourceList) -> ResourceList:
     """The pod-level requests, defaulted as the API server does (`defaultPodRequests`):
     a resource with a pod-level limit and no pod-level request takes what the
@@ -280,12 +295,7 @@ class PodInfo:
             self.host_ports: tuple[HostPort, ...] = previous.host_ports
         else:
             self.requests, self.nonzero = pod_requests(pod)
-            self.host_ports = tuple(
-                HostPort(p.host_ip, p.protocol, p.host_port)
-                for c in spec.containers
-                for p in c.ports
-                if p.host_port > 0
-            )
+            self.host_ports = _host_ports(spec)
         self.tolerations: tuple[Toleration, ...] = tuple(spec.tolerations)
         affinity = spec.affinity
         node_aff = affinity.node_affinity if affinity else None

@@ -404,3 +404,24 @@ def test_an_unhealthy_device_is_not_used_until_it_is_healthy_again() -> None:
     h.advance(30)
     assert h.node_of("default/s2") == "hami"
     assert devices.devices_of("s2") == (0,)  # the device that was unhealthy
+
+
+def test_blocked_devices_are_counted_apart_in_the_gpu_series() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from shoal.web.gpu_census import GpuCensus
+    from shoal.web.metrics import register_gpu_collector
+
+    h = SchedulerHarness()
+    h.add_nodes(hami_node_with("hami", [(1, True), (10, False)]))
+    h.add_pods(hami_pod("s", gpumem=1000))
+    h.run()
+    census = GpuCensus(h.scheduler)
+    census.maybe_sample(0.0)
+    registry = CollectorRegistry()
+    register_gpu_collector(registry, lambda: census)
+    got = {s.name: s.value for f in registry.collect() for s in f.samples}
+    assert got["shoal_gpu_blocked_devices"] == 2  # one at its split count, one unhealthy
+    # Unallocated counts what no pod holds, blocked or not: 2 devices less the share
+    # (1000 of 16384 MiB: 62 milli-GPU, compute in proportion, rounded up).
+    assert got["shoal_gpu_unallocated"] == pytest.approx(2 - 0.062)

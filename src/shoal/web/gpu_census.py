@@ -156,6 +156,9 @@ class GpuGroup:
     free_milli: int
     shared_devices: int  # devices holding at least one share
     frag_milli: float  # free GPU the current workload could not use
+    # Devices that take no more pods (registered unhealthy, or at their HAMi/Volcano
+    # split count; `GpuDevices.blocked`): their unallocated milli is in `free_milli`.
+    blocked_devices: int = 0
 
 
 class GpuCensus:
@@ -196,7 +199,9 @@ class GpuCensus:
             return ()
         count = devices.count[:n].astype(np.int64)
         width = int(count.max())
-        free = devices.free[:n, :width].astype(np.int64)
+        # Unallocated, blocked devices included (allocated + unallocated = devices).
+        free = devices.room[:n, :width].astype(np.int64)
+        blocked = devices.blocked[:n, :width].sum(axis=1)
         whole, shared, shared_devices = _allocations(devices.assigned.values(), n, width)
         pending = {e.pod.uid: e.pod for e in sched.scheduling_queue.pending()}
         workload = self._shapes.target(pending, devices, table.pods)
@@ -220,6 +225,7 @@ class GpuCensus:
                         int(free_total[rows].sum()),
                         int(shared_devices[rows].sum()),
                         round(float(frag[rows].sum()), 1),
+                        int(blocked[rows].sum()),
                     )
                 )
         return tuple(groups)
@@ -284,6 +290,7 @@ def _with_dra(
                     old.free_milli + add.free_milli,
                     old.shared_devices + add.shared_devices,
                     old.frag_milli,
+                    old.blocked_devices,
                 )
             by_key[(pool, model)] = add
     return tuple(by_key.values())

@@ -37,7 +37,9 @@ Shoal's own:
   scheduler's thread every few seconds; see `shoal.web.gpu_census`):
   `shoal_gpu_devices{pool, model}`, `shoal_gpu_allocated{pool, model, kind}` (`whole`:
   pods asking for whole GPUs, `shared`: GPU shares), `shoal_gpu_unallocated{pool, model}`,
-  `shoal_gpu_shared_devices{pool, model}` (devices holding at least one share) and
+  `shoal_gpu_shared_devices{pool, model}` (devices holding at least one share),
+  `shoal_gpu_blocked_devices{pool, model}` (devices that take no more pods: unhealthy,
+  or at their HAMi/Volcano split count) and
   `shoal_gpu_fragmentation{pool, model}` (the free GPU today's GPU workload could not
   use, the FGD measure: the dashboard's "fragment"). With the same census,
   `shoal_dra_devices{driver, state}`: devices published in ResourceSlices, by state
@@ -437,6 +439,12 @@ class _GpuCollector(Collector):
         shared = GaugeMetricFamily(
             "shoal_gpu_shared_devices", "GPU devices holding at least one share.", labels=labels
         )
+        blocked = GaugeMetricFamily(
+            "shoal_gpu_blocked_devices",
+            "GPU devices that take no more pods: registered unhealthy by their device "
+            "plugin, or running as many pods as its split count allows (HAMi, Volcano).",
+            labels=labels,
+        )
         frag = GaugeMetricFamily(
             "shoal_gpu_fragmentation",
             "Unallocated GPUs that the current GPU workload could not use (FGD's "
@@ -451,8 +459,9 @@ class _GpuCollector(Collector):
             allocated.add_metric([*key, "shared"], group.shared_milli / GPU_MILLI)
             unallocated.add_metric(key, group.free_milli / GPU_MILLI)
             shared.add_metric(key, group.shared_devices)
+            blocked.add_metric(key, group.blocked_devices)
             frag.add_metric(key, group.frag_milli / GPU_MILLI)
-        yield from (devices, allocated, unallocated, shared, frag)
+        yield from (devices, allocated, unallocated, shared, blocked, frag)
         dra = GaugeMetricFamily(
             "shoal_dra_devices",
             "Devices published in ResourceSlices that nodes in the cache reach, per driver: "

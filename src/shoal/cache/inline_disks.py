@@ -48,10 +48,6 @@ class InlineDisks:
                     rows.add(row)
         return np.array(sorted(rows), dtype=np.intp)
 
-    def users(self, disk: InlineDisk) -> int:
-        """How many placed pods mount `disk` (whatever their mode)."""
-        return len(self._by_disk.get((disk.kind, disk.disk), {}))
-
     # ---- PlacementObserver ---------------------------------------------------------
 
     def pod_placed(self, row: int, pod: PodInfo) -> None:

@@ -15,8 +15,14 @@ driver; default plugins):
                matching over N volumes with hostname node affinity)
   * local2:    like local with two claims per pod and two local volumes per node (the
                greedy choice among claims, for every node at once)
+  * capacity:  each pod's claim (10Gi) is unbound, of a WaitForFirstConsumer class whose
+               CSI driver tracks storage capacity; one CSIStorageCapacity per node (a
+               local-storage driver), a quarter of them too small (VolumeBinding's
+               capacity check over N capacity objects)
 
-Prints pods/s per shape (scheduled pods / seconds of the driver loop). Usage:
+Prints pods/s per shape (scheduled pods / seconds of the driver loop); with the capacity
+shape also what one CSIStorageCapacity change and the next capacity query cost together
+(a driver republishing between two pods), over 1000 changes. Usage:
   python bench/volumes.py [--nodes 5000] [--pods 2000] [--shapes none,token,local2]
 """
 
@@ -35,10 +41,18 @@ from shoal.drivers.loop import Driver
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.scheduler import CycleResult, new_scheduler
 from shoal.scheduler.volumes import upsert_storage
-from shoal.testing.volumes import make_csi_node, make_pv, make_pvc, make_storage_class
+from shoal.testing.volumes import (
+    make_capacity,
+    make_csi_driver,
+    make_csi_node,
+    make_pv,
+    make_pvc,
+    make_storage_class,
+)
 
 ZONE = "topology.kubernetes.io/zone"
 DRIVER = "ebs.csi.aws.com"
+LOCAL_DRIVER = "lvm.example.com"
 
 
 def run(shape: str, nodes: int, pods: int) -> tuple[int, float]:
@@ -61,6 +75,19 @@ def run(shape: str, nodes: int, pods: int) -> tuple[int, float]:
         sched,
         make_storage_class("local").wait_for_first_consumer().provisioner(NO_PROVISIONER).obj(),
     )
+    if shape == "capacity":
+        upsert_storage(sched, make_csi_driver(LOCAL_DRIVER).obj())
+        upsert_storage(
+            sched,
+            make_storage_class("capacity")
+            .wait_for_first_consumer()
+            .provisioner(LOCAL_DRIVER)
+            .obj(),
+        )
+        for i in range(nodes):
+            free = "1Gi" if i % 4 == 0 else "100Gi"
+            capacity = make_capacity(f"cap-{i}").storage_class("capacity").capacity(free)
+            upsert_storage(sched, capacity.on_label("kubernetes.io/hostname", f"node-{i}").obj())
     if shape in ("local", "local2"):
         for i in range(nodes):
             for j in range(1 if shape == "local" else 2):
@@ -90,6 +117,9 @@ def run(shape: str, nodes: int, pods: int) -> tuple[int, float]:
                     upsert_storage(
                         sched, make_pvc(f"{claim}-{j}", "bench").storage_class("local").obj()
                     )
+            elif shape == "capacity":
+                claim_object = make_pvc(claim, "bench").storage_class(shape).request("10Gi")
+                upsert_storage(sched, claim_object.obj())
             else:
                 upsert_storage(sched, make_pvc(claim, "bench").storage_class(shape).obj())
             names = [f"{claim}-0", f"{claim}-1"] if shape == "local2" else [claim]
@@ -106,13 +136,45 @@ def run(shape: str, nodes: int, pods: int) -> tuple[int, float]:
     return scheduled, time.perf_counter() - start
 
 
+def capacity_churn(nodes: int, rounds: int = 1000) -> float:
+    """Seconds per (one CSIStorageCapacity changed, then the claim's rows asked again)."""
+    sched = new_scheduler(
+        KubeSchedulerConfiguration(), clock=ManualClock(), effects=MemoryEffects()
+    )
+    for i in range(nodes):
+        sched.add_node(default_node(i, {"kubernetes.io/hostname": f"node-{i}"}))
+    upsert_storage(sched, make_csi_driver(LOCAL_DRIVER).obj())
+    lvm = make_storage_class("lvm").provisioner(LOCAL_DRIVER).wait_for_first_consumer().obj()
+    upsert_storage(sched, lvm)
+    capacities = [
+        make_capacity(f"cap-{i}")
+        .storage_class("lvm")
+        .capacity("100Gi")
+        .on_label("kubernetes.io/hostname", f"node-{i}")
+        .obj()
+        for i in range(nodes)
+    ]
+    for capacity in capacities:
+        upsert_storage(sched, capacity)
+    binding = next(
+        p for p in sched.profiles["default-scheduler"].plugins.all() if p.name == "VolumeBinding"
+    )
+    claim = make_pvc("c").storage_class("lvm").request("10Gi").obj()
+    binding.capacity.rows(claim, lvm)  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    for k in range(rounds):
+        upsert_storage(sched, capacities[k % nodes])
+        binding.capacity.rows(claim, lvm)  # type: ignore[attr-defined]
+    return (time.perf_counter() - start) / rounds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=2000)
-    parser.add_argument("--shapes", default="none,token,bound,dynamic,local,local2")
+    parser.add_argument("--shapes", default="none,token,bound,dynamic,local,local2,capacity")
     args = parser.parse_args()
     print(f"Volumes {args.nodes} nodes / {args.pods} pods")
     for shape in args.shapes.split(","):
@@ -121,6 +183,9 @@ def main() -> None:
             f"  {shape}: {scheduled} scheduled in {seconds:.2f} s: {scheduled / seconds:.0f} pods/s"
         )
         sys.stdout.flush()
+        if shape == "capacity":
+            cost = capacity_churn(args.nodes)
+            print(f"  capacity churn: {cost * 1000:.2f} ms per change and query")
 
 
 if __name__ == "__main__":

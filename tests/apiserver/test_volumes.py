@@ -45,8 +45,10 @@ async def storage_class(s: Space, name: str, provisioner: str) -> str:
     return name
 
 
-async def claim(s: Space, name: str, storage_class: str = "", volume: str = "") -> JSON:
-    spec: JSON = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+async def claim(
+    s: Space, name: str, storage_class: str = "", volume: str = "", size: str = "1Gi"
+) -> JSON:
+    spec: JSON = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
     spec["storageClassName"] = storage_class
     if volume:
         spec["volumeName"] = volume

@@ -38,7 +38,14 @@ from shoal.api.queue import (
     Queue,
     QueueBinding,
 )
-from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
+from shoal.api.volumes import (
+    CSIDriver,
+    CSINode,
+    CSIStorageCapacity,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+)
 
 __all__ = [
     "GROUP_KINDS",
@@ -72,6 +79,8 @@ GROUP_KINDS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("policy", "PodDisruptionBudget"): PodDisruptionBudget,
     ("storage.k8s.io", "StorageClass"): StorageClass,
     ("storage.k8s.io", "CSINode"): CSINode,
+    ("storage.k8s.io", "CSIDriver"): CSIDriver,
+    ("storage.k8s.io", "CSIStorageCapacity"): CSIStorageCapacity,
     ("resource.k8s.io", "DeviceClass"): DeviceClass,
     ("resource.k8s.io", "ResourceSlice"): ResourceSlice,
     ("resource.k8s.io", "ResourceClaim"): ResourceClaim,

@@ -1,6 +1,6 @@
 """Storage objects the volume plugins read: PersistentVolumeClaim, PersistentVolume,
-StorageClass and CSINode (only the fields kube-scheduler's volume plugins use), and what
-a pod's volumes ask of the scheduler.
+StorageClass, CSINode, CSIDriver and CSIStorageCapacity (only the fields
+kube-scheduler's volume plugins use), and what a pod's volumes ask of the scheduler.
 
 Decoding checks types, quantities and enumerations, so a malformed object fails with the
 path of the bad field (see `shoal.api.manifests`).
@@ -21,8 +21,11 @@ __all__ = [
     "ANNOTATION_SELECTED_NODE",
     "IN_TREE_CSI_DRIVERS",
     "NO_PROVISIONER",
+    "STORAGE",
     "ZONE_LABELS",
+    "CSIDriver",
     "CSINode",
+    "CSIStorageCapacity",
     "PersistentVolume",
     "PersistentVolumeClaim",
     "PodClaim",
@@ -294,6 +297,69 @@ class CSINode(_Base):
             for d in self.spec.drivers
             if d.allocatable is not None and d.allocatable.count is not None
         }
+
+
+# ---- CSIDriver, CSIStorageCapacity (storage capacity tracking) -------------------------
+
+
+class CSIDriverSpec(_Base):
+    # True: the driver publishes CSIStorageCapacity objects and VolumeBinding checks
+    # them before choosing a node for a claim it provisions.
+    storage_capacity: bool | None = None
+
+
+class CSIDriver(_Base):
+    api_version: str = "storage.k8s.io/v1"
+    kind: str = "CSIDriver"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: CSIDriverSpec = msgspec.field(default_factory=CSIDriverSpec)
+
+
+def _nonnegative_bytes(value: Quantity | None, field: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        amount = to_units(value)
+    except (QuantityError, ValueError) as err:
+        raise ValueError(f"{field}: {err}") from None
+    if amount < 0:
+        raise ValueError(f"{field}: {value!r} must not be negative")
+    return amount
+
+
+class CSIStorageCapacity(_Base):
+    """What one CSI GetCapacity call reported for a class in a topology segment: the
+    nodes `nodeTopology` selects may have a volume of the class provisioned up to
+    `maximumVolumeSize` (else `capacity`) bytes."""
+
+    api_version: str = "storage.k8s.io/v1"
+    kind: str = "CSIStorageCapacity"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    storage_class_name: str = ""
+    # None: no node has access (kube's nodeHasAccess).
+    node_topology: LabelSelector | None = None
+    capacity: Quantity | None = None
+    maximum_volume_size: Quantity | None = None
+
+    def __post_init__(self) -> None:
+        if not self.storage_class_name:
+            raise ValueError(
+                "storageClassName is required: name the StorageClass this capacity is for"
+            )
+        _nonnegative_bytes(self.capacity, "capacity")
+        _nonnegative_bytes(self.maximum_volume_size, "maximumVolumeSize")
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace or 'default'}/{self.metadata.name}"
+
+    @property
+    def limit(self) -> int | None:
+        """The largest volume it allows, in bytes (kube's volumeLimit: maximumVolumeSize
+        when given, it is the more precise; else capacity; None: neither)."""
+        if self.maximum_volume_size is not None:
+            return _nonnegative_bytes(self.maximum_volume_size, "maximumVolumeSize")
+        return _nonnegative_bytes(self.capacity, "capacity")
 
 
 # ---- what a pod's volumes need ---------------------------------------------------------

@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 from shoal.api.errors import ManifestError
 from shoal.api.hypernode import HyperNode
 from shoal.api.selectors import SelectorKey, key_matches, selector_key
-from shoal.cache.labels import MISSING, LabelColumns
+from shoal.cache.labels import MISSING
 from shoal.cache.node_table import NodeTable
 
 __all__ = ["HyperNodeTopology"]
@@ -135,28 +135,6 @@ def _parse(obj: HyperNode) -> _Parsed:
                 raise _Invalid(name, where, "selects nodes only (this member is a HyperNode)")
             parsed.node_labels.append((selector_key(sel.label_match), where))
     return parsed
-
-
-def _selector_mask(labels: LabelColumns, key: SelectorKey, n: int) -> NDArray[np.bool_]:
-    """A label selector evaluated on every node row 0..n-1 at once."""
-    if key is None:
-        return np.zeros(n, dtype=bool)
-    mask = np.ones(n, dtype=bool)
-    for name, op, values in key:
-        codes = labels.column(name, slice(0, n))
-        if op in ("Exists", "DoesNotExist"):
-            present = codes != MISSING
-            mask &= present if op == "Exists" else ~present
-            continue
-        wanted = labels.value_codes(name, list(values))
-        inside = np.isin(codes, wanted) if wanted else np.zeros(n, dtype=bool)
-        if op == "In":
-            mask &= inside
-        elif op == "NotIn":
-            mask &= ~inside
-        else:
-            mask[:] = False
-    return mask
 
 
 class HyperNodeTopology:
@@ -377,7 +355,7 @@ class HyperNodeTopology:
             search = rx.search
             out.update(node for node in names if search(node))
         for key, _ in parsed.node_labels:
-            mask = _selector_mask(table.labels, key, n)
+            mask = table.labels.selector_mask(key, n)
             out.update(table.names_array[:n][mask].tolist())
         return out
 

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.objects import NodeSelectorRequirement, NodeSelectorTerm
+from shoal.api.selectors import SelectorKey
 
 __all__ = ["MISSING", "LabelColumns"]
 
@@ -106,6 +107,28 @@ class LabelColumns:
         wanted = self.value_codes(req.key, req.values)
         inside = np.isin(codes, wanted) if wanted else np.zeros(codes.shape, dtype=bool)
         return inside if op == "In" else ~inside
+
+    def selector_mask(self, key: SelectorKey, n: int) -> NDArray[np.bool_]:
+        """A metav1 label selector (canonical `selector_key` form) on rows 0..n-1 at
+        once: None matches no row, () every row."""
+        if key is None:
+            return np.zeros(n, dtype=bool)
+        mask = np.ones(n, dtype=bool)
+        for name, op, values in key:
+            codes = self.column(name, slice(0, n))
+            if op in ("Exists", "DoesNotExist"):
+                present = codes != MISSING
+                mask &= present if op == "Exists" else ~present
+                continue
+            wanted = self.value_codes(name, list(values))
+            inside = np.isin(codes, wanted) if wanted else np.zeros(n, dtype=bool)
+            if op == "In":
+                mask &= inside
+            elif op == "NotIn":
+                mask &= ~inside
+            else:
+                mask[:] = False
+        return mask
 
     def term_mask(
         self, term: NodeSelectorTerm, names: NDArray[np.object_], index: Index

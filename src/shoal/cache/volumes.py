@@ -1,8 +1,9 @@
 """VolumeCatalog: the scheduler's cache of storage objects, and volume attachments per node.
 
-Backends feed it PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes
-(the kube backend from informers, the simulator and the test harness directly). The
-volume plugins (VolumeBinding, VolumeZone, NodeVolumeLimits) read it.
+Backends feed it PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
+CSIDrivers and CSIStorageCapacities (the kube backend from informers, the simulator and
+the test harness directly). The volume plugins (VolumeBinding, VolumeZone,
+NodeVolumeLimits) read it.
 
 Two things are kept incrementally:
 
@@ -35,7 +36,9 @@ from shoal.api.volumes import (
     ANNOTATION_SELECTED_NODE,
     IN_TREE_CSI_DRIVERS,
     NO_PROVISIONER,
+    CSIDriver,
     CSINode,
+    CSIStorageCapacity,
     ObjectReference,
     PersistentVolume,
     PersistentVolumeClaim,
@@ -79,6 +82,15 @@ class VolumeCatalog:
         self.volumes: dict[str, PersistentVolume] = {}
         self.classes: dict[str, StorageClass] = {}
         self.csi_nodes: dict[str, CSINode] = {}
+        # Storage capacity tracking: CSIDrivers by name, CSIStorageCapacities by
+        # namespace/name; `capacity_version` is bumped when either changes. Keys of the
+        # capacities changed since `capacity_epoch` began, in order (followed by
+        # StorageCapacityIndex), as for volumes.
+        self.csi_drivers: dict[str, CSIDriver] = {}
+        self.capacities: dict[str, CSIStorageCapacity] = {}
+        self.capacity_version = 0
+        self.capacity_log: list[str] = []
+        self.capacity_epoch = 0
         # Bumped on every change (plugins cache derived masks against it).
         self.version = 0
         # Names of volumes changed since `volume_epoch` began, in order (followed by
@@ -176,6 +188,39 @@ class VolumeCatalog:
         self.csi_nodes.pop(name, None)
         self._csi_version += 1
         self.version += 1
+
+    def upsert_csi_driver(self, driver: CSIDriver) -> None:
+        self.csi_drivers[driver.metadata.name] = driver
+        self.capacity_version += 1
+        self.version += 1
+
+    def delete_csi_driver(self, name: str) -> None:
+        self.csi_drivers.pop(name, None)
+        self.capacity_version += 1
+        self.version += 1
+
+    def upsert_capacity(self, capacity: CSIStorageCapacity) -> None:
+        self.capacities[capacity.key] = capacity
+        self._capacity_changed(capacity.key)
+
+    def delete_capacity(self, namespace: str, name: str) -> None:
+        key = f"{namespace or 'default'}/{name}"
+        self.capacities.pop(key, None)
+        self._capacity_changed(key)
+
+    def _capacity_changed(self, key: str) -> None:
+        if len(self.capacity_log) > 1024 + 4 * len(self.capacities):
+            self.capacity_log = []
+            self.capacity_epoch += 1
+        self.capacity_log.append(key)
+        self.capacity_version += 1
+        self.version += 1
+
+    def tracks_capacity(self, provisioner: str) -> bool:
+        """kube's hasEnoughCapacity gate: only a CSIDriver named after the class's
+        provisioner with `storageCapacity: true` has its capacity checked."""
+        driver = self.csi_drivers.get(provisioner)
+        return driver is not None and bool(driver.spec.storage_capacity)
 
     # ---- reading, with assumptions applied --------------------------------------------
 

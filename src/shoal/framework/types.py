@@ -124,6 +124,8 @@ class EventResource(Flag):
     PERSISTENT_VOLUME = auto()
     STORAGE_CLASS = auto()
     CSI_NODE = auto()
+    CSI_DRIVER = auto()
+    CSI_STORAGE_CAPACITY = auto()
     RESOURCE_CLAIM = auto()
     RESOURCE_SLICE = auto()
     DEVICE_CLASS = auto()
@@ -137,6 +139,8 @@ class EventResource(Flag):
         | PERSISTENT_VOLUME
         | STORAGE_CLASS
         | CSI_NODE
+        | CSI_DRIVER
+        | CSI_STORAGE_CAPACITY
         | RESOURCE_CLAIM
         | RESOURCE_SLICE
         | DEVICE_CLASS

@@ -15,7 +15,10 @@ must be usable on the node, as kube-scheduler's volumebinding plugin decides it.
   a claim left over must be provisionable there (a provisioner other than
   `kubernetes.io/no-provisioner`, `allowedTopologies` matching the node, and the node
   named by the claim's `volume.kubernetes.io/selected-node` if it has one). Otherwise
-  "node(s) didn't find available persistent volumes to bind".
+  "node(s) didn't find available persistent volumes to bind". When the provisioner is
+  a CSIDriver with `storageCapacity: true`, a CSIStorageCapacity of the class that
+  reaches the node must also allow the claim's size, else "node(s) did not have enough
+  free storage" (`shoal.cache.storage_capacity`).
 * Volume sources Shoal does not know keep the pod pending with a message that names
   them: it is never bound where its volume might not attach. (Inline disks and
   `ReadWriteOncePod` claims in use are VolumeRestrictions'.)
@@ -55,6 +58,7 @@ from shoal.api.volumes import (
     pod_claims,
     unsupported_volumes,
 )
+from shoal.cache.storage_capacity import StorageCapacityIndex
 from shoal.cache.volume_index import VolumeIndex
 from shoal.cache.volumes import ClaimBinding, VolumeCatalog
 from shoal.framework.cycle_state import CycleState
@@ -75,6 +79,7 @@ __all__ = [
     "NAME",
     "REASON_BIND_CONFLICT",
     "REASON_NODE_CONFLICT",
+    "REASON_NOT_ENOUGH_SPACE",
     "REASON_PV_NOT_EXIST",
     "REASON_UNBOUND_IMMEDIATE",
     "VolumeBinding",
@@ -86,6 +91,7 @@ REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind
 REASON_NODE_CONFLICT = "node(s) had volume node affinity conflict"
 REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 REASON_UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
 
 _UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 _STATE = NAME
@@ -124,7 +130,6 @@ class _Plan:
     candidates: list[NDArray[np.intp]]  # per claim: volume slots, smallest first
     index: VolumeIndex
     n: int
-    provisionable: list[NDArray[np.bool_]]  # per claim to match: provisioning possible
     selected: list[PersistentVolumeClaim]  # claims already marked for a node
     passed: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
     failures: list[Failure] = field(default_factory=list)
@@ -159,6 +164,7 @@ class VolumeBinding:
         self.handle = handle
         self.catalog = VolumeCatalog.of(handle)
         self.index = VolumeIndex(self.catalog, handle.snapshot)
+        self.capacity = StorageCapacityIndex(self.catalog, handle.snapshot)
         # Per class: (object, nodes version, rows) -> mask over all rows.
         self._class_masks: dict[str, tuple[object, int, int, NDArray[np.bool_]]] = {}
 
@@ -243,36 +249,71 @@ class VolumeBinding:
             (c for c in delayed if not catalog.selected_node(c)), key=lambda c: c.request
         )
         candidates = [index.candidates(claim) for claim in to_match]
-        provisionable = [self._provision_mask(c, n) for c in to_match]
-        plan = _Plan(to_match, candidates, index, n, provisionable, selected)
-        unbound_ok = np.ones(n, dtype=bool)
-        names = snap.names[:n]
-        for claim in selected:
-            unbound_ok &= names == catalog.selected_node(claim)
-            unbound_ok &= self._provision_mask(claim, n)
-        if to_match:
-            unbound_ok &= self._match_all(plan, n)
-        if not unbound_ok.all():
-            failures.append(Failure(REASON_BIND_CONFLICT, ~unbound_ok, _UNRESOLVABLE))
-            passed &= unbound_ok
+        plan = _Plan(to_match, candidates, index, n, selected)
+        if selected or to_match:
+            conflict, no_space = self._unbound_failures(plan, n)
+            if conflict.any():
+                failures.append(Failure(REASON_BIND_CONFLICT, conflict, _UNRESOLVABLE))
+                passed &= ~conflict
+            if no_space.any():
+                failures.append(Failure(REASON_NOT_ENOUGH_SPACE, no_space, _UNRESOLVABLE))
+                passed &= ~no_space
         plan.passed = passed
         plan.failures = failures
         return plan
 
-    def _match_all(self, plan: _Plan, n: int) -> NDArray[np.bool_]:
-        """Per row: can every claim to match get a static volume or be provisioned?"""
+    def _unbound_failures(self, plan: _Plan, n: int) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+        """kube's FindPodVolumes for the unbound delayed claims, on every row at once.
+        Returns the rows failing with "didn't find available persistent volumes to bind"
+        and those failing with "did not have enough free storage".
+
+        A claim whose selected node is another row fails that row at once. Then the
+        claims to provision there (the selected ones in the pod's order, then those no
+        static volume was left for) are checked in that order, and the first one that
+        fails decides the reason: a class that cannot provision there (no provisioner,
+        `allowedTopologies`) is a bind conflict, too little storage capacity is not
+        enough space."""
+        names = self.handle.snapshot.names[:n]
+        conflict = np.zeros(n, dtype=bool)
+        for claim in plan.selected:
+            conflict |= names != self.catalog.selected_node(claim)
+        decided = conflict.copy()
+        no_space = np.zeros(n, dtype=bool)
+        to_provision: list[tuple[PersistentVolumeClaim, NDArray[np.bool_] | None]] = [
+            (claim, None) for claim in plan.selected
+        ]
+        if plan.to_match:
+            to_provision += zip(plan.to_match, self._unmatched(plan, n), strict=True)
+        for claim, needed in to_provision:
+            where = self._provision_mask(claim, n)
+            fails = ~where if needed is None else needed & ~where
+            fails &= ~decided
+            conflict |= fails
+            decided |= fails
+            short = self._short_of_capacity(claim, n)
+            if short is None:
+                continue
+            fails = short & where & ~decided
+            if needed is not None:
+                fails &= needed
+            no_space |= fails
+            decided |= fails
+        return conflict, no_space
+
+    def _unmatched(self, plan: _Plan, n: int) -> list[NDArray[np.bool_]]:
+        """Per claim to match: the rows where no static volume is left for it (kube's
+        findMatchingVolumes), so it is to be provisioned there."""
         index = plan.index
         if len(plan.to_match) == 1:
             slots = plan.candidates[0]
             if not len(slots):
-                return plan.provisionable[0].copy()
-            result: NDArray[np.bool_] = index.any_mask(slots, n) | plan.provisionable[0]
-            return result
+                return [np.ones(n, dtype=bool)]
+            return [~index.any_mask(slots, n)]
         # kube's greedy, for every row at once: claim i takes its first usable volume
         # that an earlier claim did not take there, else it is to be provisioned. Its
         # first len(to_match) usable volumes per row are enough to decide.
         m = len(plan.to_match)
-        ok = np.ones(n, dtype=bool)
+        out: list[NDArray[np.bool_]] = []
         taken: list[NDArray[np.intp]] = []
         for i in range(m):
             first = index.first_per_row(plan.candidates[i], m, n)
@@ -284,8 +325,15 @@ class VolumeBinding:
                     free &= candidate != earlier
                 choice[free] = candidate[free]
             taken.append(choice)
-            ok &= (choice >= 0) | plan.provisionable[i]
-        return ok
+            out.append(choice < 0)
+        return out
+
+    def _short_of_capacity(self, claim: PersistentVolumeClaim, n: int) -> NDArray[np.bool_] | None:
+        """Rows without enough storage capacity for the claim (None: not checked)."""
+        storage_class = self.catalog.classes.get(claim_class(claim))
+        if storage_class is None or not self.capacity.checked(claim, storage_class):
+            return None
+        return ~self.capacity.rows(claim, storage_class)
 
     def _provision_mask(self, claim: PersistentVolumeClaim, n: int) -> NDArray[np.bool_]:
         """kube's checkVolumeProvisions: rows where the claim's class may provision."""
@@ -391,6 +439,8 @@ class VolumeBinding:
             ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE),
+            ClusterEvent(EventResource.CSI_DRIVER, ActionType.ADD | ActionType.UPDATE),
+            ClusterEvent(EventResource.CSI_STORAGE_CAPACITY, ActionType.ADD | ActionType.UPDATE),
             ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
         ]
 

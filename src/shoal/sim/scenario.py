@@ -10,8 +10,9 @@ is flattened. Cluster and workload files are read the same way, in the order giv
 * `Topology` (Kueue's `kueue.x-k8s.io`, any version): the levels a Kueue preferred
   topology level climbs, known from the start (a malformed one is a warning of the run,
   naming the field);
-* `PersistentVolumeClaim`, `PersistentVolume`, `StorageClass`, `CSINode`: known from
-  the start (for the volume plugins, see docs/volumes.md);
+* `PersistentVolumeClaim`, `PersistentVolume`, `StorageClass`, `CSINode`, `CSIDriver`,
+  `CSIStorageCapacity`: known from the start (for the volume plugins, see
+  docs/volumes.md);
 * `DeviceClass`, `ResourceSlice`, `ResourceClaim`, `ResourceClaimTemplate`,
   `DeviceTaintRule` (resource.k8s.io): known from the start (Dynamic Resource Allocation, see
   docs/dra.md); a pod naming a template gets its claim when it arrives, as the
@@ -56,7 +57,14 @@ from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class,
 from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
-from shoal.api.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, StorageClass
+from shoal.api.volumes import (
+    CSIDriver,
+    CSINode,
+    CSIStorageCapacity,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+)
 from shoal.sim.workload import (
     WORKLOAD_API_VERSION,
     NodeChange,
@@ -118,9 +126,14 @@ class Scenario:
     queue_bindings: list[QueueBinding] = field(default_factory=list)
     node_pools: list[NodePool] = field(default_factory=list)
     disruption_budgets: list[PodDisruptionBudget] = field(default_factory=list)
-    storage: list[PersistentVolumeClaim | PersistentVolume | StorageClass | CSINode] = field(
-        default_factory=list
-    )
+    storage: list[
+        PersistentVolumeClaim
+        | PersistentVolume
+        | StorageClass
+        | CSINode
+        | CSIDriver
+        | CSIStorageCapacity
+    ] = field(default_factory=list)
     dra: list[
         DeviceClass | ResourceSlice | ResourceClaim | ResourceClaimTemplate | DeviceTaintRule
     ] = field(default_factory=list)
@@ -163,7 +176,14 @@ _CAPACITY_KINDS: dict[type, str] = {
 }
 
 
-_STORAGE_KINDS = (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode)
+_STORAGE_KINDS = (
+    PersistentVolumeClaim,
+    PersistentVolume,
+    StorageClass,
+    CSINode,
+    CSIDriver,
+    CSIStorageCapacity,
+)
 _DRA_KINDS = (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate, DeviceTaintRule)
 
 

@@ -81,6 +81,8 @@ BUILTIN: dict[tuple[str, str], tuple[str, str, bool]] = {
     ("", "persistentvolumes"): ("v1", "PersistentVolume", False),
     ("storage.k8s.io", "storageclasses"): ("v1", "StorageClass", False),
     ("storage.k8s.io", "csinodes"): ("v1", "CSINode", False),
+    ("storage.k8s.io", "csidrivers"): ("v1", "CSIDriver", False),
+    ("storage.k8s.io", "csistoragecapacities"): ("v1", "CSIStorageCapacity", True),
     ("scheduling.k8s.io", "priorityclasses"): ("v1", "PriorityClass", False),
     ("scheduling.k8s.io", "podgroups"): ("v1alpha2", "PodGroup", True),
     ("policy", "poddisruptionbudgets"): ("v1", "PodDisruptionBudget", True),

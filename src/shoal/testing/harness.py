@@ -40,13 +40,22 @@ from shoal.scheduler.scheduler import CycleResult, Scheduler
 from shoal.scheduler.volumes import StorageObject, delete_storage, upsert_storage
 from shoal.testing.builders import NodeBuilder, PodBuilder
 from shoal.testing.volumes import (
+    CapacityBuilder,
     ClaimBuilder,
+    CSIDriverBuilder,
     CSINodeBuilder,
     StorageClassBuilder,
     VolumeBuilder,
 )
 
-StorageBuilder = ClaimBuilder | VolumeBuilder | StorageClassBuilder | CSINodeBuilder
+StorageBuilder = (
+    ClaimBuilder
+    | VolumeBuilder
+    | StorageClassBuilder
+    | CSINodeBuilder
+    | CSIDriverBuilder
+    | CapacityBuilder
+)
 
 __all__ = ["HarnessEvent", "RunResult", "SchedulerHarness"]
 
@@ -184,8 +193,9 @@ class SchedulerHarness:
         self.scheduler.delete_node(name)
 
     def add_storage(self, *objects: StorageObject | StorageBuilder) -> None:
-        """Add or update PersistentVolumeClaims, PersistentVolumes, StorageClasses and
-        CSINodes (objects or builders from `shoal.testing.volumes`)."""
+        """Add or update PersistentVolumeClaims, PersistentVolumes, StorageClasses,
+        CSINodes, CSIDrivers and CSIStorageCapacities (objects or builders from
+        `shoal.testing.volumes`)."""
         for obj in objects:
             upsert_storage(self.scheduler, obj if isinstance(obj, StorageObject) else obj.obj())
 

@@ -1,4 +1,5 @@
-"""Builders for storage objects (claims, volumes, classes, CSINodes), in the style of
+"""Builders for storage objects (claims, volumes, classes, CSINodes, CSIDrivers and
+CSIStorageCapacities), in the style of
 `shoal.testing.builders`: every method returns the builder, `obj()` returns a fresh
 object validated as a manifest would be.
 
@@ -21,17 +22,23 @@ import msgspec
 from shoal.api.manifests import decode
 from shoal.api.volumes import (
     ANNOTATION_SELECTED_NODE,
+    CSIDriver,
     CSINode,
+    CSIStorageCapacity,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
 )
 
 __all__ = [
+    "CSIDriverBuilder",
     "CSINodeBuilder",
+    "CapacityBuilder",
     "ClaimBuilder",
     "StorageClassBuilder",
     "VolumeBuilder",
+    "make_capacity",
+    "make_csi_driver",
     "make_csi_node",
     "make_pv",
     "make_pvc",
@@ -75,8 +82,13 @@ class ClaimBuilder(_Builder):
         )
         self.request("1Gi")
 
-    def request(self, size: str) -> ClaimBuilder:
-        self._spec()["resources"]["requests"]["storage"] = size
+    def request(self, size: str | None) -> ClaimBuilder:
+        """`resources.requests.storage` (None: no storage request)."""
+        requests = self._spec()["resources"]["requests"]
+        if size is None:
+            requests.pop("storage", None)
+        else:
+            requests["storage"] = size
         return self
 
     def storage_class(self, name: str) -> ClaimBuilder:
@@ -229,6 +241,71 @@ class CSINodeBuilder(_Builder):
         return decode(self.manifest(), CSINode)
 
 
+class CSIDriverBuilder(_Builder):
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSIDriver",
+                "metadata": {"name": name},
+                "spec": {"storageCapacity": True},
+            }
+        )
+
+    def storage_capacity(self, enabled: bool | None) -> CSIDriverBuilder:
+        """`spec.storageCapacity` (None: left out, as false)."""
+        if enabled is None:
+            self._spec().pop("storageCapacity", None)
+        else:
+            self._spec()["storageCapacity"] = enabled
+        return self
+
+    def obj(self) -> CSIDriver:
+        return decode(self.manifest(), CSIDriver)
+
+
+class CapacityBuilder(_Builder):
+    def __init__(self, name: str, namespace: str) -> None:
+        super().__init__(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSIStorageCapacity",
+                "metadata": {"name": name, "namespace": namespace},
+                "storageClassName": "",
+            }
+        )
+
+    def storage_class(self, name: str) -> CapacityBuilder:
+        self._m["storageClassName"] = name
+        return self
+
+    def capacity(self, amount: str) -> CapacityBuilder:
+        self._m["capacity"] = amount
+        return self
+
+    def maximum_volume_size(self, amount: str) -> CapacityBuilder:
+        self._m["maximumVolumeSize"] = amount
+        return self
+
+    def on_label(self, key: str, value: str) -> CapacityBuilder:
+        """`nodeTopology` selecting the nodes labelled `key=value` (`matchLabels`)."""
+        topology = self._m.setdefault("nodeTopology", {})
+        topology.setdefault("matchLabels", {})[key] = value
+        return self
+
+    def on_expression(self, key: str, operator: str, *values: str) -> CapacityBuilder:
+        """`nodeTopology` with one more `matchExpressions` requirement."""
+        topology = self._m.setdefault("nodeTopology", {})
+        requirement: dict[str, Any] = {"key": key, "operator": operator}
+        if values:
+            requirement["values"] = list(values)
+        topology.setdefault("matchExpressions", []).append(requirement)
+        return self
+
+    def obj(self) -> CSIStorageCapacity:
+        return decode(self.manifest(), CSIStorageCapacity)
+
+
 def make_pvc(name: str, namespace: str = "default") -> ClaimBuilder:
     """A ReadWriteOnce claim for 1Gi (no class: change with the methods)."""
     return ClaimBuilder(name, namespace)
@@ -247,3 +324,14 @@ def make_storage_class(name: str) -> StorageClassBuilder:
 def make_csi_node(name: str) -> CSINodeBuilder:
     """The CSINode of node `name`; add drivers with `.driver(name, count)`."""
     return CSINodeBuilder(name)
+
+
+def make_csi_driver(name: str) -> CSIDriverBuilder:
+    """The CSIDriver `name`, with `storageCapacity: true` unless told."""
+    return CSIDriverBuilder(name)
+
+
+def make_capacity(name: str, namespace: str = "kube-system") -> CapacityBuilder:
+    """A CSIStorageCapacity without class, size or topology: give them with the methods
+    (without `nodeTopology` it reaches no node)."""
+    return CapacityBuilder(name, namespace)

@@ -2,8 +2,8 @@
 and how VolumeBinding's decisions (`BindVolumes`) are written.
 
 Watched (list+watch, into the scheduler's `VolumeCatalog`): PersistentVolumeClaims,
-PersistentVolumes, StorageClasses, CSINodes. A malformed object is reported (event,
-log line, metric) and left out; the others apply.
+PersistentVolumes, StorageClasses, CSINodes, CSIDrivers and CSIStorageCapacities. A
+malformed object is reported (event, log line, metric) and left out; the others apply.
 
 Written (`VolumeWriter`), as kube-scheduler's volume binder writes them, before the
 pod's Binding:
@@ -28,7 +28,9 @@ from typing import Any, Protocol
 from shoal.api.volumes import (
     ANNOTATION_BOUND_BY_CONTROLLER,
     ANNOTATION_SELECTED_NODE,
+    CSIDriver,
     CSINode,
+    CSIStorageCapacity,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
@@ -48,7 +50,9 @@ class _Intake(Protocol):
 
 
 __all__ = [
+    "CSI_DRIVERS",
     "CSI_NODES",
+    "CSI_STORAGE_CAPACITIES",
     "PVCS",
     "PVS",
     "STORAGE_CLASSES",
@@ -64,6 +68,10 @@ STORAGE_CLASSES = ResourceKind(
     "storage.k8s.io", "v1", "storageclasses", "StorageClass", False, StorageClass
 )
 CSI_NODES = ResourceKind("storage.k8s.io", "v1", "csinodes", "CSINode", False, CSINode)
+CSI_DRIVERS = ResourceKind("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False, CSIDriver)
+CSI_STORAGE_CAPACITIES = ResourceKind(
+    "storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", True, CSIStorageCapacity
+)
 
 
 def _upsert(backend: _Intake, obj: Any, raw: JSON) -> None:
@@ -80,7 +88,10 @@ def _remover(kind: ResourceKind) -> Callable[[_Intake, str, str], None]:
 # (kind, upsert, remove) for the backend's WATCHED list.
 VOLUME_KINDS: list[
     tuple[ResourceKind, Callable[[_Intake, Any, JSON], None], Callable[..., None]]
-] = [(kind, _upsert, _remover(kind)) for kind in (PVCS, PVS, STORAGE_CLASSES, CSI_NODES)]
+] = [
+    (kind, _upsert, _remover(kind))
+    for kind in (PVCS, PVS, STORAGE_CLASSES, CSI_NODES, CSI_DRIVERS, CSI_STORAGE_CAPACITIES)
+]
 
 
 class VolumeWriter:

@@ -1,8 +1,9 @@
 """Volumes against a real kube-apiserver: VolumeBinding's selected-node annotation and
-static binding, VolumeZone, NodeVolumeLimits.
+static binding, its wait for the claims to be bound, VolumeZone, NodeVolumeLimits.
 
-The kit has no controller manager, so no PersistentVolume controller: the tests set
-what it would (a volume's Available phase, a claim's volumeName) themselves.
+The kit has no controller manager, so no PersistentVolume controller and no
+provisioner: the tests set what they would (a volume's Available phase, a claim's
+volumeName) themselves, or run `shoal.testing.volume_controller`'s stand-in.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kubehelpers import async_test
 from shoal.api.volumes import ANNOTATION_SELECTED_NODE
 from shoal.drivers.kube.resources import NODES
 from shoal.drivers.kube.volumes import CSI_NODES, PVCS, PVS, STORAGE_CLASSES
+from shoal.testing.volume_controller import volume_controller
 
 JSON = dict[str, Any]
 ZONE = "topology.kubernetes.io/zone"
@@ -111,7 +113,10 @@ async def test_wait_for_first_consumer_writes_the_chosen_node_on_the_claim(
         )
         await claim(s, "cache", local)
         await pod_with_claims(s, "web", "cache")
-        async with s.shoal(s.options("wffc")):
+        async with (
+            volume_controller(control_plane["KUBECONFIG"], s.name) as stand_in,
+            s.shoal(s.options("wffc")),
+        ):
 
             async def bound() -> bool:
                 return len(await s.bound()) == 2
@@ -120,6 +125,9 @@ async def test_wait_for_first_consumer_writes_the_chosen_node_on_the_claim(
             placements = await s.bound()
             data = await s.get(PVCS.path(s.name, "data"))
             assert data is not None
+            # Bound only once its claim was provisioned there.
+            assert stand_in.provisioned == {"data": placements["db"]}
+            assert data["spec"]["volumeName"].startswith("pvc-")
             # The provisioner's cue: the node the pod went to.
             annotations = data["metadata"].get("annotations") or {}
             assert annotations[ANNOTATION_SELECTED_NODE] == placements["db"]
@@ -187,7 +195,10 @@ async def test_a_full_attach_limit_sends_the_pod_elsewhere_then_keeps_it_pending
         ebs = await storage_class(s, "ebs", driver)
         for i in range(3):
             await claim(s, f"d{i}", ebs)
-        async with s.shoal(s.options("attach")):
+        async with (
+            volume_controller(control_plane["KUBECONFIG"], s.name),
+            s.shoal(s.options("attach")),
+        ):
             for i in range(3):
                 await pod_with_claims(s, f"p{i}", f"d{i}")
 

@@ -32,7 +32,7 @@ STOCK: dict[str, Any] = {
                 "score": {"enabled": [{"name": "VolumeBinding", "weight": 2}]},
             },
             "pluginConfig": [
-                {"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 300}},
+                {"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 300, "shape": []}},
                 {
                     "name": "NodeResourcesFit",
                     "args": {"scoringStrategy": {"type": "MostAllocated"}},
@@ -60,10 +60,10 @@ def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> 
         "NodeDeclaredFeatures is not in Shoal (Shoal does not match pods against the "
         "features nodes declare); disabling it in profile 'shoal' changes nothing"
     )
-    # VolumeBinding is Shoal's now: its args load, and the one that changes nothing says so.
+    # VolumeBinding is Shoal's now: its args load (bindTimeoutSeconds is used), and the
+    # one that changes nothing says so.
     assert found["profiles[0].pluginConfig[0].args"] == (
-        "VolumeBinding's bindTimeoutSeconds is not used: Shoal's PreBind writes the volume "
-        "bindings and does not wait for the PersistentVolume controller"
+        "VolumeBinding's shape is not used: Shoal does not score nodes by storage capacity"
     )
     # The profile as it runs: without the plugins Shoal lacks, with the rest honoured.
     profile = config.profiles[0]

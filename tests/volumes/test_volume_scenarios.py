@@ -225,7 +225,9 @@ def test_a_claim_already_marked_for_a_node_pins_the_pod_there() -> None:
     )
     h.add_pods(make_pod("db").pvc("data"))
     assert h.run().placements == {"default/db": "n2"}
-    assert h.effects.volume_bindings == []  # nothing left to write
+    # Nothing left to write; the binding still waits for the claim to be provisioned.
+    [effect] = h.effects.volume_bindings
+    assert (effect.static, effect.provision, effect.provisioning) == ((), (), ("default/data",))
 
 
 def test_no_provisioner_and_no_volume_keeps_the_pod_pending() -> None:

@@ -17,6 +17,7 @@ from shoal.api.objects import LabelSelector, NodeSelector, ObjectMeta, Pod, Volu
 from shoal.api.quantity import QuantityError, to_units
 
 __all__ = [
+    "ANNOTATION_BIND_COMPLETED",
     "ANNOTATION_BOUND_BY_CONTROLLER",
     "ANNOTATION_SELECTED_NODE",
     "IN_TREE_CSI_DRIVERS",
@@ -42,6 +43,8 @@ Quantity = str | int | float
 
 ANNOTATION_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANNOTATION_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+# Set by the PersistentVolume controller once a claim's binding is complete.
+ANNOTATION_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 _BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 STORAGE = "storage"

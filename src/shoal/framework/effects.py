@@ -224,13 +224,19 @@ class BindVolumes:
     """VolumeBinding's PreBind for `pod` on `node`: bind each claim in `static` to its
     PersistentVolume (the volume's claimRef, as kube-scheduler writes it), and mark each
     claim in `provision` with the node (`volume.kubernetes.io/selected-node`) for its
-    provisioner. Keys are `namespace/name` of claims. A port carries these out before
-    the pod's own `Bind` (which fails if they did)."""
+    provisioner. Keys are `namespace/name` of claims. Then, as kube-scheduler's PreBind
+    does, wait up to `timeout` seconds (VolumeBinding's bindTimeoutSeconds) until every
+    one of those claims, and those in `provisioning` (marked for this node before), is
+    bound. A port carries these out before the pod's own `Bind`, which fails if they
+    did: a write refused, a claim's provisioning failed (its provisioner took the
+    node's mark away), a claim or volume gone, or the time up."""
 
     pod: PodInfo
     node: str
     static: tuple[tuple[str, str], ...] = ()  # (claim key, volume name)
     provision: tuple[str, ...] = ()
+    provisioning: tuple[str, ...] = ()
+    timeout: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

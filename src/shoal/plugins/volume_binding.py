@@ -32,16 +32,15 @@ usable volumes, not per node. Pods without claims skip the plugin.
 Reserve picks the volumes for the chosen node and assumes them in the `VolumeCatalog`
 (later pods see them taken); PreBind sends a `BindVolumes` effect (claimRef on the
 chosen volumes, `volume.kubernetes.io/selected-node` on claims to provision), which the
-port carries out before the pod is bound. Unlike kube-scheduler, PreBind does not wait
-for the PersistentVolume controller to finish the binding: the kubelet does not start
-the pod before its volumes are bound.
+port carries out before the pod is bound; as kube-scheduler's, it then waits (up to
+`bindTimeoutSeconds`) until the claims are bound, and the bind fails if a claim's
+provisioning failed there (`shoal.drivers.kube.volumes`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -98,8 +97,9 @@ _STATE = NAME
 
 
 class VolumeBindingArgs(BaseModel):
-    """kube's VolumeBindingArgs, accepted so stock configurations load. Neither field
-    changes what Shoal does (see `not_used`)."""
+    """kube's VolumeBindingArgs: `bindTimeoutSeconds`, how long PreBind waits for the
+    pod's claims to be bound (600 s, as kube); `shape` is accepted so stock
+    configurations load, and not used (see `not_used`)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
@@ -110,11 +110,6 @@ class VolumeBindingArgs(BaseModel):
 
     def not_used(self) -> list[str]:
         notes = []
-        if "bind_timeout_seconds" in self.model_fields_set:
-            notes.append(
-                "VolumeBinding's bindTimeoutSeconds is not used: Shoal's PreBind writes the "
-                "volume bindings and does not wait for the PersistentVolume controller"
-            )
         if self.shape is not None:
             notes.append(
                 "VolumeBinding's shape is not used: Shoal does not score nodes by storage capacity"
@@ -160,8 +155,9 @@ class VolumeBinding:
     # Its verdict on a node does not depend on the pods there.
     preemption_local = True
 
-    def __init__(self, handle: Handle) -> None:
+    def __init__(self, handle: Handle, bind_timeout_seconds: float = 600.0) -> None:
         self.handle = handle
+        self.bind_timeout_seconds = bind_timeout_seconds
         self.catalog = VolumeCatalog.of(handle)
         self.index = VolumeIndex(self.catalog, handle.snapshot)
         self.capacity = StorageCapacityIndex(self.catalog, handle.snapshot)
@@ -420,11 +416,14 @@ class VolumeBinding:
         if not bindings:
             return Status()
         static = tuple((b.claim, b.volume) for b in bindings if b.volume)
-        provision = tuple(
-            b.claim for b in bindings if not b.volume and self._needs_mark(b.claim, node)
+        to_provision = [b.claim for b in bindings if not b.volume]
+        provision = tuple(c for c in to_provision if self._needs_mark(c, node))
+        provisioning = tuple(c for c in to_provision if c not in provision)
+        self.handle.effects.emit(
+            BindVolumes(
+                pod, node, static, provision, provisioning, float(self.bind_timeout_seconds)
+            )
         )
-        if static or provision:
-            self.handle.effects.emit(BindVolumes(pod, node, static, provision))
         return Status()
 
     def _needs_mark(self, claim: str, node: str) -> bool:
@@ -445,5 +444,6 @@ class VolumeBinding:
         ]
 
     @classmethod
-    def new(cls, args: Any, handle: Handle) -> VolumeBinding:
-        return cls(handle)
+    def new(cls, args: VolumeBindingArgs | None, handle: Handle) -> VolumeBinding:
+        timeout = args.bind_timeout_seconds if args is not None else 600
+        return cls(handle, float(timeout))

@@ -258,3 +258,32 @@ def test_malformed_capacities_name_the_object_and_the_field() -> None:
     with pytest.raises(ManifestError) as caught:
         make_capacity("bad-op").storage_class("lvm").on_expression(ZONE, "Near", "a").obj()
     assert "CSIStorageCapacity kube-system/bad-op" in str(caught.value)
+
+
+def test_the_index_follows_many_changes_across_log_compactions() -> None:
+    h = local_storage(None, None, None)
+    plugin = next(
+        p
+        for p in h.scheduler.profiles["default-scheduler"].plugins.all()
+        if p.name == "VolumeBinding"
+    )
+    catalog = VolumeCatalog.of(h.scheduler.handle)
+    claim = make_pvc("data").storage_class("lvm").request("5Gi").obj()
+    epoch = catalog.capacity_changes.epoch
+    for round_ in range(400):
+        for i in range(3):
+            free = f"{1 + (round_ + i) % 9}Gi"
+            h.add_storage(
+                make_capacity(f"cap-n{i}")
+                .storage_class("lvm")
+                .capacity(free)
+                .on_label(NODE_KEY, f"n{i}")
+            )
+        if round_ % 50 == 0:
+            plugin.capacity.rows(claim, catalog.classes["lvm"])  # type: ignore[attr-defined]
+    h.delete_storage("CSIStorageCapacity", "cap-n2", "kube-system")
+    assert catalog.capacity_changes.epoch > epoch
+    rows = plugin.capacity.rows(claim, catalog.classes["lvm"])  # type: ignore[attr-defined]
+    # Round 399: n0 has 1 + 399 % 9 = 4Gi, n1 5Gi; n2's capacity is gone.
+    names = h.scheduler.cluster.table.names
+    assert {str(names[r]) for r in range(len(rows)) if rows[r]} == {"n1"}

@@ -67,7 +67,7 @@ def test_the_index_follows_many_updates_across_log_compactions() -> None:
     catalog = VolumeCatalog.of(h.scheduler.handle)
     index = VolumeIndex(catalog, h.scheduler.snapshot)
     claim = make_pvc("c").storage_class("local").request("5Gi").obj()
-    epoch = catalog.volume_epoch
+    epoch = catalog.volume_changes.epoch
     # Far more updates than the log keeps: the index must end up exactly right.
     for round_ in range(400):
         for i in range(3):
@@ -76,7 +76,7 @@ def test_the_index_follows_many_updates_across_log_compactions() -> None:
         if round_ % 50 == 0:
             index.candidates(claim)  # follow part of the way
     h.delete_storage("PersistentVolume", "v2")
-    assert catalog.volume_epoch > epoch
+    assert catalog.volume_changes.epoch > epoch
     found = [index.volume(int(s)).metadata.name for s in index.candidates(claim)]
     expected = sorted(
         (v for v in catalog.volumes.values() if v.capacity >= claim.request),

@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 
 from shoal.api.selectors import SelectorKey, selector_key
 from shoal.api.volumes import STORAGE, CSIStorageCapacity, PersistentVolumeClaim, StorageClass
+from shoal.cache.change_log import LogReader
 from shoal.cache.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ class StorageCapacityIndex:
     def __init__(self, catalog: VolumeCatalog, nodes: Snapshot) -> None:
         self.catalog = catalog
         self.nodes = nodes
-        self._epoch = -1
-        self._log_pos = 0
+        self._reader = LogReader()
         self._reset()
         # (class, size) -> rows; valid for `_key`.
         self._answers: dict[tuple[str, int], NDArray[np.bool_]] = {}
@@ -91,18 +91,11 @@ class StorageCapacityIndex:
     # ---- following the catalog ------------------------------------------------------
 
     def _sync(self) -> None:
-        catalog = self.catalog
-        if catalog.capacity_epoch != self._epoch:
+        rebuild, keys = self._reader.read(self.catalog.capacity_changes, self.catalog.capacities)
+        if rebuild:
             self._reset()
-            self._epoch = catalog.capacity_epoch
-            for key in catalog.capacities:
-                self._update(key)
-            self._log_pos = len(catalog.capacity_log)
-            return
-        log = catalog.capacity_log
-        for key in log[self._log_pos :]:
+        for key in keys:
             self._update(key)
-        self._log_pos = len(log)
 
     def _update(self, key: str) -> None:
         capacity = self.catalog.capacities.get(key)

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from shoal.api.objects import NodeSelector
 from shoal.api.selectors import label_selector_matches
 from shoal.api.volumes import PersistentVolume, PersistentVolumeClaim, claim_class
+from shoal.cache.change_log import LogReader
 from shoal.cache.labels import MISSING
 from shoal.cache.snapshot import Snapshot
 
@@ -57,8 +58,7 @@ class VolumeIndex:
     def __init__(self, catalog: VolumeCatalog, nodes: Snapshot) -> None:
         self.catalog = catalog
         self.nodes = nodes
-        self._epoch = -1
-        self._log_pos = 0
+        self._reader = LogReader()
         self._reset()
 
     def _reset(self) -> None:
@@ -91,19 +91,11 @@ class VolumeIndex:
     # ---- following the catalog ---------------------------------------------------------
 
     def sync(self) -> None:
-        catalog = self.catalog
-        if catalog.volume_epoch != self._epoch:
+        rebuild, names = self._reader.read(self.catalog.volume_changes, self.catalog.volumes)
+        if rebuild:
             self._reset()
-            self._epoch = catalog.volume_epoch
-            self._log_pos = 0
-            for name in catalog.volumes:
-                self._update(name)
-            self._log_pos = len(catalog.volume_log)
-            return
-        log = catalog.volume_log
-        for name in log[self._log_pos :]:
+        for name in names:
             self._update(name)
-        self._log_pos = len(log)
 
     def _update(self, name: str) -> None:
         volume = self.catalog.volumes.get(name)

@@ -46,6 +46,7 @@ from shoal.api.volumes import (
     claim_class,
     pod_claims,
 )
+from shoal.cache.change_log import ChangeLog
 from shoal.cache.cluster import ClusterState, observer_service
 
 __all__ = ["ClaimBinding", "VolumeCatalog"]
@@ -83,20 +84,16 @@ class VolumeCatalog:
         self.classes: dict[str, StorageClass] = {}
         self.csi_nodes: dict[str, CSINode] = {}
         # Storage capacity tracking: CSIDrivers by name, CSIStorageCapacities by
-        # namespace/name; `capacity_version` is bumped when either changes. Keys of the
-        # capacities changed since `capacity_epoch` began, in order (followed by
-        # StorageCapacityIndex), as for volumes.
+        # namespace/name; `capacity_version` is bumped when either changes. The keys of
+        # changed capacities, in order, are followed by StorageCapacityIndex.
         self.csi_drivers: dict[str, CSIDriver] = {}
         self.capacities: dict[str, CSIStorageCapacity] = {}
         self.capacity_version = 0
-        self.capacity_log: list[str] = []
-        self.capacity_epoch = 0
+        self.capacity_changes = ChangeLog()
         # Bumped on every change (plugins cache derived masks against it).
         self.version = 0
-        # Names of volumes changed since `volume_epoch` began, in order (followed by
-        # VolumeIndex); compacted by starting a new epoch.
-        self.volume_log: list[str] = []
-        self.volume_epoch = 0
+        # Names of changed volumes, in order (followed by VolumeIndex).
+        self.volume_changes = ChangeLog()
         # Assumed at Reserve: volume -> claim key, claim key -> selected node.
         self.assumed_volume: dict[str, str] = {}
         self.assumed_node: dict[str, str] = {}
@@ -137,10 +134,7 @@ class VolumeCatalog:
             self._recount([key])  # kube counts only claims it can look up
 
     def _volume_changed(self, name: str) -> None:
-        if len(self.volume_log) > 1024 + 4 * len(self.volumes):
-            self.volume_log = []
-            self.volume_epoch += 1
-        self.volume_log.append(name)
+        self.volume_changes.changed(name, len(self.volumes))
 
     def upsert_volume(self, volume: PersistentVolume) -> None:
         name = volume.metadata.name
@@ -209,10 +203,7 @@ class VolumeCatalog:
         self._capacity_changed(key)
 
     def _capacity_changed(self, key: str) -> None:
-        if len(self.capacity_log) > 1024 + 4 * len(self.capacities):
-            self.capacity_log = []
-            self.capacity_epoch += 1
-        self.capacity_log.append(key)
+        self.capacity_changes.changed(key, len(self.capacities))
         self.capacity_version += 1
         self.version += 1
 

@@ -183,6 +183,7 @@ class GpuDevices:
         self.assigned: dict[str, Assignment] = {}
         self.allocated_milli = 0
         self._plan: tuple[str, NDArray[np.intp], NDArray[np.int64]] | None = None
+        self._chooser: tuple[str, Callable[[int], tuple[int, ...]]] | None = None
         # Row -> GPU requests of the nominated pods a pod must leave room for (set by
         # the cache, which holds the nominations; GpuShare's Filter and
         # `_around_nominated` read it).
@@ -324,16 +325,25 @@ class GpuDevices:
         `choice[i]` holds the device indices for `rows[i]`. Replaces any earlier plan."""
         self._plan = (uid, rows, choice.reshape(len(rows), -1))
 
+    def choose_with(self, uid: str, choose: Callable[[int], tuple[int, ...]]) -> None:
+        """A policy's device rule for the pod, asked for the row it is placed on when no
+        plan covers that row (the chosen row only: also when the only feasible node is
+        chosen without scoring). Replaces any earlier rule."""
+        self._chooser = (uid, choose)
+
     def _planned(self, row: int, pod: PodInfo) -> tuple[int, ...] | None:
         plan = self._plan
-        if plan is None or plan[0] != pod.uid:
-            return None
-        self._plan = None
-        rows, choice = plan[1], plan[2]
-        i = int(np.searchsorted(rows, row))
-        if i >= len(rows) or rows[i] != row:
-            return None
-        return tuple(int(d) for d in choice[i])
+        if plan is not None and plan[0] == pod.uid:
+            self._plan = None
+            rows, choice = plan[1], plan[2]
+            i = int(np.searchsorted(rows, row))
+            if i < len(rows) and rows[i] == row:
+                return tuple(int(d) for d in choice[i])
+        chooser = self._chooser
+        if chooser is not None and chooser[0] == pod.uid:
+            self._chooser = None
+            return chooser[1](row)
+        return None
 
     def takes(self, row: int, request: GpuRequest) -> tuple[int, int]:
         """(milli, MiB) the request takes on each of its devices on this row: a share
@@ -343,6 +353,12 @@ class GpuDevices:
         rounded up (more than a device when the node's device memory is unknown: it
         cannot be placed there)."""
         return _takes(request, int(self.mem[row]))
+
+    def takes_rows(
+        self, rows: NDArray[np.intp], request: GpuRequest
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """`takes` for each of `rows` at once."""
+        return _takes_per_node(request, self.mem[rows])
 
     def default_choice(self, row: int, request: GpuRequest) -> tuple[int, ...]:
         """Tightest-fitting devices for a share, lowest-index free devices otherwise."""

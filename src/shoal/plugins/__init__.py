@@ -20,6 +20,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     gpu_fgd,
     gpu_frag_blend,
     gpu_frag_guard,
+    gpu_hami_policy,
     gpu_packing,
     gpu_random,
     gpu_share,
@@ -92,6 +93,9 @@ IN_TREE: dict[str, PluginSpec] = {
     gpu_dot_product.NAME: PluginSpec(gpu_dot_product.GpuDotProduct.new),
     gpu_clustering.NAME: PluginSpec(gpu_clustering.GpuClustering.new),
     gpu_packing.NAME: PluginSpec(gpu_packing.GpuPacking.new),
+    gpu_hami_policy.NAME: PluginSpec(
+        gpu_hami_policy.GpuHamiPolicy.new, gpu_hami_policy.GpuHamiPolicyArgs
+    ),
     gpu_best_fit.NAME: PluginSpec(gpu_best_fit.GpuBestFit.new),
     gpu_fgd.NAME: PluginSpec(gpu_fgd.GpuFragmentation.new, gpu_fgd.GpuFragmentationArgs),
     gpu_frag_blend.NAME: PluginSpec(

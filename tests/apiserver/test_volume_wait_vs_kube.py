@@ -4,8 +4,9 @@ A pod's WaitForFirstConsumer claim is provisioned by a stand-in for the provisio
 the PersistentVolume controller (the kit has neither) that takes 2 s, and whose first
 attempt fails: it takes the claim's `volume.kubernetes.io/selected-node` away, as
 external-provisioner does so that the scheduler places the pod again. Both schedulers
-must bind the pod only once its claim is bound, and must notice the failed attempt and
-mark the claim again.
+must bind the pod only once its claim is bound, must say where the pod is going
+meanwhile (`status.nominatedNodeName`, kube's NominatedNodeNameForExpectation), and must
+notice the failed attempt and mark the claim again.
 
 Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see conftest.py).
 """
@@ -35,6 +36,7 @@ async def test_the_pod_is_bound_after_its_claim_and_a_failed_provisioning_is_ret
         dynamic = await storage_class(s, "dynamic", "csi.example.com")
         await claim(s, "data", dynamic)
         early: list[str] = []
+        nominated: set[str] = set()  # nominatedNodeName seen while the pod was unbound
 
         async def bound_before_its_claim() -> None:
             while True:
@@ -42,6 +44,9 @@ async def test_the_pod_is_bound_after_its_claim_and_a_failed_provisioning_is_ret
                 data = await s.get(PVCS.path(s.name, "data")) or {}
                 if pod_bound and not (data.get("spec") or {}).get("volumeName"):
                     early.append("the pod was bound before its claim")
+                pod = (await s.pods()).get("db") or {}
+                if not (pod.get("spec") or {}).get("nodeName"):
+                    nominated.add((pod.get("status") or {}).get("nominatedNodeName", ""))
                 await asyncio.sleep(0.1)
 
         watcher = asyncio.ensure_future(bound_before_its_claim())
@@ -60,6 +65,11 @@ async def test_the_pod_is_bound_after_its_claim_and_a_failed_provisioning_is_ret
                 await wait_for(bound, timeout=80, what="the pod bound")
                 assert stand_in.failures == [("data", node)]
                 assert stand_in.provisioned == {"data": node}
+            pod = (await s.pods())["db"]
         finally:
             watcher.cancel()
         assert not early
+        # While PreBind waited, the pod named its node (NominatedNodeNameForExpectation,
+        # on by default since 1.35); the API server cleared it at binding.
+        assert node in nominated, nominated
+        assert not (pod.get("status") or {}).get("nominatedNodeName")

@@ -123,10 +123,19 @@ async def test_the_binding_waits_until_the_claim_is_provisioned(tmp_path: Path) 
                 return SELECTED in ((data.get("metadata") or {}).get("annotations") or {})
 
             await eventually(marked, what="the claim marked for n1")
+
+            def nominated() -> str:
+                db = api.get("", "pods", "default", "db") or {}
+                return str((db.get("status") or {}).get("nominatedNodeName", ""))
+
+            # Meanwhile the pod says where it is going (kube's NominatedNodeName for
+            # expectation), and the API server clears that at binding.
+            await eventually(lambda: nominated() == "n1", what="nominatedNodeName n1")
             await asyncio.sleep(0.8)  # provisioning takes 1.5 s: no Binding yet
             assert "default/db" not in bound_pods(api)
             await eventually(lambda: "default/db" in bound_pods(api), timeout=20, what="bound")
             assert stand_in.provisioned == {"data": "n1"}
+            assert nominated() == ""
         data = api.get("", "persistentvolumeclaims", "default", "data")
         assert data is not None and data["spec"]["volumeName"].startswith("pvc-")
         # The claim was bound (by the stand-in) before the pod's Binding was sent.

@@ -38,6 +38,7 @@ from shoal.cache.volumes import VolumeCatalog
 from shoal.framework.effects import (
     AllocateClaims,
     Bind,
+    BindingExpected,
     BindingStatus,
     BindOutcome,
     BindVolumes,
@@ -129,6 +130,7 @@ class MemoryEffects:
         self.listeners: list[Callable[[Effect], None]] = []
         self.on_evicted: list[Callable[[PodInfo, str], None]] = []
         self.volume_bindings: list[BindVolumes] = []
+        self.binding_expected: list[BindingExpected] = []  # nominatedNodeName while binding
         self.claim_allocations: list[AllocateClaims] = []
         self.claim_deallocations: list[DeallocateClaim] = []
         self._echoes: deque[
@@ -184,6 +186,8 @@ class MemoryEffects:
             self.queue_status[effect.name] = effect
         elif isinstance(effect, BindingStatus):
             self.binding_status[effect.name] = effect
+        elif isinstance(effect, BindingExpected):
+            self.binding_expected.append(effect)
         elif isinstance(effect, BindVolumes):
             self.volume_bindings.append(effect)
             self._echoes.append(_VolumeEcho(effect))

@@ -11,9 +11,12 @@ the cluster (or the simulator's in-memory cluster) is an *effect* handed to the
   finishes the binding cycle then (or earlier, when the watch shows the pod bound).
   An ambiguous answer is not an outcome: the port reads the cluster until it knows,
   and the room stays held meanwhile;
-* `Nominate` (the preemptor's `status.nominatedNodeName`), `Evict` (preemption,
-  reclaim; with the reason the owner reads), `Unschedulable` (the PodScheduled=False
-  condition and the FailedScheduling event with kube's explanation), `Bound` and
+* `Nominate` (the preemptor's `status.nominatedNodeName`), `BindingExpected` (the node
+  a pod is about to be bound to, while PreBind work or a Permit wait delays its bind:
+  `status.nominatedNodeName` too, as kube-scheduler's NominatedNodeNameForExpectation),
+  `Evict` (preemption, reclaim; with the reason the owner reads), `Unschedulable` (the
+  PodScheduled=False condition and the FailedScheduling event with kube's explanation),
+  `Bound` and
   `BindFailed` (outcomes of a binding cycle, for events and for recorders),
   `GroupStatus`, `QueueStatus` and `BindingStatus` (the status of PodGroup, Queue and
   QueueBinding objects), `BindVolumes` (VolumeBinding's PreBind: claims bound to
@@ -48,6 +51,7 @@ __all__ = [
     "BindFailed",
     "BindOutcome",
     "BindVolumes",
+    "BindingExpected",
     "BindingStatus",
     "Bound",
     "ClaimAllocation",
@@ -69,6 +73,19 @@ __all__ = [
 
 class BindError(Exception):
     """Binding failed (conflict, pod deleted, API error); the pod is forgotten and retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindingExpected:
+    """`pod` is about to be bound to `node`, after PreBind work (claims to provision,
+    devices to allocate) or a Permit wait: a cluster says so in the pod's
+    `status.nominatedNodeName` meanwhile, as kube-scheduler does since 1.35
+    (NominatedNodeNameForExpectation), so that other components (cluster autoscaler,
+    Karpenter, other schedulers) count the pod on that node. The API server clears it
+    when the pod is bound; a failed binding clears it too (with `BindFailed`)."""
+
+    pod: PodInfo
+    node: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +321,7 @@ class DeallocateClaim:
 Effect = (
     Bind
     | Nominate
+    | BindingExpected
     | Evict
     | Unschedulable
     | Bound

@@ -39,6 +39,7 @@ __all__ = [
     "PostFilterPlugin",
     "PostFilterResult",
     "PreBindPlugin",
+    "PreBindPreFlightPlugin",
     "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreScorePlugin",
@@ -203,9 +204,20 @@ class PermitPlugin(Plugin, Protocol):
 @runtime_checkable
 class PreBindPlugin(Plugin, Protocol):
     """Prepares the bind; what must reach the cluster first goes out as effects (e.g.
-    `BindVolumes`), carried out before the pod's `Bind`."""
+    `BindVolumes`), carried out before the pod's `Bind`. A PreBind plugin whose work
+    delays the bind should also be a `PreBindPreFlightPlugin`."""
 
     def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class PreBindPreFlightPlugin(Plugin, Protocol):
+    """kube's PreBindPreFlight: before PreBind, SUCCESS when this plugin's PreBind will
+    do work for the pod (writes that delay its bind), SKIP when it will not. When one
+    says SUCCESS (or the pod waits on Permit), the pod's `status.nominatedNodeName`
+    names the node meanwhile (`BindingExpected`). An error fails the binding cycle."""
+
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ from shoal.framework.interfaces import (
     EnqueueExtensions,
     NodeFilterStatuses,
     PostFilterResult,
+    PreBindPreFlightPlugin,
     ProfilePolicy,
     QueueSortPlugin,
     ScoreNormalizer,
@@ -325,6 +326,21 @@ class Framework:
         return Status(), 0.0, set()
 
     # ---- binding cycle -------------------------------------------------------------
+
+    def run_pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """SUCCESS when a PreBind plugin will do work for the pod (kube's
+        RunPreBindPreFlights), SKIP when none will, or the first failure."""
+        result = Status(Code.SKIP)
+        for plugin in (self.sampled_plugins if state.sampled else self.plugins).pre_bind:
+            if not isinstance(plugin, PreBindPreFlightPlugin):
+                continue
+            status = plugin.pre_bind_pre_flight(state, pod, node)
+            if status.code == Code.SKIP:
+                continue
+            if not status.ok:
+                return status.with_plugin(plugin.name)
+            result = Status()
+        return result
 
     def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         for plugin in (self.sampled_plugins if state.sampled else self.plugins).pre_bind:

@@ -849,6 +849,10 @@ class DynamicResources:
         if state.get(_RESERVED) is not None:
             state.delete(_RESERVED)
 
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """Work when the pod has claims to write (kube: any claim)."""
+        return Status() if state.get(_RESERVED) else Status(Code.SKIP)
+
     def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         claims: tuple[ClaimAllocation, ...] | None = state.get(_RESERVED)
         if claims:

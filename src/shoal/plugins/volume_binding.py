@@ -411,6 +411,12 @@ class VolumeBinding:
             self.catalog.revert(bindings)
             state.delete(_STATE + "/bindings")
 
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """Work (kube: unless all the pod's claims are bound): claims to bind or to
+        provision, whose binding PreBind waits for."""
+        bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
+        return Status() if bindings else Status(Code.SKIP)
+
     def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
         if not bindings:

@@ -30,7 +30,14 @@ from shoal.api.gpu import ANNOTATION_GPU_INDEX, format_gpu_index
 from shoal.api.podinfo import PodInfo
 from shoal.cache.device_plugin_writes import device_plugin_write
 from shoal.framework.cycle_state import CycleState
-from shoal.framework.effects import Bind, BindOutcome, Bound, annotate, annotations_of
+from shoal.framework.effects import (
+    Bind,
+    BindingExpected,
+    BindOutcome,
+    Bound,
+    annotate,
+    annotations_of,
+)
 from shoal.framework.extender import EXTENDER_NAME, Extender, binder_extenders
 from shoal.framework.handle import Handle, WaitingPod
 from shoal.framework.runtime import Framework
@@ -123,6 +130,9 @@ class BindingCycles:
             self.handle.waiting_pods.by_uid[pod.uid] = WaitingPod(
                 pod, node, now + timeout, waiting_on
             )
+            # kube's NominatedNodeNameForExpectation: a pod held at Permit says where
+            # it is going meanwhile.
+            self.effects.emit(BindingExpected(pod, node))
         else:
             self._ready.append(task)
             self._binding[pod.uid] = task  # tracked until its outcome is known
@@ -170,7 +180,15 @@ class BindingCycles:
                 annotate(task.state, key, value)
             task.note = written.note
         try:
-            status = fwk.run_pre_bind(task.state, pod, node)
+            status = fwk.run_pre_bind_pre_flight(task.state, pod, node)
+            if status.ok:
+                # PreBind will delay the bind (claims to provision, devices to write):
+                # the pod says where it is going meanwhile, as kube-scheduler's does.
+                self.effects.emit(BindingExpected(pod, node))
+            if status.code == Code.SKIP:
+                status = Status()
+            if status.ok:
+                status = fwk.run_pre_bind(task.state, pod, node)
             if status.ok:
                 if task.withdrawn:
                     status = Status(Code.UNSCHEDULABLE, task.withdrawn, plugin="Coscheduling")

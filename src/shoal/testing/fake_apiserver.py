@@ -641,6 +641,8 @@ class FakeApiServer:
         if annotations:
             new["metadata"].setdefault("annotations", {}).update(annotations)
         status = new.setdefault("status", {})
+        # As the real one since 1.35 (ClearingNominatedNodeNameAfterBinding).
+        status.pop("nominatedNodeName", None)
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conditions.append(
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()}

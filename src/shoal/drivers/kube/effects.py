@@ -51,6 +51,7 @@ from shoal.framework.effects import (
     AllocateClaims,
     Bind,
     BindFailed,
+    BindingExpected,
     BindingStatus,
     BindOutcome,
     BindVolumes,
@@ -186,6 +187,8 @@ class KubeEffects:
                 self.bindings.update(effect)
         elif isinstance(effect, Nominate):
             pass  # written with the preemptor's PodScheduled=False condition (Unschedulable)
+        elif isinstance(effect, BindingExpected):
+            self.status.set_nominated(effect.pod, effect.node)
 
     def _bound(self, pod: PodInfo, node: str, note: str = "") -> None:
         self.metrics.pod_scheduling_attempts.observe(max(1, pod.attempts))
@@ -204,7 +207,7 @@ class KubeEffects:
     ) -> None:
         reason = "SchedulerError" if status.code == Code.ERROR else "Unschedulable"
         message = message or status.message or "the pod could not be scheduled"
-        nominated = nominated or pod.pod.status.nominated_node_name
+        # nominated "": the pod's nominatedNodeName is left as it is.
         self.status.set_unschedulable(pod, reason, message, nominated)
         new = self.events.record(
             pod_ref(pod), "Warning", "FailedScheduling", "Scheduling", message, pod.scheduler_name
@@ -231,6 +234,9 @@ class KubeEffects:
         )
 
     def _bind_failed(self, pod: PodInfo, node: str, status: Status) -> None:
+        # kube clears nominatedNodeName when a binding cycle fails (set by
+        # `BindingExpected`, or the nomination preemption gave).
+        self.status.set_nominated(pod, "")
         message = f"Binding rejected: {status.message}" if status.message else "Binding rejected"
         # A warning, as the FailedScheduling event is: the pod goes back to the queue.
         log.warning(

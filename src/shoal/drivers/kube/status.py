@@ -231,9 +231,10 @@ class EventRecorder:
 class _StatusUpdate:
     key: str
     uid: str
-    reason: str
+    reason: str  # "": no PodScheduled condition to write, only the nomination
     message: str
-    nominated: str
+    nominated: str  # "": nominatedNodeName left as it is (unless `clear_nominated`)
+    clear_nominated: bool = False
 
 
 class PodStatusWriter:
@@ -256,9 +257,25 @@ class PodStatusWriter:
         self.skipped = 0
 
     def set_unschedulable(self, pod: PodInfo, reason: str, message: str, nominated: str) -> None:
-        if pod.key not in self._pending:
+        pending = self._pending.get(pod.key)
+        if pending is None:
             self._order.append(pod.key)
-        self._pending[pod.key] = _StatusUpdate(pod.key, pod.uid, reason, message, nominated)
+        update = _StatusUpdate(pod.key, pod.uid, reason, message, nominated)
+        if pending is not None and pending.uid == pod.uid and not nominated:
+            update.clear_nominated = pending.clear_nominated  # a clearing still owed
+        self._pending[pod.key] = update
+        self._wake.set()
+
+    def set_nominated(self, pod: PodInfo, node: str) -> None:
+        """`status.nominatedNodeName` = node ("": cleared), alone or with the pod's
+        pending condition update (kube's NominatedNodeNameForExpectation)."""
+        pending = self._pending.get(pod.key)
+        if pending is not None and pending.uid == pod.uid:
+            pending.nominated, pending.clear_nominated = node, not node
+        else:
+            if pending is None:
+                self._order.append(pod.key)
+            self._pending[pod.key] = _StatusUpdate(pod.key, pod.uid, "", "", node, not node)
         self._wake.set()
 
     async def run(self) -> None:
@@ -299,34 +316,35 @@ class PodStatusWriter:
             (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None
         )
         nominated_now = status.get("nominatedNodeName") or ""
-        unchanged = (
+        written: JSON = {}
+        if update.nominated and update.nominated != nominated_now:
+            written["nominatedNodeName"] = update.nominated
+        elif update.clear_nominated and not update.nominated and nominated_now:
+            written["nominatedNodeName"] = None  # removed
+        unchanged = not update.reason or (
             current is not None
             and current.get("status") == "False"
             and current.get("reason") == update.reason
             and current.get("message") == update.message
         )
-        if unchanged and (not update.nominated or update.nominated == nominated_now):
+        if unchanged and not written:
             return None
-        transition = (
-            current.get("lastTransitionTime")
-            if current is not None and current.get("status") == "False"
-            else None
-        ) or rfc3339()
-        condition: dict[str, Any] = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": update.reason,
-            "message": update.message,
-            "lastProbeTime": None,
-            "lastTransitionTime": transition,
-        }
-        body: JSON = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
-            "status": {"conditions": [condition]},
-        }
-        if update.nominated:
-            body["status"]["nominatedNodeName"] = update.nominated
-        return body
+        if not unchanged:
+            transition = (
+                current.get("lastTransitionTime")
+                if current is not None and current.get("status") == "False"
+                else None
+            ) or rfc3339()
+            condition: dict[str, Any] = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": update.reason,
+                "message": update.message,
+                "lastProbeTime": None,
+                "lastTransitionTime": transition,
+            }
+            written["conditions"] = [condition]
+        return {"metadata": {"resourceVersion": meta.get("resourceVersion", "")}, "status": written}
 
     async def _write(self, update: _StatusUpdate) -> None:
         body = self.patch_for(update, self.lookup(update.key))

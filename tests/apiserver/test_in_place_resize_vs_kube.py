@@ -2,7 +2,8 @@
 bound to n0 holds 3 of its 4 cpu; it is resized to 1 cpu through the `resize`
 subresource, but its status (written here, as the kubelet would) still says 3 are
 allocated: a 2-cpu pod must not go to n0 until the status says the resize is done. Both
-schedulers wait, then place it.
+schedulers wait, then place it. The same with the size at pod level (`spec.resources`,
+and the pod-level `status.allocatedResources` / `status.resources`).
 
 Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see conftest.py).
 """
@@ -17,7 +18,7 @@ from apihelpers import MERGE, Space, space, wait_for
 from kubehelpers import async_test
 from test_dra_vs_kube import scheduling
 
-from shoal.drivers.kube.resources import PODS
+from shoal.drivers.kube.resources import NODES, PODS
 
 
 async def _status(s: Space, name: str, cpu: str) -> None:
@@ -70,5 +71,59 @@ async def test_a_pod_resized_down_keeps_its_room_until_the_kubelet_says_so(
             await asyncio.sleep(4)  # it would have been bound by now
             assert "new" not in await s.bound()
             await _status(s, "big", "1")
+            await wait_for(placed, timeout=60, what="new bound once the resize is done")
+        assert (await s.bound())["new"] == n0
+
+
+async def _pod_level_status(s: Space, name: str, cpu: str) -> None:
+    """What the kubelet writes once it has allocated and actuated `cpu` for the whole
+    pod (pod-level in-place resize, InPlacePodLevelResourcesVerticalScaling)."""
+    resources = {"cpu": cpu, "memory": "64Mi"}
+    body = {
+        "status": {
+            "phase": "Running",
+            "allocatedResources": resources,
+            "resources": {"requests": resources},
+        }
+    }
+    path = PODS.path(s.name, name=name, subresource="status")
+    await s.client.request("PATCH", path, body=body, content_type=MERGE)
+
+
+@pytest.mark.parametrize("scheduler", ["shoal", "kube-scheduler"])
+@async_test(timeout=110)
+async def test_a_pod_level_resize_down_keeps_its_room_until_the_kubelet_says_so(
+    control_plane: dict[str, str], tmp_path: Path, scheduler: str
+) -> None:
+    async with space(control_plane["KUBECONFIG"], "podresize") as s:
+        (n0,) = [await s.add_node("n0")]
+        # The API server lets a pod-level resize through only on a node that declares
+        # the feature (NodeDeclaredFeatures, beta in 1.36), as its kubelet would.
+        declared = {"status": {"declaredFeatures": ["InPlacePodLevelResourcesVerticalScaling"]}}
+        await s.client.request(
+            "PATCH", NODES.path(name=n0, subresource="status"), body=declared, content_type=MERGE
+        )
+        big = s.pod("big", "3", node_name=n0)
+        # The pod's size at pod level (spec.resources); its container asks nothing.
+        big["spec"]["resources"] = {"requests": {"cpu": "3", "memory": "64Mi"}}
+        del big["spec"]["containers"][0]["resources"]
+        await s.client.request("POST", PODS.path(s.name), body=big)
+        await _pod_level_status(s, "big", "3")
+        resize = {"spec": {"resources": {"requests": {"cpu": "1"}}}}
+        await s.client.request(
+            "PATCH",
+            PODS.path(s.name, name="big", subresource="resize"),
+            body=resize,
+            content_type="application/strategic-merge-patch+json",
+        )
+        await s.client.request("POST", PODS.path(s.name), body=s.pod("new", "2"))
+
+        async def placed() -> bool:
+            return "new" in await s.bound()
+
+        async with scheduling(control_plane, s, tmp_path, scheduler, "podresize"):
+            await asyncio.sleep(4)  # it would have been bound by now
+            assert "new" not in await s.bound()
+            await _pod_level_status(s, "big", "1")
             await wait_for(placed, timeout=60, what="new bound once the resize is done")
         assert (await s.bound())["new"] == n0

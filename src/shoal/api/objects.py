@@ -536,6 +536,11 @@ class PodStatus(_Base):
     # an empty list per copy of every pod would be allocated and tracked by the GC.
     container_statuses: tuple[ContainerStatus, ...] = ()
     init_container_statuses: tuple[ContainerStatus, ...] = ()
+    # Pod-level in-place resize (InPlacePodLevelResourcesVerticalScaling, beta in 1.36):
+    # what the kubelet allocated to the pod and actuated in its cgroup (None: not
+    # reported, as for nearly every pending pod; see `shoal.api.podinfo.pod_requests`).
+    resources: StatusResources | None = None
+    allocated_resources: dict[str, Quantity] | None = None
     resource_claim_statuses: list[PodResourceClaimStatus] = []
     extended_resource_claim_status: PodExtendedResourceClaimStatus | None = None
 

@@ -144,6 +144,23 @@ def _status_resources(pod: Pod) -> dict[str, tuple[ResourceList, ResourceList | 
     return found or None
 
 
+def _pod_status_resources(pod: Pod) -> tuple[ResourceList | None, ResourceList | None]:
+    """(allocated, actuated requests) the kubelet reports for the whole pod
+    (`status.allocatedResources`, `status.resources.requests`; None where not reported
+    or not readable: never refused)."""
+    status = pod.status
+    allocated: ResourceList | None = None
+    actuated: ResourceList | None = None
+    try:
+        if status.allocated_resources is not None:
+            allocated = parse_resource_list(status.allocated_resources)
+        if status.resources is not None and status.resources.requests:
+            actuated = parse_resource_list(status.resources.requests)
+    except ValueError:
+        return None, None
+    return allocated, actuated
+
+
 def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
     """Effective requests and the non-zero (cpu, memory) used by scoring plugins, as
     kube-scheduler computes them (component-helpers' PodRequests with status resources):
@@ -152,14 +169,29 @@ def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
     * a pod being resized in place counts the most of what its spec asks, what the
       kubelet allocated and what it actuated, per resource (a pod resized down keeps its
       old size until the kubelet has made it so); with the resize Infeasible, only the
-      last two (the spec's new size will not be given);
-    * pod-level requests (cpu, memory, hugepages) replace the containers' sum;
+      last two (the spec's new size will not be given). The kubelet's pod-level figures
+      (`status.allocatedResources` and `status.resources.requests`, both reported) stand
+      for the containers' when present, else the containers' statuses count;
+    * pod-level requests (cpu, memory, hugepages) replace the containers' sum; while
+      such a pod is resized in place (InPlacePodLevelResourcesVerticalScaling), the
+      most of its spec, the pod-level resources the kubelet actuated and those it
+      allocated, overhead taken off both (the spec's not when Infeasible);
     * overhead comes on top.
     """
     spec = pod.spec
     total, (nz_cpu, nz_mem) = _aggregate(spec, _container_requests)
+    pod_allocated, pod_actuated = _pod_status_resources(pod)
     statuses = _status_resources(pod)
-    if statuses is not None:
+    if pod_allocated is not None and pod_actuated is not None:
+        # The pod-level maps already add up every container (kube's
+        # AggregateContainerRequests with InPlacePodLevelResourcesVerticalScaling).
+        if resize_infeasible(pod):
+            total, (nz_cpu, nz_mem) = {}, (0, 0)
+        for other in (pod_allocated, pod_actuated):
+            max_into(total, other)
+            nz_cpu = max(nz_cpu, other.get(CPU, 0))
+            nz_mem = max(nz_mem, other.get(MEMORY, 0))
+    elif statuses is not None:
         infeasible = resize_infeasible(pod)
 
         def allocated(container: Container) -> ResourceList | None:
@@ -181,6 +213,8 @@ def pod_requests(pod: Pod) -> tuple[ResourceList, tuple[int, int]]:
             max_into(total, other)
             nz_cpu, nz_mem = max(nz_cpu, c), max(nz_mem, m)
     pod_level = _pod_level_requests(spec, total)
+    if pod_level and (pod_allocated is not None or pod_actuated is not None):
+        pod_level = _pod_level_effective(pod, pod_level, pod_allocated, pod_actuated)
     if pod_level:
         # kube's PodRequests: pod-level requests (cpu, memory, hugepages) replace what
         # the containers add up to, for scheduling and for scoring alike.
@@ -207,6 +241,33 @@ def _host_ports(spec: PodSpec) -> tuple[HostPort, ...]:
         for p in c.ports
         if p.host_port > 0 or (spec.host_network and p.container_port > 0)
     )
+
+
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def _pod_level_effective(
+    pod: Pod,
+    requested: ResourceList,
+    allocated: ResourceList | None,
+    actuated: ResourceList | None,
+) -> ResourceList:
+    """kube's effectivePodLevelResources: the most of the pod-level requests and of what
+    the kubelet actuated and allocated for the pod (overhead taken off those, as they
+    include it), per pod-level resource; the requests do not count when the resize is
+    Infeasible."""
+    overhead = parse_resource_list(pod.spec.overhead)
+    effective: ResourceList = {} if resize_infeasible(pod) else dict(requested)
+    for reported in (actuated, allocated):
+        if reported is None:
+            continue
+        less = {name: amount - overhead.get(name, 0) for name, amount in reported.items()}
+        max_into(effective, less)
+    return {
+        name: amount
+        for name, amount in effective.items()
+        if name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
+    }
 
 
 def _pod_level_requests(spec: PodSpec, containers: ResourceList) -> ResourceList:
@@ -360,6 +421,8 @@ def _same_resources(old_pod: Pod, new_pod: Pod) -> bool:
         and old.resources == new.resources
         and before.container_statuses == after.container_statuses
         and before.init_container_statuses == after.init_container_statuses
+        and before.allocated_resources == after.allocated_resources
+        and before.resources == after.resources
         and resize_infeasible(old_pod) == resize_infeasible(new_pod)
     )
 

@@ -650,9 +650,9 @@ class Intake:
 def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
     """What of a pod the scheduler reads: spec, labels, annotations, deletion, phase,
     the ResourceClaims made for it, the resources the kubelet allocated and actuated
-    for its containers and whether a resize is infeasible (in-place resize: see
-    `shoal.api.podinfo.pod_requests`). Other status conditions, nominations and
-    resourceVersions are not."""
+    for its containers and for the whole pod, and whether a resize is infeasible
+    (in-place resize: see `shoal.api.podinfo.pod_requests`). Other status conditions,
+    nominations and resourceVersions are not."""
     meta = raw.get("metadata") or {}
     status = raw.get("status") or {}
     return (
@@ -665,6 +665,8 @@ def _scheduling_relevant(raw: JSON) -> tuple[object, ...]:
         _container_resources(status.get("containerStatuses")),
         _container_resources(status.get("initContainerStatuses")),
         _resize_pending(status.get("conditions")),
+        status.get("allocatedResources"),
+        status.get("resources"),
     )
 
 

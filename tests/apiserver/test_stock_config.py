@@ -1,7 +1,7 @@
 """The configuration the stock kube-scheduler writes (`--write-config-to`, v1.36 from
-../shared/k8s) is accepted by `shoal validate-config` and runs: what Shoal lacks
-(NodeDeclaredFeatures, the workload placement points) is warned
-about, never refused; the args' `apiVersion`/`kind` are taken as kube takes them.
+../shared/k8s) is accepted by `shoal validate-config` and runs: what Shoal lacks (the
+workload placement points) is warned about, never refused; the args' `apiVersion`/`kind`
+are taken as kube takes them.
 
 Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see conftest.py).
 """
@@ -45,8 +45,12 @@ async def test_the_stock_kube_scheduler_configuration_validates_and_runs(
     path = _stock_config(control_plane, tmp_path / "kube-scheduler.yaml")
     result = CliRunner().invoke(app, ["validate-config", str(path)])
     assert result.exit_code == 0, result.output
-    assert "NodeDeclaredFeatures is not in Shoal" in result.output
-    for known in ("DynamicResources", "ImageLocality", "VolumeRestrictions"):
+    for known in (
+        "DynamicResources",
+        "ImageLocality",
+        "VolumeRestrictions",
+        "NodeDeclaredFeatures",
+    ):
         assert f"{known} is not in Shoal" not in result.output
 
     async with space(control_plane["KUBECONFIG"], "stockcfg") as s:

@@ -51,14 +51,14 @@ def warnings_of(raw: dict[str, Any]) -> dict[str, str]:
 def test_a_stock_config_with_plugins_shoal_lacks_is_accepted_with_warnings() -> None:
     config = parse_config(STOCK, registry=default_registry())
     found = {w.path: w.message for w in config.warnings}
+    # NodeDeclaredFeatures is Shoal's now: disabling it is an ordinary disable.
     assert set(found) == {
-        "profiles[0].plugins.multiPoint.disabled[0].name",
         "profiles[0].plugins.multiPoint.disabled[1].name",
         "profiles[0].pluginConfig[0].args",
     }
-    assert found["profiles[0].plugins.multiPoint.disabled[0].name"] == (
-        "NodeDeclaredFeatures is not in Shoal (Shoal does not match pods against the "
-        "features nodes declare); disabling it in profile 'shoal' changes nothing"
+    assert found["profiles[0].plugins.multiPoint.disabled[1].name"] == (
+        "EBSLimits is not in Shoal (NodeVolumeLimits replaced it); disabling it in profile "
+        "'shoal' changes nothing"
     )
     # VolumeBinding is Shoal's now: its args load (bindTimeoutSeconds is used), and the
     # one that changes nothing says so.

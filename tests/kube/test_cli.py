@@ -257,19 +257,17 @@ def test_validate_config_prints_warnings_and_exits_0(cli: CliRunner, tmp_path: P
     path = tmp_path / "stock.yaml"
     path.write_text(
         "profiles:\n- schedulerName: shoal\n  plugins:\n"
-        "    multiPoint: {disabled: [{name: NodeDeclaredFeatures}]}\n"
-        "    score: {enabled: [{name: NodeDeclaredFeatures, weight: 1}]}\n"
+        "    multiPoint: {disabled: [{name: EBSLimits}]}\n"
+        "  pluginConfig:\n  - {name: VolumeBinding, args: {shape: []}}\n"
     )
     result = cli.invoke(app, ["validate-config", str(path)])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         f"{path}: 2 warning(s):",
-        "  - profiles[0].plugins.score.enabled[0].name: NodeDeclaredFeatures is not in Shoal "
-        "(Shoal does not match pods against the features nodes declare): profile 'shoal' "
-        "runs without it, so pods are placed without NodeDeclaredFeatures's checks and scores",
-        "  - profiles[0].plugins.multiPoint.disabled[0].name: NodeDeclaredFeatures is not in "
-        "Shoal (Shoal does not match pods against the features nodes declare); disabling it "
-        "in profile 'shoal' changes nothing",
+        "  - profiles[0].plugins.multiPoint.disabled[0].name: EBSLimits is not in Shoal "
+        "(NodeVolumeLimits replaced it); disabling it in profile 'shoal' changes nothing",
+        "  - profiles[0].pluginConfig[0].args: VolumeBinding's shape is not used: Shoal does "
+        "not score nodes by storage capacity",
         "OK: 1 profile(s): shoal",
     ]
 
@@ -291,12 +289,12 @@ def test_simulate_prints_warnings_and_serves_shoal_pods_by_default(
     records = {r["pod"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert {name: r["node"] for name, r in records.items()} == {"named": "n1", "unnamed": "n1"}
     config = tmp_path / "c.yaml"
-    enabled = "profiles: [{plugins: {filter: {enabled: [{name: NodeDeclaredFeatures}]}}}]\n"
-    config.write_text(enabled)
+    unused = "profiles: [{pluginConfig: [{name: VolumeBinding, args: {shape: []}}]}]\n"
+    config.write_text(unused)
     result = cli.invoke(app, ["simulate", "--config", str(config), "-w", str(workload), "-q"])
     assert result.exit_code == 0, result.output
     assert f"{config}: 2 warning(s):" in result.output
-    assert "NodeDeclaredFeatures is not in Shoal" in result.output
+    assert "VolumeBinding's shape is not used" in result.output
     assert "'default-scheduler' is the stock kube-scheduler's name" in result.output
 
 
@@ -322,7 +320,7 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
                 "profiles": [
                     {
                         "schedulerName": "shoal",
-                        "plugins": {"filter": {"enabled": [{"name": "NodeDeclaredFeatures"}]}},
+                        "pluginConfig": [{"name": "VolumeBinding", "args": {"shape": []}}],
                     }
                 ],
             }
@@ -356,8 +354,8 @@ async def test_shoal_run_takes_kube_scheduler_flags(tmp_path: Path) -> None:
         assert api.get("coordination.k8s.io", "leases", "kube-system", "from-file") is None
     warnings = [e for e in proc.logs if e.get("level") == "warning"]
     assert any(
-        e.get("field") == "profiles[0].plugins.filter.enabled[0].name"
-        and "NodeDeclaredFeatures is not in Shoal" in e["msg"]
+        e.get("field") == "profiles[0].pluginConfig[0].args"
+        and "VolumeBinding's shape is not used" in e["msg"]
         for e in warnings
     ), proc.raw[:10]
     assert any(e.get("flag") == "--requestheader-client-ca-file" for e in warnings)

@@ -59,14 +59,14 @@ def test_hundreds_of_like_warnings_are_folded(tmp_path: Path) -> None:
 
 
 def test_repeated_config_warnings_are_folded(tmp_path: Path) -> None:
-    plugins = {"filter": {"enabled": [{"name": "NodeDeclaredFeatures"}]}}  # not in Shoal
-    profiles = [{"schedulerName": f"p{i}", "plugins": plugins} for i in range(20)]
+    unused = [{"name": "VolumeBinding", "args": {"shape": []}}]  # an arg Shoal does not use
+    profiles = [{"schedulerName": f"p{i}", "pluginConfig": unused} for i in range(20)]
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"profiles": profiles}))
     result = runner.invoke(app, ["validate-config", str(config)])
     assert result.exit_code == 0, result.output
     assert f"{config}: 20 warning(s):" in result.output
-    assert "profiles[2].plugins.filter.enabled[0].name: NodeDeclaredFeatures" in result.output
+    assert "profiles[2].pluginConfig[0].args: VolumeBinding's shape is not used" in result.output
     assert "profiles[3]." not in result.output
     assert "  - ... and 17 more like this" in result.output
 

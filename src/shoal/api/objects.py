@@ -21,6 +21,7 @@ __all__ = [
     "ContainerExtendedResourceRequest",
     "ContainerImage",
     "ContainerPort",
+    "ContainerRestartRule",
     "ContainerStatus",
     "GCEPersistentDiskVolumeSource",
     "ISCSIVolumeSource",
@@ -307,12 +308,22 @@ class ContainerPort(_Base):
             raise ValueError(f"hostPort {self.host_port} must be in 0..65535")
 
 
+class ContainerRestartRule(_Base):
+    """`restartPolicyRules[]` of a container (ContainerRestartRules): only the action
+    matters to scheduling (RestartAllContainers needs a node that declares it)."""
+
+    action: str = ""
+
+
 class Container(_Base):
     name: str = ""
     image: str = ""
     resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
     ports: list[ContainerPort] = []
-    restart_policy: Literal["Always"] | None = None
+    # Always on an init container: a sidecar. A regular container may say any of the
+    # three since ContainerRestartRules (beta in 1.34).
+    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
+    restart_policy_rules: tuple[ContainerRestartRule, ...] = ()
 
 
 class TopologySpreadConstraint(_Base):
@@ -447,6 +458,7 @@ class PodSpec(_Base):
     resources: ResourceRequirements | None = None
     node_name: str = ""
     host_network: bool = False
+    host_users: bool | None = None  # False: a user namespace of its own
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
     tolerations: list[Toleration] = []
@@ -580,6 +592,8 @@ class NodeStatus(_Base):
     capacity: dict[str, Quantity] = {}
     allocatable: dict[str, Quantity] = {}
     images: list[ContainerImage] = []
+    # The features the node's kubelet declares (NodeDeclaredFeatures, beta in 1.36).
+    declared_features: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for field, raw in (("capacity", self.capacity), ("allocatable", self.allocatable)):

@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, node_gpus
 from shoal.api.objects import Node
 from shoal.api.podinfo import PodInfo
+from shoal.cache.declared_features import DeclaredFeatures
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.hypernodes import HyperNodeTopology
 from shoal.cache.images import ImageStates
@@ -175,11 +176,14 @@ class ClusterState:
     kueue_topologies: KueueTopologies = field(default_factory=KueueTopologies)
     # Container images the nodes hold (`status.images`), for ImageLocality.
     images: ImageStates = field(init=False)
+    # The features nodes declare (`status.declaredFeatures`), for NodeDeclaredFeatures.
+    declared_features: DeclaredFeatures = field(init=False)
 
     def __post_init__(self) -> None:
         self.fence = NodeFence(self.table)
         self.hypernodes = HyperNodeTopology(self.table)
         self.images = ImageStates(self.table)
+        self.declared_features = DeclaredFeatures(self.table)
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         self.nominations[pod.uid] = (node, pod)
@@ -201,6 +205,7 @@ class ClusterState:
         row = self.table.add(node)
         self.hypernodes.node_changed(row)
         self.images.node_changed(row)
+        self.declared_features.node_changed(row)
         for obs in self.observers:
             obs.node_changed(row)
         for pod in self._waiting_for_node.pop(name, {}).values():
@@ -214,6 +219,7 @@ class ClusterState:
         row = self.table.update(node)
         self.hypernodes.node_changed(row)
         self.images.node_changed(row)
+        self.declared_features.node_changed(row)
         for obs in self.observers:
             obs.node_changed(row)
         self._track_gpus(node)  # GPUs often appear later, when the device plugin registers
@@ -234,6 +240,7 @@ class ClusterState:
         pods = self.table.remove(name)
         self.hypernodes.node_removed(name, row, last)
         self.images.node_removed(row, last)
+        self.declared_features.node_removed(row, last)
         if row != last:
             for obs in self.observers:
                 obs.row_moved(last, row)

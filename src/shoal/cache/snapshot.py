@@ -22,6 +22,7 @@ from shoal.api.hypernode import key_tier
 from shoal.api.objects import Node, Taint
 from shoal.api.podinfo import HostPort, PodInfo
 from shoal.cache.cluster import ClusterState, PodRecord
+from shoal.cache.declared_features import DeclaredFeatures
 from shoal.cache.domain_index import DomainIndex
 from shoal.cache.gpu_devices import GpuDevices
 from shoal.cache.hypernodes import HyperNodeTopology
@@ -78,6 +79,11 @@ class Snapshot:
     @property
     def generation(self) -> int:
         return self._cluster.table.generation
+
+    @property
+    def declared_features(self) -> DeclaredFeatures:
+        """The features nodes declare (NodeDeclaredFeatures); read it, never change it."""
+        return self._cluster.declared_features
 
     @property
     def images(self) -> ImageStates:

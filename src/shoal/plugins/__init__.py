@@ -1,8 +1,8 @@
 """In-tree plugins, one module each. Plugins never import each other.
 
 `IN_TREE` is the explicit registry literal; `DEFAULT_MULTI_POINT` is kube-scheduler's
-default profile (same order and weights), minus the plugins Shoal does not have
-(VolumeRestrictions, NodeDeclaredFeatures), plus Shoal's own (tenant queues, gangs).
+default profile (same order and weights), plus Shoal's own (tenant queues, gangs, GPU
+shares, node pools).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from shoal.plugins import (  # GPU sharing and placement policies
     inter_pod_affinity,
     large_job_reservation,
     node_affinity,
+    node_declared_features,
     node_name,
     node_pools,
     node_ports,
@@ -119,6 +120,7 @@ IN_TREE: dict[str, PluginSpec] = {
         gpu_frag_guard.GpuFragGuard.new, gpu_frag_guard.GpuFragGuardArgs
     ),
     image_locality.NAME: PluginSpec(image_locality.ImageLocality.new),
+    node_declared_features.NAME: PluginSpec(node_declared_features.NodeDeclaredFeatures.new),
 }
 
 # (name, weight) in kube-scheduler's default multiPoint order; weight None = unset.
@@ -142,6 +144,8 @@ DEFAULT_MULTI_POINT: list[tuple[str, int | None]] = [
     (default_preemption.NAME, None),
     (balanced_allocation.NAME, 1),
     (image_locality.NAME, 1),
+    # kube-scheduler's last (after DefaultBinder, which Shoal runs last of all).
+    (node_declared_features.NAME, None),
     # Shoal's additions after kube-scheduler's defaults:
     (node_pools.NAME, None),
     # GPU shares (alibabacloud.com/gpu-milli) on devices with room, in every profile.
@@ -160,7 +164,6 @@ KUBE_PLUGINS_NOT_IN_SHOAL: dict[str, str] = {
     "GCEPDLimits": "NodeVolumeLimits replaced it",
     "AzureDiskLimits": "NodeVolumeLimits replaced it",
     "CinderLimits": "NodeVolumeLimits replaced it",
-    "NodeDeclaredFeatures": "Shoal does not match pods against the features nodes declare",
 }
 
 

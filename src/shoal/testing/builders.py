@@ -695,6 +695,12 @@ class NodeBuilder:
         status.images = [*status.images, ContainerImage(names=list(names), size_bytes=size_bytes)]
         return self
 
+    def declares(self, *features: str) -> NodeBuilder:
+        """Declare node features (`status.declaredFeatures`, as a 1.36 kubelet does)."""
+        status = self._node.status
+        status.declared_features = tuple(sorted({*status.declared_features, *features}))
+        return self
+
     def unschedulable(self, cordoned: bool = True) -> NodeBuilder:
         """Cordon the node (`spec.unschedulable`)."""
         self._node.spec.unschedulable = cordoned

@@ -25,15 +25,23 @@ RESTART_ALL_CONTAINERS = "RestartAllContainersOnContainerExits"
 USER_NAMESPACES_HOST_NETWORK = "UserNamespacesHostNetworkSupport"
 
 
+_NONE: frozenset[str] = frozenset()
+
+
 def required_features(spec: PodSpec) -> frozenset[str]:
-    """The declared node features the pod needs to be scheduled (empty: nearly all)."""
-    needed: set[str] = set()
-    for container in (*spec.containers, *spec.init_containers):
-        if container.restart_policy_rules and any(
-            rule.action == "RestartAllContainers" for rule in container.restart_policy_rules
-        ):
-            needed.add(RESTART_ALL_CONTAINERS)
-            break
-    if spec.host_network and spec.host_users is False:
+    """The declared node features the pod needs to be scheduled (empty: nearly all; it
+    runs for every pod, so the common case allocates nothing)."""
+    restart_all = False
+    for containers in (spec.containers, spec.init_containers):
+        for container in containers:
+            if container.restart_policy_rules:
+                restart_all = restart_all or any(
+                    rule.action == "RestartAllContainers" for rule in container.restart_policy_rules
+                )
+    userns = spec.host_network and spec.host_users is False
+    if not restart_all and not userns:
+        return _NONE
+    needed = {RESTART_ALL_CONTAINERS} if restart_all else set()
+    if userns:
         needed.add(USER_NAMESPACES_HOST_NETWORK)
     return frozenset(needed)

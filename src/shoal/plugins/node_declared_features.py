@@ -33,6 +33,7 @@ __all__ = ["NAME", "REASON", "NodeDeclaredFeatures"]
 NAME = "NodeDeclaredFeatures"
 REASON = "node(s) didn't match Pod's required features"
 _STATE = NAME
+_SKIP = Status(Code.SKIP)  # nearly every pod: shared, never changed
 
 
 class NodeDeclaredFeatures:
@@ -47,7 +48,7 @@ class NodeDeclaredFeatures:
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         needed = required_features(pod.pod.spec)
         if not needed:
-            return None, Status(Code.SKIP)
+            return None, _SKIP
         state.write(_STATE, needed)
         return None, Status()
 

@@ -71,6 +71,7 @@ ROW_LOCAL_FILTERS = frozenset(
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeRestrictions",  # inline disks: the pods on the node's row
+        "NodeDeclaredFeatures",  # the node's declared features
         "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",

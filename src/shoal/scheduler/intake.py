@@ -111,11 +111,29 @@ class ClusterIntake:
         self._join_group(info, now)
         if info.node_name:
             self.cluster.add_bound_pod(info, info.node_name)
+            self.cluster.clear_nomination(info.uid)
             self._event(ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD))
         elif self.is_ours(info):
             claim_hold(self.handle, info, now)  # a pod re-created by a migration plan
+            self._follow_nomination(None, info)
             self.scheduling_queue.add(info, now)
         return info
+
+    def _follow_nomination(self, old: PodInfo | None, info: PodInfo) -> None:
+        """A pending pod of ours whose `status.nominatedNodeName` names a node is
+        nominated there, as kube-scheduler's nominator reads it (so a restarted or new
+        leader keeps holding the room a preemption freed, and a placement another
+        component suggests is tried first): set or changed, it is followed; taken away,
+        the nomination goes; absent before and after, the one in memory stays (the
+        update may predate our own write)."""
+        named = info.pod.status.nominated_node_name
+        held = self.cluster.nominations.get(info.uid)
+        if named:
+            self.cluster.nominate(info, named)
+        elif old is not None and old.pod.status.nominated_node_name:
+            self.cluster.clear_nomination(info.uid)
+        elif held is not None and held[1] is not info:
+            self.cluster.nominate(info, held[0])  # the same node, the newer pod
 
     def _join_group(self, info: PodInfo, now: float) -> None:
         # Only pods of a profile with a gang plugin (Coscheduling, `ProfilePolicy`) join
@@ -255,6 +273,7 @@ class ClusterIntake:
                 self.gangs.dirty.add(group.key)  # its running count may have changed
         if info.node_name:
             self.cluster.add_bound_pod(info, info.node_name)
+            self.cluster.clear_nomination(info.uid)  # placed: it holds real room now
             action = ActionType.UPDATE_POD_LABEL
             if old is not None and any(
                 info.requests.get(name, 0) < amount for name, amount in old.requests.items()
@@ -267,6 +286,7 @@ class ClusterIntake:
             # yet is stale (kube's IsAssumedPod check), never a reason to schedule again.
             pass
         elif self.is_ours(info):
+            self._follow_nomination(old, info)
             self.scheduling_queue.update(info, self.clock.now())
         return info
 
@@ -283,7 +303,11 @@ class ClusterIntake:
             # pending pod deleted before it is placed has no placement to release it.
             DeviceCatalog.of(self.handle).forget_pod(uid)
         self.cluster.clear_nomination(uid)
-        was_evicting = uid in self.cluster.evicting
+        # Ours to evict, or being deleted (a victim an earlier leader evicted, which a
+        # preemptor nominated from its status waits for: `awaiting_victims`).
+        was_evicting = uid in self.cluster.evicting or (
+            info is not None and info.pod.metadata.deletion_timestamp is not None
+        )
         self.cluster.evicting.discard(uid)
         group = self.gangs.group_of_uid(uid)
         disagreed = group is not None and bool(group.kueue_conflict())

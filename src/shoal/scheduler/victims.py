@@ -59,13 +59,21 @@ def emit_nominations(effects: Effects, nominated: Iterable[tuple[PodInfo, str]])
 
 def awaiting_victims(cluster: ClusterState, pod: PodInfo) -> tuple[str, str] | None:
     """(node, why) when the pod is nominated to a node where pods evicted for it
-    are still terminating."""
+    are still terminating: ours (`evicting`), or, for a scheduler that has just started
+    and reads the nomination from the pod's status, lower-priority pods being deleted
+    (kube's podTerminatingByPreemption, which Shoal's evictions through the Eviction API
+    do not mark as preemptions)."""
     found = cluster.nominations.get(pod.uid)
     if found is None:
         return None
     node = found[0]
     evicting = cluster.evicting
-    leaving = sum(1 for p in cluster.pods_on(node) if p.uid in evicting)
+    leaving = sum(
+        1
+        for p in cluster.pods_on(node)
+        if p.uid in evicting
+        or (p.pod.metadata.deletion_timestamp is not None and p.priority < pod.priority)
+    )
     if not leaving:
         return None
     return node, f"waiting for {leaving} preempted pod(s) on node {node} to terminate."

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from shoal.api.objects import ContainerImage
 from shoal.cache.node_table import NodeTable
+from shoal.cache.row_sets import RowSets
 
 __all__ = ["ImageStates"]
 
@@ -33,10 +34,9 @@ class ImageStates:
     def __init__(self, table: NodeTable) -> None:
         self.table = table
         self._size: dict[str, int] = {}
-        self._rows: dict[str, set[int]] = {}
+        self._rows = RowSets(table)  # image name -> the rows listing it
         # Per row, the (shared) entries it lists: what a change is compared against.
         self._of_row: dict[int, tuple[ContainerImage, ...]] = {}
-        self._masks: dict[str, NDArray[np.bool_]] = {}
         self._shared: weakref.WeakValueDictionary[tuple[tuple[str, ...], int], ContainerImage]
         self._shared = weakref.WeakValueDictionary()
 
@@ -47,21 +47,12 @@ class ImageStates:
 
     def state(self, name: str) -> tuple[int, int] | None:
         """(size in bytes, nodes listing it), or None when no node lists `name`."""
-        rows = self._rows.get(name)
-        return None if rows is None else (self._size[name], len(rows))
+        count = self._rows.count(name)
+        return None if not count else (self._size[name], count)
 
     def mask(self, name: str) -> NDArray[np.bool_]:
         """Which node rows (0..n-1) list `name` (read-only)."""
-        n = self.table.n
-        mask = self._masks.get(name)
-        if mask is None or mask.size != n:
-            mask = np.zeros(n, dtype=bool)
-            rows = self._rows.get(name)
-            if rows:
-                mask[np.fromiter(rows, dtype=np.intp, count=len(rows))] = True
-            mask.flags.writeable = False
-            self._masks[name] = mask
-        return mask
+        return self._rows.mask(name)
 
     # ---- kept in step by the cluster state -------------------------------------------
 
@@ -80,15 +71,8 @@ class ImageStates:
             self._drop(name, row)
         for image in listed:
             for name in image.names:
-                if name in before:
-                    continue
-                rows = self._rows.get(name)
-                if rows is None:
-                    rows = self._rows[name] = set()
-                    self._size[name] = image.size_bytes
-                if row not in rows:
-                    rows.add(row)
-                    self._masks.pop(name, None)
+                if name not in before and self._rows.add(name, row):
+                    self._size[name] = image.size_bytes  # the first size reported, as kube
         if listed:
             self._of_row[row] = listed
         else:
@@ -101,11 +85,7 @@ class ImageStates:
         if row == last:
             return
         moved = self._of_row.pop(last, ())
-        for name in _names(moved):
-            rows = self._rows[name]
-            rows.discard(last)
-            rows.add(row)
-            self._masks.pop(name, None)
+        self._rows.moved(_names(moved), last, row)
         if moved:
             self._of_row[row] = moved
 
@@ -117,11 +97,7 @@ class ImageStates:
         return shared
 
     def _drop(self, name: str, row: int) -> None:
-        rows = self._rows[name]
-        rows.discard(row)
-        self._masks.pop(name, None)
-        if not rows:
-            del self._rows[name]
+        if self._rows.discard(name, row):
             del self._size[name]
 
 

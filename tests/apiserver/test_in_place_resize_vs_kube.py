@@ -11,6 +11,7 @@ Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see confte
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -54,25 +55,39 @@ async def test_a_pod_resized_down_keeps_its_room_until_the_kubelet_says_so(
     async with space(control_plane["KUBECONFIG"], "resize") as s:
         (n0,) = [await s.add_node("n0")]
         await s.client.request("POST", PODS.path(s.name), body=s.pod("big", "3", node_name=n0))
-        await _status(s, "big", "3")
         resize = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
-        await s.client.request(
-            "PATCH",
-            PODS.path(s.name, name="big", subresource="resize"),
-            body=resize,
-            content_type="application/strategic-merge-patch+json",
-        )
-        await s.client.request("POST", PODS.path(s.name), body=s.pod("new", "2"))
+        await _resized_then_placed(control_plane, tmp_path, scheduler, s, n0, resize, _status)
 
-        async def placed() -> bool:
-            return "new" in await s.bound()
 
-        async with scheduling(control_plane, s, tmp_path, scheduler, "resize"):
-            await asyncio.sleep(4)  # it would have been bound by now
-            assert "new" not in await s.bound()
-            await _status(s, "big", "1")
-            await wait_for(placed, timeout=60, what="new bound once the resize is done")
-        assert (await s.bound())["new"] == n0
+async def _resized_then_placed(
+    control_plane: dict[str, str],
+    tmp_path: Path,
+    scheduler: str,
+    s: Space,
+    n0: str,
+    resize: dict[str, object],
+    status: Callable[[Space, str, str], Awaitable[None]],
+) -> None:
+    """`big` (3 cpu on n0, the kubelet says) is resized to 1 cpu by `resize`; a 2-cpu
+    pod must wait until `status` says the kubelet made it so, then go to n0."""
+    await status(s, "big", "3")
+    await s.client.request(
+        "PATCH",
+        PODS.path(s.name, name="big", subresource="resize"),
+        body=resize,
+        content_type="application/strategic-merge-patch+json",
+    )
+    await s.client.request("POST", PODS.path(s.name), body=s.pod("new", "2"))
+
+    async def placed() -> bool:
+        return "new" in await s.bound()
+
+    async with scheduling(control_plane, s, tmp_path, scheduler, "resize"):
+        await asyncio.sleep(4)  # it would have been bound by now
+        assert "new" not in await s.bound()
+        await status(s, "big", "1")
+        await wait_for(placed, timeout=60, what="new bound once the resize is done")
+    assert (await s.bound())["new"] == n0
 
 
 async def _pod_level_status(s: Space, name: str, cpu: str) -> None:
@@ -108,22 +123,7 @@ async def test_a_pod_level_resize_down_keeps_its_room_until_the_kubelet_says_so(
         big["spec"]["resources"] = {"requests": {"cpu": "3", "memory": "64Mi"}}
         del big["spec"]["containers"][0]["resources"]
         await s.client.request("POST", PODS.path(s.name), body=big)
-        await _pod_level_status(s, "big", "3")
         resize = {"spec": {"resources": {"requests": {"cpu": "1"}}}}
-        await s.client.request(
-            "PATCH",
-            PODS.path(s.name, name="big", subresource="resize"),
-            body=resize,
-            content_type="application/strategic-merge-patch+json",
+        await _resized_then_placed(
+            control_plane, tmp_path, scheduler, s, n0, resize, _pod_level_status
         )
-        await s.client.request("POST", PODS.path(s.name), body=s.pod("new", "2"))
-
-        async def placed() -> bool:
-            return "new" in await s.bound()
-
-        async with scheduling(control_plane, s, tmp_path, scheduler, "podresize"):
-            await asyncio.sleep(4)  # it would have been bound by now
-            assert "new" not in await s.bound()
-            await _pod_level_status(s, "big", "1")
-            await wait_for(placed, timeout=60, what="new bound once the resize is done")
-        assert (await s.bound())["new"] == n0

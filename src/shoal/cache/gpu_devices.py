@@ -354,12 +354,6 @@ class GpuDevices:
         cannot be placed there)."""
         return _takes(request, int(self.mem[row]))
 
-    def takes_rows(
-        self, rows: NDArray[np.intp], request: GpuRequest
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """`takes` for each of `rows` at once."""
-        return _takes_per_node(request, self.mem[rows])
-
     def default_choice(self, row: int, request: GpuRequest) -> tuple[int, ...]:
         """Tightest-fitting devices for a share, lowest-index free devices otherwise."""
         n = self.count[row]

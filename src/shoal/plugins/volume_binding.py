@@ -94,6 +94,7 @@ REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
 
 _UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 _STATE = NAME
+_BINDINGS = _STATE + "/bindings"  # what Reserve chose, for PreBind and Unreserve
 
 
 class VolumeBindingArgs(BaseModel):
@@ -402,23 +403,23 @@ class VolumeBinding:
             return Status(Code.ERROR, f"node {node} left the cache", plugin=NAME)
         bindings, _ = plan.choose(row)
         self.catalog.assume(bindings, node)
-        state.write(_STATE + "/bindings", bindings)
+        state.write(_BINDINGS, bindings)
         return Status()
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
-        bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
+        bindings: list[ClaimBinding] | None = state.get(_BINDINGS)
         if bindings:
             self.catalog.revert(bindings)
-            state.delete(_STATE + "/bindings")
+            state.delete(_BINDINGS)
 
     def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         """Work (kube: unless all the pod's claims are bound): claims to bind or to
         provision, whose binding PreBind waits for."""
-        bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
+        bindings: list[ClaimBinding] | None = state.get(_BINDINGS)
         return Status() if bindings else Status(Code.SKIP)
 
     def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        bindings: list[ClaimBinding] | None = state.get(_STATE + "/bindings")
+        bindings: list[ClaimBinding] | None = state.get(_BINDINGS)
         if not bindings:
             return Status()
         static = tuple((b.claim, b.volume) for b in bindings if b.volume)

@@ -184,10 +184,8 @@ class VolumeWriter:
             if pv is None:
                 raise fail(f'persistentvolume "{volume}" was deleted')
             ref = (pv.get("spec") or {}).get("claimRef") or {}
-            mine = (
-                ref.get("name") == claim_key.partition("/")[2]
-                and ref.get("namespace") == claim_key.partition("/")[0]
-            )
+            namespace, _, name = claim_key.partition("/")
+            mine = ref.get("name") == name and ref.get("namespace") == namespace
             if mine:
                 seen.add(volume)
             elif volume in seen or _caught_up(pv, written.get(volume)):

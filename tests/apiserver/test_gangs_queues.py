@@ -146,3 +146,47 @@ async def test_a_queues_max_is_respected_and_raising_it_admits_more(
 
             await wait_for(three, what="the third admitted once the max is raised")
             assert shoal.failed_binds() == 0
+
+
+@async_test(timeout=90)
+async def test_gangs_whole_when_shoal_starts_are_bound_without_a_gated_word(
+    control_plane: dict[str, str],
+) -> None:
+    """Every member of a gang read in one batch (all pending gangs at a start or a
+    failover) completes it before any member could say "k/n members exist": no member
+    of a whole gang gets a SchedulingGated event (it was one false event and one
+    condition write per member at every start); a gang still short says so."""
+    async with space(control_plane["KUBECONFIG"], "gangstart") as s:
+        await s.add_node("n0", cpu="16")
+        for group, minimum in (("whole-a", 4), ("whole-b", 4), ("short", 3)):
+            body = {
+                "apiVersion": PODGROUPS.api_version,
+                "kind": "PodGroup",
+                "metadata": {"name": group, "namespace": s.name},
+                "spec": {"minMember": minimum},
+            }
+            await s.create(PODGROUPS.path(s.name), body)
+        members = {"whole-a": 4, "whole-b": 4, "short": 2}
+        for group, count in members.items():
+            for i in range(count):
+                await s.create_pod(f"{group}-{i}", "1", labels={GROUP_LABEL: group})
+        async with s.shoal(s.options("gangstart")):
+
+            async def whole_bound() -> bool:
+                bound = set(await s.bound())
+                return {f"whole-{g}-{i}" for g in "ab" for i in range(4)} <= bound
+
+            await wait_for(whole_bound, what="both whole gangs bound")
+
+            async def short_said() -> bool:
+                return bool(await s.events("short-0", "SchedulingGated"))
+
+            await wait_for(short_said, what="the short gang's member saying it waits")
+            said = await s.events("short-0", "SchedulingGated")
+            assert "2/3 members exist" in said[0]["note"], said[0]["note"]
+            for g in "ab":
+                for i in range(4):
+                    name = f"whole-{g}-{i}"
+                    assert await s.events(name, "SchedulingGated") == [], name
+                    assert await s.events(name, "Scheduled"), name
+            assert not {"short-0", "short-1"} & set(await s.bound())

@@ -41,3 +41,37 @@ def test_members_arriving_one_by_one_are_told_a_bounded_number_of_times() -> Non
     latest = {m for m in said[-64:]}
     assert len(latest) == 1 and "64/65" in next(iter(latest)), latest
     assert "64/65" in h.message("default/w0")
+
+
+def test_members_read_in_one_batch_say_only_what_is_still_true_after_it() -> None:
+    """A whole gang read in one batch (a restart, a Job's pods created together) is let
+    through without any member saying it waits; a gang still short after the batch
+    says the count as of its end, once per member."""
+    h = SchedulerHarness()
+    h.add_nodes(make_node("n1").capacity(cpu="64", memory="256Gi"))
+    said: list[tuple[str, str]] = []
+
+    def listen(effect: Effect) -> None:
+        if isinstance(effect, Unschedulable) and effect.gated:
+            said.append((effect.pod.key, effect.message))
+
+    h.effects.listeners.append(listen)
+    for name, minimum in (("whole", 4), ("short", 3)):
+        h.scheduler.add_pod_group(
+            decode(
+                {
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"minMember": minimum},
+                },
+                PodGroup,
+            )
+        )
+    h.add_pods(
+        *(make_pod(f"whole-{i}").labels({GANG: "whole"}).req(cpu="1") for i in range(4)),
+        *(make_pod(f"short-{i}").labels({GANG: "short"}).req(cpu="1") for i in range(2)),
+    )
+    h.run()
+    assert all(h.node_of(f"whole-{i}") == "n1" for i in range(4))
+    assert sorted(key for key, _ in said) == ["default/short-0", "default/short-1"]
+    assert all("2/3 members exist" in message for _, message in said), said
+    assert h.node_of("short-0") is None

@@ -122,10 +122,12 @@ class Driver:
                 self.cycle()
                 ran += 1
                 if timer is not None and timer() - start >= slice_seconds:
+                    sched.say_gated()
                     return False
             if not self.intake() and not sched.has_work():
                 self._bind()
                 if not sched.has_work() and not (self.inbox is not None and self.inbox.pending):
+                    sched.say_gated()
                     return True
 
     def next_wakeup(self) -> float | None:

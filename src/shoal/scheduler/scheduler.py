@@ -94,7 +94,9 @@ class Scheduler:
             plugin_events.update(fwk.events_to_register())
         self.tenant_queues = QueueManager.of(handle)
         self.tenant_queues.job_of = self._job_of
-        self.gate = QueueGate(self.profiles, self.effects)
+        self.gate = QueueGate(
+            self.profiles, self.effects, lambda uid: self.scheduling_queue.gated_entry(uid)
+        )
         self._base_sort_key = first.queue_sort.sort_key
         self.scheduling_queue = SchedulingQueue(
             sort_key=self._sort_key,
@@ -336,6 +338,12 @@ class Scheduler:
         self.bindings.settle_waiting()
         self.shard_loans.end_loans()
         self.publisher.publish(now)
+        self.gate.say()
+
+    def say_gated(self) -> None:
+        """Pods gated since the last tick and still gated say why (`QueueGate.say`): the
+        driver calls it when a pass ends, so what a pass gated is said in that pass."""
+        self.gate.say()
 
     def next_wakeup(self) -> float | None:
         """When `tick` next has something to do (None: only a new event can help)."""

@@ -381,6 +381,10 @@ class SchedulingQueue:
     def get(self, uid: str) -> QueuedPod | None:
         return self._entries.get(uid)
 
+    def gated_entry(self, uid: str) -> QueuedPod | None:
+        """The pod's entry while PreEnqueue keeps it out of the queue, else None."""
+        return self._gated.get(uid)
+
     def counts(self) -> dict[str, int]:
         return {
             "active": len(self._in_active),

@@ -84,6 +84,11 @@ partly bound (some members but fewer than the gang) and the pods bound at the en
 flight, the same QPS/burst), so its rate is the API server's own ceiling for binds on
 this machine, printed beside each scheduler's rate.
 
+Shoal's Python sources are compiled to bytecode (`compileall`, into their __pycache__)
+before the runs, as `pip install` does for the image in deploy/Dockerfile: otherwise a
+machine with PYTHONDONTWRITEBYTECODE set (this one) charges every start about 0.3 s of
+compiling the sources that no deployed scheduler pays.
+
 Needs ../shared/k8s (or SHOAL_K8S_KIT). The etcd, apiserver, scheduler and this
 script share the machine's cores: compare ratios measured in the same run.
 """
@@ -92,20 +97,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import shoal
 from shoal.api.quantity import parse_quantity
 from shoal.drivers.kube.client import (
     ApiError,
@@ -150,6 +158,9 @@ class Result:
     bound_at_end: int = 0  # pods with a node when the run ended (after --settle)
     claims: ClaimCheck | None = None  # shape dra: what the claims' status says
     preemption: PreemptionCheck | None = None  # shape preemption: what was evicted
+    # write requests the API server served during the run, by resource[/subresource]
+    # (the benchmark's own writes included: its kubelet's deletes in shape preemption)
+    writes: Counter[str] = field(default_factory=Counter)
 
     @property
     def pods_per_second(self) -> float:
@@ -233,6 +244,33 @@ def kubectl(env: dict[str, str], *args: str) -> None:
     )
     if done.returncode != 0:
         raise SystemExit(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+
+
+def api_writes(env: dict[str, str]) -> Counter[str]:
+    """The API server's own count of write requests so far (`apiserver_request_total`,
+    read with the kit's kubectl), by resource[/subresource]: what a run asked of it."""
+    done = subprocess.run(
+        [str(Path(env["K8S_BIN_DIR"]) / "kubectl"), "get", "--raw", "/metrics"],
+        env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
+        capture_output=True,
+        text=True,
+    )
+    writes: Counter[str] = Counter()
+    for line in done.stdout.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line.rpartition(" ")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+        if labels.get("verb") not in WRITE_VERBS:
+            continue
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        writes[resource] += int(float(value))
+    return writes
 
 
 # ---- objects ----------------------------------------------------------------------------
@@ -917,6 +955,7 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 )
                 kubelet_task = asyncio.get_running_loop().create_task(kubelet.run(resource_version))
             plane_before = control_plane_cpu(state)
+            writes_before = api_writes(env)
             # what else the machine runs shows in the rates: say so beside them
             print(f"  load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
             async with contextlib.AsyncExitStack() as stack:
@@ -957,6 +996,8 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
             if shape == "dra" and scheduler != "bare":  # the bare binder allocates nothing
                 claim_list, _ = await list_pods(client, RESOURCE_CLAIMS.path())
                 claims = check_claims(claim_list, pod_list)
+            writes = api_writes(env)
+            writes.subtract(writes_before)
             if len(times) < expect:
                 tail = log.read_text()[-2000:]
                 print(f"  only {len(times)}/{pods} bound; log tail:\n{tail}", flush=True)
@@ -976,6 +1017,7 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 bound_at_end=bound_now,
                 claims=claims,
                 preemption=preemption,
+                writes=+writes,
             )
         finally:
             await connection.close()
@@ -1004,6 +1046,13 @@ def report(results: list[Result]) -> None:
             f"{r.overcommitted:>13} {r.partial_gangs:>13} {r.scheduler_cpu * per_pod:>16.2f} "
             f"{r.control_plane_cpu * per_pod:>21.2f}"
         )
+    print()
+    print("API writes per bound pod during the run (apiserver_request_total, by resource):")
+    for r in results:
+        per_pod = 1 / max(1, r.bound)
+        parts = ", ".join(f"{k} {v * per_pod:.2f}" for k, v in r.writes.most_common())
+        total = sum(r.writes.values()) * per_pod
+        print(f"  {r.shape} {NAMES[r.scheduler]}: {total:.2f} ({parts})")
     checked = [r for r in results if r.claims is not None]
     if checked:
         print()
@@ -1187,6 +1236,8 @@ def main() -> None:
     args = parser.parse_args()
     if not (KIT / "up.sh").exists():
         raise SystemExit(f"no Kubernetes kit at {KIT} (set SHOAL_K8S_KIT)")
+    # As installed (see the docstring): compiled once, read by every scheduler process.
+    compileall.compile_dir(Path(shoal.__file__).parent, quiet=1)
     results: list[Result] = []
     for _ in range(args.repeat):
         for shape in args.shape.split(","):

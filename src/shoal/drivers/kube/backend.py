@@ -259,6 +259,7 @@ class KubeBackend:
             opts.identity,
             self.metrics,
             repeat_after=opts.event_repeat_seconds,
+            busy=self._binding,
         )
         self.status = PodStatusWriter(self.client, self.lookup_pod)
         self.binder = KubeBinder(

@@ -146,3 +146,26 @@ async def test_events_give_way_to_binds_then_catch_up_and_none_is_dropped() -> N
     assert client.max_active == 16
     assert recorder.written == 6000 and recorder.dropped == 0
     assert written_while_busy < 6000
+
+
+@async_test(timeout=20)
+async def test_events_keep_up_with_binds_that_never_stop_once_half_the_queue_is_used() -> None:
+    client = SlowClient(latency=0.01)
+    recorder = EventRecorder(
+        cast(KubeClient, client),
+        "shoal-0",
+        SchedulerMetrics(),
+        max_pending=1000,
+        workers=16,
+        busy_workers=2,
+        busy=lambda: True,
+    )
+    task = asyncio.create_task(recorder.run())
+    for i in range(900):
+        pod = {"kind": "Pod", "namespace": "default", "name": f"p{i}", "uid": f"u{i}"}
+        recorder.record(pod, "Normal", "Scheduled", "Binding", "assigned", "shoal")
+    while recorder.backlog:
+        await asyncio.sleep(0.02)
+    task.cancel()
+    assert client.max_active == 16  # past half the queue: every writer, binds or not
+    assert recorder.written == 900 and recorder.dropped == 0

@@ -127,7 +127,9 @@ class EventRecorder:
     left most events queued behind the binds and dropped 43 % of them once the queue
     was full; kube-scheduler, whose broadcaster writes each event in its own goroutine,
     wrote all of them. The queue holds `max_pending` events (a 10000-pod burst's
-    and more); past that the oldest is dropped, counted and logged.
+    and more); once it is half full, all `workers` write even while binds go on (binds
+    that never stop must not starve the events), and past full the oldest is dropped,
+    counted and logged.
     """
 
     def __init__(
@@ -225,6 +227,8 @@ class EventRecorder:
         return len(self._pending) + self._in_flight
 
     def _limit(self) -> int:
+        if len(self._pending) > self._max_pending // 2:
+            return self.workers  # binds never stop: keep up rather than drop events
         return self.busy_workers if self.busy is not None and self.busy() else self.workers
 
     async def run(self) -> None:

@@ -211,6 +211,12 @@ async def test_two_replicas_only_the_leader_schedules_and_a_standby_takes_over(
             api.create("v1", "nodes", node(f"n{i}", cpu="8"))
         for i in range(10):
             api.create("v1", "pods", pod(f"early{i}"))
+        # One member of a gang of two: gated as long as the run lasts.
+        gang = {
+            "pod-group.scheduling.sigs.k8s.io/name": "g",
+            "pod-group.scheduling.sigs.k8s.io/min-available": "2",
+        }
+        api.create("v1", "pods", pod("lonely", labels=gang))
         options = {
             "leader_elect": True,
             "leader": LeaderSettings(identity="x", namespace="kube-system", **LEASE),
@@ -246,6 +252,19 @@ async def test_two_replicas_only_the_leader_schedules_and_a_standby_takes_over(
             took = time.monotonic() - crashed
             assert took <= LEASE["lease_duration"] + 2 * LEASE["retry_period"] + 0.5, took
             await eventually(lambda: len(bound_pods(api)) == 20, what="late pods bound")
+
+            def said_by(identity: str) -> bool:
+                return any(
+                    e.get("reason") == "SchedulingGated"
+                    and e.get("reportingInstance") == identity
+                    and (e.get("regarding") or {}).get("name") == "lonely"
+                    for e in api.list_objects("events.k8s.io", "events")
+                )
+
+            # The new leader says again why the gated pod waits (a standby wrote nothing).
+            await eventually(
+                lambda: said_by(standby.options.identity), what="the new leader's gated event"
+            )
             assert len({b.uid for b in api.bindings}) == len(api.bindings) == 20
             late = [b for b in api.bindings if "late" in b.key]
             assert {b.user_agent for b in late} == {f"shoal/0.1.0 ({standby.options.identity})"}

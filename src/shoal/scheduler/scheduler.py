@@ -314,8 +314,9 @@ class Scheduler:
 
     def announce_gated(self) -> None:
         """Say again why every gated pod waits (a new leader writes what a standby
-        could not)."""
+        could not), at once: no batch is being taken in."""
         self.gate.announce(self.scheduling_queue.gated())
+        self.gate.say()
 
     # ---- driving -------------------------------------------------------------------
 

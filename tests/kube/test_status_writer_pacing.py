@@ -5,6 +5,7 @@ at most `qps` per second."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any, cast
 
@@ -117,6 +118,31 @@ def test_no_idle_rate_keeps_the_rate_when_idle() -> None:
     assert unlimited.idle_interval == unlimited.interval == 0.0
 
 
+def event_recorder(client: SlowClient, busy: Callable[[], bool], **limits: int) -> EventRecorder:
+    """A recorder with 16 writers, 2 while `busy`, writing to `client`."""
+    return EventRecorder(
+        cast(KubeClient, client),
+        "shoal-0",
+        SchedulerMetrics(),
+        workers=16,
+        busy_workers=2,
+        busy=busy,
+        **limits,
+    )
+
+
+def record_scheduled(recorder: EventRecorder, pods: int) -> None:
+    for i in range(pods):
+        pod = {"kind": "Pod", "namespace": "default", "name": f"p{i}", "uid": f"u{i}"}
+        recorder.record(pod, "Normal", "Scheduled", "Binding", "assigned", "shoal")
+
+
+async def drained(recorder: EventRecorder, task: asyncio.Task[None]) -> None:
+    while recorder.backlog:
+        await asyncio.sleep(0.02)
+    task.cancel()
+
+
 @async_test(timeout=20)
 async def test_events_give_way_to_binds_then_catch_up_and_none_is_dropped() -> None:
     """While binds are in flight the recorder keeps to `busy_workers` writes at once;
@@ -124,25 +150,14 @@ async def test_events_give_way_to_binds_then_catch_up_and_none_is_dropped() -> N
     old 5000-event queue is written whole (it dropped 43 % of a 10000-pod burst)."""
     client = SlowClient(latency=0.01)
     binding = True
-    recorder = EventRecorder(
-        cast(KubeClient, client),
-        "shoal-0",
-        SchedulerMetrics(),
-        workers=16,
-        busy_workers=2,
-        busy=lambda: binding,
-    )
+    recorder = event_recorder(client, lambda: binding)
     task = asyncio.create_task(recorder.run())
-    for i in range(6000):
-        pod = {"kind": "Pod", "namespace": "default", "name": f"p{i}", "uid": f"u{i}"}
-        recorder.record(pod, "Normal", "Scheduled", "Binding", "assigned", "shoal")
+    record_scheduled(recorder, 6000)
     await asyncio.sleep(0.3)
     assert client.max_active == 2  # binds in flight: two event writes at most
     written_while_busy = recorder.written
     binding = False
-    while recorder.backlog:
-        await asyncio.sleep(0.02)
-    task.cancel()
+    await drained(recorder, task)
     assert client.max_active == 16
     assert recorder.written == 6000 and recorder.dropped == 0
     assert written_while_busy < 6000
@@ -151,21 +166,9 @@ async def test_events_give_way_to_binds_then_catch_up_and_none_is_dropped() -> N
 @async_test(timeout=20)
 async def test_events_keep_up_with_binds_that_never_stop_once_half_the_queue_is_used() -> None:
     client = SlowClient(latency=0.01)
-    recorder = EventRecorder(
-        cast(KubeClient, client),
-        "shoal-0",
-        SchedulerMetrics(),
-        max_pending=1000,
-        workers=16,
-        busy_workers=2,
-        busy=lambda: True,
-    )
+    recorder = event_recorder(client, lambda: True, max_pending=1000)
     task = asyncio.create_task(recorder.run())
-    for i in range(900):
-        pod = {"kind": "Pod", "namespace": "default", "name": f"p{i}", "uid": f"u{i}"}
-        recorder.record(pod, "Normal", "Scheduled", "Binding", "assigned", "shoal")
-    while recorder.backlog:
-        await asyncio.sleep(0.02)
-    task.cancel()
+    record_scheduled(recorder, 900)
+    await drained(recorder, task)
     assert client.max_active == 16  # past half the queue: every writer, binds or not
     assert recorder.written == 900 and recorder.dropped == 0

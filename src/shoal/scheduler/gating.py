@@ -68,10 +68,6 @@ class QueueGate:
         if it still waits for that at the next `say`."""
         self._unsaid[entry.pod.uid] = status
 
-    @property
-    def unsaid(self) -> bool:
-        return bool(self._unsaid)
-
     def say(self) -> None:
         """Every pod gated since the last call and still gated for the same reason
         says why (one `Unschedulable` effect with `gated`)."""

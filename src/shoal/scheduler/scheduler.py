@@ -339,7 +339,7 @@ class Scheduler:
         self.bindings.settle_waiting()
         self.shard_loans.end_loans()
         self.publisher.publish(now)
-        self.gate.say()
+        self.say_gated()
 
     def say_gated(self) -> None:
         """Pods gated since the last tick and still gated say why (`QueueGate.say`): the

@@ -58,9 +58,11 @@ Shapes:
               its steady rate (first bind -> last bind) means nothing here.
 
 Reported per run: pods/s over the whole run (scheduler start to last bind, informer
-sync included) and steady pods/s (first bind to last bind); then the ratio Shoal /
-kube-scheduler. CPU milliseconds per pod, of the scheduler process and of kube-apiserver +
-etcd during the run, show where the cores went (wall-clock rates depend on what else
+sync included), steady pods/s (first bind to last bind) and pods/s to the scheduler's
+last write (its events and statuses may follow its binds); the write requests per pod
+the API server served, by resource; then the ratios Shoal / kube-scheduler. CPU
+milliseconds per pod, of the scheduler process and of kube-apiserver + etcd from the
+start to the last write, show where the cores went (wall-clock rates depend on what else
 the machine runs; CPU per pod much less). After each run every pod's requests are
 summed per node against the node's allocatable: no node may be overcommitted.
 

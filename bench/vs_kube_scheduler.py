@@ -281,21 +281,23 @@ def api_writes(env: dict[str, str]) -> Counter[str]:
     return writes
 
 
-async def writes_done(env: dict[str, str], before: Counter[str], limit: float = 60.0) -> float:
+async def writes_done(
+    env: dict[str, str], before: Counter[str], settle: float = 0.0, limit: float = 60.0
+) -> float:
     """When the writes of the run stopped (monotonic): a scheduler may put its events and
     status writes after its binds, so what it asked of the API server is not all done at
-    its last bind. Polled every 0.5 s until two polls agree (Lease renewals, periodic
-    by design, left out)."""
+    its last bind. Polled every 0.5 s until two polls agree and `settle` seconds have
+    passed (Lease renewals, periodic by design, left out)."""
     last: Counter[str] | None = None
-    changed = time.monotonic()
-    deadline = changed + limit
-    while time.monotonic() < deadline:
+    start = changed = time.monotonic()
+    while time.monotonic() < start + settle + limit:
         now = await asyncio.to_thread(api_writes, env)
         now.subtract(before)
         now.pop("leases", None)
-        if now == last:
+        if now == last and time.monotonic() >= start + settle:
             break
-        last, changed = now, time.monotonic()
+        if now != last:
+            last, changed = now, time.monotonic()
         await asyncio.sleep(0.5)
     return changed
 
@@ -998,9 +1000,9 @@ async def one_run(shape: str, scheduler: str, args: argparse.Namespace) -> Resul
                 start = time.monotonic()
                 expect = args.expect or pods
                 times = await watch_binds(client, expect, resource_version, args.timeout, prefix)
-                if args.expect:
-                    await asyncio.sleep(args.settle)  # would anything more be bound?
-                written = await writes_done(env, writes_before)
+                # With --expect, watch for `settle` seconds more: would anything more be
+                # bound? (the writes are polled meanwhile)
+                written = await writes_done(env, writes_before, args.settle if args.expect else 0.0)
                 scheduler_cpu = sum(cpu_seconds(p.pid) for p in processes)
                 plane_cpu = control_plane_cpu(state) - plane_before
             preemption = None

@@ -157,6 +157,7 @@ class EventRecorder:
         self._wake = asyncio.Event()
         self._freed = asyncio.Event()  # a write ended
         self._in_flight = 0
+        self._writes: set[asyncio.Task[None]] = set()
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
         self.written = 0
         self.dropped = 0
@@ -232,7 +233,6 @@ class EventRecorder:
         return self.busy_workers if self.busy is not None and self.busy() else self.workers
 
     async def run(self) -> None:
-        writes: set[asyncio.Task[None]] = set()
         while True:
             while not self._pending:
                 self._wake.clear()
@@ -247,8 +247,8 @@ class EventRecorder:
             item = self._pending.popleft()
             self._in_flight += 1
             task = asyncio.create_task(self._write_one(item))
-            writes.add(task)
-            task.add_done_callback(writes.discard)
+            self._writes.add(task)  # held here until done, also after `run` is cancelled
+            task.add_done_callback(self._writes.discard)
 
     async def _write_one(self, item: JSON) -> None:
         try:

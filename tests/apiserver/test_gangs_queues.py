@@ -153,9 +153,10 @@ async def test_gangs_whole_when_shoal_starts_are_bound_without_a_gated_word(
     control_plane: dict[str, str],
 ) -> None:
     """Every member of a gang read in one batch (all pending gangs at a start or a
-    failover) completes it before any member could say "k/n members exist": no member
-    of a whole gang gets a SchedulingGated event (it was one false event and one
-    condition write per member at every start); a gang still short says so."""
+    failover) or created one after another completes it before any member could say
+    "k/n members exist": no member of a whole gang gets a SchedulingGated event (it was
+    one false event and one condition write per member at every start); a gang still
+    short says so."""
     async with space(control_plane["KUBECONFIG"], "gangstart") as s:
         await s.add_node("n0", cpu="16")
         for group, minimum in (("whole-a", 4), ("whole-b", 4), ("short", 3)):
@@ -184,7 +185,23 @@ async def test_gangs_whole_when_shoal_starts_are_bound_without_a_gated_word(
             await wait_for(short_said, what="the short gang's member saying it waits")
             said = await s.events("short-0", "SchedulingGated")
             assert "2/3 members exist" in said[0]["note"], said[0]["note"]
-            for g in "ab":
+            # A gang created while Shoal runs, one request after another, as a Job
+            # controller creates its pods: complete within the grace, it says nothing.
+            body = {
+                "apiVersion": PODGROUPS.api_version,
+                "kind": "PodGroup",
+                "metadata": {"name": "whole-c", "namespace": s.name},
+                "spec": {"minMember": 4},
+            }
+            await s.create(PODGROUPS.path(s.name), body)
+            for i in range(4):
+                await s.create_pod(f"whole-c-{i}", "1", labels={GROUP_LABEL: "whole-c"})
+
+            async def third_bound() -> bool:
+                return {f"whole-c-{i}" for i in range(4)} <= set(await s.bound())
+
+            await wait_for(third_bound, what="the gang created while Shoal runs bound")
+            for g in "abc":
                 for i in range(4):
                     name = f"whole-{g}-{i}"
                     assert await s.events(name, "SchedulingGated") == [], name

@@ -328,6 +328,7 @@ def test_reservation_does_not_apply_to_profiles_without_coscheduling() -> None:
 
 def test_gated_members_say_what_they_wait_for_through_the_effects_port() -> None:
     from shoal.framework.effects import Unschedulable
+    from shoal.scheduler.gating import GATE_REPORT_GRACE_SECONDS
 
     h = SchedulerHarness()
     h.add_nodes(make_node("n1").capacity(cpu="8", memory="16Gi"))
@@ -341,6 +342,8 @@ def test_gated_members_say_what_they_wait_for_through_the_effects_port() -> None
     }
     h.add_pods(*(make_pod(f"m{i}").labels(labels).req(cpu="1") for i in range(2)))
     h.run()
+    assert seen == []  # said once they have waited GATE_REPORT_GRACE_SECONDS
+    h.advance(GATE_REPORT_GRACE_SECONDS)
     assert {e.pod.key for e in seen} == {"default/m0", "default/m1"}
     assert seen[-1].message == (
         "pod is gated by Coscheduling: gang default/g: 2/3 members exist, waiting for 1 more"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from shoal.api.manifests import decode
 from shoal.api.podgroup import PodGroup
 from shoal.framework.effects import Effect, Unschedulable
+from shoal.scheduler.gating import GATE_REPORT_GRACE_SECONDS
 from shoal.scheduler.publishing import GATE_REFRESH_SECONDS
 from shoal.testing import SchedulerHarness, make_node, make_pod
 
@@ -43,10 +44,11 @@ def test_members_arriving_one_by_one_are_told_a_bounded_number_of_times() -> Non
     assert "64/65" in h.message("default/w0")
 
 
-def test_members_read_in_one_batch_say_only_what_is_still_true_after_it() -> None:
-    """A whole gang read in one batch (a restart, a Job's pods created together) is let
-    through without any member saying it waits; a gang still short after the batch
-    says the count as of its end, once per member."""
+def test_members_arriving_together_say_only_what_is_still_true_after_the_grace() -> None:
+    """A whole gang read in one batch, or arriving within GATE_REPORT_GRACE_SECONDS (a
+    restart, a Job's pods created one after another), is let through without any member
+    saying it waits; a gang still short after the grace says the count as of then, once
+    per member."""
     h = SchedulerHarness()
     h.add_nodes(make_node("n1").capacity(cpu="64", memory="256Gi"))
     said: list[tuple[str, str]] = []
@@ -67,11 +69,16 @@ def test_members_read_in_one_batch_say_only_what_is_still_true_after_it() -> Non
             )
         )
     h.add_pods(
-        *(make_pod(f"whole-{i}").labels({GANG: "whole"}).req(cpu="1") for i in range(4)),
+        *(make_pod(f"whole-{i}").labels({GANG: "whole"}).req(cpu="1") for i in range(3)),
         *(make_pod(f"short-{i}").labels({GANG: "short"}).req(cpu="1") for i in range(2)),
     )
     h.run()
+    h.advance(GATE_REPORT_GRACE_SECONDS / 2)
+    h.add_pods(make_pod("whole-3").labels({GANG: "whole"}).req(cpu="1"))
+    h.run()
     assert all(h.node_of(f"whole-{i}") == "n1" for i in range(4))
+    assert said == []  # nobody has waited the grace yet
+    h.advance(GATE_REPORT_GRACE_SECONDS)
     assert sorted(key for key, _ in said) == ["default/short-0", "default/short-1"]
     assert all("2/3 members exist" in message for _, message in said), said
     assert h.node_of("short-0") is None

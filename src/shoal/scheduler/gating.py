@@ -8,13 +8,15 @@ would be placed as if it asked for nothing, so it waits, saying what to enable. 
 pod tells the cluster why, like an unschedulable one (`gated`), and a new leader says it
 again for every gated pod (`announce`), since a standby wrote nothing.
 
-A pod says it only if it is still gated once everything that arrived with it has been
-taken in (`say`, called by the scheduler's tick and at the end of every driver pass):
-the members of a gang read in one batch (every gang pending at a restart, a Job's pods
-created together) complete it before any of them could say "3/8 members exist", which
-was false by then and cost a condition write and an event each (2100 of them at every
-start for 300 pending gangs of 8 on a real API server). kube-scheduler writes nothing
-for a pod its PreEnqueue plugins hold; Shoal writes why, but only what is still true.
+A pod says it only once it has been gated for `GATE_REPORT_GRACE_SECONDS` and still is
+(`say`, called by the scheduler's tick and at the end of every driver pass; the
+scheduler wakes for the next one due): the members of a gang that arrive together (every
+gang pending at a restart, a Job's pods created one request after another) complete it
+before any of them could say "3/8 members exist", which was false by then and cost a
+condition write and an event each (2100 of them at every start for 300 pending gangs of
+8 on a real API server). kube-scheduler writes nothing for a pod its PreEnqueue plugins
+hold; Shoal writes why, but only what is still true. A new leader says it at once
+(`announce`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from shoal.framework.runtime import Framework
 from shoal.framework.status import Code, Status
 from shoal.scheduling_queue.queue import QueuedPod
 
-__all__ = ["QueueGate"]
+__all__ = ["GATE_REPORT_GRACE_SECONDS", "QueueGate"]
+
+GATE_REPORT_GRACE_SECONDS = 1.0
+"""How long a pod waits at PreEnqueue before it says why (see the module docstring)."""
 
 
 class QueueGate:
@@ -36,12 +41,18 @@ class QueueGate:
         profiles: Mapping[str, Framework],
         effects: Effects,
         still_gated: Callable[[str], QueuedPod | None],
+        clock: Callable[[], float],
+        grace: float = GATE_REPORT_GRACE_SECONDS,
     ) -> None:
         self.profiles = profiles
         self.effects = effects
         self.still_gated = still_gated
-        # uid -> why, for pods gated (or gated for a new reason) since the last `say`
-        self._unsaid: dict[str, Status] = {}
+        self.clock = clock
+        self.grace = grace
+        # uid -> (why, since when), for pods gated (or gated for a new reason) and not
+        # said yet; in the order of `since` (an entry keeps its place and time when its
+        # reason changes), so the first is the next due.
+        self._unsaid: dict[str, tuple[Status, float]] = {}
 
     def pre_enqueue(self, pod: PodInfo) -> Status:
         fwk = self.profiles.get(pod.scheduler_name)
@@ -65,19 +76,33 @@ class QueueGate:
     def gated(self, entry: QueuedPod, status: Status) -> None:
         """A pod kept out of the queue by PreEnqueue (scheduling gates, an incomplete
         gang, a missing PodGroup or dependency) will say why, like an unschedulable one,
-        if it still waits for that at the next `say`."""
-        self._unsaid[entry.pod.uid] = status
+        if it still waits for that once its grace is over."""
+        uid = entry.pod.uid
+        unsaid = self._unsaid.get(uid)
+        self._unsaid[uid] = (status, self.clock() if unsaid is None else unsaid[1])
 
-    def say(self) -> None:
-        """Every pod gated since the last call and still gated for the same reason
-        says why (one `Unschedulable` effect with `gated`)."""
+    def next_due(self) -> float | None:
+        """When the next pod gated and not said yet is due to say why (None: none)."""
+        for _, since in self._unsaid.values():
+            return since + self.grace
+        return None
+
+    def say(self, at_once: bool = False) -> None:
+        """Every pod gated for the grace (any, `at_once`) and still gated for the
+        reason last recorded says why (one `Unschedulable` effect with `gated`)."""
         if not self._unsaid:
             return
-        unsaid, self._unsaid = self._unsaid, {}
-        for uid, status in unsaid.items():
+        cutoff = float("inf") if at_once else self.clock() - self.grace
+        due: list[tuple[str, Status]] = []
+        for uid, (status, since) in self._unsaid.items():
+            if since > cutoff:
+                break
+            due.append((uid, status))
+        for uid, status in due:
+            del self._unsaid[uid]
             entry = self.still_gated(uid)
             if entry is None or entry.gated_by != status.plugin or entry.message != status.message:
-                continue  # let through since, or gated again for another reason (said then)
+                continue  # let through since (or its reason changed: recorded anew)
             message = (
                 f"pod is gated by {status.plugin}: {status.message}"
                 if status.plugin

@@ -95,7 +95,10 @@ class Scheduler:
         self.tenant_queues = QueueManager.of(handle)
         self.tenant_queues.job_of = self._job_of
         self.gate = QueueGate(
-            self.profiles, self.effects, lambda uid: self.scheduling_queue.gated_entry(uid)
+            self.profiles,
+            self.effects,
+            lambda uid: self.scheduling_queue.gated_entry(uid),
+            self.clock.now,
         )
         self._base_sort_key = first.queue_sort.sort_key
         self.scheduling_queue = SchedulingQueue(
@@ -314,9 +317,9 @@ class Scheduler:
 
     def announce_gated(self) -> None:
         """Say again why every gated pod waits (a new leader writes what a standby
-        could not), at once: no batch is being taken in."""
+        could not), at once."""
         self.gate.announce(self.scheduling_queue.gated())
-        self.gate.say()
+        self.gate.say(at_once=True)
 
     # ---- driving -------------------------------------------------------------------
 
@@ -342,8 +345,8 @@ class Scheduler:
         self.say_gated()
 
     def say_gated(self) -> None:
-        """Pods gated since the last tick and still gated say why (`QueueGate.say`): the
-        driver calls it when a pass ends, so what a pass gated is said in that pass."""
+        """Pods gated for their grace and still gated say why (`QueueGate.say`); the
+        driver calls it when a pass ends, and `next_wakeup` says when the next is due."""
         self.gate.say()
 
     def next_wakeup(self) -> float | None:
@@ -359,6 +362,9 @@ class Scheduler:
         if queue_time is not None:
             times.append(queue_time)
         due = self.publisher.next_due()  # gang members' gate messages to bring up to date
+        if due is not None:
+            times.append(due)
+        due = self.gate.next_due()  # a gated pod's grace ends: it says why it waits
         if due is not None:
             times.append(due)
         return min(times) if times else None

@@ -24,7 +24,14 @@ from shoal.drivers.kube.client import (
     connect,
 )
 from shoal.drivers.kube.leader import LeaderSettings
-from shoal.drivers.kube.resources import EVENTS, NAMESPACES, NODES, PODS, PRIORITY_CLASSES
+from shoal.drivers.kube.resources import (
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+)
 
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"
@@ -189,6 +196,16 @@ class Space:
 
     async def create(self, path: str, body: JSON) -> JSON:
         return await self.client.request("POST", path, body=body)
+
+    async def add_pod_group(self, name: str, min_member: int) -> JSON:
+        """A scheduler-plugins PodGroup in this namespace."""
+        body = {
+            "apiVersion": PODGROUPS.api_version,
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": self.name},
+            "spec": {"minMember": min_member},
+        }
+        return await self.create(PODGROUPS.path(self.name), body)
 
     async def get(self, path: str) -> JSON | None:
         try:

@@ -5,23 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from apihelpers import Space, space, wait_for
+from apihelpers import space, wait_for
 from kubehelpers import async_test
 
 from shoal.drivers.kube.resources import PODGROUPS, QUEUE_BINDINGS, QUEUES
 
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-
-
-async def create_pod_group(s: Space, name: str, min_member: int) -> None:
-    """A scheduler-plugins PodGroup in the test's namespace."""
-    body = {
-        "apiVersion": PODGROUPS.api_version,
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": s.name},
-        "spec": {"minMember": min_member},
-    }
-    await s.create(PODGROUPS.path(s.name), body)
 
 
 @async_test(timeout=90)
@@ -32,7 +21,7 @@ async def test_gangs_bind_all_or_nothing_and_their_pod_group_status_is_written(
         for i in range(2):
             await s.add_node(f"n{i}", cpu="4")
         for group, minimum in (("train", 3), ("too-big", 2)):
-            await create_pod_group(s, group, minimum)
+            await s.add_pod_group(group, minimum)
         for i in range(2):
             await s.create_pod(f"train-{i}", "2", labels={GROUP_LABEL: "train"})
         for i in range(2):  # 5 cpu on 4-cpu nodes: never fits
@@ -165,7 +154,7 @@ async def test_gangs_whole_when_shoal_starts_are_bound_without_a_gated_word(
     async with space(control_plane["KUBECONFIG"], "gangstart") as s:
         await s.add_node("n0", cpu="16")
         for group, minimum in (("whole-a", 4), ("whole-b", 4), ("short", 3)):
-            await create_pod_group(s, group, minimum)
+            await s.add_pod_group(group, minimum)
         members = {"whole-a": 4, "whole-b": 4, "short": 2}
         for group, count in members.items():
             for i in range(count):
@@ -186,7 +175,7 @@ async def test_gangs_whole_when_shoal_starts_are_bound_without_a_gated_word(
             assert "2/3 members exist" in said[0]["note"], said[0]["note"]
             # A gang created while Shoal runs, one request after another, as a Job
             # controller creates its pods: complete within the grace, it says nothing.
-            await create_pod_group(s, "whole-c", 4)
+            await s.add_pod_group("whole-c", 4)
             for i in range(4):
                 await s.create_pod(f"whole-c-{i}", "1", labels={GROUP_LABEL: "whole-c"})
 

@@ -22,7 +22,7 @@ from kubehelpers import async_test
 from shoal.config import parse_config
 from shoal.drivers.kube.backend import KubeOptions
 from shoal.drivers.kube.binder import SCHEDULED_BY
-from shoal.drivers.kube.resources import LEASES, PODGROUPS, QUEUES
+from shoal.drivers.kube.resources import LEASES, QUEUES
 from shoal.drivers.kube.shards import MAP_ANNOTATION, MAP_NAME, ROLE_LABEL, ShardTable, slot_of
 
 SLOTS = 16
@@ -267,13 +267,7 @@ async def split_nodes(s: Space, per_half: int) -> list[str]:
 
 
 async def create_gang(s: Space, name: str, size: int, cpu: str, **labels: str) -> None:
-    body = {
-        "apiVersion": PODGROUPS.api_version,
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": s.name},
-        "spec": {"minMember": size},
-    }
-    await s.create(PODGROUPS.path(s.name), body)
+    await s.add_pod_group(name, size)
     for i in range(size):
         await s.create_pod(f"{name}-{i:02d}", cpu, labels={GROUP_LABEL: name, **labels})
 

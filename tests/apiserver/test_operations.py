@@ -15,7 +15,7 @@ from typing import Any
 from apihelpers import space, wait_for
 from kubehelpers import async_test
 
-from shoal.drivers.kube.resources import PODGROUPS, QUEUE_BINDINGS, QUEUES
+from shoal.drivers.kube.resources import QUEUE_BINDINGS, QUEUES
 
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
@@ -123,15 +123,7 @@ async def test_suspend_and_resume_a_gang_with_the_cli(control_plane: dict[str, s
     async with space(config, "suspend") as s:
         for i in range(2):
             await s.add_node(f"n{i}", cpu="4")
-        await s.create(
-            PODGROUPS.path(s.name),
-            {
-                "apiVersion": PODGROUPS.api_version,
-                "kind": "PodGroup",
-                "metadata": {"name": "train", "namespace": s.name},
-                "spec": {"minMember": 3},
-            },
-        )
+        await s.add_pod_group("train", 3)
         members = [f"train-{i}" for i in range(3)]
         for name in members:
             await s.create_pod(name, "2", labels={GROUP_LABEL: "train"})

@@ -88,8 +88,9 @@ class QueueGate:
         return None
 
     def say(self, at_once: bool = False) -> None:
-        """Every pod gated for the grace (any, `at_once`) and still gated for the
-        reason last recorded says why (one `Unschedulable` effect with `gated`)."""
+        """Every pod gated for the grace (any, `at_once`) and still gated says why, the
+        reason last recorded (one `Unschedulable` effect with `gated`). A changed
+        reason is recorded by `gated` as it happens, so the one here is current."""
         if not self._unsaid:
             return
         cutoff = float("inf") if at_once else self.clock() - self.grace
@@ -101,8 +102,8 @@ class QueueGate:
         for uid, status in due:
             del self._unsaid[uid]
             entry = self.still_gated(uid)
-            if entry is None or entry.gated_by != status.plugin or entry.message != status.message:
-                continue  # let through since (or its reason changed: recorded anew)
+            if entry is None:
+                continue  # let through since
             message = (
                 f"pod is gated by {status.plugin}: {status.message}"
                 if status.plugin

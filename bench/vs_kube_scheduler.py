@@ -243,7 +243,8 @@ def control_plane(workload_api: bool = False) -> Iterator[tuple[Path, dict[str, 
             subprocess.run([str(KIT / "down.sh"), str(state)], capture_output=True)
 
 
-def kubectl(env: dict[str, str], *args: str) -> None:
+def kubectl(env: dict[str, str], *args: str) -> str:
+    """Run the kit's kubectl; its output, or SystemExit with what it said."""
     done = subprocess.run(
         [str(Path(env["K8S_BIN_DIR"]) / "kubectl"), *args],
         env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
@@ -252,6 +253,7 @@ def kubectl(env: dict[str, str], *args: str) -> None:
     )
     if done.returncode != 0:
         raise SystemExit(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout
 
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
@@ -260,14 +262,8 @@ WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
 def api_writes(env: dict[str, str]) -> Counter[str]:
     """The API server's own count of write requests so far (`apiserver_request_total`,
     read with the kit's kubectl), by resource[/subresource]: what a run asked of it."""
-    done = subprocess.run(
-        [str(Path(env["K8S_BIN_DIR"]) / "kubectl"), "get", "--raw", "/metrics"],
-        env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
-        capture_output=True,
-        text=True,
-    )
     writes: Counter[str] = Counter()
-    for line in done.stdout.splitlines():
+    for line in kubectl(env, "get", "--raw", "/metrics").splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels_text, _, value = line.rpartition(" ")

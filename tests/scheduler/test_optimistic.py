@@ -8,14 +8,17 @@ from collections import Counter
 
 import pytest
 
-from shoal.config import KubeSchedulerConfiguration
+from shoal.api.podgroup import LIGHT_MIN, LIGHT_NAME
+from shoal.api.podinfo import PodInfo
+from shoal.config import KubeSchedulerConfiguration, parse_config
 from shoal.drivers.memory import ManualClock, MemoryEffects
 from shoal.drivers.optimistic import OptimisticDriver
+from shoal.framework import CycleState, NodeView, Status, per_node_filter
 from shoal.framework.effects import Bind, Effect, Unschedulable
-from shoal.scheduler import new_scheduler
+from shoal.scheduler import default_registry, new_scheduler
 from shoal.scheduler.optimistic import row_local
 from shoal.scheduler.scheduler import Scheduler
-from shoal.testing import make_node, make_pod
+from shoal.testing import SchedulerHarness, make_node, make_pod
 
 
 class Recorded:
@@ -163,3 +166,75 @@ def test_a_replica_that_cannot_follow_the_truth_stops_the_run_saying_why() -> No
         driver.add_pod(make_pod("p").req(cpu="1").obj())
         with pytest.raises(RuntimeError, match="never reached this replica"):
             driver.run()
+
+
+def test_pods_a_gang_reservation_holds_back_are_decided_serially() -> None:
+    """A head-of-line gang reservation keeps lower-priority pods off its nodes. It is
+    taken by the truth's gang cycle after the workers forked: their replicas do not hold
+    it, and taking it changes no row's generation, so a worker placed such pods on the
+    reserved nodes and the commit let them through (4 of 4 before the fix). While a
+    reservation is held, pods are decided by the committer."""
+    gpu = "nvidia.com/gpu"
+    h = SchedulerHarness()
+    for name in ("gpu-0", "gpu-1"):
+        h.add_nodes(make_node(name).capacity({gpu: 8}, cpu="64", memory="256Gi"))
+    recorded = Recorded()
+    h.effects.listeners.append(recorded)
+    with OptimisticDriver(h.scheduler, h.effects, workers=2, batch=2) as driver:
+        assert driver.run()
+        # One GPU of gpu-1 is taken: the gang of two whole nodes fits once it finishes.
+        driver.add_pod(make_pod("blocker").req({gpu: 1}, cpu="1").node("gpu-1").obj())
+        for i in range(2):
+            driver.add_pod(
+                make_pod(f"train-{i}")
+                .namespace("ml")
+                .labels({LIGHT_NAME: "train", LIGHT_MIN: "2"})
+                .req({gpu: 8}, cpu="8")
+                .obj()
+            )
+        for second in range(131):
+            h.clock.advance_to(float(second))
+            assert driver.run()
+        assert h.scheduler.gangs.reservation is not None
+        pods = [make_pod(f"infer-{i}").req({gpu: 1}, cpu="1").obj() for i in range(4)]
+        assert row_local(h.scheduler, PodInfo(pods[0])) == "a gang reservation holds nodes"
+        for pod in pods:
+            driver.add_pod(pod)
+        assert driver.run()
+    assert not recorded.binds
+    for i in range(4):
+        assert recorded.unschedulable[f"default/infer-{i}"] == (
+            "0/2 nodes are available: 2 node(s) were reserved for gang ml/train."
+        )
+
+
+def test_a_filter_that_does_not_declare_row_local_makes_its_profile_serial() -> None:
+    """Filters say themselves whether optimistic workers may decide with them
+    (`row_local`); one that does not (a plugin of the user's) keeps its profile's pods
+    with the committer. The default profile's filters all declare it."""
+
+    @per_node_filter("ScratchDisk")
+    def scratch_disk(state: CycleState, pod: PodInfo, node: NodeView) -> Status:
+        return Status()
+
+    registry = default_registry(include_entry_points=False)
+    registry.register(scratch_disk.name, scratch_disk.spec())
+    config = parse_config(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [
+                {"schedulerName": "default-scheduler"},
+                {
+                    "schedulerName": "scratch",
+                    "plugins": {"multiPoint": {"enabled": [{"name": "ScratchDisk"}]}},
+                },
+            ],
+        }
+    )
+    sched = new_scheduler(config, clock=ManualClock(), effects=MemoryEffects(), registry=registry)
+    sched.add_node(make_node("a").capacity(cpu="4", memory="4Gi").obj())
+    plain = sched.add_pod(make_pod("plain").req(cpu="1").obj())
+    scratch = sched.add_pod(make_pod("scratch").scheduler_name("scratch").req(cpu="1").obj())
+    assert row_local(sched, plain) == ""
+    assert row_local(sched, scratch) == "a filter that reads more than the node's row"

@@ -48,6 +48,9 @@ NAME = "Coscheduling"
 
 class Coscheduling:
     name = NAME
+    # Optimistic workers may decide with it: the pods they take (not gang members) pass it
+    # on any node (shoal.scheduler.optimistic).
+    row_local = True
     # The reservation rejects nodes by name, whatever runs there: preemption may judge
     # all candidate nodes at once (shoal.preemption).
     preemption_local = True

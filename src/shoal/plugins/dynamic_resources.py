@@ -153,6 +153,9 @@ class _Verdict:
 
 class DynamicResources:
     name = NAME
+    # Optimistic workers may decide with it: the pods they take (no claims) pass it
+    # on any node (shoal.scheduler.optimistic).
+    row_local = True
 
     def __init__(self, handle: Handle, args: DynamicResourcesArgs | None = None) -> None:
         self.handle = handle

@@ -117,6 +117,9 @@ def _per_node_bool(domains: NDArray[np.bool_], codes: NDArray[np.int32]) -> NDAr
 
 class InterPodAffinity:
     name = NAME
+    # Optimistic workers may decide with it: the pods they take (no required pod affinity) pass it
+    # on any node (shoal.scheduler.optimistic).
+    row_local = True
 
     def __init__(self, handle: Handle, args: InterPodAffinityArgs | None = None) -> None:
         self.handle = handle

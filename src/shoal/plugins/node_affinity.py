@@ -39,6 +39,9 @@ REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
 
 class NodeAffinity:
     name = NAME
+    # Optimistic workers may decide with it: its verdict reads only the node's row and
+    # the pod (shoal.scheduler.optimistic).
+    row_local = True
     # Its verdict on a node depends only on that node's pods and only improves as pods
     # leave: preemption may judge all candidate nodes at once (shoal.preemption).
     preemption_local = True

@@ -38,6 +38,9 @@ _SKIP = Status(Code.SKIP)  # nearly every pod: shared, never changed
 
 class NodeDeclaredFeatures:
     name = NAME
+    # Optimistic workers may decide with it: its verdict reads only the node's row and
+    # the pod (shoal.scheduler.optimistic).
+    row_local = True
     # The verdict depends on the node alone, never on its pods.
     preemption_local = True
     preemption_node_only = True

@@ -93,6 +93,9 @@ def broken_linear(shape: list[tuple[int, int]]) -> Callable[[NDArray[np.int64]],
 
 class NodeResourcesFit:
     name = NAME
+    # Optimistic workers may decide with it: its verdict reads only the node's row and
+    # the pod (shoal.scheduler.optimistic).
+    row_local = True
     # Its verdict on a node depends only on that node's pods and only improves as pods
     # leave: preemption may judge all candidate nodes at once (shoal.preemption).
     preemption_local = True

@@ -42,6 +42,9 @@ REASON = "node(s) exceed max volume count"
 
 class NodeVolumeLimits:
     name = NAME
+    # Optimistic workers may decide with it: the pods they take (no claims) pass it
+    # on any node (shoal.scheduler.optimistic).
+    row_local = True
     # Its verdict on a node depends only on that node's pods and improves as they leave.
     preemption_local = True
 

@@ -124,6 +124,9 @@ class _SoftState:
 
 class PodTopologySpread:
     name = NAME
+    # Optimistic workers may decide with it: the pods they take (no hard spread) pass it
+    # on any node (shoal.scheduler.optimistic).
+    row_local = True
 
     def __init__(
         self, handle: Handle, default_constraints: Sequence[TopologySpreadConstraint] = ()

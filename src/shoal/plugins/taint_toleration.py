@@ -56,6 +56,9 @@ def count_intolerable_prefer(taints: tuple[Taint, ...], tolerations: tuple[Toler
 
 class TaintToleration:
     name = NAME
+    # Optimistic workers may decide with it: its verdict reads only the node's row and
+    # the pod (shoal.scheduler.optimistic).
+    row_local = True
     # Its verdict on a node depends only on that node's pods and only improves as pods
     # leave: preemption may judge all candidate nodes at once (shoal.preemption).
     preemption_local = True

@@ -153,6 +153,9 @@ class _Plan:
 
 class VolumeBinding:
     name = NAME
+    # Optimistic workers may decide with it: the pods they take (no claims) pass it
+    # on any node (shoal.scheduler.optimistic).
+    row_local = True
     # Its verdict on a node does not depend on the pods there.
     preemption_local = True
 

@@ -64,6 +64,9 @@ class _Restrictions:
 
 class VolumeRestrictions:
     name = NAME
+    # Optimistic workers may decide with it: its verdict reads only the node's row and
+    # the pod (shoal.scheduler.optimistic).
+    row_local = True
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle

@@ -45,6 +45,9 @@ _UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
 class VolumeZone:
     name = NAME
+    # Optimistic workers may decide with it: the pods they take (no claims) pass it
+    # on any node (shoal.scheduler.optimistic).
+    row_local = True
     # Its verdict on a node does not depend on the pods there.
     preemption_local = True
 

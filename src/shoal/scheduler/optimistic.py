@@ -21,8 +21,8 @@ makes the decision valid for every filter that reads only the chosen node's row 
 pod, which is why only such pods go to workers (`row_local`): pods whose verdict depends
 on other rows (required inter-pod affinity or anti-affinity, DoNotSchedule spread,
 placed pods carrying required anti-affinity), on state outside the table (gangs,
-nominations, volumes, resource claims, tenant queues and node pools, extenders, node
-shards), or on a Reserve that reads PreFilter state are decided by the committer
+nominations, gang reservations, volumes, resource claims, tenant queues and node pools,
+extenders, node shards), or on a Reserve that reads PreFilter state are decided by the committer
 itself, serially.
 Scores read other rows too (least allocated, spreading): a stale replica may pick a
 worse node than the truth would, never an infeasible one.
@@ -45,7 +45,6 @@ from shoal.scheduler.scheduler import CycleResult, Scheduler
 from shoal.scheduling_queue.queue import QueuedPod
 
 __all__ = [
-    "ROW_LOCAL_FILTERS",
     "Committer",
     "Observed",
     "PlacementLog",
@@ -56,31 +55,6 @@ __all__ = [
     "pod_not_row_local",
     "row_local",
 ]
-
-# Filter plugins whose verdict on a node reads only that node's row and the pod, for the
-# pods `row_local` lets through (the volume, claim, affinity and spread plugins skip
-# them). A profile with any other filter is decided serially.
-ROW_LOCAL_FILTERS = frozenset(
-    {
-        "NodeUnschedulable",
-        "NodeName",
-        "TaintToleration",
-        "NodeAffinity",
-        "NodePorts",
-        "NodeResourcesFit",
-        "NodeVolumeLimits",
-        "VolumeBinding",
-        "VolumeRestrictions",  # inline disks: the pods on the node's row
-        "NodeDeclaredFeatures",  # the node's declared features
-        "VolumeZone",
-        "PodTopologySpread",
-        "InterPodAffinity",
-        "DynamicResources",
-        "NodePools",
-        "GpuShare",
-        "Coscheduling",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +129,11 @@ _PROFILES: weakref.WeakKeyDictionary[Framework, bool] = weakref.WeakKeyDictionar
 def _filters_row_local(fwk: Framework) -> bool:
     found = _PROFILES.get(fwk)
     if found is None:
-        found = _PROFILES[fwk] = all(p.name in ROW_LOCAL_FILTERS for p in fwk.plugins.filter)
+        # A filter declares `row_local` when its verdict on a node reads only that node's
+        # row and the pod (for the pods `pod_not_row_local` lets through: the volume,
+        # claim, affinity and spread plugins pass them on any node). A profile with any
+        # other filter is decided serially.
+        found = _PROFILES[fwk] = all(getattr(p, "row_local", False) for p in fwk.plugins.filter)
     return found
 
 
@@ -163,6 +141,10 @@ def cluster_not_row_local(sched: Scheduler) -> str:
     """The cluster's reasons, which may change at any time: checked again at commit."""
     if sched.cluster.nominations:
         return "nominated pods hold room"
+    if sched.gangs.reservation is not None:
+        # Taken by the truth's gang cycle: replicas do not hold it, and taking it changes
+        # no row's generation.
+        return "a gang reservation holds nodes"
     queues = sched.tenant_queues.objects
     if queues.queues or queues.elastic or queues.bindings or queues.pools:
         return "tenant queues"

@@ -206,8 +206,11 @@ def semantic_problems(
     # kube-scheduler plugins Shoal lacks, and how to build a profile. Read by duck
     # typing so a plain mapping of specs still validates names and args.
     unavailable: Mapping[str, str] = getattr(registry, "unavailable", {})
+    broken: Mapping[str, str] = getattr(registry, "broken", {})
     check_profile = getattr(registry, "check_profile", None)
     problems: list[Problem] = []
+    for name, why in getattr(registry, "ignored", {}).items():
+        warnings.append(Problem(f"entry point {name}", why))
     if config.pod_max_backoff_seconds < config.pod_initial_backoff_seconds:
         problems.append(
             Problem("podMaxBackoffSeconds", "must be at least podInitialBackoffSeconds")
@@ -263,6 +266,9 @@ def semantic_problems(
                 continue
             why = unavailable.get(name)
             path = f"{base}.plugins.{where}"
+            if name in broken:
+                problems.append(Problem(path, f"plugin {name!r} cannot be used: {broken[name]}"))
+                continue
             if why is None:
                 problems.append(Problem(path, f"unknown plugin {name!r}{_suggest(name, registry)}"))
             elif ".disabled[" in where:
@@ -310,6 +316,13 @@ def semantic_problems(
             problems += _args_type_meta_problems(pc, where)
             spec = registry.get(pc.name)
             why = unavailable.get(pc.name)
+            if pc.name in broken:
+                problems.append(
+                    Problem(
+                        f"{where}.name", f"plugin {pc.name!r} cannot be used: {broken[pc.name]}"
+                    )
+                )
+                continue
             if spec is None and why is not None:
                 if pc.name in KUBE_REMOVED_PLUGINS:
                     problems.append(

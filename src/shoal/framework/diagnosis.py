@@ -92,14 +92,24 @@ class Diagnosis:
             diagnosis.unschedulable_plugins.add(plugin)
             plugin_of_row[first_here] = len(plugins)
             plugins.append(plugin)
+            explained = np.zeros(size, dtype=bool)
             for failure in result.failures:
                 charged = first_here & failure.nodes
+                explained |= charged
                 count = int(np.count_nonzero(charged))
                 if count:
                     diagnosis.reasons[failure.reason] += count
                     failures.append((failure.reason, charged))
                 if failure.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                     unresolvable |= charged
+            unexplained = int(np.count_nonzero(first_here & ~explained))
+            if unexplained:
+                # The pod's message would leave these nodes out ("0/3 nodes are
+                # available:" and nothing after it): a plugin bug, said as one.
+                raise ValueError(
+                    f"plugin {plugin} rejected {unexplained} node(s) without a Failure "
+                    "saying why (each node a Filter rejects must be in one)"
+                )
             remaining &= result.passed
         diagnosis.unresolvable = unresolvable
         plugin_of_row[plugin_of_row < 0] = len(plugins)  # "" (passed)

@@ -214,6 +214,11 @@ class Framework:
             mask = result.passed
             if mask is everyone:
                 continue
+            if mask.shape != (nodes.size,):
+                raise ValueError(
+                    f"plugin {plugin.name} returned {mask.shape} filter verdicts for "
+                    f"{nodes.size} nodes"
+                )
             if passed is everyone:
                 passed = mask.copy()
             else:

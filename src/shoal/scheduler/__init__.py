@@ -34,7 +34,8 @@ def default_registry(include_entry_points: bool = True) -> Registry:
 
     registry = in_tree_registry()
     if include_entry_points:
-        registry = registry.merged(load_entry_points())
+        broken: dict[str, str] = {}
+        registry = registry.merged(load_entry_points(broken), broken)
     return with_profile_check(registry)
 
 

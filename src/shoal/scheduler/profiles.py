@@ -154,7 +154,16 @@ def build_framework(
         spec = registry.get(name)
         if spec is None:
             raise ValueError(f"unknown plugin {name!r}")
-        instances[name] = spec.build(args.get(name), handle)
+        instance = spec.build(args.get(name), handle)
+        called = getattr(instance, "name", None)
+        if called != name:
+            # The framework keys skips, weights, CycleState and messages by the plugin's
+            # own name: registered under another one, it would run under two names.
+            raise ValueError(
+                f"plugin registered as {name!r} calls itself {called!r}: the registry or "
+                "entry-point name must equal the plugin's `name`"
+            )
+        instances[name] = instance
     order = _expand(plugins, instances)
     weights = _score_weights(plugins)
     sorts = order["queue_sort"]

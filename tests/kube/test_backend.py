@@ -398,7 +398,14 @@ async def test_preemption_nominates_and_evicts_through_the_eviction_api(tmp_path
                 p = api.get("", "pods", "default", "urgent")
                 return bool(p and p.get("status", {}).get("nominatedNodeName") == "n1")
 
-            await eventually(nominated, what="nominatedNodeName")
+            # The fake deletes an evicted pod at once, and the preemptor is tried as soon
+            # as its victim is gone: it may be bound before its nominatedNodeName is
+            # written (the writer skips a pod already bound), as in a cluster whose
+            # victims terminate at once.
+            await eventually(
+                lambda: nominated() or bound_pods(api).get("default/urgent") == "n1",
+                what="nominatedNodeName or the bind",
+            )
             # DefaultPreemption knows the PDB: it picks the unprotected victim, which is
             # evicted through the Eviction API; the preemptor is then bound.
             await eventually(lambda: api.evictions == ["default/free"], what="eviction")

@@ -296,6 +296,7 @@ def test_a_namespace_limit_is_not_made_room_under_by_preemption() -> None:
 
 def test_the_quota_freed_for_a_preemptor_is_held_against_lower_priority_pods() -> None:
     h = cluster()
+    h.effects.hold_evictions = True  # the test plays the kubelet
     h.add_pods(pod("low-0", "team", 0), pod("low-1", "team", 0))
     h.run()
     h.advance(5)
@@ -303,16 +304,21 @@ def test_the_quota_freed_for_a_preemptor_is_held_against_lower_priority_pods() -
     h.run()
     h.advance(5)  # past their backoff: they retry as soon as quota seems free
     h.add_pods(pod("high", "team", 100))
-    said = set()
-    for _ in range(20):
-        h.run()
-        said.add(h.scheduler.explain("default/wait-0"))
-        h.advance(1)
-    # Once the victim is gone, a waiting pod of the queue is told the room is held.
-    assert any("(+1 held for nominated pods of higher or equal priority)" in m for m in said)
+    h.run()
+    (victim,) = [e.pod for e in h.effects.evictions]
+    h.delete_pod(victim)  # gone: the preemptor is woken, not yet tried
+    # A waiting pod of the queue tried before the preemptor's retry is told the room
+    # is held, and does not take it.
+    (wait_0,) = [
+        p.pod.uid for p in h.scheduler.scheduling_queue.pending() if p.pod.name == "wait-0"
+    ]
+    result = h.scheduler.attempt(wait_0)
+    assert result is not None and result.node is None
+    assert "(+1 held for nominated pods of higher or equal priority)" in result.message
+    settle(h)
     # One eviction: the waiting pods did not take the victim's quota (each would have
     # been preempted in turn, a livelock with a controller re-creating them).
-    assert len(evicted(h)) == 1
+    assert len(h.effects.evictions) == 1
     assert "high" in placed(h)
     assert not {"wait-0", "wait-1", "wait-2"} & placed(h)
 

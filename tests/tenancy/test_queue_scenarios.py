@@ -324,3 +324,27 @@ def test_reclaim_does_not_count_pods_already_being_evicted() -> None:
     h.advance(60)
     assert not h.effects.evictions
     assert gpus_by_queue(h)["b"] == 5  # still counted until it is gone
+
+
+def test_reclaim_starts_when_its_delay_ends_and_its_pods_run_once_the_victims_are_gone() -> None:
+    """Queue b is below its guarantee; a borrowed everything. Reclaim waits
+    reclaimDelaySeconds (10 s) from b's pods' first attempt, then evicts, and the
+    preemptors run as soon as their victims are gone. Before: the waiting attempts
+    doubled the pods' backoff, so the reclaim came at the first retry after the delay
+    (20 s, not 15 s) and the preemptors sat out a 10 s backoff after their victims were
+    gone (bound at 30 s)."""
+    h = harness(reclaim_delay=10)
+    h.add_nodes(*(make_node(f"n{i}").capacity({GPU: 2}, cpu="16", memory="64Gi") for i in range(5)))
+    h.scheduler.apply_queues([queue("a", g=4, m=10), queue("b", g=6, m=10)])
+    h.add_pods(*(gpu_pod(f"a-{i}", "a") for i in range(10)))
+    h.advance(5)
+    h.add_pods(*(gpu_pod(f"b-{i}", "b") for i in range(6)))
+    for _ in range(60):
+        h.advance(0.5)
+    evicted = sorted({e.time for e in h.events if e.kind == "evicted"})
+    bound = sorted(
+        {e.time for e in h.events if e.kind == "bound" and e.pod.startswith("default/b")}
+    )
+    assert evicted == [15.0]
+    assert bound == [15.0]
+    assert gpus_by_queue(h) == {"a": 4, "b": 6}

@@ -29,9 +29,13 @@ class Status:
     gives a PreFilter's status to every node (SetAbsentNodesStatus) so preemption may
     try them all; Shoal does so only for a rejection flagged this way, and reads any
     other PreFilter rejection as saying nothing about nodes (no victim search).
+
+    `retry_after`: on a PENDING answer that time alone will change (a PostFilter acting
+    after a delay, e.g. reclaim), the seconds until it may: the pod is tried again by
+    then, whatever its backoff.
     """
 
-    __slots__ = ("code", "plugin", "reasons", "resolvable_by_preemption")
+    __slots__ = ("code", "plugin", "reasons", "resolvable_by_preemption", "retry_after")
 
     def __init__(
         self,
@@ -39,11 +43,13 @@ class Status:
         *reasons: str,
         plugin: str = "",
         resolvable_by_preemption: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         self.code = code
         self.reasons: tuple[str, ...] = reasons
         self.plugin = plugin
         self.resolvable_by_preemption = resolvable_by_preemption
+        self.retry_after = retry_after
 
     @classmethod
     def error(cls, message: str, plugin: str = "") -> Status:

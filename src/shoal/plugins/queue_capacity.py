@@ -146,6 +146,7 @@ class QueueCapacity:
                 Code.PENDING,
                 f"reclaim for queue {tree.names[leaf]} starts after "
                 f"{self.args.reclaim_delay_seconds:g}s of waiting",
+                retry_after=self.args.reclaim_delay_seconds - waited,
             )
         # Pods already being evicted still count in `usage` until they are gone; a queue
         # is judged on what it keeps once they are (or it would be pushed below its level

@@ -36,7 +36,7 @@ from shoal.gang.manager import GangManager, Group
 from shoal.scheduler.algorithm import PlacementAlgorithm
 from shoal.scheduler.binding import BindingCycles
 from shoal.scheduler.gang_cycle import GangCycle
-from shoal.scheduler.requeue import Requeuer
+from shoal.scheduler.requeue import Requeuer, retry_by
 from shoal.scheduler.shard_loans import ShardLoans
 from shoal.scheduler.victims import (
     AWAITING_VICTIMS,
@@ -168,6 +168,7 @@ class SchedulingCycles:
         pod = entry.pod
         message = diagnosis.message() if diagnosis is not None else status.message
         retry_soon = False
+        retry_at: float | None = None
         nominated = ""
         waiting = awaiting_victims(self.cluster, pod)
         if waiting:
@@ -185,6 +186,7 @@ class SchedulingCycles:
             # PENDING: a PostFilter will act after a delay (e.g. reclaim); SUCCESS: it
             # has just made room (preemption): retry after the backoff, not on an event.
             retry_soon = post_status.code in (Code.PENDING, Code.SUCCESS)
+            retry_at = retry_by(post_status, now)
             if post_status.message:
                 diagnosis.post_filter_message = post_status.message
                 message = diagnosis.message()
@@ -207,7 +209,9 @@ class SchedulingCycles:
             events = self.scheduling_queue.plugin_events
             keys = {post_filter_key(p) for p in diagnosis.post_filter_plugins}
             rejectors |= {k for k in keys if k in events}
-        self.requeue.unschedulable(entry, now, rejectors, status, message, retry_soon, nominated)
+        self.requeue.unschedulable(
+            entry, now, rejectors, status, message, retry_soon, nominated, retry_at
+        )
         return CycleResult(pod, None, status, message, diagnosis)
 
     def _schedule_gang(
@@ -246,7 +250,15 @@ class SchedulingCycles:
             if borrowing:
                 message = f"{message.rstrip().rstrip('.')}; {borrowing}"
             return self._gang_failed(
-                entry, entries, group, status, message, rejectors, now, outcome.retry_soon
+                entry,
+                entries,
+                group,
+                status,
+                message,
+                rejectors,
+                now,
+                outcome.retry_soon,
+                outcome.retry_by,
             )
         if outcome.nominations:
             commit_preemption(self.cluster, self.effects, outcome.nominations, outcome.victims)
@@ -287,13 +299,17 @@ class SchedulingCycles:
         rejectors: frozenset[str],
         now: float,
         retry_soon: bool = False,
+        retry_by: float | None = None,
     ) -> CycleResult:
         """`retry_soon`: something time-based (a reclaim delay) will change the answer,
-        so the members retry after their backoff rather than on a cluster event."""
+        so the members retry after their backoff (at `retry_by` at the latest) rather
+        than on a cluster event."""
         self.gangs.attempt_failed(group, message, now)
         for e in entries:
             e.attempts = max(e.attempts, group.attempts)
-            self.requeue.unschedulable(e, now, rejectors, status, message, retry_soon)
+            self.requeue.unschedulable(
+                e, now, rejectors, status, message, retry_soon, retry_by=retry_by
+            )
         return CycleResult(entry.pod, None, status, message)
 
     def release_held(self) -> None:

@@ -80,6 +80,7 @@ from shoal.gang.topology import (
     preemption_domains,
 )
 from shoal.scheduler.algorithm import PlacementAlgorithm
+from shoal.scheduler.requeue import retry_by
 from shoal.scheduling_queue.queue import QueuedPod
 
 __all__ = ["GangCycle", "GangOutcome", "Placement"]
@@ -101,7 +102,8 @@ class GangOutcome:
     * `rejected`: set when the whole gang failed: every entry is requeued with it;
     * `victims` / `nominations`: job-level preemption decided (placements dropped);
     * `retry_soon`: a member's PostFilter will act after a delay (reclaim waits for
-      `reclaimDelaySeconds`): retry the gang after its backoff, not on an event.
+      `reclaimDelaySeconds`): retry the gang after its backoff, not on an event, and at
+      `retry_by` at the latest (when the first such delay ends).
     """
 
     placed: list[Placement] = field(default_factory=list)
@@ -110,6 +112,7 @@ class GangOutcome:
     victims: list[Victim] = field(default_factory=list)
     nominations: list[tuple[PodInfo, str]] = field(default_factory=list)
     retry_soon: bool = False
+    retry_by: float | None = None
 
 
 NO_ROOM_BY_PREEMPTION = "preempting lower-priority pods would not make room either"
@@ -144,6 +147,10 @@ def _unresolvable(n: int, results: list[tuple[str, FilterResult]]) -> np.ndarray
             if failure.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                 out |= failure.nodes[:n]
     return out
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _fmt(resource: str, amount: int) -> str:
@@ -296,6 +303,7 @@ class GangCycle:
             entries[:] = minimums + beyond
         outcome = GangOutcome()
         retry_soon = False
+        retry_at: float | None = None
         for rows, preempt in candidates:
             trial = _Trial()
             while True:
@@ -318,11 +326,13 @@ class GangCycle:
                     if not tx.closed:
                         tx.discard()
                 retry_soon = retry_soon or outcome.retry_soon
+                retry_at = _earliest(retry_at, outcome.retry_by)
                 if not trial.next_option():
                     break
             if outcome.rejected is None:
                 return outcome
             outcome.retry_soon = retry_soon
+            outcome.retry_by = retry_at
             # The next domain is tried when this one fell short: with roles, when a role
             # did (the gang's domain held it, a role's sub-domain did not); without, when
             # the victim search could not make the room the estimate promised; always
@@ -698,6 +708,7 @@ class GangCycle:
         holds: list[tuple[PodInfo, str]] = []  # migration plans' stand-ins (see below)
         member_uids = set(group.members)
         retry_soon = False
+        retry_at: float | None = None
         # Sub-groups (roles): each must reach its own minimum, inside its own domain.
         sub_need = {name: group.sub_group_needed(name) for name in group.sub_groups}
         sub_placed: Counter[str] = Counter()
@@ -819,6 +830,7 @@ class GangCycle:
                     tx, fwk, state, pod, diagnosis, member_uids, victims, holds
                 )
                 retry_soon = retry_soon or post.code == Code.PENDING
+                retry_at = _earliest(retry_at, retry_by(post, now))
                 if node is not None:
                     state = CycleState()
                     fwk.run_pre_filter(state, pod)  # fresh state for Reserve on that node
@@ -872,7 +884,9 @@ class GangCycle:
             rejectors = frozenset(
                 {"Coscheduling", *(p for _, _, d in failed if d for p in d.unschedulable_plugins)}
             )
-            return GangOutcome(rejected=(status, message, rejectors), retry_soon=retry_soon)
+            return GangOutcome(
+                rejected=(status, message, rejectors), retry_soon=retry_soon, retry_by=retry_at
+            )
 
         if len(placed) < need:
             tx.discard()  # Unreserve and forget every member placed, newest first
@@ -888,6 +902,7 @@ class GangCycle:
             return GangOutcome(
                 rejected=(Status(Code.UNSCHEDULABLE, message), message, rejectors),
                 retry_soon=retry_soon,
+                retry_by=retry_at,
             )
 
         if victims:

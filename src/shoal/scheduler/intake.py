@@ -349,7 +349,10 @@ class ClusterIntake:
             nominated.uids[i] for i in here if not awaiting_victims(self.cluster, nominated.pods[i])
         ]
         if ready:
-            self.scheduling_queue.wake(ready)
+            # Also out of backoff: a preemptor backs off after its preemption (retried
+            # then if its victims are still terminating), but once they are gone its room
+            # is there; after a reclaim delay its backoff had grown to the maximum.
+            self.scheduling_queue.hurry(ready)
 
     def add_node(self, node: Node) -> None:
         self.cluster.add_node(node)

@@ -15,10 +15,17 @@ from collections.abc import Mapping
 from shoal.api.podinfo import PodInfo
 from shoal.framework.effects import BindFailed, Effects, Unschedulable
 from shoal.framework.handle import Clock
-from shoal.framework.status import Status
+from shoal.framework.status import Code, Status
 from shoal.scheduling_queue.queue import QueuedPod, SchedulingQueue
 
-__all__ = ["Requeuer"]
+__all__ = ["Requeuer", "retry_by"]
+
+
+def retry_by(status: Status, now: float) -> float | None:
+    """When a PENDING answer changes by time alone (`Status.retry_after`), else None."""
+    if status.code != Code.PENDING or status.retry_after is None:
+        return None
+    return now + max(status.retry_after, 0.0)
 
 
 class Requeuer:
@@ -43,9 +50,10 @@ class Requeuer:
         message: str,
         retry_soon: bool = False,
         nominated: str = "",
+        retry_by: float | None = None,
     ) -> None:
         self.scheduling_queue.requeue_unschedulable(
-            entry, now, rejectors, status, message, retry_soon=retry_soon
+            entry, now, rejectors, status, message, retry_soon=retry_soon, retry_by=retry_by
         )
         self.effects.emit(Unschedulable(entry.pod, status, message, nominated))
 

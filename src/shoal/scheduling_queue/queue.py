@@ -47,6 +47,9 @@ class QueuedPod:
     # The move-request cycle counter seen when the pod was popped (see kube's
     # moveRequestCycle): an event during its cycle sends it to backoff, not to sleep.
     popped_cycle: int = -1
+    # When its last answer may change by time alone (a reclaim delay ending): its backoff
+    # ends then at the latest (None: no such time).
+    retry_by: float | None = None
 
 
 class Partitions(Protocol):
@@ -277,10 +280,12 @@ class SchedulingQueue:
         status: Status,
         message: str = "",
         retry_soon: bool = False,
+        retry_by: float | None = None,
     ) -> None:
         """The attempt failed. Errors back off; rejections wait for a useful event,
         unless an event already arrived during the attempt or `retry_soon` (something
-        time-based, like a reclaim delay, will change the answer)."""
+        time-based, like a reclaim delay, will change the answer; at `retry_by` when
+        known, even if the backoff lasts longer)."""
         uid = entry.pod.uid
         self._in_flight.discard(uid)
         if uid not in self._entries:
@@ -289,6 +294,7 @@ class SchedulingQueue:
         entry.rejected_by = rejected_by
         entry.last_status = status
         entry.message = message
+        entry.retry_by = retry_by
         if retry_soon or not status.rejected or self._move_request_cycle >= entry.popped_cycle:
             self._push_backoff(entry)
         else:
@@ -308,7 +314,9 @@ class SchedulingQueue:
         return min(duration, self.config.max_backoff_seconds)
 
     def backoff_expiry(self, entry: QueuedPod) -> float:
-        return entry.added_at + self.backoff_duration(entry.attempts)
+        expiry = entry.added_at + self.backoff_duration(entry.attempts)
+        retry_by = entry.retry_by
+        return expiry if retry_by is None or retry_by >= expiry else retry_by
 
     # ---- time and events -----------------------------------------------------------
 
@@ -331,18 +339,11 @@ class SchedulingQueue:
             self._activate_or_backoff(entry, now)
         return len(moved)
 
-    def wake(self, uids: Iterable[str]) -> None:
-        """What these unschedulable pods waited for has happened (a preemptor's last
-        victim is gone): they are tried again at once, whatever their backoff; their
-        waits were not failures. Pods elsewhere in the queue stay where they are."""
-        for uid in uids:
-            entry = self._unschedulable.remove(uid)
-            if entry is not None:
-                self._push_active(entry)
-
     def hurry(self, uids: Iterable[str]) -> None:
-        """As `wake`, also for pods backing off: what they waited for is here (node
-        shards lent for their gang, for a limited time), so they are tried at once."""
+        """What these pods waited for is here (a preemptor's last victim is gone, node
+        shards lent for their gang for a limited time): unschedulable or backing off,
+        they are tried at once; their waits were not failures. Pods elsewhere in the
+        queue stay where they are."""
         for uid in uids:
             entry = self._unschedulable.remove(uid)
             if entry is None and uid in self._in_backoff:

@@ -187,3 +187,24 @@ def test_an_elastic_gang_borrows_for_its_minimum_only() -> None:
     h.advance(5)
     key, wanted = asked[-1]
     assert key == "default/g" and len(wanted) == 1  # two members, one of them on n0
+
+
+def test_shards_this_replica_is_still_taking_over_are_not_blamed_on_another() -> None:
+    """After a restart the shard map already names this replica for its shards, but
+    they are not usable until its pod watch has caught up. Before, pods were told the
+    nodes were "held by another Shoal replica (<its own identity>)"."""
+    h = cluster()
+    holders = dict.fromkeys(range(SLOTS), "alpha")
+    h.scheduler.set_node_shards(SLOTS, frozenset(), holders, "alpha")
+    h.add_pods(make_pod("p").req(cpu="1"))
+    message = h.run().messages["default/p"]
+    assert message == (
+        "0/4 nodes are available: 4 node(s) are in node shards this replica is still taking over."
+    )
+    holders[slot("n3")] = "beta"
+    h.scheduler.set_node_shards(SLOTS, frozenset(), holders, "alpha")
+    h.add_pods(make_pod("q").req(cpu="1"))
+    assert (
+        "4 node(s) are in node shards held by another Shoal replica (beta)"
+        in (h.run().messages["default/q"])
+    )

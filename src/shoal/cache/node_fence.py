@@ -32,17 +32,27 @@ class NodeFence:
         self.slots = 1
         self.held: frozenset[int] | None = None  # None: no fencing (every node usable)
         self.holders: dict[int, str] = {}  # slot -> who holds it ("" = nobody), for messages
+        self.me = ""  # this replica's identity among the holders
         self.version = 0
         self._key: tuple[int, int, int] = (-1, -1, -1)
         self._fenced: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self._any = False
 
-    def set(self, slots: int, held: frozenset[int] | None, holders: Mapping[int, str]) -> bool:
-        """Hold exactly `held` of `slots` shards (None: no fencing). True if that changed
+    def set(
+        self,
+        slots: int,
+        held: frozenset[int] | None,
+        holders: Mapping[int, str],
+        me: str = "",
+    ) -> bool:
+        """Use exactly `held` of `slots` shards (None: no fencing). `holders` says who
+        holds each slot in the cluster's shard map, `me` which of them is this replica
+        (a slot it holds but may not use yet is being taken over). True if that changed
         which nodes may be used."""
         if slots < 1:
             raise ValueError(f"node shards: slots must be >= 1, got {slots}")
         self.holders = dict(holders)
+        self.me = me
         if slots == self.slots and held == self.held:
             return False
         self.slots, self.held = slots, held
@@ -83,8 +93,14 @@ class NodeFence:
     def reason(self) -> str:
         """The filter failure text for a fenced node (one text, so the diagnosis counts
         them together)."""
-        others = sorted({h for s, h in self.holders.items() if h and s not in (self.held or ())})
+        held = self.held or ()
+        fenced = {s: h for s, h in self.holders.items() if h and s not in held}
+        others = sorted({h for h in fenced.values() if h != self.me})
         if not others:
+            if self.me and self.me in fenced.values():
+                # Held here in the map, not usable yet: until the pod watch shows the last
+                # holder's binds (a restart, a failover, a shard handed over).
+                return "node(s) are in node shards this replica is still taking over"
             return "node(s) are in node shards no replica holds yet"
         return (
             "node(s) are in node shards held by another Shoal replica ("

@@ -274,11 +274,16 @@ class Scheduler:
         return self.shard_loans.routing_key(pod)
 
     def set_node_shards(
-        self, slots: int, held: frozenset[int] | None, holders: Mapping[int, str]
+        self,
+        slots: int,
+        held: frozenset[int] | None,
+        holders: Mapping[int, str],
+        me: str = "",
     ) -> None:
-        """The node shards this replica holds (None: no fencing, every node). Pods that
-        found no room get another try when more nodes become usable."""
-        if self.shard_loans.set_node_shards(slots, held, holders):
+        """The node shards this replica may use (None: no fencing, every node), who
+        holds each (`me`: this replica). Pods that found no room get another try when
+        more nodes become usable."""
+        if self.shard_loans.set_node_shards(slots, held, holders, me):
             self._event(ClusterEvent(EventResource.NODE, ActionType.ADD))
 
     @property

@@ -80,12 +80,16 @@ class ShardLoans:
         return f"pod/{pod.metadata.uid}"
 
     def set_node_shards(
-        self, slots: int, held: frozenset[int] | None, holders: Mapping[int, str]
+        self,
+        slots: int,
+        held: frozenset[int] | None,
+        holders: Mapping[int, str],
+        me: str = "",
     ) -> bool:
         """The node shards this replica holds (None: no fencing, every node). A gang
         whose borrowed shards are all usable now is tried at once, whatever its backoff
         (the loan lasts a limited time). True when the usable nodes changed."""
-        if not self.cluster.fence.set(slots, held, holders):
+        if not self.cluster.fence.set(slots, held, holders, me):
             return False
         for key, wanted in self._borrowing.items():
             group = self.gangs.groups.get(key)
@@ -128,7 +132,7 @@ class ShardLoans:
         self._no_borrow.pop(group.key, None)
         self._borrowing[group.key] = wanted
         self.borrow_shards(group.key, wanted)
-        holders = sorted({fence.holders.get(s, "") for s in wanted} - {""})
+        holders = sorted({fence.holders.get(s, "") for s in wanted} - {"", fence.me})
         return (
             f"it would fit with node shard(s) {', '.join(map(str, sorted(wanted)))} of "
             f"other Shoal replicas ({', '.join(holders) or 'nobody'}): waiting for them to be "

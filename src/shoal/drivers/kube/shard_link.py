@@ -153,7 +153,7 @@ class ShardLink:
         routing: Routing,
         pending: list[JSON],
     ) -> None:
-        self.scheduler.set_node_shards(slots, usable, holders)
+        self.scheduler.set_node_shards(slots, usable, holders, self.settings.identity)
         self.scheduler.writes_status = routing.writes_status
         self.intake.routing = routing
         self._reroute(pending)

@@ -554,3 +554,40 @@ def test_loan_counts_for_the_borrower_a_lender_and_a_bystander() -> None:
     assert loan_counts(borrower, "b") == {"borrowing": 0, "borrowed": 0, "lending": 1}
     assert loan_counts(borrower, "c") == {"borrowing": 0, "borrowed": 0, "lending": 0}
     assert loan_counts(ShardState(slots=4), "a") == {"borrowing": 0, "borrowed": 0, "lending": 0}
+
+
+@async_test()
+async def test_a_leader_restarted_after_a_crash_takes_every_shard_at_once(
+    tmp_path: Path,
+) -> None:
+    """The previous leader (same leader-election Lease) was killed holding every shard.
+    Its successor leads, so the old one cannot be binding: it is neither counted among
+    the replicas the shards are split between nor waited for. Before, the successor
+    aimed at half the shards until it had watched the old member Lease unchanged for
+    leaseDuration (with more stale members, a smaller share: 6 of 16 for 30 s)."""
+    async with FakeApiServer() as api:
+        clock = _Clock()
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        connection = await connect(str(kubeconfig))
+        try:
+            lease = "kube-system/shoal"
+            old = ShardKeeper(
+                connection.client("old", ClientSettings()),
+                _settings("old", leader_lease=lease),
+                leading=lambda: True,
+                clock=clock,
+            )
+            await old.round()
+            assert old.state.usable == frozenset(range(8))
+            clock.now += 0.1  # killed: its member Lease is never renewed again
+            new = ShardKeeper(
+                connection.client("new", ClientSettings()),
+                _settings("new", leader_lease=lease),
+                leading=lambda: True,
+                clock=clock,
+            )
+            await new.round()
+            assert new.state.held == frozenset(range(8))
+            assert {m.identity for m in new.state.members} == {"new"}
+        finally:
+            await connection.close()

@@ -537,7 +537,7 @@ class ShardKeeper:
         sent = self.clock()
         await self._renew_member(items)
         self.state.last_renew = sent
-        live = {m.identity for m in members if self._alive(m.identity)}
+        live = {m.identity for m in members if self._alive(m.identity) and not self._standby(m)}
         live.add(self.settings.identity)
         table = self._table_of(shard_map)
         if table is None:
@@ -661,15 +661,26 @@ class ShardKeeper:
         seen = self._observed.get(identity)
         return seen is not None and self.clock() < seen[1] + self.settings.lease_duration
 
+    def _standby(self, member: Member) -> bool:
+        """Does `member` share our leader-election Lease while we lead? Then it is not
+        scheduling (a previous leader, dead or standing by): not counted among the
+        replicas the shards are split between, and its shards are takeable. Without
+        this, a leader restarted after a crash aimed at a share of the shards for each
+        such member until it had watched its Lease unchanged for leaseDuration."""
+        s = self.settings
+        return (
+            bool(s.leader_lease)
+            and member.identity != s.identity
+            and member.leader_lease == s.leader_lease
+            and self.leading()
+        )
+
     def _takeable(self, holder: str, members: Sequence[Member]) -> bool:
         """May a shard of `holder` be taken over (it is not binding)?"""
         if not self._alive(holder):
             return True
-        s = self.settings
-        if s.leader_lease and self.leading():
-            # It shares our leader-election Lease, which we hold: it is not binding.
-            return any(m.identity == holder and m.leader_lease == s.leader_lease for m in members)
-        return False
+        # It shares our leader-election Lease, which we hold: it is not binding.
+        return any(m.identity == holder and self._standby(m) for m in members)
 
     # ---- API ------------------------------------------------------------------------
 

@@ -374,3 +374,46 @@ async def test_explain_judges_with_the_configuration_the_running_scheduler_publi
         assert "Lease shoal-system/shoal-member-0" in answer["configSource"]
         table = await _shoal(tmp_path, api, "explain", "default/custom")
         assert "the running scheduler's" in table.stdout
+
+
+@async_test(timeout=60)
+async def test_a_gang_the_running_scheduler_tried_is_scheduling_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    """`shoal get pg` and `explain` build a core of their own, which has tried nothing:
+    a gang the running scheduler tried and could not place showed as Pending with no
+    reason, while its PodGroup status (kubectl get pg) and the dashboard said
+    Scheduling and why. They now say what the running scheduler wrote."""
+    said = "gang default/big: 1/2 members placeable, needs 5 cpu more"
+    async with FakeApiServer() as api:
+        _cluster(api)
+        api.create(
+            PLUGINS,
+            "podgroups",
+            {
+                "apiVersion": PLUGINS,
+                "kind": "PodGroup",
+                "metadata": {"name": "big"},
+                "spec": {"minMember": 2},
+            },
+        )
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": said,
+        }
+        for i in range(2):
+            api.create("v1", "pods", pod(f"big{i}", cpu="5", labels={GROUP_LABEL: "big"}))
+            # What the running scheduler wrote (through pods/status).
+            api.set_pod_status("default", f"big{i}", conditions=[condition])
+        groups = _json(await _shoal(tmp_path, api, "get", "podgroups", "-o", "json"))
+        by_name = {g["name"]: g for g in groups}
+        assert (by_name["big"]["phase"], by_name["big"]["reason"]) == ("Scheduling", said)
+        assert by_name["g"]["phase"] == "Pending"  # never tried: a member is missing
+        table = await _shoal(tmp_path, api, "get", "pg", "big")
+        assert "Scheduling" in table.stdout and "1/2 members placeable" in table.stdout
+        answer = json.loads(
+            (await _shoal(tmp_path, api, "explain", "default/big0", "-o", "json")).stdout
+        )
+        assert (answer["gang"]["phase"], answer["gang"]["reason"]) == ("Scheduling", said)

@@ -382,9 +382,13 @@ class FakeApiServer:
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> JSON:
         """What a kubelet would report (through pods/status)."""
+        return self.set_pod_status(namespace, name, phase=phase)
+
+    def set_pod_status(self, namespace: str, name: str, **fields: Any) -> JSON:
+        """Set fields of a pod's status (through pods/status), as a kubelet or a
+        scheduler would write them."""
         pod = self._existing("", "pods", namespace, name)
-        status = dict(pod.get("status") or {})
-        status["phase"] = phase
+        status = {**(pod.get("status") or {}), **fields}
         return self._replace("", "pods", namespace, name, {"status": status}, "status")
 
     def bind(

@@ -153,10 +153,11 @@ class ClusterView:
                     running += 1
                     started.add(uid)
             first = next(iter(g.members.values()), None)
+            phase, reason = self._gang_phase(g)
             row: dict[str, Any] = {
                 "namespace": g.namespace,
                 "name": g.name,
-                "phase": sched.gangs.observed_phase(g),
+                "phase": phase,
                 "minMember": g.min_member,
                 "members": len(g.members),
                 "scheduled": len(g.bound),
@@ -166,7 +167,7 @@ class ClusterView:
                 "queue": sched.tenant_queues.named_queue(first) if first is not None else "",
                 "source": g.source,
                 "hasObject": g.has_object,
-                "reason": g.reason,
+                "reason": reason,
             }
             if g.sub_groups:
                 row.update(self._sub_groups_part(g, started))
@@ -404,14 +405,37 @@ class ClusterView:
                 part[key] = quantities(amounts) if isinstance(amounts, dict) else {}
         return part
 
+    def _gang_phase(self, group: Any) -> tuple[str, str]:
+        """The gang's phase and why, as the running scheduler says them. This view's core
+        has not tried to place anything: a gang it finds Pending that the running
+        scheduler tried and could not place is Scheduling, with the reason it wrote on
+        its members (PodScheduled=False, Unschedulable), as its PodGroup status says."""
+        phase = self.scheduler.gangs.observed_phase(group)
+        if phase != "Pending" or group.reason:
+            return phase, group.reason
+        store = self.backend.pods.store
+        for info in group.members.values():
+            raw = store.get(info.key) or {}
+            for condition in (raw.get("status") or {}).get("conditions") or ():
+                if (
+                    isinstance(condition, dict)
+                    and condition.get("type") == "PodScheduled"
+                    and condition.get("status") == "False"
+                    and condition.get("reason") == "Unschedulable"
+                    and condition.get("message")
+                ):
+                    return "Scheduling", str(condition["message"])
+        return phase, group.reason
+
     def _gang_part(self, group: Any) -> dict[str, Any]:
+        phase, reason = self._gang_phase(group)
         part: dict[str, Any] = {
             "name": group.key,
-            "phase": self.scheduler.gangs.observed_phase(group),
+            "phase": phase,
             "minMember": group.min_member,
             "members": len(group.members),
             "scheduled": len(group.bound),
-            "reason": group.reason,
+            "reason": reason,
         }
         if group.sub_groups:
             part.update(self._sub_groups_part(group))

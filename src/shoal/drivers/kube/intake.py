@@ -24,6 +24,7 @@ from shoal.api.errors import ManifestError
 from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod, PriorityClass
+from shoal.api.podinfo import PodInfo
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
 from shoal.api.queue import PodDisruptionBudget
 from shoal.api.resources import ResourceList, parse_resource_list
@@ -564,8 +565,22 @@ class Intake:
         if known:
             s.update_pod(pod)
         else:
-            s.add_pod(pod)
+            s.add_pod(self._arriving(pod, raw))
         self._known[uid] = relevant
+
+    def _arriving(self, pod: Pod, raw: JSON) -> Pod | PodInfo:
+        """A pending pod a scheduler has tried already (PodScheduled=False, reason
+        Unschedulable: written by this scheduler before a restart or failover, or by a
+        replica it was routed to): its wait counts from that condition's transition, not
+        from now, so a reclaim delay (`reclaimDelaySeconds`) is not started over by every
+        restart. The cluster's condition is the record; clocks are the replicas' own."""
+        since = None if pod.spec.node_name else unschedulable_since(raw)
+        if since is None:
+            return pod
+        s = self.scheduler
+        info = s.pod_info(pod)
+        info.initial_attempt_time = s.clock.now() - max(0.0, time.time() - since)
+        return info
 
     def _mine(self, pod: Pod, raw: JSON) -> bool:
         routing = self.routing

@@ -4,6 +4,7 @@ what they report, in each output format, and their exit codes."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -374,6 +375,34 @@ async def test_explain_judges_with_the_configuration_the_running_scheduler_publi
         assert "Lease shoal-system/shoal-member-0" in answer["configSource"]
         table = await _shoal(tmp_path, api, "explain", "default/custom")
         assert "the running scheduler's" in table.stdout
+        assert "(shoal-0, expired)" in answer["configSource"]  # never renewed
+
+        # A live replica: the expired one (killed long ago) is no longer named or used.
+        renewed = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        api.create(
+            "coordination.k8s.io/v1",
+            "leases",
+            {
+                "metadata": {
+                    "name": "shoal-member-1",
+                    "namespace": "shoal-system",
+                    "labels": {"shoal.io/node-shards": "member"},
+                    "annotations": {"shoal.io/config": published_config(parse_config({}))},
+                },
+                "spec": {
+                    "holderIdentity": "shoal-1",
+                    "leaseDurationSeconds": 15,
+                    "renewTime": renewed,
+                },
+            },
+        )
+        answer = json.loads(
+            (await _shoal(tmp_path, api, "explain", "default/custom", "-o", "json")).stdout
+        )
+        assert answer["configSource"] == (
+            "the running scheduler's, from Lease shoal-system/shoal-member-1 (shoal-1)"
+        )
+        assert answer["blocked"] is True  # the live replica has no custom-sched profile
 
 
 @async_test(timeout=60)

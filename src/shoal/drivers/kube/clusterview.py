@@ -456,8 +456,9 @@ def _pod_scheduled(status: JSON) -> dict[str, str] | None:
 async def published_configs(connection: Connection) -> tuple[KubeSchedulerConfiguration, str]:
     """The configuration the running Shoal replicas schedule with, as their member Leases
     publish it (annotation `shoal.io/config`, in any namespace), and where it came from.
-    Several deployments' profiles are merged by schedulerName (a live replica's first);
-    without any (no Shoal running, or one too old to publish), `shoal run`'s default."""
+    Several deployments' profiles are merged by schedulerName; replicas whose Lease has
+    expired count only when no replica is live. Without any (no Shoal running, or one
+    too old to publish), `shoal run`'s default."""
     from shoal.config import default_config, parse_config
     from shoal.scheduler import default_registry
 
@@ -485,19 +486,22 @@ async def published_configs(connection: Connection) -> tuple[KubeSchedulerConfig
         fresh = _fresh(spec, now)
         where = (
             f"Lease {meta.get('namespace', '')}/{meta.get('name', '')} "
-            f"({spec.get('holderIdentity') or 'released'})"
+            f"({spec.get('holderIdentity') or 'released'}{'' if fresh else ', expired'})"
         )
         found.append((fresh, where, parsed))
     if not found:
         return default_config(), "the default (no running Shoal publishes its configuration)"
-    found.sort(key=lambda f: (not f[0], f[1]))  # live replicas first
-    merged = found[0][2]
+    # The live replicas' configurations; only when none is live, what the last ones
+    # published (replicas killed long ago are not the running scheduler).
+    used = [f for f in found if f[0]] or found
+    used.sort(key=lambda f: f[1])
+    merged = used[0][2]
     profiles = {p.scheduler_name: p for p in merged.profiles}
-    for _, _, other in found[1:]:
+    for _, _, other in used[1:]:
         for profile in other.profiles:
             profiles.setdefault(profile.scheduler_name, profile)
     merged = merged.model_copy(update={"profiles": list(profiles.values())})
-    sources = sorted({where for _, where, _ in found})
+    sources = sorted({where for _, where, _ in used})
     return merged, "the running scheduler's, from " + ", ".join(sources)
 
 

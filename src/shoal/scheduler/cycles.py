@@ -195,6 +195,12 @@ class SchedulingCycles:
                 commit_preemption(
                     self.cluster, self.effects, [(pod, nominated), *result.holds], result.victims
                 )
+                if awaiting_victims(self.cluster, pod):
+                    # Its victims terminate now: it waits for the last one gone (which
+                    # tries it at once), as kube's preemptor waits in the unschedulable
+                    # pool, instead of a retry after its backoff that finds them still
+                    # terminating (one more attempt and FailedScheduling each).
+                    retry_soon, waiting = False, (nominated, "")
         if not nominated and pod.uid in self.cluster.nominations:
             # kube clears the nomination of a pod that failed without a new one.
             with Transaction(self.cluster) as tx:

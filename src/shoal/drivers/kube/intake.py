@@ -24,8 +24,8 @@ from shoal.api.errors import ManifestError
 from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod, PriorityClass
-from shoal.api.podinfo import PodInfo
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup, group_of
+from shoal.api.podinfo import PodInfo
 from shoal.api.queue import PodDisruptionBudget
 from shoal.api.resources import ResourceList, parse_resource_list
 from shoal.drivers.kube.binder import SCHEDULED_BY

@@ -274,11 +274,22 @@ class SchedulingCycles:
             )
             self.gangs.attempt_failed(group, message, now)
             nominated = dict((p.uid, n) for p, n in outcome.nominations)
+            # Victims terminating: the members wait for the last one gone (it wakes one,
+            # the gang cycle takes the others along), not for a retry after the backoff
+            # that finds them still there.
+            terminating = any(awaiting_victims(self.cluster, p) for p, _ in outcome.nominations)
+            rejectors = frozenset({AWAITING_VICTIMS}) if terminating else frozenset()
             for e in entries:
                 e.attempts = max(e.attempts, group.attempts)
                 status = Status(Code.UNSCHEDULABLE, message, plugin="Coscheduling")
                 self.requeue.unschedulable(
-                    e, now, frozenset(), status, message, True, nominated.get(e.pod.uid, "")
+                    e,
+                    now,
+                    rejectors,
+                    status,
+                    message,
+                    not terminating,
+                    nominated.get(e.pod.uid, ""),
                 )
             return CycleResult(entry.pod, None, Status(Code.UNSCHEDULABLE, message), message)
         for placement in outcome.placed:

@@ -171,3 +171,15 @@ def test_a_filter_that_rejects_nodes_without_a_reason_is_named() -> None:
     h.run()
     assert h.node_of("p") is None
     assert "plugin Rejects rejected 3 node(s) without a Failure saying why" in h.message("p")
+
+
+def test_a_broken_entry_point_named_like_an_in_tree_plugin_leaves_that_plugin_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installed(monkeypatch, FakeEntryPoint("NodeAffinity", "no_such_module:SPEC"))
+    registry = default_registry()
+    config = parse_config(enabling("NodeAffinity"), registry=registry)
+    assert "NodeAffinity" in registry and "NodeAffinity" not in registry.broken
+    (warning,) = config.warnings
+    assert warning.message.startswith("the entry point NodeAffinity = 'no_such_module:SPEC'")
+    assert warning.message.endswith("a plugin named 'NodeAffinity' is registered already")

@@ -94,8 +94,12 @@ class Registry(dict[str, PluginSpec]):
             for name, spec in others:
                 out.register(name, spec)
             return out
-        out.broken.update(broken)
         mine = set(self)
+        for name, why in broken.items():
+            if name in mine:  # the registered plugin keeps its name either way
+                out.ignored[name] = f"{why}; a plugin named {name!r} is registered already"
+            else:
+                out.broken[name] = why
         for name, spec in others:
             if name in mine:
                 out.ignored[name] = (

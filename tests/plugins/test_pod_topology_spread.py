@@ -791,3 +791,39 @@ def test_unschedulable_message_lists_reasons() -> None:
         "0/2 nodes are available: 1 node(s) didn't match pod topology spread constraints, "
         "1 node(s) didn't match pod topology spread constraints (missing required label)."
     )
+
+
+def test_a_pod_that_starts_terminating_leaves_the_counts_and_is_never_counted_again() -> None:
+    """The API server sends a deleted pod's deletionTimestamp (a watch update) before the
+    deletion, even at grace 0. The update counted as "the same pod", so the index kept
+    counting it while the spread filter's matchers skip terminating pods on removal:
+    each deleted pod stayed counted forever. Found against the real API server by
+    differential testing with kube-scheduler: after four probes were bound to m1 and
+    deleted, the fifth went to m4 (zones 1 and 4 pods: skew 3 > maxSkew 2)."""
+    import copy
+
+    from shoal.testing import SchedulerHarness, make_node, make_pod
+
+    zone = "topology.kubernetes.io/zone"
+    h = SchedulerHarness()
+    for name, z in (("m1", "z1"), ("m2", "z1"), ("m3", "z2"), ("m4", "z2")):
+        h.add_nodes(make_node(name).capacity(cpu="8", memory="16Gi").label(zone, z))
+    for name, node in (("f0", "m2"), ("f1", "m3"), ("f2", "m3"), ("f3", "m4")):
+        h.add_pods(make_pod(name).label("app", "c").node(node).req(cpu="100m"))
+    h.run()
+    for i in range(6):
+        (probe,) = h.add_pods(
+            make_pod(f"t{i}")
+            .label("app", "c")
+            .req(cpu="100m")
+            .spread(2, zone, selector={"app": "c"})
+        )
+        h.run()
+        node = h.node_of(f"t{i}")
+        assert node == "m1", f"t{i} on {node}"  # z1 has 1 pod, z2 has 3: only z1 keeps skew <= 2
+        terminating = copy.deepcopy(probe.pod)
+        terminating.spec.node_name = node
+        terminating.metadata.deletion_timestamp = "2026-11-29T00:00:00Z"
+        h.scheduler.update_pod(terminating)  # the watch: deletionTimestamp set
+        h.delete_pod(f"t{i}")  # then deleted
+        h.advance(1)

@@ -82,12 +82,19 @@ def observer_service(
 def same_footprint(a: PodInfo, b: PodInfo) -> bool:
     """Do two versions of a pod count the same for every observer (requests, ports,
     labels, priority, affinity terms, the annotations that name queues, groups and GPU
-    needs)? The device indices Shoal writes at bind are left out: the devices were
-    chosen when the pod was assumed and the echo only records them."""
+    needs, whether it is terminating)? The device indices Shoal writes at bind are left
+    out: the devices were chosen when the pod was assumed and the echo only records
+    them."""
     if a is b:
         return True
     if (
-        a.requests != b.requests
+        # Terminating pods leave topology spread's counts (kube skips them): a pod that
+        # starts terminating (a watch update with its deletionTimestamp, which the API
+        # server sends before the deletion even at grace 0) must be counted again, or
+        # it is never uncounted and spread judges by pods long gone.
+        (a.pod.metadata.deletion_timestamp is None)
+        != (b.pod.metadata.deletion_timestamp is None)
+        or a.requests != b.requests
         or a.labels != b.labels
         or a.host_ports != b.host_ports
         or a.priority != b.priority

@@ -440,6 +440,19 @@ def workload_cases() -> Iterator[Case]:
     yield Case("workload-count-text", (workload(count="many"),), "count")
     yield Case("workload-rate-negative", (workload(rate=-1, interval=None),), "rate")
     yield Case("workload-interval-negative", (workload(interval=-10),), "interval")
+    # Infinite or overflowing times: an arrival at infinity never came (the run hung);
+    # a run ending at infinity reported NaN and wrote invalid JSON.
+    inf = float("inf")
+    yield Case("workload-interval-infinite", (workload(interval=inf),), "interval")
+    yield Case("workload-interval-overflowing", (workload(interval=1e308),), "interval")
+    yield Case("workload-rate-vanishing", (workload(rate=1e-320, interval=None),), "rate")
+    yield Case("workload-duration-infinite", (workload(duration=inf),), "duration")
+    yield Case(
+        "workload-duration-mean-infinite",
+        (workload(duration={"distribution": "exponential", "mean": inf}),),
+        "duration",
+    )
+    yield Case("workload-arrival-infinite", (workload(arrival=inf),), "arrival")
     yield Case(
         "workload-duration-distribution",
         (workload(duration={"distribution": "zipfian", "mean": 5}),),

@@ -50,8 +50,15 @@ WORKLOAD_API_VERSION = "sim.shoal.dev/v1alpha1"
 ANNOTATION_ARRIVAL = "sim.shoal.dev/arrival"
 ANNOTATION_DURATION = "sim.shoal.dev/duration"
 
-NonNegative = Annotated[float, msgspec.Meta(ge=0)]
-Positive = Annotated[float, msgspec.Meta(gt=0)]
+# Seconds and rates are bounded so that infinity (YAML `.inf`), 1e308 or a rate so small
+# its gaps overflow are errors naming the field: an arrival at infinity never comes
+# (the run never ended) and a run ending at infinity reports NaN. A billion seconds
+# (31 years of virtual time) is far beyond what a simulation run is for.
+MAX_SECONDS = 1e9
+MIN_RATE = 1e-9  # pods per second: one per 31 years
+NonNegative = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
+Positive = Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)]
+Rate = Annotated[float, msgspec.Meta(ge=MIN_RATE, le=MAX_SECONDS)]
 
 
 # ---- what the engine consumes -------------------------------------------------------
@@ -129,7 +136,7 @@ class PodGroup(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fiel
     name: str = ""
     arrival: NonNegative = 0.0  # when the first pod (or the Poisson process) starts
     interval: NonNegative | None = None  # fixed gap between arrivals
-    rate: Positive | None = None  # Poisson arrivals: mean pods per second
+    rate: Rate | None = None  # Poisson arrivals: mean pods per second
     duration: Duration | None = None  # absent: the pods run forever
 
 

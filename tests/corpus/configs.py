@@ -108,3 +108,12 @@ def config_cases() -> Iterator[ConfigCase]:
     yield ConfigCase("config-deep", None, "nested too deeply", text=deep)
     yield ConfigCase("config-not-yaml", None, "YAML", text="profiles: [unclosed\n  - a: b: c\n")
     yield ConfigCase("config-empty", None, "empty", text="")
+    yield ConfigCase(
+        "config-duplicate-key",
+        None,
+        "duplicate key 'percentageOfNodesToScore'",
+        text=(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+            "percentageOfNodesToScore: 999\npercentageOfNodesToScore: 50\n"
+        ),
+    )

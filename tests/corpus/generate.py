@@ -259,6 +259,14 @@ def document_cases() -> Iterator[Case]:
     yield Case("document-list", (["a", "b"],), "expected a mapping")
     yield Case("document-string", ("just text",), "expected a mapping")
     yield Case("document-number", (42,), "expected a mapping")
+    # A key given twice: refused (as the API server's strict decoding does), not "the
+    # last one wins"; the documents after it in the same file are still read.
+    duplicate = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p-dup}\nspec:\n"
+        "  containers: [{name: a, resources: {requests: {cpu: 100m}}}]\n"
+        "  containers: [{name: b, resources: {requests: {cpu: 200m}}}]"
+    )
+    yield Case("duplicate-key", (), "duplicate key 'containers'", names="(line ", text=duplicate)
     for kind, make in KINDS.items():
         doc = make()
         doc["metadata"]["labels"] = {"placeholder": "x"}

@@ -9,7 +9,6 @@ side so a caller can keep the good ones and report the rest.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from shoal.api import strict_yaml
 from shoal.api.dra import (
     DeviceClass,
     DeviceTaintRule,
@@ -163,11 +163,13 @@ def iter_documents(path: Path) -> Iterator[Any]:
     text = path.read_text()
     docs: Iterable[Any]
     if path.suffix == ".json":
-        docs = [json.loads(text)]
+        docs = [strict_yaml.load_json(text)]
     elif path.suffix == ".jsonl":
-        docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+        docs = [strict_yaml.load_json(line) for line in text.splitlines() if line.strip()]
     else:
-        docs = yaml.safe_load_all(text)
+        # A document with a key given twice yields a `DuplicateKey` (reported by the
+        # reader as that document's error); the others are read on.
+        docs = strict_yaml.load_documents(text)
     for doc in docs:
         if doc is None:
             continue
@@ -197,6 +199,9 @@ def load_objects(
             continue
         for index, doc in enumerate(documents):
             where = f"{path}#{index}"
+            if isinstance(doc, strict_yaml.DuplicateKey):
+                errors.append(ManifestError("document", "", "", str(doc), where))
+                continue
             if not isinstance(doc, Mapping):
                 errors.append(ManifestError("document", "", "", "expected a mapping", where))
                 continue

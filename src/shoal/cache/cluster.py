@@ -92,8 +92,7 @@ def same_footprint(a: PodInfo, b: PodInfo) -> bool:
         # starts terminating (a watch update with its deletionTimestamp, which the API
         # server sends before the deletion even at grace 0) must be counted again, or
         # it is never uncounted and spread judges by pods long gone.
-        (a.pod.metadata.deletion_timestamp is None)
-        != (b.pod.metadata.deletion_timestamp is None)
+        (a.pod.metadata.deletion_timestamp is None) != (b.pod.metadata.deletion_timestamp is None)
         or a.requests != b.requests
         or a.labels != b.labels
         or a.host_ports != b.host_ports

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
+from shoal.api import strict_yaml
 from shoal.api.manifests import READ_ERRORS, why_unreadable
 from shoal.api.objects import dns_name_problem
 from shoal.config.durations import parse_duration
@@ -98,7 +98,7 @@ def load_config(
     """Read a YAML/JSON file. Raises ConfigError listing every problem; what will not
     take effect is in the result's `warnings`."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = strict_yaml.load(path.read_text())
     except READ_ERRORS as err:
         raise ConfigError(str(path), [Problem("", why_unreadable(err))]) from None
     if raw is None:

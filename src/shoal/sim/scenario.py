@@ -57,6 +57,7 @@ from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class,
 from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
+from shoal.api.strict_yaml import DuplicateKey
 from shoal.api.volumes import (
     CSIDriver,
     CSINode,
@@ -467,6 +468,9 @@ def _documents(
         live = any(isinstance(d, Mapping) and d.get("kind") == SNAPSHOT_KIND for d in documents)
         for index, doc in enumerate(documents):
             where = f"{name}#{index}"
+            if isinstance(doc, DuplicateKey):
+                errors.append(ManifestError("document", "", "", str(doc), where))
+                continue
             if not isinstance(doc, Mapping):
                 errors.append(
                     ManifestError("document", "", "", "expected a mapping (an object)", where)

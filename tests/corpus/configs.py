@@ -108,6 +108,44 @@ def config_cases() -> Iterator[ConfigCase]:
     yield ConfigCase("config-deep", None, "nested too deeply", text=deep)
     yield ConfigCase("config-not-yaml", None, "YAML", text="profiles: [unclosed\n  - a: b: c\n")
     yield ConfigCase("config-empty", None, "empty", text="")
+    no_candidates = {
+        "name": "DefaultPreemption",
+        "args": {"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 0},
+    }
+    # Typos inside plugin args were dropped without a word (the added affinity, a default
+    # spread constraint): kube-scheduler's strict decoding refuses them.
+    typo_affinity = {
+        "name": "NodeAffinity",
+        "args": {
+            "addedAffinity": {
+                "requiredDuringSchedulingIgnoredDurngExecution": {"nodeSelectorTerms": []}
+            }
+        },
+    }
+    yield ConfigCase(
+        "config-added-affinity-typo",
+        _profile(pluginConfig=[typo_affinity]),
+        "requiredDuringSchedulingIgnoredDurngExecution: unknown field",
+    )
+    typo_spread = {
+        "name": "PodTopologySpread",
+        "args": {
+            "defaultingType": "List",
+            "defaultConstraints": [
+                {"maxSkw": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+            ],
+        },
+    }
+    yield ConfigCase(
+        "config-default-constraint-typo",
+        _profile(pluginConfig=[typo_spread]),
+        "defaultConstraints[0].maxSkw: unknown field",
+    )
+    yield ConfigCase(
+        "config-preemption-no-candidates",
+        _profile(pluginConfig=[no_candidates]),
+        "cannot both be 0",
+    )
     yield ConfigCase(
         "config-duplicate-key",
         None,

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from shoal.api.objects import NodeSelector, TopologySpreadConstraint
+from shoal.api.objects import NodeAffinity, NodeSelector, TopologySpreadConstraint
 
 __all__ = [
     "CoschedulingArgs",
@@ -84,8 +84,56 @@ class NodeResourcesBalancedAllocationArgs(Args):
     resources: list[ResourceSpec] = Field(default_factory=_default_resources)
 
 
+def unknown_field(raw: object, cls: type, path: str = "") -> str:
+    """The path of the first field in `raw` that the struct `cls` (a Kubernetes API
+    type) does not have ("" when there is none). API objects read from a cluster keep
+    fields they do not know (a newer server); a scheduler configuration is decoded
+    strictly, as kube-scheduler does, so a typo is an error, not a value dropped."""
+    import msgspec.inspect as mi
+
+    def walk(value: object, info: mi.Type, at: str) -> str:
+        if isinstance(info, mi.UnionType):
+            for member in info.types:
+                found = walk(value, member, at)
+                if not found:
+                    return ""
+            return found
+        if isinstance(info, mi.StructType) and isinstance(value, dict):
+            fields = {f.encode_name: f for f in info.fields}
+            for key, item in value.items():
+                field = fields.get(key)
+                if field is None:
+                    return f"{at}.{key}" if at else str(key)
+                found = walk(item, field.type, f"{at}.{key}" if at else str(key))
+                if found:
+                    return found
+        if isinstance(info, mi.ListType) and isinstance(value, list):
+            for i, item in enumerate(value):
+                found = walk(item, info.item_type, f"{at}[{i}]")
+                if found:
+                    return found
+        return ""
+
+    return walk(raw, mi.type_info(cls), path)
+
+
 class NodeAffinityArgs(Args):
     added_affinity: dict[str, object] | None = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> NodeAffinityArgs:
+        import msgspec
+
+        if self.added_affinity is None:
+            return self
+        stray = unknown_field(self.added_affinity, NodeAffinity, "addedAffinity")
+        if stray:
+            raise ValueError(f"{stray}: unknown field")
+        try:
+            msgspec.convert(self.added_affinity, NodeAffinity)
+        except msgspec.ValidationError as err:
+            raise ValueError(f"addedAffinity: {err}") from None
+        return self
 
     def added_node_selector(self) -> NodeSelector | None:
         """`addedAffinity.requiredDuringSchedulingIgnoredDuringExecution` decoded."""
@@ -111,6 +159,9 @@ class PodTopologySpreadArgs(Args):
         import msgspec
 
         for i, raw in enumerate(self.default_constraints):
+            stray = unknown_field(raw, TopologySpreadConstraint, f"defaultConstraints[{i}]")
+            if stray:
+                raise ValueError(f"{stray}: unknown field")
             try:
                 constraint = msgspec.convert(raw, TopologySpreadConstraint)
             except msgspec.ValidationError as err:
@@ -130,6 +181,18 @@ class InterPodAffinityArgs(Args):
 class DefaultPreemptionArgs(Args):
     min_candidate_nodes_percentage: int = Field(default=10, ge=0, le=100)
     min_candidate_nodes_absolute: int = Field(default=100, ge=0)
+
+    @model_validator(mode="after")
+    def _some_candidates(self) -> DefaultPreemptionArgs:
+        # kube-scheduler's ValidateDefaultPreemptionArgs: with both 0 no candidate node
+        # is ever tried, so preemption would be off without a word.
+        if not self.min_candidate_nodes_percentage and not self.min_candidate_nodes_absolute:
+            raise ValueError(
+                "minCandidateNodesPercentage and minCandidateNodesAbsolute cannot both be 0 "
+                "(no node would ever be tried for preemption); to turn preemption off, "
+                "disable DefaultPreemption in the profile's postFilter"
+            )
+        return self
 
 
 class CoschedulingArgs(Args):

@@ -77,6 +77,8 @@ def test_kubes_rules_each_reported_with_its_path() -> None:
         "'http://127.0.0.1:8888/scheduler'",
         "extenders[1].tlsConfig.certData: is not base64: a Go []byte is written base64-encoded "
         "(e.g. `base64 -w0 file.pem`); or use certFile",
+        "extenders[1].tlsConfig.keyData: a client certificate needs both cert and key "
+        "(certData/certFile and keyData/keyFile)",
         "extenders[1].managedResources[0].name: 'example.com/foo' duplicate extender managed "
         "resource name (also managed by extenders[0])",
         "extenders[1].managedResources[1].name: 'requests.example.com/x' is an invalid extended "
@@ -121,3 +123,32 @@ def test_ignored_by_scheduler_resources_become_node_resources_fit_ignored_resour
         (fit,) = [pc for pc in profile.plugin_config if pc.name == "NodeResourcesFit"]
         # kube replaces the profile's list with the extenders' (they take precedence).
         assert fit.args["ignoredResources"] == ["example.com/foo"]
+
+
+def test_urls_and_tls_data_every_call_would_fail_on_are_refused() -> None:
+    """Accepted before, then every call failed ("URL can't contain control characters";
+    "no start line: cadata does not contain a certificate")."""
+    assert problems(
+        {"urlPrefix": "http://a b/x"},
+        {"urlPrefix": "http://127.0.0.1:99999/x"},
+        {"urlPrefix": "https://e/x", "tlsConfig": {"caData": "aGVsbG8="}},
+    ) == [
+        "extenders[0].urlPrefix: 'http://a b/x' contains spaces or control characters",
+        "extenders[1].urlPrefix: 'http://127.0.0.1:99999/x': the port must be a number from 1 "
+        "to 65535",
+        "extenders[2].tlsConfig.caData: is base64 but not PEM (no -----BEGIN line)",
+    ]
+
+
+def test_a_tls_file_that_cannot_be_read_where_the_scheduler_runs_is_named() -> None:
+    from shoal.drivers.extenders import ExtenderSetupError, http_extenders
+
+    config = parse_config(
+        {"extenders": [{"urlPrefix": "https://e/x", "tlsConfig": {"caFile": "/nonexistent.pem"}}]}
+    )
+    with pytest.raises(ExtenderSetupError) as err:
+        http_extenders(config)
+    assert str(err.value) == (
+        "extenders[0] (https://e/x): tlsConfig.caFile '/nonexistent.pem' cannot be used: "
+        "No such file or directory"
+    )

@@ -511,7 +511,6 @@ def extender_timeout(extender: Extender) -> float:
 def extender_problems(extenders: list[Extender]) -> list[Problem]:
     """kube-scheduler's validateExtenders, plus what it would only find when calling
     (an unparsable httpTimeout or urlPrefix, TLS data that is not base64)."""
-    import base64
     from urllib.parse import urlsplit
 
     problems: list[Problem] = []
@@ -528,6 +527,24 @@ def extender_problems(extenders: list[Extender]) -> list[Problem]:
                     "'http://127.0.0.1:8888/scheduler'",
                 )
             )
+        elif any(c.isspace() or ord(c) < 32 for c in extender.url_prefix):
+            # Every call would fail ("URL can't contain control characters").
+            problems.append(
+                Problem(
+                    f"{base}.urlPrefix",
+                    f"{extender.url_prefix!r} contains spaces or control characters",
+                )
+            )
+        else:
+            try:
+                url.port  # noqa: B018 (raises for a port out of range)
+            except ValueError:
+                problems.append(
+                    Problem(
+                        f"{base}.urlPrefix",
+                        f"{extender.url_prefix!r}: the port must be a number from 1 to 65535",
+                    )
+                )
         if extender.prioritize_verb and extender.weight <= 0:
             problems.append(
                 Problem(
@@ -554,20 +571,7 @@ def extender_problems(extenders: list[Extender]) -> list[Problem]:
             )
         tls = extender.tls_config
         if tls is not None:
-            for field_name in ("cert_data", "key_data", "ca_data"):
-                value = getattr(tls, field_name)
-                if not value:
-                    continue
-                try:
-                    base64.b64decode(value, validate=True)
-                except ValueError:
-                    problems.append(
-                        Problem(
-                            f"{base}.tlsConfig.{_camel(field_name)}",
-                            "is not base64: a Go []byte is written base64-encoded "
-                            f"(e.g. `base64 -w0 file.pem`); or use {_camel(field_name)[:-4]}File",
-                        )
-                    )
+            problems += _tls_problems(tls, f"{base}.tlsConfig")
         for j, resource in enumerate(extender.managed_resources):
             where = f"{base}.managedResources[{j}].name"
             why = _not_extended_resource(resource.name)
@@ -589,6 +593,44 @@ def extender_problems(extenders: list[Extender]) -> list[Problem]:
                 f"found {len(binders)} extenders implementing bind "
                 f"({', '.join(f'extenders[{i}]' for i in binders)}): only one extender can "
                 "implement bind",
+            )
+        )
+    return problems
+
+
+def _tls_problems(tls: Any, base: str) -> list[Problem]:
+    """What would stop every call to an extender: *Data that is not base64 PEM, a
+    certificate without its key. (*File paths are read where the scheduler runs, when
+    its extenders are built: `shoal.drivers.extenders` names the field that fails.)"""
+    import base64
+
+    problems: list[Problem] = []
+    for name in ("cert", "key", "ca"):
+        data = getattr(tls, f"{name}_data")
+        if data:
+            where = f"{base}.{name}Data"
+            try:
+                pem = base64.b64decode(data, validate=True)
+            except ValueError:
+                problems.append(
+                    Problem(
+                        where,
+                        "is not base64: a Go []byte is written base64-encoded "
+                        f"(e.g. `base64 -w0 file.pem`); or use {name}File",
+                    )
+                )
+                continue
+            if b"-----BEGIN" not in pem:
+                problems.append(Problem(where, "is base64 but not PEM (no -----BEGIN line)"))
+    has_cert = bool(tls.cert_data or tls.cert_file)
+    has_key = bool(tls.key_data or tls.key_file)
+    if has_cert != has_key:
+        missing = "key" if has_cert else "cert"
+        problems.append(
+            Problem(
+                f"{base}.{missing}Data",
+                "a client certificate needs both cert and key (certData/certFile and "
+                "keyData/keyFile)",
             )
         )
     return problems

@@ -40,7 +40,7 @@ from shoal.config.types import Extender as ExtenderConfig
 from shoal.config.types import KubeSchedulerConfiguration
 from shoal.framework.extender import Extender, ExtenderError
 
-__all__ = ["HTTPTransport", "http_extenders", "tls_context"]
+__all__ = ["ExtenderSetupError", "HTTPTransport", "http_extenders", "tls_context"]
 
 _POOL_SIZE = 4
 
@@ -230,10 +230,38 @@ class _TLSConnection(http.client.HTTPSConnection):
         )
 
 
+class ExtenderSetupError(ValueError):
+    """An extender's TLS settings cannot be used here (a file that cannot be read, data
+    that is no certificate); the message names the entry and the field."""
+
+
+def _tls_field(err: BaseException, tls: object) -> str:
+    """Which tlsConfig field an error of building the TLS context is about: a configured
+    file that cannot be read, else the *Data fields."""
+    for name, field in (("ca_file", "caFile"), ("cert_file", "certFile"), ("key_file", "keyFile")):
+        path = getattr(tls, name, "")
+        if path and not os.access(path, os.R_OK):
+            return f"{field} {path!r}"
+    return "caData/certData/keyData" if not isinstance(err, OSError) else "files"
+
+
 def http_extenders(
     config: KubeSchedulerConfiguration | Sequence[ExtenderConfig], *, offload: bool = False
 ) -> list[Extender]:
     """One Extender per configured entry, in the configured order. `offload`: run binds
-    on worker threads (a cluster's binding cycles are concurrent asyncio tasks)."""
+    on worker threads (a cluster's binding cycles are concurrent asyncio tasks). TLS
+    files are read here, where the scheduler runs: one that cannot be read (or data that
+    is no certificate) raises `ExtenderSetupError` naming the entry and the field."""
     entries = config.extenders if isinstance(config, KubeSchedulerConfiguration) else config
-    return [Extender(entry, HTTPTransport(entry, offload=offload)) for entry in entries]
+    out: list[Extender] = []
+    for i, entry in enumerate(entries):
+        try:
+            transport = HTTPTransport(entry, offload=offload)
+        except (OSError, ssl.SSLError) as err:
+            field = _tls_field(err, entry.tls_config)
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise ExtenderSetupError(
+                f"extenders[{i}] ({entry.url_prefix}): tlsConfig.{field} cannot be used: {why}"
+            ) from None
+        out.append(Extender(entry, transport))
+    return out

@@ -193,3 +193,32 @@ def test_gangs_start_together_or_not_at_all(scenario):
     assert {r.state for r in big} == {PodState.PENDING}
     assert all(r.message.startswith("gang default/big:") for r in big)
     assert "Insufficient cpu" in big[0].message
+
+
+def test_a_pod_bound_by_node_name_beyond_the_nodes_room_is_refused_by_its_kubelet(scenario):
+    """kubelet admission: a pod whose spec.nodeName names a node without room for it
+    fails (OutOfcpu) and one naming no node never runs. Before, the simulator ran them:
+    a 64-cpu pod on a 4-cpu node "ran" (cpu use 1600 %) and kept every other pod off
+    the node."""
+    bound_big = pod_yaml("big", cpu="64", arrival=0).replace(
+        "spec:\n", "spec:\n  nodeName: n1\n", 1
+    )
+    bound_nowhere = pod_yaml("lost", cpu="1", arrival=0).replace(
+        "spec:\n", "spec:\n  nodeName: no-such-node\n", 1
+    )
+    sc = scenario(
+        node_yaml("n1", cpu="4"),
+        docs(bound_big, bound_nowhere, pod_yaml("good", cpu="1", arrival=1)),
+    )
+    result = run(sc)
+    pods = by_name(result)
+    assert pods["big"].state is PodState.REFUSED
+    assert pods["big"].message == (
+        "OutOfcpu: refused by node n1's kubelet: Node didn't have enough resource: cpu, "
+        "requested: 64000, used: 0, capacity: 4000"
+    )
+    assert pods["lost"].state is PodState.REFUSED
+    assert "names no node" in pods["lost"].message
+    assert pods["good"].state is PodState.RUNNING and pods["good"].node == "n1"
+    assert result.summary.refused == 2
+    assert result.summary.utilisation_end["cpu"] == 0.25

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from shoal.api.dra import claims_from_templates
+from shoal.api.objects import Pod
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.dra import DeviceCatalog
@@ -321,6 +322,16 @@ class Simulation:
             pod, claims = claims_from_templates(pod, templates)
             for claim in claims:
                 upsert_dra(self.scheduler, claim)
+        refused = self._kubelet_refuses(pod) if pod.status.phase not in FINISHED_PHASES else ""
+        if refused:
+            info = self.scheduler.pod_info(pod)
+            record = self.recorder.arrived(info, source.duration)
+            record.origin = source.origin
+            record.state = PodState.REFUSED
+            record.node = pod.spec.node_name
+            record.prebound = True
+            record.message = refused
+            return
         info = self.scheduler.add_pod(pod)  # a finished pod holds nothing there
         record = self.recorder.arrived(info, source.duration)
         record.origin = source.origin
@@ -342,6 +353,36 @@ class Simulation:
                 f"spec.schedulerName {info.scheduler_name!r} matches no scheduler profile "
                 f"({profiles}); the simulator leaves it pending"
             )
+
+    def _kubelet_refuses(self, pod: Pod) -> str:
+        """What the node of a pod bound by spec.nodeName says of it ("" when it runs it):
+        a node that does not exist runs nothing (the pod garbage collector deletes such
+        pods); a kubelet's admission refuses a pod its free allocatable cannot hold
+        (OutOfcpu, OutOfmemory, OutOfpods, ...), so the pod fails instead of
+        overcommitting the node and keeping every other pod off it."""
+        node = pod.spec.node_name
+        if not node:
+            return ""
+        table = self.scheduler.cluster.table
+        row = table.row_of.get(node)
+        if row is None:
+            return (
+                f"spec.nodeName {node!r} names no node: no kubelet runs the pod (the pod "
+                "garbage collector deletes it)"
+            )
+        info = self.scheduler.pod_info(pod)
+        asks = {**info.requests, "pods": 1}
+        for resource, amount in asks.items():
+            col = table.resource_index.get(resource)
+            allocatable = int(table.allocatable[row, col]) if col is not None else 0
+            used = int(table.requested[row, col]) if col is not None else 0
+            if amount > allocatable - used:
+                return (
+                    f"OutOf{resource}: refused by node {node}'s kubelet: Node didn't have enough "
+                    f"resource: {resource}, requested: {amount}, used: {used}, capacity: "
+                    f"{allocatable}"
+                )
+        return ""
 
     def _bound(self, record: PodRecord) -> None:
         self._idle_wakeups = 0

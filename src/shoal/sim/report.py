@@ -115,6 +115,8 @@ def render_summary(summary: Summary) -> RenderableType:
     table.add_row("    running at end", str(summary.running))
     table.add_row("    finished", str(summary.finished))
     table.add_row("    evicted", str(summary.evicted))  # preempted, moved or node removed
+    if summary.refused:
+        table.add_row("  refused by the node (spec.nodeName)", f"[red]{summary.refused}[/]")
     pending_style = "yellow" if summary.pending else "green"
     table.add_row("  pending at end", f"[{pending_style}]{summary.pending}[/]")
     if summary.not_arrived:

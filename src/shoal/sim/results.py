@@ -29,6 +29,9 @@ class PodState(StrEnum):
     RUNNING = "running"  # bound, not finished when the simulation stopped
     FINISHED = "finished"  # ran its duration and was deleted
     EVICTED = "evicted"  # its node was removed while it ran
+    # Bound by spec.nodeName to a node whose kubelet refuses it (not enough room, as
+    # kubelet admission's OutOfcpu) or that does not exist: it never runs.
+    REFUSED = "refused"
 
 
 @dataclass(slots=True)
@@ -157,6 +160,7 @@ class Summary:
     tts_max: float | None
     utilisation_mean: Mapping[str, float] = field(default_factory=dict)
     utilisation_end: Mapping[str, float] = field(default_factory=dict)
+    refused: int = 0  # bound by spec.nodeName, refused by the node (see PodState.REFUSED)
 
 
 def _resource_order(name: str) -> tuple[int, str]:
@@ -200,4 +204,5 @@ def summarize(
         tts_max=float(tts.max()) if have else None,
         utilisation_mean={n: means.get(n, 0.0) for n in names},
         utilisation_end={n: end.get(n, 0.0) for n in names},
+        refused=states[PodState.REFUSED],
     )

@@ -461,6 +461,14 @@ def workload_cases() -> Iterator[Case]:
         "duration",
     )
     yield Case("workload-arrival-infinite", (workload(arrival=inf),), "arrival")
+    # Unknown fields inside the entry are hinted from the object they are in (the
+    # duration's kinds), not from the entry's own fields.
+    yield Case(
+        "workload-duration-unknown-field",
+        (workload(duration={"distribution": "exponential", "mean": 5, "max": 10}),),
+        "distribution exponential: mean",
+    )
+    yield Case("workload-spec-typo", ({**workload(), "spec": {"pod": []}},), "did you mean 'pods'")
     yield Case(
         "workload-duration-distribution",
         (workload(duration={"distribution": "zipfian", "mean": 5}),),

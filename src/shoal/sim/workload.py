@@ -206,18 +206,58 @@ def _named(template: Mapping[str, Any], namespace: str, name: str) -> dict[str, 
     return raw
 
 
-_UNKNOWN = re.compile(r"unknown field `(?P<field>[^`]+)`")
+_UNKNOWN = re.compile(r"unknown field `(?P<field>[^`]+)`(?: - at `\$(?P<at>[^`]*)`)?")
 
 
-def _hint(problem: str, cls: type[msgspec.Struct]) -> str:
-    """Add a fix to msgspec's wording for the mistakes people make most."""
+def _structs_at(cls: type[msgspec.Struct], at: str) -> list[msgspec.inspect.StructType]:
+    """The struct types a msgspec error path (`.spec`, `.duration`, `.pods[0]`) leads to
+    from `cls` (several for a union: the duration distributions)."""
+    import msgspec.inspect as mi
+
+    current: list[mi.Type] = [mi.type_info(cls)]
+    for name, index in re.findall(r"\.([A-Za-z0-9_]+)|\[(\d+)\]", at):
+        following: list[mi.Type] = []
+        for info in current:
+            members = info.types if isinstance(info, mi.UnionType) else (info,)
+            for member in members:
+                if name and isinstance(member, mi.StructType):
+                    following += [f.type for f in member.fields if f.encode_name == name]
+                elif index and isinstance(member, mi.ListType):
+                    following.append(member.item_type)
+        current = following
+    out: list[mi.StructType] = []
+    for info in current:
+        for member in info.types if isinstance(info, mi.UnionType) else (info,):
+            if isinstance(member, mi.StructType):
+                out.append(member)
+    return out
+
+
+def _hint(problem: str, cls: type[msgspec.Struct], field: str = "") -> str:
+    """Add a fix to msgspec's wording for the mistakes people make most: the fields the
+    object at the error's path (in `problem`, or `field` as a dotted path from `cls`)
+    has, per kind for a union, or the closest one."""
     match = _UNKNOWN.search(problem)
-    if match:
-        known = [f.encode_name for f in msgspec.structs.fields(cls)]
-        close = difflib.get_close_matches(match["field"], known, n=1)
-        fix = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(known)}"
-        return f"{problem}; {fix}"
-    return problem
+    if not match:
+        return problem
+    at = match["at"] or (f".{field}" if field else "")
+    structs = _structs_at(cls, at)
+    fields = [
+        [f.encode_name for f in info.fields if f.encode_name != info.tag_field] for info in structs
+    ]
+    field = match["field"]
+    elsewhere = any(field in group for group in fields)  # a field of another kind
+    close = difflib.get_close_matches(field, [f for group in fields for f in group], n=1)
+    if close and not elsewhere:
+        return f"{problem}; did you mean {close[0]!r}?"
+    if len(structs) > 1 and all(info.tag is not None for info in structs):
+        per_kind = "; ".join(
+            f"{info.tag_field} {info.tag}: {', '.join(group)}"
+            for info, group in zip(structs, fields, strict=True)
+        )
+        return f"{problem}; known fields by {structs[0].tag_field}: {per_kind}"
+    known = fields[0] if fields else []
+    return f"{problem}; known fields: {', '.join(known)}"
 
 
 def _at(*parts: str) -> str:
@@ -283,7 +323,7 @@ def expand_workload(
     try:
         workload = decode(raw, Workload, source)
     except ManifestError as err:
-        problem = _hint(err.problem, Workload)
+        problem = _hint(err.problem, Workload, err.field)
         return [], [], [ManifestError("Workload", name, err.field, problem, source)]
     errors: list[ManifestError] = []
 
@@ -302,7 +342,7 @@ def expand_workload(
         try:
             group = decode(entry, PodGroup)
         except ManifestError as err:
-            reject(_at(where, err.field), _hint(err.problem, PodGroup))
+            reject(_at(where, err.field), _hint(err.problem, PodGroup, err.field))
             continue
         made = _expand_group(group, name, where, seed, reject)
         pods.extend(made)
@@ -313,7 +353,7 @@ def expand_workload(
         try:
             event = decode(entry, NodeEventSpec)
         except ManifestError as err:
-            reject(_at(where, err.field), _hint(err.problem, NodeEventSpec))
+            reject(_at(where, err.field), _hint(err.problem, NodeEventSpec, err.field))
             continue
         if (event.add is None) == (event.remove is None):
             reject(where, "give exactly one of `add: <Node manifest>` or `remove: <node name>`")

@@ -259,6 +259,12 @@ def document_cases() -> Iterator[Case]:
     yield Case("document-list", (["a", "b"],), "expected a mapping")
     yield Case("document-string", ("just text",), "expected a mapping")
     yield Case("document-number", (42,), "expected a mapping")
+    yield Case(
+        "list-items-string",
+        ({"apiVersion": "v1", "kind": "List", "items": "notalist"},),
+        "items must be a list",
+        names="List",
+    )
     # A key given twice: refused (as the API server's strict decoding does), not "the
     # last one wins"; the documents after it in the same file are still read.
     duplicate = (

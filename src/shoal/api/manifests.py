@@ -50,6 +50,7 @@ from shoal.api.volumes import (
 __all__ = [
     "GROUP_KINDS",
     "KINDS",
+    "ListItemsError",
     "decode",
     "iter_documents",
     "kind_class",
@@ -158,6 +159,10 @@ def why_unreadable(err: BaseException) -> str:
     return f"cannot be read: {err}"
 
 
+class ListItemsError(ValueError):
+    """A `kind: List` document whose `items` is not a list."""
+
+
 def iter_documents(path: Path) -> Iterator[Any]:
     """Documents in a YAML (multi-document) or JSON file; `kind: List` is flattened."""
     text = path.read_text()
@@ -175,7 +180,13 @@ def iter_documents(path: Path) -> Iterator[Any]:
             continue
         kind = doc.get("kind") if isinstance(doc, Mapping) else None
         if isinstance(kind, str) and kind.endswith("List"):
-            yield from doc.get("items") or []
+            items = doc.get("items") or []
+            if isinstance(items, list):
+                yield from items
+            else:  # a string would be read character by character
+                yield ListItemsError(
+                    f"{kind}: items must be a list of objects, got {type(items).__name__}"
+                )
         elif isinstance(doc, list):
             yield from doc
         else:
@@ -199,7 +210,7 @@ def load_objects(
             continue
         for index, doc in enumerate(documents):
             where = f"{path}#{index}"
-            if isinstance(doc, strict_yaml.DuplicateKey):
+            if isinstance(doc, (strict_yaml.DuplicateKey, ListItemsError)):
                 errors.append(ManifestError("document", "", "", str(doc), where))
                 continue
             if not isinstance(doc, Mapping):

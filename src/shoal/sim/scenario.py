@@ -53,7 +53,14 @@ from shoal.api.dra import (
 )
 from shoal.api.errors import ManifestError
 from shoal.api.hypernode import HyperNode, Topology
-from shoal.api.manifests import READ_ERRORS, decode, iter_documents, kind_class, why_unreadable
+from shoal.api.manifests import (
+    READ_ERRORS,
+    ListItemsError,
+    decode,
+    iter_documents,
+    kind_class,
+    why_unreadable,
+)
 from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_problem
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
@@ -468,7 +475,7 @@ def _documents(
         live = any(isinstance(d, Mapping) and d.get("kind") == SNAPSHOT_KIND for d in documents)
         for index, doc in enumerate(documents):
             where = f"{name}#{index}"
-            if isinstance(doc, DuplicateKey):
+            if isinstance(doc, (DuplicateKey, ListItemsError)):
                 errors.append(ManifestError("document", "", "", str(doc), where))
                 continue
             if not isinstance(doc, Mapping):

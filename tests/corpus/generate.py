@@ -442,6 +442,11 @@ def queue_cases() -> Iterator[Case]:
     yield Case("nodepool-selector-list", (node_pool(nodeSelector=["a"]),), "nodeSelector")
     yield Case("elasticquota-min-above-max", (elastic_quota(min={"cpu": "4"}),), "eq-bad")
     yield Case("podgroup-min-member-negative", (pod_group(minMember=-1),), "minMember")
+    # Typos in the spec of a kind whose schema Shoal knows: refused (kubectl's strict
+    # field validation refuses them too), not dropped.
+    yield Case("spec-typo-queue", (queue(guaranted={"cpu": "1"}),), "spec.guaranted")
+    yield Case("spec-typo-nodepool", (node_pool(nodeSelectr={"a": "b"}),), "spec.nodeSelectr")
+    yield Case("spec-typo-podgroup", (pod_group(minMembr=2),), "spec.minMembr")
     yield Case("podgroup-min-member-text", (pod_group(minMember="two"),), "minMember")
     yield Case("volcano-min-member-negative", (volcano_group(minMember=-1),), "minMember")
     yield Case("pdb-both-min-and-max", (pdb(maxUnavailable=1),), "maxUnavailable")

@@ -56,6 +56,7 @@ __all__ = [
     "kind_class",
     "load_objects",
     "prepare_decoders",
+    "unknown_field",
 ]
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -120,11 +121,56 @@ def prepare_decoders(models: Iterable[type[msgspec.Struct]] = ()) -> None:
             msgspec.convert({}, model, strict=False)
 
 
-def decode(raw: Mapping[str, Any], cls: type[T], source: str = "") -> T:
-    """Convert one manifest into `cls`; raise ManifestError naming object and field."""
+def unknown_field(raw: object, cls: type, path: str = "") -> str:
+    """The path of the first field in `raw` that the struct `cls` (a Kubernetes API
+    type) does not have ("" when there is none). API objects read from a cluster keep
+    fields they do not know (a newer server); a scheduler configuration is decoded
+    strictly, as kube-scheduler does, so a typo is an error, not a value dropped."""
+    import msgspec.inspect as mi
+
+    def walk(value: object, info: mi.Type, at: str) -> str:
+        if isinstance(info, mi.UnionType):
+            for member in info.types:
+                found = walk(value, member, at)
+                if not found:
+                    return ""
+            return found
+        if isinstance(info, mi.StructType) and isinstance(value, dict):
+            fields = {f.encode_name: f for f in info.fields}
+            for key, item in value.items():
+                field = fields.get(key)
+                if field is None:
+                    return f"{at}.{key}" if at else str(key)
+                found = walk(item, field.type, f"{at}.{key}" if at else str(key))
+                if found:
+                    return found
+        if isinstance(info, mi.ListType) and isinstance(value, list):
+            for i, item in enumerate(value):
+                found = walk(item, info.item_type, f"{at}[{i}]")
+                if found:
+                    return found
+        return ""
+
+    return walk(raw, mi.type_info(cls), path)
+
+
+def decode(
+    raw: Mapping[str, Any], cls: type[T], source: str = "", *, strict_spec: bool = False
+) -> T:
+    """Convert one manifest into `cls`; raise ManifestError naming object and field.
+    `strict_spec`: a field of `spec` that `cls` does not have is an error too (objects
+    written by hand for a kind whose schema Shoal knows, as kubectl's strict field
+    validation refuses them; objects read from a cluster, or a dump of a newer one, keep
+    fields Shoal does not know)."""
     kind = cls.__name__
     if not isinstance(raw, Mapping):
         raise ManifestError(kind, "", "", f"expected a mapping, got {type(raw).__name__}", source)
+    if strict_spec and isinstance(raw.get("spec"), Mapping):
+        stray = unknown_field({"spec": raw["spec"]}, cls)
+        if stray:
+            raise ManifestError(
+                kind, _display_name(raw), stray, "unknown field (check its spelling)", source
+            )
     try:
         obj = msgspec.convert(raw, cls, strict=False)
     except msgspec.ValidationError as err:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from shoal.api.manifests import unknown_field
 from shoal.api.objects import NodeAffinity, NodeSelector, TopologySpreadConstraint
 
 __all__ = [
@@ -82,39 +83,6 @@ class NodeResourcesFitArgs(Args):
 
 class NodeResourcesBalancedAllocationArgs(Args):
     resources: list[ResourceSpec] = Field(default_factory=_default_resources)
-
-
-def unknown_field(raw: object, cls: type, path: str = "") -> str:
-    """The path of the first field in `raw` that the struct `cls` (a Kubernetes API
-    type) does not have ("" when there is none). API objects read from a cluster keep
-    fields they do not know (a newer server); a scheduler configuration is decoded
-    strictly, as kube-scheduler does, so a typo is an error, not a value dropped."""
-    import msgspec.inspect as mi
-
-    def walk(value: object, info: mi.Type, at: str) -> str:
-        if isinstance(info, mi.UnionType):
-            for member in info.types:
-                found = walk(value, member, at)
-                if not found:
-                    return ""
-            return found
-        if isinstance(info, mi.StructType) and isinstance(value, dict):
-            fields = {f.encode_name: f for f in info.fields}
-            for key, item in value.items():
-                field = fields.get(key)
-                if field is None:
-                    return f"{at}.{key}" if at else str(key)
-                found = walk(item, field.type, f"{at}.{key}" if at else str(key))
-                if found:
-                    return found
-        if isinstance(info, mi.ListType) and isinstance(value, list):
-            for i, item in enumerate(value):
-                found = walk(item, info.item_type, f"{at}[{i}]")
-                if found:
-                    return found
-        return ""
-
-    return walk(raw, mi.type_info(cls), path)
 
 
 class NodeAffinityArgs(Args):

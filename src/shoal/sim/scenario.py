@@ -234,13 +234,13 @@ def load_scenario(
         cls = kind_class(doc)
         try:
             if cls in _CAPACITY_KINDS:
-                obj = decode(doc, cls, where)
+                obj = decode(doc, cls, where, strict_spec=True)
                 items = getattr(scenario, _CAPACITY_KINDS[cls])
                 if unique(obj, where, live):
                     _drop(items, obj)
                 items.append(obj)
             elif cls is PodGroup or cls is VolcanoPodGroup or cls is UpstreamPodGroup:
-                group = decode(doc, cls, where)
+                group = decode(doc, cls, where, strict_spec=True)
                 assert isinstance(group, PodGroup | VolcanoPodGroup | UpstreamPodGroup)
                 if unique(group, where, live):
                     _drop(scenario.pod_groups, group)

@@ -25,6 +25,12 @@ GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GPU = "nvidia.com/gpu"
 
 
+def _pod_group(api: FakeApiServer, name: str, min_member: int) -> None:
+    """A scheduler-plugins PodGroup in namespace default."""
+    body = {"apiVersion": PLUGINS, "kind": "PodGroup", "metadata": {"name": name}}
+    api.create(PLUGINS, "podgroups", {**body, "spec": {"minMember": min_member}})
+
+
 def _cluster(api: FakeApiServer) -> None:
     """Two CPU nodes (4 cpu), a GPU node in pool `gpu`; queues root > {team-a, team-b};
     two pods of team-a bound, one too big for any node, a gang missing a member."""
@@ -60,16 +66,7 @@ def _cluster(api: FakeApiServer) -> None:
     api.create("v1", "pods", pod("huge", cpu="9", labels={"shoal.dev/queue": "team-b"}))
     api.create("v1", "pods", pod("greedy", cpu="18", labels=team_a))
     api.create("v1", "pods", pod("small", cpu="100m", labels={"shoal.dev/queue": "team-b"}))
-    api.create(
-        PLUGINS,
-        "podgroups",
-        {
-            "apiVersion": PLUGINS,
-            "kind": "PodGroup",
-            "metadata": {"name": "g"},
-            "spec": {"minMember": 3},
-        },
-    )
+    _pod_group(api, "g", 3)
     for i in range(2):
         api.create("v1", "pods", pod(f"g{i}", cpu="100m", labels={GROUP_LABEL: "g"}))
 
@@ -245,16 +242,7 @@ async def test_explain_runs_the_whole_gang_cycle_for_a_member(tmp_path: Path) ->
     async with FakeApiServer() as api:
         _cluster(api)
         for name, cpu in (("ok", "100m"), ("big", "5")):
-            api.create(
-                PLUGINS,
-                "podgroups",
-                {
-                    "apiVersion": PLUGINS,
-                    "kind": "PodGroup",
-                    "metadata": {"name": name},
-                    "spec": {"minMember": 2},
-                },
-            )
+            _pod_group(api, name, 2)
             for i in range(2):
                 api.create("v1", "pods", pod(f"{name}{i}", cpu=cpu, labels={GROUP_LABEL: name}))
         fits = await _shoal(tmp_path, api, "explain", "default/ok1", "-o", "json")
@@ -306,16 +294,7 @@ async def test_explain_shows_every_blocker_at_once(tmp_path: Path) -> None:
     async with FakeApiServer() as api:
         _cluster(api)
         labels = {"shoal.dev/queue": "team-a", "scheduling.x-k8s.io/pod-group": "big"}
-        api.create(
-            PLUGINS,
-            "podgroups",
-            {
-                "apiVersion": PLUGINS,
-                "kind": "PodGroup",
-                "metadata": {"name": "big"},
-                "spec": {"minMember": 2},
-            },
-        )
+        _pod_group(api, "big", 2)
         api.create("v1", "pods", pod("big-0", cpu="19", labels=labels))
         result = await _shoal(tmp_path, api, "explain", "default/big-0", "-o", "json")
         assert result.exit_code == EXIT_BLOCKED, result.output
@@ -416,16 +395,7 @@ async def test_a_gang_the_running_scheduler_tried_is_scheduling_with_its_reason(
     said = "gang default/big: 1/2 members placeable, needs 5 cpu more"
     async with FakeApiServer() as api:
         _cluster(api)
-        api.create(
-            PLUGINS,
-            "podgroups",
-            {
-                "apiVersion": PLUGINS,
-                "kind": "PodGroup",
-                "metadata": {"name": "big"},
-                "spec": {"minMember": 2},
-            },
-        )
+        _pod_group(api, "big", 2)
         condition = {
             "type": "PodScheduled",
             "status": "False",

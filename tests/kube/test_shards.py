@@ -570,22 +570,20 @@ async def test_a_leader_restarted_after_a_crash_takes_every_shard_at_once(
         kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
         connection = await connect(str(kubeconfig))
         try:
-            lease = "kube-system/shoal"
-            old = ShardKeeper(
-                connection.client("old", ClientSettings()),
-                _settings("old", leader_lease=lease),
-                leading=lambda: True,
-                clock=clock,
-            )
+
+            def leader(identity: str) -> ShardKeeper:
+                return ShardKeeper(
+                    connection.client(identity, ClientSettings()),
+                    _settings(identity, leader_lease="kube-system/shoal"),
+                    leading=lambda: True,
+                    clock=clock,
+                )
+
+            old = leader("old")
             await old.round()
             assert old.state.usable == frozenset(range(8))
             clock.now += 0.1  # killed: its member Lease is never renewed again
-            new = ShardKeeper(
-                connection.client("new", ClientSettings()),
-                _settings("new", leader_lease=lease),
-                leading=lambda: True,
-                clock=clock,
-            )
+            new = leader("new")
             await new.round()
             assert new.state.held == frozenset(range(8))
             assert {m.identity for m in new.state.members} == {"new"}

@@ -183,8 +183,9 @@ class SchedulingCycles:
             except Exception as err:  # a plugin bug must not stop the scheduler
                 result = None
                 post_status = Status.error(f"PostFilter failed: {type(err).__name__}: {err}")
-            # PENDING: a PostFilter will act after a delay (e.g. reclaim); SUCCESS: it
-            # has just made room (preemption): retry after the backoff, not on an event.
+            # PENDING: a PostFilter will act after a delay (e.g. reclaim): retry after
+            # the backoff (by when the delay ends), not on an event; SUCCESS: it has just
+            # made room (preemption): likewise, unless its victims are terminating (below).
             retry_soon = post_status.code in (Code.PENDING, Code.SUCCESS)
             retry_at = retry_by(post_status, now)
             if post_status.message:

@@ -349,9 +349,10 @@ class ClusterIntake:
             nominated.uids[i] for i in here if not awaiting_victims(self.cluster, nominated.pods[i])
         ]
         if ready:
-            # Also out of backoff: a preemptor backs off after its preemption (retried
-            # then if its victims are still terminating), but once they are gone its room
-            # is there; after a reclaim delay its backoff had grown to the maximum.
+            # Also out of backoff: a preemptor backs off when its preemption left no
+            # victim terminating to wait for (or an event came during its cycle); once
+            # they are gone its room is there, whatever its backoff (after a reclaim
+            # delay's attempts, the maximum).
             self.scheduling_queue.hurry(ready)
 
     def add_node(self, node: Node) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,6 +200,10 @@ def _convert(node: Schema, defs: dict[str, Schema]) -> Schema:
         elif key == "default":
             if value not in (None, "", {}, []):
                 out["default"] = value
+        elif key == "description" and isinstance(value, str):
+            # msgspec 0.23 dedents docstrings, earlier versions do not: the same text
+            # whatever version generated it (`--check` compares the checked-in files).
+            out[key] = inspect.cleandoc(value)
         else:
             out[key] = value
     if node.get("required"):

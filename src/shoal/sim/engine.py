@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import msgspec
 
 from shoal.api.dra import claims_from_templates
-from shoal.api.objects import Pod
 from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState
 from shoal.cache.dra import DeviceCatalog
@@ -322,9 +321,9 @@ class Simulation:
             pod, claims = claims_from_templates(pod, templates)
             for claim in claims:
                 upsert_dra(self.scheduler, claim)
-        refused = self._kubelet_refuses(pod) if pod.status.phase not in FINISHED_PHASES else ""
+        info = self.scheduler.pod_info(pod)
+        refused = self._kubelet_refuses(info) if pod.status.phase not in FINISHED_PHASES else ""
         if refused:
-            info = self.scheduler.pod_info(pod)
             record = self.recorder.arrived(info, source.duration)
             record.origin = source.origin
             record.state = PodState.REFUSED
@@ -332,7 +331,7 @@ class Simulation:
             record.prebound = True
             record.message = refused
             return
-        info = self.scheduler.add_pod(pod)  # a finished pod holds nothing there
+        self.scheduler.add_pod(info)  # a finished pod holds nothing there
         record = self.recorder.arrived(info, source.duration)
         record.origin = source.origin
         phase = pod.status.phase
@@ -354,13 +353,13 @@ class Simulation:
                 f"({profiles}); the simulator leaves it pending"
             )
 
-    def _kubelet_refuses(self, pod: Pod) -> str:
+    def _kubelet_refuses(self, info: PodInfo) -> str:
         """What the node of a pod bound by spec.nodeName says of it ("" when it runs it):
         a node that does not exist runs nothing (the pod garbage collector deletes such
         pods); a kubelet's admission refuses a pod its free allocatable cannot hold
         (OutOfcpu, OutOfmemory, OutOfpods, ...), so the pod fails instead of
         overcommitting the node and keeping every other pod off it."""
-        node = pod.spec.node_name
+        node = info.pod.spec.node_name
         if not node:
             return ""
         table = self.scheduler.cluster.table
@@ -370,7 +369,6 @@ class Simulation:
                 f"spec.nodeName {node!r} names no node: no kubelet runs the pod (the pod "
                 "garbage collector deletes it)"
             )
-        info = self.scheduler.pod_info(pod)
         asks = {**info.requests, "pods": 1}
         for resource, amount in asks.items():
             col = table.resource_index.get(resource)

@@ -164,10 +164,16 @@ async def test_evictions_go_through_the_eviction_api_and_the_server_enforces_bud
         budget = {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
         pdb = await s.create(PDBS.path(s.name), {"metadata": {"name": "web"}, "spec": budget})
         async with s.shoal(s.options("pdb")) as shoal:
-            await wait_for(_true(lambda: shoal.kube.synced), what="caches synced")
+            cluster = shoal.kube.scheduler.cluster
+
+            # Listed is not yet applied: the core takes the informers' events in its own step.
+            async def both_seen() -> bool:
+                return {p.name for p in cluster.pods_on(n1)} == {"web0", "web1"}
+
+            await wait_for(both_seen, what="both pods counted on n1")
             evictor = shoal.kube.evictor
             evictor.retries = 0
-            infos = {p.name: p for p in shoal.kube.scheduler.cluster.pods_on(n1)}
+            infos = {p.name: p for p in cluster.pods_on(n1)}
             # kube-apiserver refuses while the budget's status has not observed its
             # generation (no disruption controller has processed it).
             assert await evictor.evict_now(infos["web0"], "test") == "blocked"

@@ -128,6 +128,8 @@ def test_unknown_model_is_explained_and_unresolvable(sched: Scheduler) -> None:
     assert result is not None and result.node is None
     assert result.message == (
         "0/6 nodes are available: 6 node(s) didn't have a requested GPU model."
+        " preemption: 0/6 nodes are available: 6 Preemption is not helpful for "
+        "scheduling."
     )
     assert result.diagnosis is not None and result.diagnosis.unresolvable is not None
     assert result.diagnosis.unresolvable.all()  # preemption would not help
@@ -154,6 +156,8 @@ def test_empty_annotation_is_rejected_in_prefilter(sched: Scheduler) -> None:
     assert result.status.plugin == example.NAME
     assert result.message == (
         "0/6 nodes are available: annotation example.com/gpu-models names no GPU model."
+        " preemption: 0/6 nodes are available: 6 Preemption is not helpful for "
+        "scheduling."
     )
 
 

@@ -35,6 +35,8 @@ def test_two_pods_one_gpu_only_n2_publishes_it() -> None:
     assert messages["default/b"] == (
         "0/3 nodes are available: 1 only 0 of 1 requested devices free for b-gpu/gpu, "
         f"2 no device of class {DRIVER} for request b-gpu/gpu."
+        " preemption: 0/3 nodes are available: 1 No preemption victims found for incoming"
+        " pod, 2 Preemption is not helpful for scheduling."
     )
     # The claim's status was written: the devices and the node, and the pod reserved.
     claims = h.scheduler.handle.services["dra"].claims  # type: ignore[attr-defined]
@@ -89,6 +91,8 @@ def test_exact_count_two() -> None:
     assert placements == {"default/a": "n2", "default/b": None}
     assert messages["default/b"] == (
         "0/2 nodes are available: 2 only 1 of 2 requested devices free for c2/gpu."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
     )
 
 
@@ -166,6 +170,8 @@ def test_match_attribute_keeps_devices_in_one_nvlink_domain() -> None:
     assert messages["default/b"] == (
         "0/2 nodes are available: 2 cannot satisfy matchAttribute "
         f"{DRIVER}/nvlinkDomain for claim p2."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
     )
 
 

@@ -69,6 +69,8 @@ def test_a_device_of_a_rack_goes_to_a_node_of_that_rack_and_says_so() -> None:
     assert messages["default/b"] == (
         "0/3 nodes are available: 1 only 0 of 1 requested devices free for b/gpu, "
         f"2 no device of class {DRIVER} for request b/gpu."
+        " preemption: 0/3 nodes are available: 1 No preemption victims found for incoming"
+        " pod, 2 Preemption is not helpful for scheduling."
     )
     allocation = _allocation(h, "a")
     assert [(r.pool, r.device) for r in allocation.devices.results] == [("r1-fpgas", "fpga-0")]

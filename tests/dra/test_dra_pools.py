@@ -44,6 +44,8 @@ def test_a_pool_whose_second_slice_has_not_arrived_is_not_allocated_from() -> No
         f"0/1 nodes are available: 1 no device of class {DRIVER} for request one/gpu; "
         f"resource pool {DRIVER}/n1 is being updated (1 of its 2 ResourceSlices seen for "
         "node n1)."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+        "scheduling."
     )
     # The second slice completes the pool: its devices (both slices') are used.
     second = _of_pool(gpu_slice("n1", count=2, name="n1-b"), "n1", 2, rename="b-")

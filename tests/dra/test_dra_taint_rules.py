@@ -86,6 +86,8 @@ def test_an_empty_selector_taints_every_device_and_no_selector_none() -> None:
         f"0/2 nodes are available: 2 no device of class {DRIVER} for request a/gpu "
         f"tolerates its taints (device {DRIVER}/n1/gpu-0 has taint "
         "example.com/maintenance=all:NoSchedule)."
+        " preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling."
     )
 
 

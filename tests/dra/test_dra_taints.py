@@ -46,6 +46,8 @@ def test_no_untainted_device_is_explained_with_the_taint() -> None:
         f"0/2 nodes are available: 1 no device of class {DRIVER} for request a/gpu, "
         f"1 no device of class {DRIVER} for request a/gpu tolerates its taints (device "
         f"{DRIVER}/n1/gpu-0 has taint example.com/maintenance=true:NoSchedule)."
+        " preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling."
     )
 
 

@@ -116,6 +116,8 @@ def test_filter_reasons_explain_the_pod_and_unresolvable_nodes_are_not_preempted
     assert placements == {"default/a": None}
     assert messages["default/a"] == (
         "0/3 nodes are available: 1 fake: wrong rack, 2 fake: no room."
+        " preemption: 0/3 nodes are available: 1 Preemption is not helpful for "
+        "scheduling, 2 No preemption victims found for incoming pod."
     )
     body = ext.log()[0]["body"]
     assert sorted(body["NodeNames"]) == ["n1", "n2", "n3"] and body["Nodes"] is None

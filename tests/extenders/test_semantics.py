@@ -109,7 +109,11 @@ def test_interest_counts_limits_and_init_containers() -> None:
     placements, messages = h.run()
     assert placements["default/plain"] == "n1"
     assert placements["default/init"] is None and placements["default/limit"] is None
-    assert messages["default/init"] == "0/1 nodes are available: 1 managed."
+    assert messages["default/init"] == (
+        "0/1 nodes are available: 1 managed."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod."
+    )
     sent = sorted(req["Pod"]["metadata"]["name"] for _, req in calls(h, 0))
     assert sent == ["init", "limit"]
 

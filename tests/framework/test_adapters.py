@@ -349,6 +349,8 @@ def test_filter_adapter_in_a_profile_places_and_explains() -> None:
     assert result.message == (
         "0/7 nodes are available: 1 node(s) were busy, 1 node(s) were full, "
         "2 Insufficient cpu, 2 node(s) had no zone label, 2 node(s) were in zone z2."
+        " preemption: 0/7 nodes are available: 2 Preemption is not helpful for "
+        "scheduling, 5 No preemption victims found for incoming pod."
     )
     assert sched.explain("big") == result.message
 

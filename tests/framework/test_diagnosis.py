@@ -110,6 +110,8 @@ def test_end_to_end_message_matches_kube() -> None:
     assert h.run().messages == {
         "default/p": "0/5 nodes are available: 2 Insufficient cpu, "
         "3 node(s) had untolerated taint {k: v}."
+        " preemption: 0/5 nodes are available: 2 No preemption victims found for incoming "
+        "pod, 3 Preemption is not helpful for scheduling."
     }
 
 
@@ -124,6 +126,8 @@ def test_a_node_failing_two_filters_counts_once_under_the_first() -> None:
     assert h.run().messages["default/p"] == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
         "1 node(s) had untolerated taint {k: v}."
+        " preemption: 0/2 nodes are available: 1 No preemption victims found for "
+        "incoming pod, 1 Preemption is not helpful for scheduling."
     )
 
 
@@ -134,6 +138,8 @@ def test_nodes_excluded_by_a_pre_filter_result_are_counted() -> None:
     assert h.run().messages["default/p"] == (
         "0/5 nodes are available: 1 Insufficient cpu, "
         "4 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+        " preemption: 0/5 nodes are available: 1 No preemption victims found for "
+        "incoming pod, 4 Preemption is not helpful for scheduling."
     )
 
 
@@ -142,6 +148,8 @@ def test_pre_filter_result_naming_unknown_nodes() -> None:
     h.add_pods(make_pod("p").node_affinity_node_names("ghost"))
     assert h.run().messages["default/p"] == (
         "0/3 nodes are available: 3 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling."
     )
 
 
@@ -167,11 +175,15 @@ def test_disjoint_pre_filter_results() -> None:
     assert h.run().messages["default/p"] == (
         "0/3 nodes are available: "
         "node(s) didn't satisfy plugin(s) [Narrow NodeAffinity] simultaneously."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling."
     )
     h.add_pods(make_pod("q").node_affinity_node_names("n0").req(cpu="2"))
     assert h.run().messages["default/q"] == (
         "0/3 nodes are available: 1 Insufficient cpu, "
         "2 node(s) didn't satisfy plugin(s) [Narrow NodeAffinity]."
+        " preemption: 0/3 nodes are available: 1 No preemption victims found for incoming "
+        "pod, 2 Preemption is not helpful for scheduling."
     )
 
 

@@ -328,6 +328,8 @@ def test_head_of_line_reservation_holds_small_pods_then_releases() -> None:
     assert h.scheduler.explain("default/small") == (
         "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
         "1 node(s) were reserved for gang ml/big."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
     )
     h.delete_pod("running")  # capacity frees: the gang goes first
     h.advance(15)

@@ -69,6 +69,8 @@ def test_default_profile_puts_shares_only_on_devices_with_room() -> None:
     assert messages[waiting[0]] == (
         "0/2 nodes are available: 1 Insufficient GPU milli on any single device, "
         "1 node(s) didn't have any GPU."
+        " preemption: 0/2 nodes are available: 1 No preemption victims found for "
+        "incoming pod, 1 Preemption is not helpful for scheduling."
     )
     assert "Insufficient GPU milli" in h.scheduler.explain(waiting[0].split("/")[1])
 
@@ -80,7 +82,11 @@ def test_default_profile_on_a_cluster_without_gpus_refuses_shares() -> None:
     placements, messages = h.run()
     assert placements["default/plain"] == "n"
     assert placements["default/share"] is None
-    assert messages["default/share"] == "0/1 nodes are available: 1 node(s) didn't have any GPU."
+    assert messages["default/share"] == (
+        "0/1 nodes are available: 1 node(s) didn't have any GPU."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+        "scheduling."
+    )
 
 
 def test_profile_without_gpu_share_refuses_shares_with_the_fix() -> None:

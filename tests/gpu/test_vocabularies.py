@@ -121,7 +121,11 @@ def test_memory_shares_fill_a_device_by_memory() -> None:
     assert len(running) == 2 and {placements[k] for k in running} == {"mem"}
     waiting = next(k for k, n in placements.items() if not n)
     # The node's aliyun.com/gpu-mem column (16 GiB, 12 taken) says no first, as in kube.
-    assert messages[waiting] == "0/2 nodes are available: 2 Insufficient aliyun.com/gpu-mem."
+    assert messages[waiting] == (
+        "0/2 nodes are available: 2 Insufficient aliyun.com/gpu-mem."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
+    )
     devices = GpuDevices.of(h.scheduler.handle)
     row = h.scheduler.cluster.table.row_of["mem"]
     assert devices.mem_free[row, 0] == 16384 - 2 * 6144
@@ -145,6 +149,8 @@ def test_a_memory_request_says_which_nodes_report_no_device_memory() -> None:
     assert messages["default/big"] == (
         "0/2 nodes are available: 1 Insufficient GPU memory on any single device, "
         "1 node(s) didn't report GPU memory per device."
+        " preemption: 0/2 nodes are available: 1 No preemption victims found for "
+        "incoming pod, 1 Preemption is not helpful for scheduling."
     )
 
 

@@ -54,7 +54,11 @@ def test_kube_profile_keeps_a_whole_gpu_pod_off_a_shared_device() -> None:
     h.add_pods(whole("train"))
     placements, messages = h.run()
     assert placements["default/train"] is None
-    assert messages["default/train"] == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    assert messages["default/train"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod."
+    )
 
 
 def test_kube_profile_sees_gpus_a_node_reports_after_it_joined() -> None:
@@ -64,7 +68,11 @@ def test_kube_profile_sees_gpus_a_node_reports_after_it_joined() -> None:
     h.add_pods(gpu_pod("share", milli=500, node="n"), whole("train"))
     placements, messages = h.run()
     assert placements["default/train"] is None
-    assert messages["default/train"] == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    assert messages["default/train"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod."
+    )
 
 
 def test_kube_profile_gives_the_whole_gpu_pod_the_unshared_device() -> None:
@@ -78,7 +86,11 @@ def test_kube_profile_gives_the_whole_gpu_pod_the_unshared_device() -> None:
     h.add_pods(whole("second"))
     placements, messages = h.run()
     assert placements["default/second"] is None
-    assert messages["default/second"] == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    assert messages["default/second"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod."
+    )
 
 
 def test_gpu_share_profile_still_separates_shares_and_whole_gpus() -> None:
@@ -94,10 +106,16 @@ def test_gpu_share_profile_still_separates_shares_and_whole_gpus() -> None:
     h.add_pods(whole("late"), gpu_pod("more", milli=500))
     placements, messages = h.run()
     assert placements["default/late"] is None
-    assert messages["default/late"] == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert messages["default/late"] == (
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
+    )
     assert placements["default/more"] is None
     assert messages["default/more"] == (
         "0/2 nodes are available: 2 Insufficient GPU milli on any single device."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
     )
 
 

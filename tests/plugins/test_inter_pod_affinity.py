@@ -774,6 +774,8 @@ def test_self_anti_affinity_places_one_pod_per_node() -> None:
     failed = [r for r in results if r.node is None]
     assert failed and failed[0].message == (
         "0/5 nodes are available: 5 node(s) didn't match pod anti-affinity rules."
+        " preemption: 0/5 nodes are available: 5 No preemption victims found for "
+        "incoming pod."
     )
 
 

@@ -70,7 +70,11 @@ def test_a_pod_no_node_serves_waits_with_kubes_reason_and_a_declaring_node_frees
     h.add_pods(both)
     placements, messages = h.run()
     assert placements == {"default/both": None}
-    assert messages["default/both"] == f"0/3 nodes are available: 3 {REASON}."
+    assert messages["default/both"] == (
+        f"0/3 nodes are available: 3 {REASON}."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling."
+    )
     # The old node's kubelet is upgraded: it declares both now.
     h.update_node(
         make_node("old")

@@ -60,6 +60,8 @@ def test_required_anti_affinity_of_the_incoming_pod_covers_selected_namespaces()
     assert placements["web/nowhere"] is None
     assert messages["web/nowhere"] == (
         "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+        " preemption: 0/3 nodes are available: 3 No preemption victims found for "
+        "incoming pod."
     )
 
 

@@ -790,6 +790,8 @@ def test_unschedulable_message_lists_reasons() -> None:
     assert result.message == (
         "0/2 nodes are available: 1 node(s) didn't match pod topology spread constraints, "
         "1 node(s) didn't match pod topology spread constraints (missing required label)."
+        " preemption: 0/2 nodes are available: 1 No preemption victims found for "
+        "incoming pod, 1 Preemption is not helpful for scheduling."
     )
 
 

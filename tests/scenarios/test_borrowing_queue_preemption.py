@@ -43,4 +43,8 @@ def test_borrowing_queue_preempts_its_own_lower_priority_pod() -> None:
     assert reason.startswith("preempted by default/b-urgent (priority 100 > 0)")
     assert placements["default/b-urgent"] is not None
     # a-late (priority 0) has nothing of lower priority to preempt: the filters say it all.
-    assert messages["default/a-late"] == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert messages["default/a-late"] == (
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
+    )

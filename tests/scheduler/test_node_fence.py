@@ -200,6 +200,8 @@ def test_shards_this_replica_is_still_taking_over_are_not_blamed_on_another() ->
     message = h.run().messages["default/p"]
     assert message == (
         "0/4 nodes are available: 4 node(s) are in node shards this replica is still taking over."
+        " preemption: 0/4 nodes are available: 4 Preemption is not helpful for "
+        "scheduling."
     )
     holders[slot("n3")] = "beta"
     h.scheduler.set_node_shards(SLOTS, frozenset(), holders, "alpha")

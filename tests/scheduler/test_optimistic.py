@@ -75,7 +75,11 @@ def test_pods_that_fit_nowhere_get_the_serial_cycles_answer() -> None:
         stats = driver.stats()
     assert sum(recorded.binds.values()) == 2
     (pending,) = recorded.unschedulable
-    assert recorded.unschedulable[pending] == "0/1 nodes are available: 1 Insufficient cpu."
+    assert recorded.unschedulable[pending] == (
+        "0/1 nodes are available: 1 Insufficient cpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod."
+    )
     assert stats["serial"] >= 1
 
 
@@ -127,7 +131,9 @@ def test_pods_deleted_or_changed_while_a_worker_decides() -> None:
     assert changed
     assert "default/p6" not in recorded.binds
     assert "default/p7" not in recorded.binds
-    assert recorded.unschedulable["default/p7"].endswith("Insufficient cpu.")
+    assert recorded.unschedulable["default/p7"].startswith(
+        "0/1 nodes are available: 1 Insufficient cpu."
+    )
     assert sorted(recorded.binds.values()) == [1] * 6
 
 
@@ -205,6 +211,8 @@ def test_pods_a_gang_reservation_holds_back_are_decided_serially() -> None:
     for i in range(4):
         assert recorded.unschedulable[f"default/infer-{i}"] == (
             "0/2 nodes are available: 2 node(s) were reserved for gang ml/train."
+            " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+            "incoming pod."
         )
 
 

@@ -18,7 +18,10 @@ def test_node_add_moves_an_insufficient_pod_back() -> None:
     h = SchedulerHarness()
     h.add_nodes(make_node("small").capacity(cpu="1"))
     h.add_pods(make_pod("big").req(cpu="2"))
-    assert h.run().messages == {"default/big": "0/1 nodes are available: 1 Insufficient cpu."}
+    assert h.run().messages == {
+        "default/big": "0/1 nodes are available: 1 Insufficient cpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    }
     assert _counts(h)["unschedulable"] == 1
     entry = h.scheduler.scheduling_queue.get("default/big")
     assert entry is not None and entry.rejected_by == frozenset({"NodeResourcesFit"})
@@ -51,8 +54,10 @@ def test_taint_rejection_ignores_pod_events_but_not_node_updates() -> None:
     h.add_nodes(make_node("n").capacity(cpu="2").taint("dedicated", "x"))
     h.add_pods(make_pod("p").req(cpu="1"), make_pod("bound").node("n").req(cpu="1"))
     h.run()
-    assert (
-        h.message("p") == "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: x}."
+    assert h.message("p") == (
+        "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: x}."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+        "scheduling."
     )
     h.clock.advance_to(5.0)
     h.delete_pod("bound")  # AssignedPod/Delete: TaintToleration did not register it

@@ -47,7 +47,11 @@ def test_unschedulable_pod_is_reported_with_the_schedulers_explanation(scenario)
     result = run(sc)  # must end by itself: nothing can change any more
     huge = by_name(result)["huge"]
     assert huge.state is PodState.PENDING
-    assert huge.message == "0/1 nodes are available: 1 Insufficient cpu."
+    assert huge.message == (
+        "0/1 nodes are available: 1 Insufficient cpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for "
+        "incoming pod."
+    )
     assert huge.bound_at is None and huge.node == ""
     assert result.summary.pending == 1
     assert result.summary.stop_reason == "no events left"

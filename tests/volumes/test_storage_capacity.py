@@ -72,7 +72,11 @@ def test_a_claim_larger_than_any_capacity_waits_with_kubes_reason() -> None:
     h.add_pods(make_pod("db").pvc("data"))
     placements, messages = h.run()
     assert placements == {"default/db": None}
-    assert messages["default/db"] == f"0/3 nodes are available: 3 {NOT_ENOUGH}."
+    assert messages["default/db"] == (
+        f"0/3 nodes are available: 3 {NOT_ENOUGH}."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling."
+    )
 
 
 def test_new_or_larger_capacity_retries_the_waiting_pod() -> None:
@@ -144,7 +148,11 @@ def test_capacities_of_other_classes_and_without_topology_do_not_count() -> None
         make_pvc("data").storage_class("lvm").request("1Gi"),
     )
     h.add_pods(make_pod("db").pvc("data"))
-    assert h.run().messages["default/db"] == f"0/2 nodes are available: 2 {NOT_ENOUGH}."
+    assert h.run().messages["default/db"] == (
+        f"0/2 nodes are available: 2 {NOT_ENOUGH}."
+        " preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling."
+    )
 
 
 def test_zonal_capacity_by_label_expressions() -> None:
@@ -201,6 +209,8 @@ def test_a_class_that_cannot_provision_there_is_reported_before_capacity() -> No
     h.add_pods(make_pod("db").pvc("data"))
     assert h.run().messages["default/db"] == (
         f"0/3 nodes are available: 1 {NO_VOLUMES}, 2 {NOT_ENOUGH}."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling."
     )
 
 
@@ -219,6 +229,8 @@ def test_a_static_volume_needs_no_capacity_and_a_selected_node_still_does() -> N
     h.add_pods(make_pod("pinned-user").pvc("pinned"))
     assert h.run().messages["default/pinned-user"] == (
         f"0/3 nodes are available: 1 {NOT_ENOUGH}, 2 {NO_VOLUMES}."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling."
     )
 
 

@@ -63,6 +63,8 @@ def test_a_bound_claim_whose_volume_fits_no_node_waits_with_kube_reason() -> Non
     assert placements["default/db"] is None
     assert messages["default/db"] == (
         "0/2 nodes are available: 2 node(s) had volume node affinity conflict."
+        " preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling."
     )
 
 
@@ -73,6 +75,8 @@ def test_a_claim_bound_to_a_missing_volume_waits() -> None:
     # VolumeZone's PreFilter, like kube's, names the missing volume first.
     assert h.run().messages["default/db"] == (
         '0/1 nodes are available: persistentvolume "nowhere" not found.'
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+        "scheduling."
     )
 
 
@@ -89,6 +93,8 @@ def test_an_unbound_immediate_claim_keeps_the_pod_pending_until_bound() -> None:
     assert placements["default/db"] is None
     assert messages["default/db"] == (
         "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+        " preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling."
     )
     # The PV controller binds it: the claim update retries the pod at once.
     h.add_storage(make_pv("pv").storage_class("standard").claimed_by("data"))
@@ -308,6 +314,8 @@ def test_a_read_write_once_pod_claim_serves_one_pod_at_a_time() -> None:
     assert messages["default/second"] == (
         "0/2 nodes are available: 2 node(s) unavailable due to PersistentVolumeClaim with "
         "ReadWriteOncePod access mode already in-use by another pod."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
     )
     h.delete_pod("first")
     assert h.advance(10).placements["default/second"] is not None
@@ -372,7 +380,11 @@ def test_the_attach_limit_spreads_pods_then_keeps_them_pending() -> None:
     on = [n for n in placements.values() if n]
     assert sorted(on) == ["n0", "n0", "n1", "n1"]
     [pending] = [k for k, n in placements.items() if n is None]
-    assert messages[pending] == ("0/2 nodes are available: 2 node(s) exceed max volume count.")
+    assert messages[pending] == (
+        "0/2 nodes are available: 2 node(s) exceed max volume count."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
+        "incoming pod."
+    )
     # A pod on n0 goes: its volume detaches and the pending pod fits there.
     gone = next(k for k, n in placements.items() if n == "n0")
     h.delete_pod(gone)

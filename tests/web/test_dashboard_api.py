@@ -215,6 +215,8 @@ def test_pending_pods_grouped_by_their_last_explanation(
     assert lost["examples"][0]["message"] == (
         "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infer}, "
         "2 node(s) didn't match Pod's node affinity/selector."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling."
     )
     assert lost["examples"][0]["queue"] == "a"
 

@@ -71,6 +71,15 @@ class Diagnosis:
             self._node_reasons = reasons
         return self._node_reasons
 
+    def reasons_at(self, at: NDArray[np.bool_]) -> Counter[str]:
+        """`reasons` counted over the candidate rows where `at` holds."""
+        found: Counter[str] = Counter()
+        for reason, charged in self._failures:
+            count = int(np.count_nonzero(charged & at))
+            if count:
+                found[reason] += count
+        return found
+
     @classmethod
     def from_filters(
         cls,

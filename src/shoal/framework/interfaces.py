@@ -14,6 +14,7 @@ return) follow kube-scheduler's `framework` package:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -103,6 +104,12 @@ class NodeFilterStatuses(Protocol):
     def resolvable(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
         """For node rows: did the pod fail there with a status preemption may resolve
         (Unschedulable, not UnschedulableAndUnresolvable, and not left out by PreFilter)?"""
+        ...
+
+    def reasons_at(self, rows: NDArray[np.intp]) -> Counter[str]:
+        """The Filter reasons the pod failed with on these node rows, counted as in the
+        pod's message (the first rejecting plugin's reasons; with
+        `pre_filter_resolvable`, the PreFilter's message on every row)."""
         ...
 
     @property

@@ -8,6 +8,8 @@ PostBind.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -76,6 +78,17 @@ class _Statuses(NodeFilterStatuses):
     @property
     def pre_filter_resolvable(self) -> bool:
         return self._diagnosis.pre_filter_resolvable
+
+    def reasons_at(self, rows: NDArray[np.intp]) -> Counter[str]:
+        diagnosis = self._diagnosis
+        if diagnosis.pre_filter_resolvable:
+            return Counter({diagnosis.pre_filter_message: rows.size} if rows.size else {})
+        cands = diagnosis.candidates
+        if cands is None or not rows.size:
+            return Counter()
+        wanted = np.zeros(max(self._handle.snapshot.n, int(rows.max()) + 1), dtype=bool)
+        wanted[rows] = True
+        return diagnosis.reasons_at(wanted[cands.rows])
 
     def resolvable(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
         diagnosis = self._diagnosis

@@ -9,11 +9,14 @@ guarantees. Pods with preemptionPolicy Never never preempt.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import Counter
+
+import numpy as np
+from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
-from shoal.cache.snapshot import PodRecord
 from shoal.framework.cycle_state import CycleState
+from shoal.framework.diagnosis import fit_error_message
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses, PostFilterResult, Victim
 from shoal.framework.status import Code, Status
@@ -27,6 +30,10 @@ from shoal.tenancy.manager import QueueManager
 __all__ = ["NAME", "DefaultPreemption"]
 
 NAME = "DefaultPreemption"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+"""kube's reason for a node where the pod failed with UnschedulableAndUnresolvable."""
+NO_VICTIMS = "No preemption victims found for incoming pod"
+"""kube's reason for a node running nothing the preemptor may take."""
 
 
 class DefaultPreemption:
@@ -47,16 +54,18 @@ class DefaultPreemption:
                 Code.UNSCHEDULABLE, "preemption: not eligible due to preemptionPolicy=Never."
             )
         snap = self.handle.snapshot
-        takeable, where = self._pool(pod)
-        if not any(record is not None and takeable(record) for record in where):
-            # Nothing of lower priority runs where it could be taken: nothing to explain
-            # beyond the filters' reasons.
-            return None, Status(Code.UNSCHEDULABLE)
+        takeable = self._pool(pod)
         search = VictimSearch(
             self.handle,
             units=GangUnits(self.gangs, snap),
             pdb_violations=self.pdbs.checker(snap),
         )
+        with_victims = search.rows_with_victims(takeable)
+        if not with_victims.any():
+            # Nothing of lower priority runs where it could be taken.
+            return None, Status(
+                Code.UNSCHEDULABLE, self._no_room(pod, search, takeable, with_victims, statuses)
+            )
         choice = search.best(
             pod,
             statuses,
@@ -70,9 +79,7 @@ class DefaultPreemption:
             return None, Status(Code.ERROR, f"preemption: {search.extender_error}")
         if choice is None:
             return None, Status(
-                Code.UNSCHEDULABLE,
-                f"preemption: 0/{snap.n} nodes are available: removing "
-                "lower-priority pods would not make room",
+                Code.UNSCHEDULABLE, self._no_room(pod, search, takeable, with_victims, statuses)
             )
         victims = [
             Victim(
@@ -86,16 +93,45 @@ class DefaultPreemption:
             Code.SUCCESS, f"preemption: evicting {len(victims)} pod(s) on {choice.node}"
         )
 
-    def _pool(self, pod: PodInfo) -> tuple[Callable[[PodRecord], bool], Iterable[PodRecord | None]]:
-        """Which running pods the preemptor may take (lower priority; in its own leaf
-        queue when there are queues), as a test the search applies to the pods of the
-        nodes it visits, and where such pods are (to see whether there is any at all)."""
+    def _no_room(
+        self,
+        pod: PodInfo,
+        search: VictimSearch,
+        pool: LowerPriority,
+        with_victims: NDArray[np.bool_],
+        statuses: NodeFilterStatuses,
+    ) -> str:
+        """Why preemption found no node, node by node in kube's words: nodes where the
+        pod failed beyond what removing pods can fix, nodes with nothing the preemptor
+        may take, and on the rest the reasons the pod fails there even with all of it
+        gone."""
+        n = self.handle.snapshot.n
+        rows = np.arange(n, dtype=np.intp)
+        if statuses.pre_filter_resolvable:
+            resolvable = np.ones(n, dtype=bool)
+        else:
+            resolvable = statuses.resolvable(rows)
+        reasons: Counter[str] = Counter()
+        helpless = n - int(np.count_nonzero(resolvable))
+        if helpless:
+            reasons[NOT_HELPFUL] = helpless
+        no_victims = int(np.count_nonzero(resolvable & ~with_victims))
+        if no_victims:
+            reasons[NO_VICTIMS] = no_victims
+        rest = rows[resolvable & with_victims]
+        if statuses.pre_filter_resolvable:
+            reasons.update(statuses.reasons_at(rest))
+        else:
+            reasons.update(search.reasons_without_victims(pod, rest, pool))
+        return "preemption: " + fit_error_message(n, reasons).rstrip(".")
+
+    def _pool(self, pod: PodInfo) -> LowerPriority:
+        """Which running pods the preemptor may take: lower priority; in its own leaf
+        queue when there are queues."""
         leaf, error = self.queues.queue_of(pod)
-        placed = self.handle.snapshot.placed
         if len(self.queues.tree.leaves) > 1 and not error:
-            mine = set(self.queues.placed_in({leaf}))
-            return LowerPriority(pod.priority, mine), (placed.get(uid) for uid in mine)
-        return LowerPriority(pod.priority), placed.values()
+            return LowerPriority(pod.priority, set(self.queues.placed_in({leaf})))
+        return LowerPriority(pod.priority)
 
     @classmethod
     def new(cls, args: DefaultPreemptionArgs | None, handle: Handle) -> DefaultPreemption:

@@ -34,6 +34,7 @@ than it can spare, the group becomes one unit and the node's search is run again
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
@@ -46,6 +47,7 @@ from shoal.api.podinfo import PodInfo
 from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
+from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.extender import NodeVictims, preempt_with_extenders
 from shoal.framework.handle import Handle
 from shoal.framework.interfaces import NodeFilterStatuses
@@ -257,6 +259,63 @@ class VictimSearch:
         ):
             return self._through_extenders(pod, found_all)
         return best
+
+    def rows_with_victims(self, pool: LowerPriority) -> NDArray[np.bool_]:
+        """Per node row: does it run a pod the pool may take (not one still being bound
+        or already being evicted)? Read from the pods as columns, no loop over nodes."""
+        table = self.handle.cluster.table
+        holds = np.zeros(table.n, dtype=bool)
+        holds[table.pod_columns().row[self._takeable_slots(pool)]] = True
+        return holds
+
+    def reasons_without_victims(
+        self, pod: PodInfo, rows: NDArray[np.intp], pool: LowerPriority
+    ) -> Counter[str]:
+        """Why the pod still fails on these rows with every pod the pool may take off
+        them (kube's SelectVictimsOnNode when removing all its potential victims is not
+        enough: the Filter status of that what-if), counted as in the pod's message."""
+        if not rows.size:
+            return Counter()
+        cluster = self.handle.cluster
+        table = cluster.table
+        columns = table.pod_columns()
+        slots = self._takeable_slots(pool)
+        on_rows = np.zeros(table.n, dtype=bool)
+        on_rows[rows] = True
+        slots = slots[on_rows[columns.row[slots]]]
+        runner = self.handle.runner(pod)
+        # Judged on the rows alone and always undone: no cluster-wide tallies.
+        with cluster.assignments_muted(), Transaction(cluster) as tx:
+            for uid in columns.uids[slots].tolist():
+                tx.evict(cluster.placed[uid].pod)
+            state = CycleState(dry_run=True)
+            _, status = runner.run_pre_filter(state, pod)
+            if not status.ok:
+                return Counter({status.message: int(rows.size)})
+            candidates = Candidates.of(rows)
+            outcome = runner.run_filters(state, pod, candidates)
+            return Diagnosis.from_filters(table.n, candidates, outcome.results).reasons
+
+    def _takeable_slots(self, pool: LowerPriority) -> NDArray[np.intp]:
+        """The pod-column slots of the pods the pool may take: placed, of lower priority,
+        in the pool's uids if it names them, neither being bound nor being evicted."""
+        cluster = self.handle.cluster
+        columns = cluster.table.pod_columns()
+        size = columns.size
+        slot_of = columns.slot_of
+        takeable = (columns.row[:size] >= 0) & (columns.priority[:size] < pool.priority)
+        if pool.uids is not None:
+            allowed = np.zeros(size, dtype=bool)
+            allowed[[slot for uid in pool.uids if (slot := slot_of.get(uid)) is not None]] = True
+            takeable &= allowed
+        busy = [
+            slot
+            for uid in chain(cluster.evicting, cluster.assumed)
+            if (slot := slot_of.get(uid)) is not None
+        ]
+        takeable[busy] = False
+        slots: NDArray[np.intp] = np.flatnonzero(takeable)
+        return slots
 
     def _through_extenders(self, pod: PodInfo, candidates: list[Candidate]) -> Candidate | None:
         """kube's callExtenders: preempting extenders narrow the candidates (and their
@@ -503,21 +562,8 @@ class VictimSearch:
         cluster = handle.cluster
         table = cluster.table
         columns = table.pod_columns()
-        size = columns.size
-        slot_of = columns.slot_of
-        takeable = (columns.row[:size] >= 0) & (columns.priority[:size] < pool.priority)
-        if pool.uids is not None:
-            allowed = np.zeros(size, dtype=bool)
-            allowed[[slot for uid in pool.uids if (slot := slot_of.get(uid)) is not None]] = True
-            takeable &= allowed
         # Pods still being bound or already being evicted are never victims.
-        busy = [
-            slot
-            for uid in chain(cluster.evicting, cluster.assumed)
-            if (slot := slot_of.get(uid)) is not None
-        ]
-        takeable[busy] = False
-        slots = np.flatnonzero(takeable)
+        slots = self._takeable_slots(pool)
         if not slots.size:
             return None
         guarded = [i for ns in budget_namespaces if (i := columns.known_namespace(ns)) is not None]

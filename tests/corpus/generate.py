@@ -669,7 +669,114 @@ def hypernode_cases() -> Iterator[Case]:
     )
 
 
+def api_validation_cases() -> Iterator[Case]:
+    """What the API server's validation refuses in the fields the scheduler reads
+    (`shoal.api.validation`): before, each of these ran as if kube had accepted it."""
+    container = {"name": "c", "resources": {"requests": {"cpu": "100m"}}}
+    twins = pod()
+    twins["spec"]["containers"] = [container, dict(container)]
+    yield Case("validation-pod-container-names-duplicate", (twins,), "duplicate container name 'c'")
+    init_twin = pod()
+    init_twin["spec"]["initContainers"] = [dict(container)]
+    yield Case(
+        "validation-pod-init-container-name-duplicate", (init_twin,), "duplicate container name"
+    )
+    ports = pod()
+    ports["spec"]["containers"][0]["ports"] = [
+        {"containerPort": 80, "hostPort": 8080},
+        {"containerPort": 81, "hostPort": 8080},
+    ]
+    yield Case(
+        "validation-pod-host-port-duplicate", (ports,), "host port 8080/TCP is already taken"
+    )
+    for case_id, key, expect in (
+        ("validation-pod-label-key-space", "bad key", "label key 'bad key' is not valid"),
+        ("validation-pod-label-key-prefix", "Example.COM/app", "the prefix before '/'"),
+        ("validation-pod-label-key-long", "k" * 64, "label key"),
+    ):
+        bad = pod()
+        bad["metadata"]["labels"] = {key: "x"}
+        yield Case(case_id, (bad,), expect)
+    bad = pod()
+    bad["metadata"]["labels"] = {"app": "-web-"}
+    yield Case("validation-pod-label-value-invalid", (bad,), "label value '-web-' is not valid")
+    for case_id, name, expect in (
+        ("validation-pod-resource-name-space", "bad resource", "resource name 'bad resource'"),
+        ("validation-pod-resource-unqualified", "gpu", "not a standard resource"),
+        (
+            "validation-pod-resource-kubernetes-io",
+            "kubernetes.io/gpu",
+            "outside the kubernetes.io domain",
+        ),
+        ("validation-pod-resource-pods", "pods", "not a standard resource"),
+    ):
+        bad = pod()
+        bad["spec"]["containers"][0]["resources"]["requests"][name] = "1"
+        yield Case(case_id, (bad,), expect)
+    yield Case(
+        "validation-pod-node-selector-value-invalid",
+        (pod(nodeSelector={"zone": "a b"}),),
+        "spec.nodeSelector[zone]",
+    )
+    yield Case(
+        "validation-pod-toleration-key-invalid",
+        (pod(tolerations=[{"key": "a b", "operator": "Exists"}]),),
+        "taint key 'a b'",
+    )
+
+    def required(term: JSON) -> JSON:
+        return pod(
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+                }
+            }
+        )
+
+    two = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}
+    yield Case("validation-pod-match-fields-two-names", (required(two),), "must be only one value")
+    other = {"matchFields": [{"key": "spec.nodeName", "operator": "In", "values": ["a"]}]}
+    yield Case(
+        "validation-pod-match-fields-key", (required(other),), "not a supported field selector key"
+    )
+    spaced = {"matchExpressions": [{"key": "a b", "operator": "Exists"}]}
+    yield Case("validation-pod-affinity-key-invalid", (required(spaced),), "label key 'a b'")
+    yield Case(
+        "validation-pod-priority-without-class",
+        (pod(priority=1000),),
+        "must not be provided in pod spec; priority admission controller computed 0",
+    )
+    typo = pod()
+    typo["metadata"]["annotations"] = {"sim.shoal.dev/arival": "30"}
+    yield Case("pod-arrival-annotation-typo", (typo,), "did you mean sim.shoal.dev/arrival?")
+    bad = node()
+    bad["metadata"]["labels"] = {"bad key": "x"}
+    yield Case("validation-node-label-key-invalid", (bad,), "label key 'bad key'")
+    bad = node()
+    bad["spec"] = {"taints": [{"key": "a b", "effect": "NoSchedule"}]}
+    yield Case("validation-node-taint-key-invalid", (bad,), "taint key 'a b'")
+    bad = node()
+    bad["spec"] = {"taints": [{"key": "k", "value": "x y", "effect": "NoSchedule"}]}
+    yield Case("validation-node-taint-value-invalid", (bad,), "taint value 'x y'")
+    bad = node()
+    twice = {"key": "k", "effect": "NoSchedule"}
+    bad["spec"] = {"taints": [twice, {**twice, "value": "v"}]}
+    yield Case("validation-node-taint-duplicate", (bad,), "unique by key and effect")
+    yield Case(
+        "validation-node-resource-name-invalid",
+        (node(**{"cpu cores": "3"}),),
+        "resource name 'cpu cores'",
+    )
+    template = {"spec": {"containers": [container, dict(container)]}}
+    yield Case(
+        "validation-workload-template-container-names-duplicate",
+        (workload(template=template),),
+        "duplicate container name",
+    )
+
+
 GENERATORS = (
+    api_validation_cases,
     gpu_cases,
     name_cases,
     structure_cases,

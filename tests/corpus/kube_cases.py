@@ -233,6 +233,7 @@ _NOT_FROM_AN_API = (
     "pod-containers-missing",  # refused by validation (a pod needs a container)
     "pod-scheduler-name-bad",  # another scheduler's pod: not ours to judge
     "spec-typo-",  # unknown spec fields: pruned by the API server (structural schemas)
+    "validation-",  # refused by the API server's validation (shoal.api.validation)
 )
 _DEFAULT_NAMES = {"n-bad", "p-bad", "pc-bad", "q-bad", "qb-bad", "np-bad", "eq-bad", "pg-bad"}
 _DEFAULT_NAMES |= {"vpg-bad", "pdb-bad", "hn-bad", "kt-bad"}

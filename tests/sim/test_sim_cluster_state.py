@@ -205,3 +205,24 @@ def test_fold_lines_keeps_a_few_of_each_shape_and_counts_the_rest():
     ]
     # One more than kept is shown whole (no "... and 1 more").
     assert fold_lines(lines[:4]) == lines[:4]
+
+
+def test_a_priority_in_the_spec_must_be_what_the_priority_class_gives():
+    """As the Priority admission plugin: a dump's pods carry the priority it computed
+    (accepted); a hand-written priority that differs from the class's is refused."""
+    high = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "high"},
+        "value": 100,
+    }
+    critical = pod("dns", "100m", node_name="n1", phase="Running", namespace="kube-system")
+    critical["spec"].update(priorityClassName="system-cluster-critical", priority=2000000000)
+    agreeing = pod("agree", "100m")
+    agreeing["spec"].update(priorityClassName="high", priority=100)
+    differing = pod("differ", "100m")
+    differing["spec"].update(priorityClassName="high", priority=50)
+    sc = load_scenario([], documents=[("dump", [high, node("n1"), critical, agreeing, differing])])
+    assert sorted(p.name for p in sc.pods) == ["agree", "dns"]
+    assert len(sc.errors) == 1 and sc.errors[0].field == "spec.priority"
+    assert "priority admission controller computed 100 from PriorityClass high" in str(sc.errors[0])

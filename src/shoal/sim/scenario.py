@@ -65,6 +65,7 @@ from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_pro
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
 from shoal.api.strict_yaml import DuplicateKey
+from shoal.api.validation import node_problem, pod_problem
 from shoal.api.volumes import (
     CSIDriver,
     CSINode,
@@ -263,6 +264,10 @@ def load_scenario(
                 node = decode(doc, Node, where)
                 if not node.metadata.name:
                     raise ManifestError("Node", "", "metadata.name", "a node needs a name", where)
+                if not live and (found := node_problem(node)):
+                    raise ManifestError(
+                        "Node", node.metadata.name, found[0], f"{found[1]} (skipped)", where
+                    )
                 if unique(node, where, live):
                     _drop(scenario.nodes, node)
                 scenario.nodes.append(node)
@@ -402,8 +407,38 @@ def _refuse_unknown_priority_classes(scenario: Scenario) -> None:
                 )
             )
             continue
+        if source.origin != CLUSTER and (why := _given_priority_problem(scenario, source, name)):
+            scenario.errors.append(ManifestError("Pod", source.key, "spec.priority", why))
+            continue
         kept.append(source)
     scenario.pods = kept
+
+
+def _given_priority_problem(scenario: Scenario, source: PodSource, class_name: str) -> str:
+    """The Priority admission plugin computes a pod's priority from its PriorityClass
+    (the global default's, else 0, without one) and refuses a pod whose spec gives
+    another value. Pods of a cluster's state were admitted already."""
+    if source.pod is not None:
+        given: object = source.pod.spec.priority
+    else:
+        spec = (source.template or {}).get("spec")
+        given = spec.get("priority") if isinstance(spec, Mapping) else None
+    if given is None:
+        return ""
+    classes = scenario.priority_classes
+    if class_name:
+        chosen = next((pc for pc in classes if pc.metadata.name == class_name), None)
+    else:
+        chosen = next((pc for pc in classes if pc.global_default), None)
+    computed = chosen.value if chosen is not None else 0
+    if given == computed:
+        return ""
+    origin = f"PriorityClass {chosen.metadata.name}" if chosen is not None else "no PriorityClass"
+    return (
+        f"the integer value of priority ({given}) must not be provided in pod spec; priority "
+        f"admission controller computed {computed} from {origin}: set priorityClassName to "
+        "a PriorityClass with that value instead (skipped)"
+    )
 
 
 def _spec_field(source: PodSource, key: str, attribute: str) -> str:
@@ -427,7 +462,8 @@ def _check_name(kind: str, meta: ObjectMeta, where: str) -> None:
 
 def _pod_name_problem(pod: PodSource) -> tuple[str, str]:
     """(field, why) when the API server would refuse the pod: its name, its
-    schedulerName, or no containers at all."""
+    schedulerName, no containers at all, or what `pod_problem` finds (a template's
+    first pod was checked when its group was read)."""
     if why := dns_name_problem(pod.name):
         return "metadata.name", why
     scheduler = _spec_field(pod, "schedulerName", "scheduler_name")
@@ -440,6 +476,8 @@ def _pod_name_problem(pod: PodSource) -> tuple[str, str]:
         containers = spec.get("containers") if isinstance(spec, Mapping) else None
     if not containers:
         return "spec.containers", "a pod needs at least one container (Required value)"
+    if pod.pod is not None and (found := pod_problem(pod.pod)):
+        return found
     return "", ""
 
 

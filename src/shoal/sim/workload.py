@@ -29,6 +29,7 @@ import numpy as np
 from shoal.api.errors import ManifestError
 from shoal.api.manifests import decode
 from shoal.api.objects import Node, Pod
+from shoal.api.validation import pod_problem
 
 __all__ = [
     "ANNOTATION_ARRIVAL",
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 WORKLOAD_API_VERSION = "sim.shoal.dev/v1alpha1"
+SIM_PREFIX = "sim.shoal.dev/"
 ANNOTATION_ARRIVAL = "sim.shoal.dev/arrival"
 ANNOTATION_DURATION = "sim.shoal.dev/duration"
 
@@ -286,6 +288,19 @@ def pod_source(raw: Mapping[str, Any], source: str) -> PodSource:
     if not meta.name:
         raise ManifestError("Pod", "", "metadata.name", "a pod needs a name", source)
     times: dict[str, float | None] = {ANNOTATION_ARRIVAL: 0.0, ANNOTATION_DURATION: None}
+    for annotation in meta.annotations:
+        if annotation.startswith(SIM_PREFIX) and annotation not in times:
+            # Our own prefix: a typo would otherwise lose the arrival time without a word.
+            close = difflib.get_close_matches(annotation, list(times), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ManifestError(
+                "Pod",
+                shown,
+                f"metadata.annotations[{annotation}]",
+                f"not an annotation the simulator reads; {hint}it reads "
+                f"{ANNOTATION_ARRIVAL} and {ANNOTATION_DURATION}",
+                source,
+            )
     for annotation in times:
         value = meta.annotations.get(annotation)
         if value is None:
@@ -417,6 +432,9 @@ def _expand_group(
             _at(where, "template.spec.containers"),
             "a pod needs at least one container (Required value)",
         )
+        return []
+    if found := pod_problem(first):
+        reject(_at(where, "template", found[0]), found[1])
         return []
     rng = group_rng(seed, workload, prefix)
     times = arrival_times(group, rng)

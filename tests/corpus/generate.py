@@ -767,6 +767,38 @@ def api_validation_cases() -> Iterator[Case]:
         (node(**{"cpu cores": "3"}),),
         "resource name 'cpu cores'",
     )
+    # A kind in a version (or group) that does not serve it: the API server has no such
+    # resource (before, any apiVersion was read by kind alone).
+    for kind, make in KINDS.items():
+        doc = make()
+        doc["apiVersion"] = "example.com/v9" if kind != "Pod" else "apps/v1"
+        yield Case(f"validation-api-version-{kind}", (doc,), "does not serve kind")
+    # Values of the wrong JSON type, read strictly as the API server does.
+    yield Case("validation-pod-priority-quoted", (pod(priority="5"),), "Expected `int")
+    yield Case("validation-pod-host-network-string", (pod(hostNetwork="true"),), "Expected `bool`")
+    yield Case("validation-workload-count-quoted", (workload(count="5"),), "Expected `int`")
+    yield Case(
+        "validation-priorityclass-system-prefix",
+        (priority_class("system-mine"),),
+        "reserved for system use only",
+    )
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
+    yield Case(
+        "validation-namespace-duplicate",
+        (namespace, {**namespace, "metadata": {"name": "team", "labels": {"a": "b"}}}),
+        "duplicate of",
+        names="Namespace team",
+    )
+    yield Case(
+        "validation-namespace-label-invalid",
+        ({**namespace, "metadata": {"name": "team", "labels": {"a b": "c"}}},),
+        "label key 'a b'",
+    )
+    yield Case(
+        "validation-namespace-api-version",
+        ({**namespace, "apiVersion": "v2"},),
+        "does not serve kind Namespace",
+    )
     template = {"spec": {"containers": [container, dict(container)]}}
     yield Case(
         "validation-workload-template-container-names-duplicate",

@@ -51,6 +51,7 @@ __all__ = [
     "GROUP_KINDS",
     "KINDS",
     "ListItemsError",
+    "api_version_problem",
     "decode",
     "iter_documents",
     "kind_class",
@@ -96,6 +97,35 @@ def kind_class(doc: Mapping[str, Any]) -> type[msgspec.Struct] | None:
     kind = str(doc.get("kind", ""))
     group = str(doc.get("apiVersion", "")).rpartition("/")[0]
     return GROUP_KINDS.get((group, kind)) or KINDS.get(kind)
+
+
+def _default_api_version(cls: type[msgspec.Struct]) -> str:
+    for field in msgspec.structs.fields(cls):
+        if field.name == "api_version" and isinstance(field.default, str):
+            return field.default
+    return ""
+
+
+def api_version_problem(doc: Mapping[str, Any]) -> str:
+    """Why an API server would not take `doc`'s apiVersion for its kind (a kind this
+    module models), or "": core kinds exist in one version, custom resources in any
+    version of their group. A missing apiVersion is left to the caller."""
+    kind = doc.get("kind")
+    version = doc.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(version, str) or not version:
+        return ""
+    group = version.rpartition("/")[0]
+    if (group, kind) in GROUP_KINDS:
+        return ""
+    core = KINDS.get(kind)
+    served = (
+        [_default_api_version(core)]
+        if core is not None
+        else sorted({_default_api_version(c) for (_, k), c in GROUP_KINDS.items() if k == kind})
+    )
+    if not served or version in served:
+        return ""
+    return f"{version!r} does not serve kind {kind}; use {' or '.join(served)}"
 
 
 _PATH = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.S)
@@ -172,7 +202,9 @@ def decode(
                 kind, _display_name(raw), stray, "unknown field (check its spelling)", source
             )
     try:
-        obj = msgspec.convert(raw, cls, strict=False)
+        # Strict, as the API server's JSON decoding: "5" is not an integer nor "true" a
+        # boolean (a quantity takes a number or a string, as kube's does).
+        obj = msgspec.convert(raw, cls, strict=True)
     except msgspec.ValidationError as err:
         text = str(err)
         match = _PATH.match(text)

@@ -56,6 +56,7 @@ from shoal.api.hypernode import HyperNode, Topology
 from shoal.api.manifests import (
     READ_ERRORS,
     ListItemsError,
+    api_version_problem,
     decode,
     iter_documents,
     kind_class,
@@ -65,7 +66,7 @@ from shoal.api.objects import Node, ObjectMeta, Pod, PriorityClass, dns_name_pro
 from shoal.api.podgroup import PodGroup, UpstreamPodGroup, VolcanoPodGroup
 from shoal.api.queue import ElasticQuota, NodePool, PodDisruptionBudget, Queue, QueueBinding
 from shoal.api.strict_yaml import DuplicateKey
-from shoal.api.validation import node_problem, pod_problem
+from shoal.api.validation import labels_problem, node_problem, pod_problem
 from shoal.api.volumes import (
     CSIDriver,
     CSINode,
@@ -234,6 +235,10 @@ def load_scenario(
         kind = doc.get("kind")
         cls = kind_class(doc)
         try:
+            if why := api_version_problem(doc):
+                raise ManifestError(
+                    str(kind), _doc_name(doc), "apiVersion", f"{why} (skipped)", where
+                )
             if cls in _CAPACITY_KINDS:
                 # Objects written by hand for a schema Shoal knows: a spec typo is an
                 # error. Core kinds (a PodDisruptionBudget in a kubectl dump) and a live
@@ -282,6 +287,18 @@ def load_scenario(
             elif cls is PriorityClass:
                 pc = decode(doc, PriorityClass, where)
                 _check_name("PriorityClass", pc.metadata, where)
+                name = pc.metadata.name
+                if name.startswith("system-") and SYSTEM_PRIORITY_CLASSES.get(name) != pc.value:
+                    # The API server keeps the prefix for its own two classes.
+                    raise ManifestError(
+                        "PriorityClass",
+                        name,
+                        "metadata.name",
+                        "priority class names with 'system-' prefix are reserved for system "
+                        "use only (the API server's own are system-node-critical and "
+                        "system-cluster-critical, with their values); rename it (skipped)",
+                        where,
+                    )
                 if unique(pc, where, live):
                     old = _drop(scenario.priority_classes, pc)
                     if isinstance(old, PriorityClass) and old.global_default:
@@ -309,15 +326,15 @@ def load_scenario(
                 _add_pods(scenario, pod_keys, pods, where)
                 scenario.node_changes.extend(changes)
             elif kind == "Namespace":
-                _add_namespace(scenario, doc, where)
+                namespace = _namespace(doc, where)
+                unique(namespace, where, live)  # a second one replaces only a live one
+                scenario.namespaces[namespace.metadata.name] = namespace.labels
             elif kind == SNAPSHOT_KIND:
                 scenario.cluster.sources.append(_snapshot_source(doc, where))
             else:
-                meta = doc.get("metadata")
-                name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
                 raise ManifestError(
                     str(kind or "object"),
-                    name,
+                    _doc_name(doc),
                     "kind",
                     "not simulated (the simulator reads Node, PriorityClass, PodGroup, "
                     "HyperNode, Topology, Queue, QueueBinding, NodePool, ElasticQuota, "
@@ -334,6 +351,11 @@ def load_scenario(
 _KIND_NAMES = {"VolcanoPodGroup": "PodGroup", "UpstreamPodGroup": "PodGroup"}
 
 
+def _doc_name(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata")
+    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+
+
 def _drop(items: list[Any], obj: Any) -> Any:
     """Remove (and return) the object of `items` with obj's namespace and name."""
     meta = obj.metadata
@@ -343,7 +365,16 @@ def _drop(items: list[Any], obj: Any) -> Any:
     return None
 
 
-def _add_namespace(scenario: Scenario, doc: Mapping[str, Any], where: str) -> None:
+@dataclass
+class Namespace:
+    """What the simulator reads of a Namespace: its labels (QueueBindings select by
+    them)."""
+
+    metadata: ObjectMeta
+    labels: dict[str, str]
+
+
+def _namespace(doc: Mapping[str, Any], where: str) -> Namespace:
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     if not isinstance(name, str) or not name:
@@ -357,7 +388,17 @@ def _add_namespace(scenario: Scenario, doc: Mapping[str, Any], where: str) -> No
         raise ManifestError(
             "Namespace", name, "metadata.labels", "expected a map of strings (skipped)", where
         )
-    scenario.namespaces[name] = dict(labels)
+    if found := labels_problem(labels, "metadata.labels"):
+        raise ManifestError("Namespace", name, found[0], f"{found[1]} (skipped)", where)
+    if doc.get("apiVersion", "v1") != "v1":
+        raise ManifestError(
+            "Namespace",
+            name,
+            "apiVersion",
+            f"{doc.get('apiVersion')!r} does not serve kind Namespace; use v1 (skipped)",
+            where,
+        )
+    return Namespace(ObjectMeta(name=name), dict(labels))
 
 
 def _snapshot_source(doc: Mapping[str, Any], where: str) -> str:

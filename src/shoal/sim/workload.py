@@ -96,7 +96,7 @@ class PodSource:
         if self.pod is not None:
             return self.pod
         assert self.template is not None
-        return msgspec.convert(_named(self.template, self.namespace, self.name), Pod, strict=False)
+        return msgspec.convert(_named(self.template, self.namespace, self.name), Pod)
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,18 @@ def config_cases() -> Iterator[ConfigCase]:
     yield ConfigCase("config-args-unknown-field", _profile(pluginConfig=args), "scoreingStrategy")
     args = [{"name": "NodeResourcesFit"}, {"name": "NodeResourcesFit"}]
     yield ConfigCase("config-plugin-config-twice", _profile(pluginConfig=args), "NodeResourcesFit")
+    # What the kit's kube-scheduler v1.36 refuses at start (run side by side by hand).
+    yield ConfigCase("config-scheduler-name-empty", _profile(schedulerName=""), "Required value")
+    args = [{"name": "NodeResourcesFit", "args": {"ignoredResourceGroups": ["example.com/x"]}}]
+    yield ConfigCase("config-ignored-group-slash", _profile(pluginConfig=args), "can't contain '/'")
+    args = [{"name": "NodeResourcesFit", "args": {"ignoredResourceGroups": [""]}}]
+    yield ConfigCase(
+        "config-ignored-group-empty", _profile(pluginConfig=args), "ignoredResourceGroups[0]"
+    )
+    args = [{"name": "NodeResourcesFit", "args": {"ignoredResources": ["Example.com/x"]}}]
+    yield ConfigCase(
+        "config-ignored-resource-prefix", _profile(pluginConfig=args), "ignoredResources[0]"
+    )
     extender = [{"urlPrefix": "not a url", "filterVerb": "filter"}]
     yield ConfigCase("config-extender-url", _with(extenders=extender), "urlPrefix")
     extender = [{"urlPrefix": "http://x", "weight": -1, "prioritizeVerb": "p"}]

@@ -19,6 +19,7 @@ __all__ = [
     "Problem",
     "extended_resource_problem",
     "label_value_problem",
+    "labels_problem",
     "node_problem",
     "pod_problem",
     "qualified_name_problem",
@@ -58,7 +59,8 @@ def label_value_problem(value: str) -> str:
     return ""
 
 
-def _labels(labels: Mapping[str, str], at: str) -> Problem | None:
+def labels_problem(labels: Mapping[str, str], at: str) -> Problem | None:
+    """The first label whose key or value kube refuses, as (field, why), or None."""
     for key, value in labels.items():
         if why := qualified_name_problem(key, "label key"):
             return f"{at}[{key}]", why
@@ -154,7 +156,7 @@ def _node_selector_term(term: NodeSelectorTerm, at: str) -> Problem | None:
 
 def _scheduling_fields(pod: Pod) -> Problem | None:
     spec = pod.spec
-    if found := _labels(spec.node_selector, "spec.nodeSelector"):
+    if found := labels_problem(spec.node_selector, "spec.nodeSelector"):
         return found
     for i, toleration in enumerate(spec.tolerations):
         if toleration.key and (why := qualified_name_problem(toleration.key, "taint key")):
@@ -178,7 +180,7 @@ def _scheduling_fields(pod: Pod) -> Problem | None:
 def pod_problem(pod: Pod) -> Problem | None:
     """The first thing in the pod the API server would refuse, or None."""
     return (
-        _labels(pod.metadata.labels, "metadata.labels")
+        labels_problem(pod.metadata.labels, "metadata.labels")
         or _containers(pod)
         or _scheduling_fields(pod)
     )
@@ -186,7 +188,7 @@ def pod_problem(pod: Pod) -> Problem | None:
 
 def node_problem(node: Node) -> Problem | None:
     """The first thing in the node the API server would refuse, or None."""
-    if found := _labels(node.metadata.labels, "metadata.labels"):
+    if found := labels_problem(node.metadata.labels, "metadata.labels"):
         return found
     seen: set[tuple[str, str]] = set()
     for i, taint in enumerate(node.spec.taints):

@@ -239,7 +239,16 @@ def semantic_problems(
                 )
             )
         seen.setdefault(profile.scheduler_name, i)
-        if refused := dns_name_problem(profile.scheduler_name):
+        if not profile.scheduler_name:
+            # kube-scheduler refuses it too ("profiles[0].schedulerName: Required value").
+            problems.append(
+                Problem(
+                    f"{base}.schedulerName",
+                    "Required value: name the profile (pods pick it by spec.schedulerName), "
+                    "or leave the field out for default-scheduler",
+                )
+            )
+        elif refused := dns_name_problem(profile.scheduler_name):
             # kube-scheduler takes any name, but the API server refuses a pod whose
             # spec.schedulerName is not one: no pod can ever ask for this profile.
             warnings.append(

@@ -10,6 +10,7 @@ from pydantic.alias_generators import to_camel
 
 from shoal.api.manifests import unknown_field
 from shoal.api.objects import NodeAffinity, NodeSelector, TopologySpreadConstraint
+from shoal.api.validation import qualified_name_problem
 
 __all__ = [
     "CoschedulingArgs",
@@ -79,6 +80,23 @@ class NodeResourcesFitArgs(Args):
     ignored_resources: list[str] = Field(default_factory=list)
     ignored_resource_groups: list[str] = Field(default_factory=list)
     scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy)
+
+    @model_validator(mode="after")
+    def _names(self) -> NodeResourcesFitArgs:
+        # kube-scheduler's ValidateNodeResourcesFitArgs: qualified names; a group is
+        # the prefix alone (the part before '/').
+        for i, name in enumerate(self.ignored_resources):
+            if why := qualified_name_problem(name, "resource name"):
+                raise ValueError(f"ignoredResources[{i}]: {why}")
+        for i, group in enumerate(self.ignored_resource_groups):
+            if "/" in group:
+                raise ValueError(
+                    f"ignoredResourceGroups[{i}]: {group!r}: resource group name can't "
+                    "contain '/' (give the prefix alone, e.g. 'example.com')"
+                )
+            if why := qualified_name_problem(group, "resource group name"):
+                raise ValueError(f"ignoredResourceGroups[{i}]: {why}")
+        return self
 
 
 class NodeResourcesBalancedAllocationArgs(Args):

@@ -244,3 +244,36 @@ def test_score_skipped_without_preferred_terms() -> None:
     handle = make_handle([_node("machine1", **LABEL1), _node("machine2", **LABEL2)])
     pod = make_pod("p").node_affinity_in("foo", ["bar"])  # required only
     assert run_score(NodeAffinity.new(None, handle), pod, handle) is None
+
+
+def _added_preferred(weight: int) -> NodeAffinityArgs:
+    term = {"matchExpressions": [{"key": "key", "operator": "In", "values": ["value"]}]}
+    return _added(
+        {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": weight, "preference": term}
+            ]
+        }
+    )
+
+
+def test_added_preferred_terms_score_every_pod() -> None:
+    """kube's "added affinity" cases: the configuration's preferred terms count for every
+    pod, beside its own. (Before, they were accepted and never scored.)"""
+    handle = make_handle([_node("machine1", **LABEL1), _node("machine2", **LABEL2)])
+    plugin = NodeAffinity.new(_added_preferred(2), handle)
+    assert run_score(plugin, make_pod("p"), handle) == {"machine1": 0, "machine2": 100}
+    handle = make_handle(
+        [_node("machine1", **LABEL1), _node("machine2", **LABEL2), _node("machine3", **LABEL5)]
+    )
+    plugin = NodeAffinity.new(_added_preferred(3), handle)
+    assert run_score(plugin, AFFINITY1, handle) == {"machine1": 40, "machine2": 60, "machine3": 100}
+
+
+@pytest.mark.parametrize("weight", [0, 101])
+def test_added_preferred_weights_are_taken_as_kube_scheduler_takes_them(weight: int) -> None:
+    # The kit's kube-scheduler v1.36 starts with these (a pod's own must be 1..100).
+    handle = make_handle([_node("machine1", **LABEL1), _node("machine2", **LABEL2)])
+    plugin = NodeAffinity.new(_added_preferred(weight), handle)
+    expected = None if weight == 0 else {"machine1": 0, "machine2": 100}
+    assert run_score(plugin, make_pod("p"), handle) == expected

@@ -5,11 +5,17 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from shoal.api.manifests import unknown_field
-from shoal.api.objects import NodeAffinity, NodeSelector, TopologySpreadConstraint
+from shoal.api.objects import (
+    NodeAffinity,
+    NodeSelector,
+    NodeSelectorTerm,
+    TopologySpreadConstraint,
+)
 from shoal.api.validation import qualified_name_problem
 
 __all__ = [
@@ -103,6 +109,11 @@ class NodeResourcesBalancedAllocationArgs(Args):
     resources: list[ResourceSpec] = Field(default_factory=_default_resources)
 
 
+class _AddedPreferredTerm(msgspec.Struct, rename="camel", kw_only=True):
+    weight: int
+    preference: NodeSelectorTerm
+
+
 class NodeAffinityArgs(Args):
     added_affinity: dict[str, object] | None = None
 
@@ -115,11 +126,28 @@ class NodeAffinityArgs(Args):
         stray = unknown_field(self.added_affinity, NodeAffinity, "addedAffinity")
         if stray:
             raise ValueError(f"{stray}: unknown field")
+        # kube-scheduler takes any integer weight here (a pod's own terms must be
+        # 1..100): the preferred terms are read with their weights apart.
+        required = {
+            k: v
+            for k, v in self.added_affinity.items()
+            if k != "preferredDuringSchedulingIgnoredDuringExecution"
+        }
         try:
-            msgspec.convert(self.added_affinity, NodeAffinity)
+            msgspec.convert(required, NodeAffinity)
+            self.added_preferred_terms()
         except msgspec.ValidationError as err:
             raise ValueError(f"addedAffinity: {err}") from None
         return self
+
+    def added_preferred_terms(self) -> list[tuple[int, NodeSelectorTerm]]:
+        """`addedAffinity.preferredDuringSchedulingIgnoredDuringExecution` decoded:
+        (weight, preference) per term."""
+        import msgspec
+
+        raw = (self.added_affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
+        terms = msgspec.convert(raw or [], list[_AddedPreferredTerm])
+        return [(t.weight, t.preference) for t in terms]
 
     def added_node_selector(self) -> NodeSelector | None:
         """`addedAffinity.requiredDuringSchedulingIgnoredDuringExecution` decoded."""

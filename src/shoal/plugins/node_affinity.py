@@ -49,9 +49,17 @@ class NodeAffinity:
     # node's own fields, reservations): preemption judges it once, with no victim gone.
     preemption_node_only = True
 
-    def __init__(self, handle: Handle, added: NodeSelector | None = None) -> None:
+    def __init__(
+        self,
+        handle: Handle,
+        added: NodeSelector | None = None,
+        added_preferred: Sequence[tuple[int, NodeSelectorTerm]] = (),
+    ) -> None:
         self.handle = handle
         self.added = added
+        # The configuration's addedAffinity preferred terms: scored for every pod, beside
+        # its own (kube's addedPrefSchedTerms); any weight, 0 counts nothing.
+        self.added_preferred = tuple((w, t) for w, t in added_preferred if w != 0)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         if (
@@ -100,17 +108,20 @@ class NodeAffinity:
         return FilterResult.from_mask(passed, REASON, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
-        return Status() if pod.preferred_node_terms else Status(Code.SKIP)
+        if pod.preferred_node_terms or self.added_preferred:
+            return Status()
+        return Status(Code.SKIP)
 
     def score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> NDArray[np.int64]:
         snap = self.handle.snapshot
         names = snap.names[nodes.index]
         total = np.zeros(nodes.size, dtype=np.int64)
-        for term in pod.preferred_node_terms:
-            if term.weight == 0:
+        weighted = [(t.weight, t.preference) for t in pod.preferred_node_terms]
+        for weight, term in (*weighted, *self.added_preferred):
+            if weight == 0:
                 continue
-            matched = snap.labels.term_mask(term.preference, names, nodes.index)
-            total += matched.astype(np.int64) * term.weight
+            matched = snap.labels.term_mask(term, names, nodes.index)
+            total += matched.astype(np.int64) * weight
         return total
 
     def normalize_score(
@@ -123,8 +134,9 @@ class NodeAffinity:
 
     @classmethod
     def new(cls, args: NodeAffinityArgs | None, handle: Handle) -> NodeAffinity:
-        added = args.added_node_selector() if args is not None else None
-        return cls(handle, added)
+        if args is None:
+            return cls(handle)
+        return cls(handle, args.added_node_selector(), args.added_preferred_terms())
 
 
 def _names_in(term: NodeSelectorTerm) -> set[str] | None:

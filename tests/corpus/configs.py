@@ -108,6 +108,10 @@ def config_cases() -> Iterator[ConfigCase]:
     )
     extender = [{"urlPrefix": "not a url", "filterVerb": "filter"}]
     yield ConfigCase("config-extender-url", _with(extenders=extender), "urlPrefix")
+    # Go's durations take a sign: "-1s" is one (kube-scheduler then waits without any
+    # timeout); it was called "not a duration".
+    extender = [{"urlPrefix": "http://x", "filterVerb": "f", "httpTimeout": "-1s"}]
+    yield ConfigCase("config-extender-timeout-negative", _with(extenders=extender), "is negative")
     extender = [{"urlPrefix": "http://x", "weight": -1, "prioritizeVerb": "p"}]
     yield ConfigCase("config-extender-weight", _with(extenders=extender), "weight")
     yield ConfigCase("config-document-list", ["a"], "mapping")

@@ -57,7 +57,9 @@ def test_go_durations() -> None:
     assert parse_duration("1m30s") == 90
     assert parse_duration("200ms") == pytest.approx(0.2)
     assert parse_duration(2) == 2
-    for bad in ("15", "s", "1x"):
+    assert parse_duration("-1.5s") == -1.5  # Go's ParseDuration takes a sign
+    assert parse_duration("+1m") == 60
+    for bad in ("15", "s", "1x", "-", "--1s"):
         with pytest.raises(ValueError):
             parse_duration(bad)
 

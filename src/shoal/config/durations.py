@@ -20,6 +20,10 @@ def parse_duration(value: object) -> float:
     if isinstance(value, int | float):
         return float(value)
     text = str(value).strip()
+    sign = 1.0
+    if text[:1] in ("-", "+"):
+        # Go's ParseDuration takes a sign: "-1s" is a (negative) duration.
+        sign, text = (-1.0 if text[0] == "-" else 1.0), text[1:]
     if not text:
         raise ValueError(f"invalid duration {value!r}")
     total, number = 0.0, ""
@@ -41,4 +45,4 @@ def parse_duration(value: object) -> float:
         i += len(unit)
     if number:
         raise ValueError(f"invalid duration {value!r}: missing unit")
-    return total
+    return sign * total

@@ -569,7 +569,11 @@ def extender_problems(extenders: list[Extender]) -> list[Problem]:
         try:
             if parse_duration(extender.http_timeout) < 0:
                 problems.append(
-                    Problem(f"{base}.httpTimeout", f"{extender.http_timeout!r} is negative")
+                    Problem(
+                        f"{base}.httpTimeout",
+                        f"{extender.http_timeout!r} is negative: kube-scheduler would wait for "
+                        "the extender without any timeout; give a positive one (default 5s)",
+                    )
                 )
         except ValueError:
             problems.append(

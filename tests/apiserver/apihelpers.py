@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubehelpers import fast_options
@@ -328,3 +330,36 @@ async def space(kubeconfig: str, prefix: str) -> AsyncIterator[Space]:
             with contextlib.suppress(ApiError):
                 await client.request("DELETE", path)
         await connection.close()
+
+
+@contextlib.contextmanager
+def kube_scheduler(control_plane: dict[str, str], s: Space, folder: Path) -> Iterator[Path]:
+    """The kit's stock kube-scheduler with one profile for this test's scheduler name;
+    stopped (by its own pid) on exit. Yields its log."""
+    config = folder / "kube-scheduler.yaml"
+    config.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        "leaderElection: {leaderElect: false}\n"
+        f"clientConnection: {{kubeconfig: {control_plane['KUBECONFIG']}, qps: 200, burst: 400}}\n"
+        f"profiles: [{{schedulerName: {s.scheduler}}}]\n"
+    )
+    log = folder / "kube-scheduler.log"
+    command = [
+        str(Path(control_plane["K8S_BIN_DIR"]) / "kube-scheduler"),
+        f"--config={config}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        "--secure-port=0",
+    ]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield log
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)

@@ -29,14 +29,13 @@ Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see confte
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from apihelpers import Space, space, wait_for
+from apihelpers import Space, kube_scheduler, space, wait_for
 from kubehelpers import async_test
 
 from shoal.api.quantity import parse_quantity
@@ -178,39 +177,6 @@ async def check_allocations(s: Space) -> None:
     twice = sorted(k for k, n in given.items() if n > 1)
     assert not twice, f"devices in two claims: {twice}"
     assert sum(given.values()) == sum(count for count, _, _ in CLAIMS.values())
-
-
-@contextlib.contextmanager
-def kube_scheduler(control_plane: dict[str, str], s: Space, folder: Path) -> Iterator[Path]:
-    """The kit's stock kube-scheduler with one profile for this test's scheduler name;
-    stopped (by its own pid) on exit. Yields its log."""
-    config = folder / "kube-scheduler.yaml"
-    config.write_text(
-        "apiVersion: kubescheduler.config.k8s.io/v1\n"
-        "kind: KubeSchedulerConfiguration\n"
-        "leaderElection: {leaderElect: false}\n"
-        f"clientConnection: {{kubeconfig: {control_plane['KUBECONFIG']}, qps: 200, burst: 400}}\n"
-        f"profiles: [{{schedulerName: {s.scheduler}}}]\n"
-    )
-    log = folder / "kube-scheduler.log"
-    command = [
-        str(Path(control_plane["K8S_BIN_DIR"]) / "kube-scheduler"),
-        f"--config={config}",
-        "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        "--secure-port=0",
-    ]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield log
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 @contextlib.asynccontextmanager

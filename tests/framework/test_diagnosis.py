@@ -110,8 +110,9 @@ def test_end_to_end_message_matches_kube() -> None:
     assert h.run().messages == {
         "default/p": "0/5 nodes are available: 2 Insufficient cpu, "
         "3 node(s) had untolerated taint {k: v}."
-        " preemption: 0/5 nodes are available: 2 No preemption victims found for incoming "
-        "pod, 3 Preemption is not helpful for scheduling."
+        # A 2-cpu pod on 1-cpu nodes: no eviction can help there either (kube's
+        # InsufficientResource.Unresolvable).
+        " preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
     }
 
 
@@ -126,8 +127,7 @@ def test_a_node_failing_two_filters_counts_once_under_the_first() -> None:
     assert h.run().messages["default/p"] == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
         "1 node(s) had untolerated taint {k: v}."
-        " preemption: 0/2 nodes are available: 1 No preemption victims found for "
-        "incoming pod, 1 Preemption is not helpful for scheduling."
+        " preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
 
@@ -138,8 +138,7 @@ def test_nodes_excluded_by_a_pre_filter_result_are_counted() -> None:
     assert h.run().messages["default/p"] == (
         "0/5 nodes are available: 1 Insufficient cpu, "
         "4 node(s) didn't satisfy plugin(s) [NodeAffinity]."
-        " preemption: 0/5 nodes are available: 1 No preemption victims found for "
-        "incoming pod, 4 Preemption is not helpful for scheduling."
+        " preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
     )
 
 
@@ -182,8 +181,7 @@ def test_disjoint_pre_filter_results() -> None:
     assert h.run().messages["default/q"] == (
         "0/3 nodes are available: 1 Insufficient cpu, "
         "2 node(s) didn't satisfy plugin(s) [Narrow NodeAffinity]."
-        " preemption: 0/3 nodes are available: 1 No preemption victims found for incoming "
-        "pod, 2 Preemption is not helpful for scheduling."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     )
 
 
@@ -199,8 +197,8 @@ def test_no_nodes_at_all() -> None:
 def test_post_filter_statuses_report_first_rejection() -> None:
     from shoal.framework.runtime import _Statuses
 
-    h = _h([make_node("t").capacity(cpu="4").taint("k", "v"), make_node("c").capacity(cpu="1")])
-    h.add_pods(make_pod("p").req(cpu="2"))
+    h = _h([make_node("t").capacity(cpu="4").taint("k", "v"), make_node("c").capacity(cpu="4")])
+    h.add_pods(make_pod("other").req(cpu="3").node("c"), make_pod("p").req(cpu="2"))
     h.run()
     diagnosis = h.cycles[-1].diagnosis
     assert diagnosis is not None

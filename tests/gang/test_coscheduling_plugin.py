@@ -119,8 +119,9 @@ def test_pods_are_kept_off_reserved_nodes_with_a_kube_style_reason() -> None:
     assert h.message("infer") == (
         "0/6 nodes are available: 2 node(s) were reserved for gang ml/train, "
         "4 Insufficient nvidia.com/gpu."
-        " preemption: 0/6 nodes are available: 6 No preemption victims found for "
-        "incoming pod."
+        # The CPU nodes have no GPU at all: no eviction helps there.
+        " preemption: 0/6 nodes are available: 2 No preemption victims found for "
+        "incoming pod, 4 Preemption is not helpful for scheduling."
     )
     # Higher priority than the gang: not held. Unrelated CPU work: not held.
     assert h.node_of("urgent") in ("gpu-0", "gpu-1")

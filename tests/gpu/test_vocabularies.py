@@ -123,8 +123,9 @@ def test_memory_shares_fill_a_device_by_memory() -> None:
     # The node's aliyun.com/gpu-mem column (16 GiB, 12 taken) says no first, as in kube.
     assert messages[waiting] == (
         "0/2 nodes are available: 2 Insufficient aliyun.com/gpu-mem."
-        " preemption: 0/2 nodes are available: 2 No preemption victims found for "
-        "incoming pod."
+        # "plain" reports no GPU memory at all: no eviction helps there.
+        " preemption: 0/2 nodes are available: 1 No preemption victims found for "
+        "incoming pod, 1 Preemption is not helpful for scheduling."
     )
     devices = GpuDevices.of(h.scheduler.handle)
     row = h.scheduler.cluster.table.row_of["mem"]

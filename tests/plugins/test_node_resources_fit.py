@@ -814,3 +814,19 @@ def test_least_and_most_allocated_match_kubes_formulas(pairs: list[tuple[int, in
     most = [0 if a == 0 else min(r, a) * 100 // a for a, r in pairs]
     assert least_allocated(alloc, req).tolist() == least
     assert most_allocated(alloc, req).tolist() == most
+
+
+def test_a_request_beyond_the_nodes_allocatable_is_unresolvable() -> None:
+    """kube's InsufficientResource.Unresolvable: asking more of a resource than the node
+    has at all cannot be fixed by evicting anything, so preemption leaves such a node
+    alone; short of what is free only, or short of pod slots, stays resolvable."""
+    from shoal.framework.status import Code
+
+    node = make_node("n").capacity({"cpu": "10m", "memory": 20, "pods": 1})
+    handle = make_handle([node], [make_pod("existing").node("n").req({"cpu": "5m", "memory": 5})])
+    beyond = run_filter(_fit(handle), _pod({"cpu": "11m", "memory": 1}), handle)
+    assert beyond.reasons["n"] == ("Too many pods", CPU)
+    assert beyond.codes["n"] == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    short = run_filter(_fit(handle), _pod({"cpu": "6m", "memory": 1}), handle)
+    assert short.reasons["n"] == ("Too many pods", CPU)
+    assert short.codes["n"] == Code.UNSCHEDULABLE

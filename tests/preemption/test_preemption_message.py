@@ -2,7 +2,8 @@
 kube-scheduler v1.36 uses (its preemption FitError, appended after "preemption:"):
 
 * "Preemption is not helpful for scheduling": the pod failed there in a way removing
-  pods cannot fix (UnschedulableAndUnresolvable: taints, node affinity, ...);
+  pods cannot fix (UnschedulableAndUnresolvable: taints, node affinity, a request above
+  what the node has at all, ...);
 * "No preemption victims found for incoming pod": nothing of lower priority runs there;
 * otherwise the Filter reasons the pod still fails with once every pod it may take is
   gone from the node (kube's SelectVictimsOnNode re-runs the filters without them).
@@ -24,18 +25,22 @@ def test_each_node_says_why_preemption_cannot_help() -> None:
         make_node("busy").hostname_label().capacity(cpu="4", memory="8Gi"),
         make_node("small").hostname_label().capacity(cpu="2", memory="8Gi"),
         make_node("tainted").hostname_label().capacity(cpu="8", memory="8Gi").taint("k", "v"),
+        make_node("full").hostname_label().capacity(cpu="4", memory="8Gi"),
     )
     h.add_pods(
         make_pod("low").req(cpu="1").priority(0).node("busy"),
         make_pod("high").req(cpu="3").priority(100).node("busy"),
+        make_pod("peer").req(cpu="2").priority(100).node("full"),
     )
     h.add_pods(make_pod("p").req(cpu="3").priority(10))
     placements, messages = h.advance(30)
     assert placements["default/p"] is None and h.evicted == {}
+    # busy: without "low" still too little cpu; full: nothing of lower priority; small:
+    # 3 cpu is more than it has at all, and tainted: the taint, both beyond eviction.
     assert messages["default/p"] == (
-        "0/3 nodes are available: 1 node(s) had untolerated taint {k: v}, 2 Insufficient cpu."
-        " preemption: 0/3 nodes are available: 1 Insufficient cpu, 1 No preemption victims "
-        "found for incoming pod, 1 Preemption is not helpful for scheduling."
+        "0/4 nodes are available: 1 node(s) had untolerated taint {k: v}, 3 Insufficient cpu."
+        " preemption: 0/4 nodes are available: 1 Insufficient cpu, 1 No preemption victims "
+        "found for incoming pod, 2 Preemption is not helpful for scheduling."
     )
 
 

@@ -20,7 +20,7 @@ def test_node_add_moves_an_insufficient_pod_back() -> None:
     h.add_pods(make_pod("big").req(cpu="2"))
     assert h.run().messages == {
         "default/big": "0/1 nodes are available: 1 Insufficient cpu."
-        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     }
     assert _counts(h)["unschedulable"] == 1
     entry = h.scheduler.scheduling_queue.get("default/big")

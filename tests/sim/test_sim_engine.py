@@ -49,8 +49,7 @@ def test_unschedulable_pod_is_reported_with_the_schedulers_explanation(scenario)
     assert huge.state is PodState.PENDING
     assert huge.message == (
         "0/1 nodes are available: 1 Insufficient cpu."
-        " preemption: 0/1 nodes are available: 1 No preemption victims found for "
-        "incoming pod."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
     assert huge.bound_at is None and huge.node == ""
     assert result.summary.pending == 1

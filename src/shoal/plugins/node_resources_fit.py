@@ -269,10 +269,22 @@ class NodeResourcesFit:
         # kube lists "Too many pods" first, then the resources in column order.
         for j, col in sorted(enumerate(cols), key=lambda jc: names[jc[1]] != PODS):
             short = ~fits[j]
-            if short.any():
-                name = names[col]
-                reason = "Too many pods" if name == PODS else f"Insufficient {name}"
-                failures.append(Failure(reason, short, Code.UNSCHEDULABLE))
+            if not short.any():
+                continue
+            name = names[col]
+            if name == PODS:
+                failures.append(Failure("Too many pods", short, Code.UNSCHEDULABLE))
+                continue
+            reason = f"Insufficient {name}"
+            # More than the node has at all: no eviction can make room (kube's
+            # InsufficientResource.Unresolvable), so preemption leaves the node alone.
+            hopeless = short & (snap.allocatable[:, col][idx] < need[j])
+            if hopeless.any():
+                failures.append(Failure(reason, hopeless, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+                short &= ~hopeless
+                if not short.any():
+                    continue
+            failures.append(Failure(reason, short, Code.UNSCHEDULABLE))
         return FilterResult(passed, failures)
 
     def fits_after(

@@ -79,7 +79,8 @@ class FilterReport:
     pre_filter_result: PreFilterResult | None = None
     # Per node (in table order): the reasons it was rejected; () where it passes.
     reasons: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # Per rejected node: the code of its first failure.
+    # Per rejected node: UNSCHEDULABLE_AND_UNRESOLVABLE if any of its failures is, else
+    # the code of its first (as the framework reads a node).
     codes: dict[str, Code] = field(default_factory=dict)
 
     @property
@@ -128,7 +129,10 @@ def run_filter(
     for failure in outcome.failures:
         for row in np.flatnonzero(failure.nodes):
             reasons[row] = (*reasons[row], failure.reason)
-            codes.setdefault(names[row], failure.code)
+            # As the framework reads it: a node is unresolvable when any of its
+            # failures is (kube: the status of the whole node).
+            if failure.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE or names[row] not in codes:
+                codes[names[row]] = failure.code
     for row in np.flatnonzero(~outcome.passed):
         if not reasons[row]:
             reasons[row] = ("<rejected without a reason>",)

@@ -799,6 +799,24 @@ def api_validation_cases() -> Iterator[Case]:
         ({**namespace, "apiVersion": "v2"},),
         "does not serve kind Namespace",
     )
+
+    # A node a Workload adds later is held to what a Node file is (before, any manifest
+    # was read as a Node: a Pod under `add` became a node with no resources).
+    def node_event(add: JSON) -> JSON:
+        doc = workload()
+        doc["spec"]["nodeEvents"] = [{"at": 5, "add": add}]
+        return doc
+
+    yield Case(
+        "validation-workload-node-event-pod",
+        (node_event({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}),),
+        "`add` takes a Node manifest",
+    )
+    late = node("late-node")
+    late["metadata"]["labels"] = {"bad key": "x"}
+    yield Case("validation-workload-node-event-label", (node_event(late),), "label key 'bad key'")
+    late = node("Late_Node")
+    yield Case("validation-workload-node-event-name", (node_event(late),), "metadata.name")
     template = {"spec": {"containers": [container, dict(container)]}}
     yield Case(
         "validation-workload-template-container-names-duplicate",

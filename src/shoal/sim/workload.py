@@ -27,9 +27,9 @@ import msgspec
 import numpy as np
 
 from shoal.api.errors import ManifestError
-from shoal.api.manifests import decode
-from shoal.api.objects import Node, Pod
-from shoal.api.validation import pod_problem
+from shoal.api.manifests import api_version_problem, decode
+from shoal.api.objects import Node, Pod, dns_name_problem
+from shoal.api.validation import node_problem, pod_problem
 
 __all__ = [
     "ANNOTATION_ARRIVAL",
@@ -377,6 +377,13 @@ def expand_workload(
             changes.append(NodeChange(event.at, remove=event.remove))
             continue
         assert event.add is not None
+        kind = event.add.get("kind", "Node")
+        if kind != "Node":
+            reject(_at(where, "add.kind"), f"{kind!r}: `add` takes a Node manifest")
+            continue
+        if why := api_version_problem(event.add):
+            reject(_at(where, "add.apiVersion"), why)
+            continue
         try:
             node = decode(event.add, Node)
         except ManifestError as err:
@@ -384,6 +391,13 @@ def expand_workload(
             continue
         if not node.metadata.name:
             reject(_at(where, "add.metadata.name"), "a node needs a name")
+            continue
+        if found := (
+            ("metadata.name", why)
+            if (why := dns_name_problem(node.metadata.name))
+            else node_problem(node)
+        ):
+            reject(_at(where, "add", found[0]), found[1])
             continue
         changes.append(NodeChange(event.at, node=node))
     return pods, changes, errors

@@ -363,3 +363,21 @@ def kube_scheduler(control_plane: dict[str, str], s: Space, folder: Path) -> Ite
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def scheduling(
+    control_plane: dict[str, str], s: Space, folder: Path, scheduler: str, prefix: str
+) -> AsyncIterator[None]:
+    """Shoal (`scheduler` "shoal") or the kit's kube-scheduler scheduling the space's
+    pods while the body runs; a check failing under kube-scheduler gets the tail of its
+    log."""
+    if scheduler == "shoal":
+        async with s.shoal(s.options(prefix)):
+            yield
+        return
+    with kube_scheduler(control_plane, s, folder) as log:
+        try:
+            yield
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None

@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apihelpers import Space, space, wait_for
+from apihelpers import Space, scheduling, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import scheduling
 
 from shoal.api.quantity import parse_quantity
 from shoal.drivers.kube.dra import DEVICE_CLASSES, FINALIZER, RESOURCE_CLAIMS, RESOURCE_SLICES

@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apihelpers import MERGE, Space, space, wait_for
+from apihelpers import MERGE, Space, scheduling, space, wait_for
 from kubehelpers import async_test
 from test_dra_capacity import _bound, _slice
-from test_dra_vs_kube import scheduling
 
 from shoal.drivers.kube.dra import DEVICE_CLASSES, RESOURCE_CLAIMS
 from shoal.drivers.kube.resources import NODES, PODS

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apihelpers import Space, space, wait_for
+from apihelpers import Space, scheduling, space, wait_for
 from kubehelpers import async_test
 from test_dra_capacity import _bound, _class, _pod, _slice
-from test_dra_vs_kube import scheduling
 
 from shoal.drivers.kube.dra import FINALIZER, RESOURCE_CLAIMS
 

@@ -28,14 +28,12 @@ Run with `pytest -m apiserver`; skipped when ../shared/k8s is absent (see confte
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from apihelpers import Space, kube_scheduler, space, wait_for
+from apihelpers import Space, scheduling, space, wait_for
 from kubehelpers import async_test
 
 from shoal.api.quantity import parse_quantity
@@ -177,24 +175,6 @@ async def check_allocations(s: Space) -> None:
     twice = sorted(k for k, n in given.items() if n > 1)
     assert not twice, f"devices in two claims: {twice}"
     assert sum(given.values()) == sum(count for count, _, _ in CLAIMS.values())
-
-
-@contextlib.asynccontextmanager
-async def scheduling(
-    control_plane: dict[str, str], s: Space, folder: Path, scheduler: str, prefix: str
-) -> AsyncIterator[None]:
-    """Shoal (`scheduler` "shoal") or the kit's kube-scheduler scheduling the space's
-    pods while the body runs; a check failing under kube-scheduler gets the tail of its
-    log."""
-    if scheduler == "shoal":
-        async with s.shoal(s.options(prefix)):
-            yield
-        return
-    with kube_scheduler(control_plane, s, folder) as log:
-        try:
-            yield
-        except AssertionError as err:
-            raise AssertionError(f"{err}\n{log.read_text()[-3000:]}") from None
 
 
 async def all_bound(s: Space) -> bool:

@@ -15,9 +15,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from apihelpers import MERGE, Space, space, wait_for
+from apihelpers import MERGE, Space, scheduling, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import scheduling
 
 from shoal.drivers.kube.resources import NODES, PODS
 

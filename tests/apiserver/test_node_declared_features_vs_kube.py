@@ -13,9 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from apihelpers import MERGE, space, wait_for
+from apihelpers import MERGE, scheduling, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import scheduling
 
 from shoal.api.node_features import RESTART_ALL_CONTAINERS
 from shoal.drivers.kube.resources import NODES, PODS

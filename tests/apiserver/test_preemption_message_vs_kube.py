@@ -12,26 +12,12 @@ the pod asks, at all) removing pods cannot help.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-from apihelpers import Space, kube_scheduler, space, wait_for
+from apihelpers import Space, scheduling, space, wait_for
 from kubehelpers import async_test
 
 from shoal.drivers.kube.resources import NODES
-
-
-@contextlib.asynccontextmanager
-async def scheduling(
-    control_plane: dict[str, str], s: Space, folder: Path, scheduler: str
-) -> AsyncIterator[None]:
-    if scheduler == "shoal":
-        async with s.shoal(s.options("preemptmsg")):
-            yield
-        return
-    with kube_scheduler(control_plane, s, folder):
-        yield
 
 
 async def _scenario(s: Space) -> None:
@@ -78,7 +64,7 @@ async def test_the_preemption_breakdown_is_kube_schedulers(
             await _scenario(s)
             listed = await s.client.request("GET", NODES.path())
             nodes[scheduler] = len(listed.get("items") or [])
-            async with scheduling(control_plane, s, tmp_path, scheduler):
+            async with scheduling(control_plane, s, tmp_path, scheduler, "preemptmsg"):
                 said[scheduler] = await _message(s)
     n = nodes["shoal"]
     assert nodes["kube-scheduler"] == n, nodes

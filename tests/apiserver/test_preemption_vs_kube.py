@@ -30,9 +30,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from apihelpers import JSON, Space, space, wait_for
+from apihelpers import JSON, Space, scheduling, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import scheduling
 
 from shoal.api.quantity import parse_quantity
 from shoal.drivers.kube.client import ApiError
@@ -127,3 +126,39 @@ async def test_the_same_preemptions_pass_the_same_checks_with_shoal_and_kube_sch
             {node: LOW_PER_NODE - 1 for node in nodes}
         )
         assert not overcommitted(pods)
+
+
+@async_test(timeout=150)
+async def test_the_same_victim_and_node_as_kube_scheduler(
+    control_plane: dict[str, str], tmp_path: Path
+) -> None:
+    """kube's victim choice, with no ties for the random start of its dry run to break:
+    on n1 the preemptor needs one of two pods gone and keeps the more important one (its
+    reprieve); on n2 it would take a priority-3 pod; n1's victim has the lower highest
+    priority (0), so n1 it is, and only "low0" goes. n3 runs nothing it may take."""
+    outcomes: dict[str, tuple[set[str], str]] = {}
+    for scheduler in ("kube-scheduler", "shoal"):
+        async with space(control_plane["KUBECONFIG"], f"pvic{scheduler[:4]}") as s:
+            n1, n2, n3 = [await s.add_node(f"n{i}", cpu="4") for i in (1, 2, 3)]
+            classes = {v: await s.add_priority_class(f"p{v}", v) for v in (0, 1, 3, 5, 10, 100)}
+            for name, cpu, value, node in (
+                ("low1", "2", 1, n1),
+                ("low0", "2", 0, n1),
+                ("mid", "2", 5, n2),
+                ("three", "2", 3, n2),
+                ("top", "4", 100, n3),
+            ):
+                await s.create_pod(name, cpu, priority_class=classes[value], node_name=node)
+            async with scheduling(control_plane, s, tmp_path, scheduler, "pvic"):
+                await s.create_pod("p", "2", priority_class=classes[10])
+
+                async def bound() -> bool:
+                    return "p" in await s.bound()
+
+                await wait_for(bound, what="the preemptor bound", timeout=60)
+                pods = await s.pods()
+                placed = (await s.bound())["p"]
+                outcomes[scheduler] = (set(pods), placed.removeprefix(f"{s.name}-"))
+    gone = {"low1", "low0", "mid", "three", "top", "p"} - outcomes["kube-scheduler"][0]
+    assert gone == {"low0"} and outcomes["kube-scheduler"][1] == "n1", outcomes
+    assert outcomes["shoal"] == outcomes["kube-scheduler"], outcomes

@@ -15,9 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from apihelpers import MERGE, Space, space, wait_for
+from apihelpers import MERGE, Space, scheduling, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import scheduling
 from test_volumes import claim, message_of, pod_with_claims
 
 from shoal.api.volumes import ANNOTATION_SELECTED_NODE

@@ -17,9 +17,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from apihelpers import space, wait_for
+from apihelpers import scheduling, space, wait_for
 from kubehelpers import async_test
-from test_dra_vs_kube import scheduling
 from test_volumes import claim, pod_with_claims, storage_class
 
 from shoal.drivers.kube.volumes import PVCS

@@ -171,6 +171,8 @@ async def test_a_volume_in_zone_a_keeps_the_pod_in_zone_a_or_pending(
             assert set((await s.bound()).values()) == {in_a}
             assert await message_of(s, "c0") == (
                 "0/3 nodes are available: 3 node(s) had no available volume zone."
+                " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+                "scheduling."
             )
 
 

@@ -71,6 +71,14 @@ class Diagnosis:
             self._node_reasons = reasons
         return self._node_reasons
 
+    def first_rejected_by(self, plugin: str) -> NDArray[np.bool_]:
+        """Per candidate row: was `plugin` the first to reject it?"""
+        size = self.candidates.size if self.candidates is not None else 0
+        if plugin not in self._plugins or self._plugin_of_row is None:
+            return np.zeros(size, dtype=bool)
+        found: NDArray[np.bool_] = self._plugin_of_row == self._plugins.index(plugin)
+        return found
+
     def reasons_at(self, at: NDArray[np.bool_]) -> Counter[str]:
         """`reasons` counted over the candidate rows where `at` holds."""
         found: Counter[str] = Counter()

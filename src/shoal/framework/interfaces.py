@@ -106,6 +106,10 @@ class NodeFilterStatuses(Protocol):
         (Unschedulable, not UnschedulableAndUnresolvable, and not left out by PreFilter)?"""
         ...
 
+    def rejected_first_by(self, plugin: str, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        """For node rows: was `plugin` the first Filter to reject the pod there?"""
+        ...
+
     def reasons_at(self, rows: NDArray[np.intp]) -> Counter[str]:
         """The Filter reasons the pod failed with on these node rows, counted as in the
         pod's message (the first rejecting plugin's reasons; with

@@ -79,6 +79,15 @@ class _Statuses(NodeFilterStatuses):
     def pre_filter_resolvable(self) -> bool:
         return self._diagnosis.pre_filter_resolvable
 
+    def rejected_first_by(self, plugin: str, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        diagnosis = self._diagnosis
+        cands = diagnosis.candidates
+        if cands is None or not rows.size:
+            return np.zeros(rows.size, dtype=bool)
+        by_row = np.zeros(max(self._handle.snapshot.n, int(rows.max()) + 1), dtype=bool)
+        by_row[cands.rows] = diagnosis.first_rejected_by(plugin)
+        return by_row[rows]
+
     def reasons_at(self, rows: NDArray[np.intp]) -> Counter[str]:
         diagnosis = self._diagnosis
         if diagnosis.pre_filter_resolvable:

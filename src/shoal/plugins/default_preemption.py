@@ -122,7 +122,7 @@ class DefaultPreemption:
         if statuses.pre_filter_resolvable:
             reasons.update(statuses.reasons_at(rest))
         else:
-            reasons.update(search.reasons_without_victims(pod, rest, pool))
+            reasons.update(search.reasons_without_victims(pod, rest, pool, statuses))
         return "preemption: " + fit_error_message(n, reasons).rstrip(".")
 
     def _pool(self, pod: PodInfo) -> LowerPriority:

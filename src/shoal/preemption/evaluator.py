@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shoal.api.podinfo import PodInfo
+from shoal.api.resources import PODS
 from shoal.cache.cluster import ClusterState, PodRecord
 from shoal.cache.transaction import Transaction
 from shoal.framework.cycle_state import CycleState
@@ -151,6 +152,9 @@ class VictimSearch:
         self._units_known = units is None or self.gangs is not None
         self.pdb_violations = pdb_violations or no_violations
         self.extender_error = ""  # why preemption stopped at an extender, if it did
+        # (rows, free room on the checked columns with every takeable pod gone) from the
+        # columnar search, for the message when it found nothing (one search, one pod).
+        self._gone: tuple[NDArray[np.intp], NDArray[np.int64]] | None = None
 
     def best(
         self,
@@ -269,11 +273,22 @@ class VictimSearch:
         return holds
 
     def reasons_without_victims(
-        self, pod: PodInfo, rows: NDArray[np.intp], pool: LowerPriority
+        self,
+        pod: PodInfo,
+        rows: NDArray[np.intp],
+        pool: LowerPriority,
+        statuses: NodeFilterStatuses,
     ) -> Counter[str]:
         """Why the pod still fails on these rows with every pod the pool may take off
         them (kube's SelectVictimsOnNode when removing all its potential victims is not
-        enough: the Filter status of that what-if), counted as in the pod's message."""
+        enough: the Filter status of that what-if), counted as in the pod's message.
+
+        Rows NodeResourcesFit rejected first and where the resources the victims would
+        free are still too few are answered by arithmetic on the pods as columns: the
+        filters before it passed with the victims present (removing pods does not make
+        them fail), so its reasons are kube's. Only the other rows re-run the filters
+        with the victims gone (most often none: a big pod among full nodes is the case
+        that must stay cheap)."""
         if not rows.size:
             return Counter()
         cluster = self.handle.cluster
@@ -283,6 +298,23 @@ class VictimSearch:
         on_rows = np.zeros(table.n, dtype=bool)
         on_rows[rows] = True
         slots = slots[on_rows[columns.row[slots]]]
+        found: Counter[str] = Counter()
+        cols, need = self._checked_request(pod)
+        first = statuses.rejected_first_by(RESOURCE_FILTER, rows)
+        if cols.size and first.any():
+            short = self._free_when_gone(pod, rows[first], slots, cols) < need
+            names = [str(table.resources[c]) for c in cols.tolist()]
+            for name, count in zip(names, short.sum(axis=0).tolist(), strict=True):
+                if count:
+                    found["Too many pods" if name == PODS else f"Insufficient {name}"] += count
+            answered = np.zeros(rows.size, dtype=bool)
+            answered[np.flatnonzero(first)[short.any(axis=1)]] = True
+            rows = rows[~answered]
+            if not rows.size:
+                return found
+            on_rows[:] = False
+            on_rows[rows] = True
+            slots = slots[on_rows[columns.row[slots]]]
         runner = self.handle.runner(pod)
         # Judged on the rows alone and always undone: no cluster-wide tallies.
         with cluster.assignments_muted(), Transaction(cluster) as tx:
@@ -291,10 +323,43 @@ class VictimSearch:
             state = CycleState(dry_run=True)
             _, status = runner.run_pre_filter(state, pod)
             if not status.ok:
-                return Counter({status.message: int(rows.size)})
+                found[status.message] += int(rows.size)
+                return found
             candidates = Candidates.of(rows)
             outcome = runner.run_filters(state, pod, candidates)
-            return Diagnosis.from_filters(table.n, candidates, outcome.results).reasons
+            found.update(Diagnosis.from_filters(table.n, candidates, outcome.results).reasons)
+            return found
+
+    def _free_when_gone(
+        self,
+        pod: PodInfo,
+        rows: NDArray[np.intp],
+        slots: NDArray[np.intp],
+        cols: NDArray[np.intp],
+    ) -> NDArray[np.int64]:
+        """Free room for the pod on each row's checked columns with the pods of `slots`
+        (every takeable pod on the rows, at least) off their nodes; what the search
+        worked out is reused for the message when it found nothing."""
+        table = self.handle.cluster.table
+        if self._gone is not None:
+            known_rows, known_free = self._gone
+            position = np.full(table.n, -1, dtype=np.intp)
+            position[known_rows] = np.arange(known_rows.size, dtype=np.intp)
+            at = position[rows]
+            if (at >= 0).all():
+                return known_free[at]
+        columns = table.pod_columns()
+        slot_rows = columns.row[slots]
+        freed = np.stack(
+            [
+                np.bincount(slot_rows, weights=columns.vector[slots, c], minlength=table.n)[rows]
+                for c in cols.tolist()
+            ],
+            axis=1,
+        ).astype(np.int64)
+        free: NDArray[np.int64] = self.handle.snapshot.free_for(pod, rows)[:, cols] + freed
+        self._gone = (rows.copy(), free)
+        return free
 
     def _takeable_slots(self, pool: LowerPriority) -> NDArray[np.intp]:
         """The pod-column slots of the pods the pool may take: placed, of lower priority,
@@ -574,14 +639,7 @@ class VictimSearch:
         # Rows where removing every takeable pod would free enough (`_could_fit`).
         cols, need = self._checked_request(pod)
         if cols.size and order.size:
-            freed_all = np.stack(
-                [
-                    np.bincount(slot_rows, weights=columns.vector[slots, c], minlength=table.n)
-                    for c in cols.tolist()
-                ],
-                axis=1,
-            ).astype(np.int64)
-            free = handle.snapshot.free_for(pod, order)[:, cols] + freed_all[order]
+            free = self._free_when_gone(pod, order, slots, cols)
             order = order[np.all(free >= need, axis=1)]
         best: Candidate | None = None
         best_rank: tuple[int, int, int, int, float] = (0, 0, 0, 0, 0.0)

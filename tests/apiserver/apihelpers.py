@@ -352,10 +352,18 @@ def kube_scheduler(control_plane: dict[str, str], s: Space, folder: Path) -> Ite
         "--bind-address=127.0.0.1",
         "--secure-port=0",
     ]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
+    with running(command, log):
         yield log
+
+
+@contextlib.contextmanager
+def running(args: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+    """A process (its output in `log`) while the body runs; terminated at the end, and
+    killed if it does not stop within 10 s."""
+    with log.open("w") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield
     finally:
         process.terminate()
         try:

@@ -10,19 +10,16 @@ annotation; kube-scheduler's own scoring alone would pick the other node.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import ssl
-import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
-from apihelpers import MERGE, Space, space, wait_for
+from apihelpers import MERGE, Space, running, space, wait_for
 from kubehelpers import async_test
 
 from shoal.api.gpu import ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI
@@ -39,21 +36,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _process(args: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
-    with log.open("w") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 async def _gpu_node(s: Space, name: str, gpus: int) -> str:
@@ -192,7 +174,7 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
             "--bind-address=127.0.0.1",
             "--secure-port=0",
         ]
-        with _process(shoal, tmp_path / "shoal.log", env):
+        with running(shoal, tmp_path / "shoal.log", env):
 
             async def ready() -> bool:
                 def probe() -> bool:
@@ -222,7 +204,7 @@ async def test_stock_kube_scheduler_places_a_gpu_share_where_shoal_chooses(
 
             # Nobody binds through Shoal without a certificate from the cluster CA.
             assert await asyncio.to_thread(bind_without_a_certificate) == 401
-            with _process(kube_scheduler, tmp_path / "kube-scheduler.log"):
+            with running(kube_scheduler, tmp_path / "kube-scheduler.log"):
                 await s.create(PODS.path(s.name), _gpu_pod(s, "share", 700, cpu="500m"))
 
                 async def bound() -> bool:

@@ -99,6 +99,10 @@ def kind_class(doc: Mapping[str, Any]) -> type[msgspec.Struct] | None:
     return GROUP_KINDS.get((group, kind)) or KINDS.get(kind)
 
 
+# Core kinds the simulator reads without a model (a Namespace's labels).
+_READ_UNMODELLED = {"Namespace": "v1"}
+
+
 def _default_api_version(cls: type[msgspec.Struct]) -> str:
     for field in msgspec.structs.fields(cls):
         if field.name == "api_version" and isinstance(field.default, str):
@@ -118,11 +122,12 @@ def api_version_problem(doc: Mapping[str, Any]) -> str:
     if (group, kind) in GROUP_KINDS:
         return ""
     core = KINDS.get(kind)
-    served = (
-        [_default_api_version(core)]
-        if core is not None
-        else sorted({_default_api_version(c) for (_, k), c in GROUP_KINDS.items() if k == kind})
-    )
+    if kind in _READ_UNMODELLED:
+        served = [_READ_UNMODELLED[kind]]
+    elif core is not None:
+        served = [_default_api_version(core)]
+    else:
+        served = sorted({_default_api_version(c) for (_, k), c in GROUP_KINDS.items() if k == kind})
     if not served or version in served:
         return ""
     return f"{version!r} does not serve kind {kind}; use {' or '.join(served)}"

@@ -79,14 +79,20 @@ class _Statuses(NodeFilterStatuses):
     def pre_filter_resolvable(self) -> bool:
         return self._diagnosis.pre_filter_resolvable
 
-    def rejected_first_by(self, plugin: str, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
-        diagnosis = self._diagnosis
-        cands = diagnosis.candidates
+    def _at_rows(
+        self, per_candidate: NDArray[np.bool_], rows: NDArray[np.intp]
+    ) -> NDArray[np.bool_]:
+        """A per-candidate mask read at node rows (False where a row was no candidate)."""
+        cands = self._diagnosis.candidates
         if cands is None or not rows.size:
             return np.zeros(rows.size, dtype=bool)
         by_row = np.zeros(max(self._handle.snapshot.n, int(rows.max()) + 1), dtype=bool)
-        by_row[cands.rows] = diagnosis.first_rejected_by(plugin)
-        return by_row[rows]
+        by_row[cands.rows] = per_candidate
+        found: NDArray[np.bool_] = by_row[rows]
+        return found
+
+    def rejected_first_by(self, plugin: str, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        return self._at_rows(self._diagnosis.first_rejected_by(plugin), rows)
 
     def reasons_at(self, rows: NDArray[np.intp]) -> Counter[str]:
         diagnosis = self._diagnosis
@@ -100,16 +106,10 @@ class _Statuses(NodeFilterStatuses):
         return diagnosis.reasons_at(wanted[cands.rows])
 
     def resolvable(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
-        diagnosis = self._diagnosis
-        cands = diagnosis.candidates
-        out = np.zeros(rows.size, dtype=bool)
-        if cands is None or diagnosis.unresolvable is None or not rows.size:
-            return out
-        n = self._handle.snapshot.n
-        by_row = np.zeros(max(n, int(rows.max()) + 1), dtype=bool)
-        cand_rows = cands.rows
-        by_row[cand_rows] = ~diagnosis.unresolvable
-        return by_row[rows]
+        unresolvable = self._diagnosis.unresolvable
+        if unresolvable is None:
+            return np.zeros(rows.size, dtype=bool)
+        return self._at_rows(~unresolvable, rows)
 
 
 def post_filter_key(plugin: str) -> str:

@@ -119,8 +119,6 @@ class NodeAffinityArgs(Args):
 
     @model_validator(mode="after")
     def _valid(self) -> NodeAffinityArgs:
-        import msgspec
-
         if self.added_affinity is None:
             return self
         stray = unknown_field(self.added_affinity, NodeAffinity, "addedAffinity")
@@ -143,16 +141,12 @@ class NodeAffinityArgs(Args):
     def added_preferred_terms(self) -> list[tuple[int, NodeSelectorTerm]]:
         """`addedAffinity.preferredDuringSchedulingIgnoredDuringExecution` decoded:
         (weight, preference) per term."""
-        import msgspec
-
         raw = (self.added_affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
         terms = msgspec.convert(raw or [], list[_AddedPreferredTerm])
         return [(t.weight, t.preference) for t in terms]
 
     def added_node_selector(self) -> NodeSelector | None:
         """`addedAffinity.requiredDuringSchedulingIgnoredDuringExecution` decoded."""
-        import msgspec
-
         if not self.added_affinity:
             return None
         raw = self.added_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -164,14 +158,10 @@ class PodTopologySpreadArgs(Args):
     defaulting_type: Literal["System", "List"] = "System"
 
     def constraints(self) -> list[TopologySpreadConstraint]:
-        import msgspec
-
         return [msgspec.convert(c, TopologySpreadConstraint) for c in self.default_constraints]
 
     @model_validator(mode="after")
     def _valid(self) -> PodTopologySpreadArgs:
-        import msgspec
-
         for i, raw in enumerate(self.default_constraints):
             stray = unknown_field(raw, TopologySpreadConstraint, f"defaultConstraints[{i}]")
             if stray:

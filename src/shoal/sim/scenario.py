@@ -390,14 +390,6 @@ def _namespace(doc: Mapping[str, Any], where: str) -> Namespace:
         )
     if found := labels_problem(labels, "metadata.labels"):
         raise ManifestError("Namespace", name, found[0], f"{found[1]} (skipped)", where)
-    if doc.get("apiVersion", "v1") != "v1":
-        raise ManifestError(
-            "Namespace",
-            name,
-            "apiVersion",
-            f"{doc.get('apiVersion')!r} does not serve kind Namespace; use v1 (skipped)",
-            where,
-        )
     return Namespace(ObjectMeta(name=name), dict(labels))
 
 

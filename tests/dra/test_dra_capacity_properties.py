@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,19 +166,13 @@ def test_no_device_over_capacity_no_counter_over_its_total(
         _check(h)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known bug, found by this property in CI on 2026-11-29 and present at 4d00d51 too: "
-        "p0's whole-GPU claim c0 is freed when p1 preempts p0 (no claim controller runs), "
-        "p1's half-GPU claim gets half of gpu-0, then p2 (also using c0) gets c0 back on "
-        "gpu-0 whole: the device is given twice and its memory counter goes over its total"
-    ),
-)
-def test_a_preemptor_does_not_take_a_gpu_a_shared_claim_still_holds() -> None:
-    """The example Hypothesis shrank the failure to: one node with two partitionable
-    GPUs, whole-GPU claims c0 and c1 used by p0 (priority 0), a half-GPU claim c2 used
-    by p1 (priority 100), and p2 (priority 0) also using c0."""
+def test_a_claim_given_back_does_not_take_a_gpu_a_preemptor_shares() -> None:
+    """The example Hypothesis found in CI (2026-11-29) and shrank: one node with two
+    partitionable GPUs, whole-GPU claims c0 and c1 used by p0 (priority 0), a half-GPU
+    claim c2 used by p1 (priority 100), which preempts p0 and gets half of gpu-0, and
+    p2 (priority 0) also using c0, which is still written on gpu-0 whole (no claim
+    controller runs). p2 used to get c0 back there: gpu-0 given twice, its memory
+    counter at 120Gi of 80Gi."""
     run = test_no_device_over_capacity_no_counter_over_its_total.hypothesis.inner_test  # type: ignore[attr-defined]
     run(
         nodes=[(0, 2)],

@@ -129,6 +129,61 @@ def test_devices_freed_for_a_preemptor_are_not_taken_by_a_lower_priority_pod() -
     assert "only 0 of 1 requested devices free for late/gpu" in messages["default/late"]
 
 
+def test_a_claim_whose_devices_went_to_a_preemptor_waits_for_its_deallocation() -> None:
+    """The victim's claim keeps its written allocation until the resource-claim
+    controller clears it, and the API server lets no one replace it; its device went
+    to the preemptor meanwhile. A new pod using that claim waits (it would otherwise
+    get the same GPU back, given twice) until the controller deallocates the claim,
+    then gets a device of its own."""
+    h = SchedulerHarness()
+    _cluster(h)
+    h.add_dra(*(resource_claim(n) for n in ("low", "keeper", "high")))
+    h.add_pods(
+        with_claims(make_pod("low").priority(0), gpu="low"),
+        with_claims(make_pod("keeper").priority(2000), gpu="keeper"),
+    )
+    h.run()
+    held = _written(h, "low")
+    h.add_pods(with_claims(make_pod("high").priority(1000), gpu="high"))
+    assert h.advance(30).placements["default/high"] == "n1"
+    assert list(h.evicted) == ["default/low"]
+    assert _written(h, "high") == held
+    assert _written(h, "low") == held  # not deallocated yet
+
+    h.add_pods(with_claims(make_pod("again").priority(0), gpu="low"))
+    placements, messages = h.advance(30)
+    assert placements["default/again"] is None
+    assert (
+        "resourceclaim low is still allocated to devices given to other claims since its "
+        "last user left: waiting for the resource claim controller to deallocate it"
+    ) in messages["default/again"]
+    h.delete_pod("default/keeper")  # a GPU is free now, but the claim's is not
+    assert h.advance(30).placements["default/again"] is None
+
+    assert sorted(play_claim_controller(h)) == ["default/keeper", "default/low"]
+    assert h.advance(30).placements["default/again"] == "n1"
+    assert _written(h, "low") != held
+    assert _catalog(h).allocated("default/high") == tuple(held)
+
+
+def test_a_claim_whose_devices_are_still_free_is_taken_back_as_written() -> None:
+    """The claim's user is gone and nobody took its GPU: a new pod using the claim
+    gets the allocation it still has, without waiting for the controller."""
+    h = SchedulerHarness()
+    _cluster(h, gpus=1)
+    h.add_dra(resource_claim("c"))
+    h.add_pods(with_claims(make_pod("first"), gpu="c"))
+    h.run()
+    held = _written(h, "c")
+    h.delete_pod("default/first")
+    h.advance(10)
+    assert _catalog(h).allocated("default/c") is None
+    h.add_pods(with_claims(make_pod("second"), gpu="c"))
+    assert h.advance(10).placements["default/second"] == "n1"
+    assert _written(h, "c") == held
+    assert _catalog(h).allocated("default/c") == tuple(held)
+
+
 class _SlowEvictions:
     """Keeps the deletion of the named victims back (their kubelet is slow to stop
     them): they stay evicting until the test deletes them."""

@@ -18,6 +18,9 @@ harness directly; `shoal.scheduler.dra`). The DynamicResources plugin reads it.
   the resource-claim controller deallocates it, Shoal does not wait to see that. The
   same holds inside a what-if: a preemption victim taken off its node in a transaction
   frees the devices of the claims only it used (kube's DRA preemption, KEP-5690).
+  Such a claim keeps its written allocation until the controller clears it (the API
+  server lets no one replace it), so a pod that uses it again before then gets that
+  allocation back, and only while its devices are still free (`lapsed`, `fits_again`).
 * **Departed pods** are remembered only while a claim still names them in
   `status.reservedFor` (the controller removes them, or the claim goes), plus the
   last `RECENT_DEPARTURES` that no claim names (a claim written for a pod may be seen
@@ -678,7 +681,59 @@ class DeviceCatalog:
         claim = self.claims.get(key)
         if claim is None or claim.status.allocation is None or not self._live(key):
             return None
+        return self.written(key)
+
+    def written(self, key: str) -> tuple[DeviceId, ...] | None:
+        """The devices of the allocation in the claim's status, counted or not."""
+        claim = self.claims.get(key)
+        if claim is None or claim.status.allocation is None:
+            return None
         return tuple((r.driver, r.pool, r.device) for r in claim.status.allocation.devices.results)
+
+    def lapsed(self, key: str) -> bool:
+        """The claim's status still holds an allocation that counts no more: every user
+        left, so its devices were given to others already, and the resource-claim
+        controller has not deallocated it yet. A pod that now uses the claim gets that
+        allocation back (the API server does not let it be replaced), so only where it
+        still fits (`fits_again`)."""
+        claim = self.claims.get(key)
+        return (
+            claim is not None
+            and claim.status.allocation is not None
+            and key not in self.assumed
+            and not self._live(key)
+        )
+
+    def fits_again(self, key: str, state: Devices) -> bool:
+        """Does the allocation written in the claim's status fit the devices' state: the
+        devices it holds whole neither taken nor shared, its shares within the capacity
+        left and not on devices taken whole, and the counters of its devices that are not
+        in use yet left?"""
+        table = self.table()
+        mark = self._mark(key, table, written=True)
+        if mark is None:
+            return True
+        in_use = ~state.free
+        if state.shares is not None:
+            in_use = in_use | (state.shares > 0)
+        if in_use[mark.whole].any() or not state.free[mark.shared].all():
+            return False
+        if mark.used.size and state.used is not None and state.cap is not None:
+            used = state.used.copy()
+            np.add.at(used, mark.shared, mark.used)
+            if (used[mark.shared] > state.cap[mark.shared]).any():
+                return False
+        counters = state.counters
+        if counters is not None:
+            mine = np.zeros(state.free.size, dtype=bool)
+            mine[mark.whole] = True
+            mine[mark.shared] = True
+            new = (mine & ~in_use)[counters.dev]
+            spent = np.zeros_like(counters.remaining)
+            np.add.at(spent, counters.ctr[new], counters.amt[new])
+            if ((spent > 0) & (spent > counters.remaining)).any():
+                return False
+        return True
 
     def allocated_node(self, key: str) -> str | None:
         """The node named by the allocation's nodeSelector (matchFields metadata.name),
@@ -709,12 +764,12 @@ class DeviceCatalog:
         return self._demands[key]
 
     def _holdings(
-        self, key: str
+        self, key: str, written: bool = False
     ) -> list[tuple[DeviceId, bool, tuple[tuple[str, Fraction], ...] | None]] | None:
-        """The claim's counted allocation: (device, shared, capacity consumed) per result;
-        the consumed capacity is None for a share whose amounts do not parse (counted as
-        the whole device)."""
-        found = self.assumed.get(key)
+        """The claim's counted allocation (with `written`, the one in its status, counted
+        or not): (device, shared, capacity consumed) per result; the consumed capacity is
+        None for a share whose amounts do not parse (counted as the whole device)."""
+        found = None if written else self.assumed.get(key)
         if found is not None:
             shares = found.shares or (None,) * len(found.devices)
             return [
@@ -725,7 +780,7 @@ class DeviceCatalog:
                 if request not in found.admin
             ]
         claim = self.claims.get(key)
-        if claim is None or claim.status.allocation is None or not self._live(key):
+        if claim is None or claim.status.allocation is None or not (written or self._live(key)):
             return None
         out: list[tuple[DeviceId, bool, tuple[tuple[str, Fraction], ...] | None]] = []
         for r in claim.status.allocation.devices.results:
@@ -744,8 +799,8 @@ class DeviceCatalog:
             out.append((ident, True, consumed))
         return out
 
-    def _mark(self, key: str, table: _Table) -> _Mark | None:
-        holdings = self._holdings(key)
+    def _mark(self, key: str, table: _Table, written: bool = False) -> _Mark | None:
+        holdings = self._holdings(key, written)
         if not holdings:
             return None
         capacity = table.capacity

@@ -312,6 +312,16 @@ class DynamicResources:
         options: dict[int, list[Req]] = {}
         for claim in claims:
             devices = catalog.allocated(claim.key)
+            if devices is None and catalog.lapsed(claim.key):
+                if not catalog.fits_again(claim.key, now):
+                    return None, Status(
+                        Code.UNSCHEDULABLE,
+                        f"resourceclaim {claim.metadata.name} is still allocated to devices "
+                        "given to other claims since its last user left: waiting for the "
+                        "resource claim controller to deallocate it",
+                    )
+                # Its allocation comes back with this pod (see DeviceCatalog.lapsed).
+                devices = catalog.written(claim.key)
             if devices is not None:
                 allowed = self._allocated_rows(claim, devices, rows, n, reach)
                 bad = passed & ~allowed

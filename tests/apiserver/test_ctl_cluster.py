@@ -17,7 +17,7 @@ from kubehelpers import async_test
 
 from shoal.api.resources import parse_resource_list
 from shoal.commands.ctl import EXIT_BLOCKED, EXIT_NOT_FOUND
-from shoal.drivers.kube.resources import QUEUES
+from shoal.drivers.kube.resources import NODES, QUEUES
 
 SHOAL = [sys.executable, "-c", "from shoal.cli import app; app()"]
 
@@ -273,3 +273,54 @@ async def test_explain_without_config_agrees_with_the_running_schedulers_verdict
         answer = json.loads(out)
         assert "node affinity" in answer["summary"], answer["summary"]
         assert f"Lease {s.name}/shoal-member-" in answer["configSource"]
+
+
+@async_test(timeout=120)
+async def test_explain_names_the_taints_the_pods_status_leaves_out(
+    control_plane: dict[str, str], tmp_path: Path
+) -> None:
+    """The pod's status says "untolerated taint(s)" without the taint, as kube-scheduler
+    >= 1.34 (a taint's key and value may be sensitive, and anyone who reads pods in the
+    namespace reads it); `shoal explain`, an operator's command that reads the nodes,
+    names it."""
+    async with space(control_plane["KUBECONFIG"], "ctltaint") as s:
+        tainted = await s.add_node("t", cpu="4")
+        await s.client.request(
+            "PATCH",
+            NODES.path(name=tainted),
+            body={"spec": {"taints": [{"key": "secret", "value": s.name, "effect": "NoSchedule"}]}},
+            content_type=MERGE,
+        )
+        await s.create_pod("p", "1")
+        config = tmp_path / "scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "profiles": [{"schedulerName": s.scheduler}],
+                }
+            )
+        )
+        said: list[str] = []
+        async with s.shoal(s.options("ctltaint")):
+
+            async def unschedulable() -> bool:
+                pod = (await s.pods())["p"]
+                for cond in (pod.get("status") or {}).get("conditions") or ():
+                    if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                        said[:] = [str(cond.get("message") or "")]
+                        return True
+                return False
+
+            await wait_for(unschedulable, what="p's PodScheduled=False")
+        assert "node(s) had untolerated taint(s)" in said[0], said
+        assert s.name not in said[0] and "secret" not in said[0], said
+
+        code, out, _ = await _shoal(s.kubeconfig, config, "explain", f"{s.name}/p", "-o", "json")
+        assert code == EXIT_BLOCKED
+        placement = json.loads(out)["placement"]
+        assert placement["untoleratedTaints"][f"secret={s.name}:NoSchedule"] == 1
+        code, out, _ = await _shoal(s.kubeconfig, config, "explain", f"{s.name}/p")
+        assert code == EXIT_BLOCKED
+        assert f"1 node(s) with the untolerated taint secret={s.name}:NoSchedule" in out

@@ -1,5 +1,5 @@
 """Diagnosis / FitError messages, exactly as kube-scheduler formats them:
-"0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {k: v}."
+"0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s)."
 (reasons as "count reason", sorted as strings; a node is charged only to the first
 filter that rejected it; nodes a PreFilter excluded count under that plugin)."""
 
@@ -25,10 +25,10 @@ from shoal.testing import SchedulerHarness, make_node, make_pod
     [
         (
             5,
-            {"Insufficient cpu": 2, "node(s) had untolerated taint {k: v}": 3},
+            {"Insufficient cpu": 2, "node(s) had untolerated taint(s)": 3},
             "",
             "",
-            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {k: v}.",
+            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s).",
         ),
         (
             12,
@@ -109,7 +109,7 @@ def test_end_to_end_message_matches_kube() -> None:
     h.add_pods(make_pod("p").req(cpu="2"))
     assert h.run().messages == {
         "default/p": "0/5 nodes are available: 2 Insufficient cpu, "
-        "3 node(s) had untolerated taint {k: v}."
+        "3 node(s) had untolerated taint(s)."
         # A 2-cpu pod on 1-cpu nodes: no eviction can help there either (kube's
         # InsufficientResource.Unresolvable).
         " preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
@@ -126,7 +126,7 @@ def test_a_node_failing_two_filters_counts_once_under_the_first() -> None:
     h.add_pods(make_pod("p").req(cpu="2", memory="1Gi"))
     assert h.run().messages["default/p"] == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
-        "1 node(s) had untolerated taint {k: v}."
+        "1 node(s) had untolerated taint(s)."
         " preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
@@ -207,7 +207,7 @@ def test_post_filter_statuses_report_first_rejection() -> None:
     assert (t.code, t.plugin, t.reasons) == (
         Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
         "TaintToleration",
-        ("node(s) had untolerated taint {k: v}",),
+        ("node(s) had untolerated taint(s)",),
     )
     assert (c.code, c.plugin, c.reasons) == (
         Code.UNSCHEDULABLE,

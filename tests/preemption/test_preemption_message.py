@@ -38,7 +38,7 @@ def test_each_node_says_why_preemption_cannot_help() -> None:
     # busy: without "low" still too little cpu; full: nothing of lower priority; small:
     # 3 cpu is more than it has at all, and tainted: the taint, both beyond eviction.
     assert messages["default/p"] == (
-        "0/4 nodes are available: 1 node(s) had untolerated taint {k: v}, 3 Insufficient cpu."
+        "0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 Insufficient cpu."
         " preemption: 0/4 nodes are available: 1 Insufficient cpu, 1 No preemption victims "
         "found for incoming pod, 2 Preemption is not helpful for scheduling."
     )

@@ -55,7 +55,7 @@ def test_taint_rejection_ignores_pod_events_but_not_node_updates() -> None:
     h.add_pods(make_pod("p").req(cpu="1"), make_pod("bound").node("n").req(cpu="1"))
     h.run()
     assert h.message("p") == (
-        "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: x}."
+        "0/1 nodes are available: 1 node(s) had untolerated taint(s)."
         " preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
         "scheduling."
     )

@@ -213,7 +213,7 @@ def test_pending_pods_grouped_by_their_last_explanation(
     assert "example.com/wait" in held["topMessage"]
     lost = groups["Unschedulable: NodeAffinity, TaintToleration"]
     assert lost["examples"][0]["message"] == (
-        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infer}, "
+        "0/3 nodes are available: 1 node(s) had untolerated taint(s), "
         "2 node(s) didn't match Pod's node affinity/selector."
         " preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
         "scheduling."

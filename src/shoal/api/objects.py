@@ -250,7 +250,7 @@ class Taint(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, fr
     value: str = ""
 
     def __str__(self) -> str:
-        # kube-scheduler prints untolerated taints as {key: value}.
+        # {key: value}, as kube-scheduler named a taint in its messages before v1.34.
         return f"{{{self.key}: {self.value}}}"
 
 

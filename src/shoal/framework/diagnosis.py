@@ -4,7 +4,7 @@ Filters run on all candidates at once, but the explanation follows kube-schedule
 per-node semantics: a node is charged to the first plugin (in Filter order) that rejected
 it, and each of that plugin's reasons for the node counts once. The message is the
 FitError format users already grep for:
-"0/12 nodes are available: 4 node(s) had untolerated taint {dedicated: infer},
+"0/12 nodes are available: 4 node(s) had untolerated taint(s),
 8 Insufficient nvidia.com/gpu."
 """
 

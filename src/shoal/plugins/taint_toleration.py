@@ -1,6 +1,12 @@
 """TaintToleration (Filter, PreScore, Score): NoSchedule/NoExecute taints must be
 tolerated; untolerated PreferNoSchedule taints lower a node's score.
 
+A rejected node is reported as kube-scheduler v1.34+ reports it, "node(s) had
+untolerated taint(s)", without the taint: its key and value may be sensitive, and the
+reason reaches the pod's status and events, which anyone who reads pods in the
+namespace sees (kubernetes/kubernetes#134740). Operators get the taints from
+`untolerated_taints` (`shoal explain`).
+
 Nodes share a few distinct taint lists, so tolerations are checked once per distinct
 list and the answer is broadcast to all nodes with `taint_set` codes.
 """
@@ -29,9 +35,10 @@ from shoal.framework.types import (
 )
 from shoal.plugins.normalize import default_normalize_score
 
-__all__ = ["NAME", "TaintToleration"]
+__all__ = ["NAME", "REASON_UNTOLERATED", "TaintToleration", "untolerated_taints"]
 
 NAME = "TaintToleration"
+REASON_UNTOLERATED = "node(s) had untolerated taint(s)"
 
 
 def first_untolerated(
@@ -78,21 +85,12 @@ class TaintToleration:
         if not any(blocking):
             return FilterResult.all_pass(nodes.size)
         set_ok = np.array([b is None for b in blocking])
-        codes = snap.taint_set[nodes.index]
-        passed = set_ok[codes]
-        failures = []
-        for set_id, taint in enumerate(blocking):
-            if taint is not None:
-                mask = codes == set_id
-                if mask.any():
-                    failures.append(
-                        Failure(
-                            f"node(s) had untolerated taint {taint}",
-                            mask,
-                            Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                        )
-                    )
-        return FilterResult(passed, _merge_same_reason(failures))
+        passed = set_ok[snap.taint_set[nodes.index]]
+        if passed.all():
+            return FilterResult.all_pass(nodes.size)
+        return FilterResult(
+            passed, [Failure(REASON_UNTOLERATED, ~passed, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)]
+        )
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Candidates) -> Status:
         if len(self.handle.snapshot.taint_sets) == 1:
@@ -120,9 +118,17 @@ class TaintToleration:
         return cls(handle)
 
 
-def _merge_same_reason(failures: list[Failure]) -> list[Failure]:
-    merged: dict[str, Failure] = {}
-    for f in failures:
-        prev = merged.get(f.reason)
-        merged[f.reason] = f if prev is None else Failure(f.reason, prev.nodes | f.nodes, f.code)
-    return list(merged.values())
+def untolerated_taints(handle: Handle, pod: PodInfo, rows: NDArray[np.intp]) -> dict[str, int]:
+    """For operators (the pod's status says only "untolerated taint(s)"): the first
+    taint each of the nodes at `rows` has that the pod does not tolerate, as `kubectl
+    taint` writes it (key=value:Effect), and on how many of those nodes."""
+    snap = handle.snapshot
+    blocking = [first_untolerated(taints, pod.tolerations) for taints in snap.taint_sets]
+    counts = np.bincount(snap.taint_set[rows], minlength=len(blocking))
+    found: dict[str, int] = {}
+    for taint, count in zip(blocking, counts.tolist(), strict=True):
+        if taint is not None and count:
+            value = f"={taint.value}" if taint.value else ""
+            name = f"{taint.key}{value}:{taint.effect}"
+            found[name] = found.get(name, 0) + count
+    return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -94,6 +94,12 @@ def explain(
         raise typer.Exit(EXIT_BLOCKED)
 
 
+def _print_taints(line: Callable[[str, str], None], part: dict[str, Any]) -> None:
+    """The taints the pod's status leaves out ("untolerated taint(s)", as kube)."""
+    for taint, count in (part.get("untoleratedTaints") or {}).items():
+        line("", f"{count} node(s) with the untolerated taint {taint}")
+
+
 def _print_explanation(a: dict[str, Any], blocked: bool) -> None:
     out = console()
     line: Callable[[str, str], None] = lambda label, text: out.print(  # noqa: E731
@@ -140,9 +146,11 @@ def _print_explanation(a: dict[str, Any], blocked: bool) -> None:
             line("Placement", placement.get("message", ""))
             for plugin, count in (placement.get("rejectedBy") or {}).items():
                 line("", f"{count} node(s) rejected first by {plugin}")
+            _print_taints(line, placement)
     nodes = a.get("nodes")
     if nodes:
         line("Nodes", nodes.get("message", ""))
+        _print_taints(line, nodes)
     for i, best in enumerate(a.get("scores") or []):
         parts = ", ".join(f"{name} {score}" for name, score in best["plugins"].items())
         line("Scores" if i == 0 else "", f"{best['node']} {best['total']}: {parts}")

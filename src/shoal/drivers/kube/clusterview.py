@@ -37,6 +37,8 @@ from shoal.framework.diagnosis import Diagnosis
 from shoal.framework.status import Code
 from shoal.framework.types import Candidates
 from shoal.gang.manager import sub_group_of
+from shoal.plugins.taint_toleration import NAME as TAINT_TOLERATION
+from shoal.plugins.taint_toleration import untolerated_taints
 from shoal.scheduler import Scheduler
 from shoal.web.dashboard.frame import DashboardSource
 
@@ -351,6 +353,9 @@ class ClusterView:
                 placement["rejectedBy"] = dict(
                     sorted(Counter(p for p in diagnosis.rejected_by if p).items())
                 )
+                taints = self._taints_part(info, diagnosis)
+                if taints:
+                    placement["untoleratedTaints"] = taints
             answer["summary"] = placement["message"]
         else:
             answer["summary"] = (
@@ -386,11 +391,26 @@ class ClusterView:
         if count:
             return {"fits": True, "message": f"{count}/{n} nodes could take it on its own"}
         diagnosis = Diagnosis.from_filters(n, every, outcome.results)
-        return {
+        part: dict[str, Any] = {
             "fits": False,
             "message": diagnosis.message(),
             "reasons": dict(sorted(diagnosis.reasons.items())),
         }
+        taints = self._taints_part(info, diagnosis)
+        if taints:
+            part["untoleratedTaints"] = taints
+        return part
+
+    def _taints_part(self, info: Any, diagnosis: Diagnosis) -> dict[str, int]:
+        """The taints behind "untolerated taint(s)" (which the pod's status does not
+        name, as kube): per taint, the nodes TaintToleration rejected first for it."""
+        if diagnosis.candidates is None:
+            return {}
+        first = diagnosis.first_rejected_by(TAINT_TOLERATION)
+        if not first.any():
+            return {}
+        rows = diagnosis.candidates.rows[first]
+        return untolerated_taints(self.scheduler.handle, info, rows)
 
     def _queue_part(self, info: Any) -> dict[str, Any]:
         manager = self.scheduler.tenant_queues

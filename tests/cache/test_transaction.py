@@ -147,6 +147,56 @@ def test_savepoints_roll_back_only_what_came_after() -> None:
     assert set(cluster.placed) == {"default/a", "default/b"}
 
 
+class _Tally:
+    """An assignment observer (as tenant-queue usage is): what it was told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, str, str]] = []
+
+    def pod_assigned(self, pod: PodInfo, node: str) -> None:
+        self.told.append(("+", pod.key, node))
+
+    def pod_released(self, pod: PodInfo, node: str) -> None:
+        self.told.append(("-", pod.key, node))
+
+
+def test_a_what_if_tells_assignment_observers_nothing_and_cannot_commit() -> None:
+    cluster = cluster_with()
+    tally = _Tally()
+    cluster.assignment_observers.append(tally)
+    running = pod("running", "n0")
+    cluster.add_bound_pod(running, "n0")
+    assert tally.told == [("+", running.key, "n0")]
+    before = fingerprint(cluster)
+    with Transaction(cluster, what_if=True) as tx:
+        tx.evict(running)
+        tx.assume(pod("new", cpu="2"), "n1")
+        assert fingerprint(cluster) != before  # filters see the what-if
+        with pytest.raises(TransactionError, match="never committed"):
+            tx.commit()
+    assert fingerprint(cluster) == before
+    assert tally.told == [("+", running.key, "n0")]  # neither the what-if nor its undoing
+    assert cluster.unobserved == 0
+    # An ordinary transaction after it is observed again.
+    with Transaction(cluster) as tx:
+        tx.evict(running)
+    assert tally.told[1:] == [("-", running.key, "n0"), ("+", running.key, "n0")]
+
+
+def test_a_what_if_outside_a_with_block_is_refused() -> None:
+    """Observers are off for exactly a what-if's `with` block: used without one, they
+    could stay off."""
+    cluster = cluster_with()
+    tx = Transaction(cluster, what_if=True)
+    with pytest.raises(TransactionError, match="context manager"):
+        tx.assume(pod("p"), "n0")
+    assert cluster.unobserved == 0
+    with pytest.raises(RuntimeError), Transaction(cluster, what_if=True) as tx:
+        tx.assume(pod("p"), "n0")
+        raise RuntimeError("a judge failed")
+    assert cluster.unobserved == 0 and "p" not in {r.pod.name for r in cluster.placed.values()}
+
+
 def test_misuse_is_refused() -> None:
     cluster = cluster_with()
     assumed = pod("assumed")

@@ -16,8 +16,7 @@ Two kinds of observers keep derived state incremental:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Set
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -169,7 +168,9 @@ class ClusterState:
     # GPU devices per node row; created with the first node that has GPUs, so a cluster
     # without GPUs pays nothing per placement (see shoal.cache.gpu_devices).
     gpu_devices: GpuDevices | None = None
-    _muted: int = 0  # see assignments_muted
+    # Open what-if transactions (`Transaction(what_if=True)`): while any is, assignment
+    # observers are not told (cluster-wide tallies need not follow a what-if).
+    unobserved: int = 0
     # Bumped by every change of `nominations` (readers cache what they derive from it).
     nominations_version: int = 0
     # The node shards this replica may place on (nothing fenced unless a driver says).
@@ -330,25 +331,14 @@ class ClusterState:
         row = self.table.row_of.get(node)
         return [] if row is None else list(self.table.pods[row].values())
 
-    @contextmanager
-    def assignments_muted(self) -> Iterator[None]:
-        """Within: assignment observers are not told (a what-if that is always undone
-        and whose judges read only per-node state, e.g. preemption on node-local
-        filters, need not keep cluster-wide tallies such as queue usage in step)."""
-        self._muted += 1
-        try:
-            yield
-        finally:
-            self._muted -= 1
-
     def _assigned(self, pod: PodInfo, node: str) -> None:
-        if self._muted:
+        if self.unobserved:
             return
         for obs in self.assignment_observers:
             obs.pod_assigned(pod, node)
 
     def _released(self, pod: PodInfo, node: str) -> None:
-        if self._muted:
+        if self.unobserved:
             return
         for obs in self.assignment_observers:
             obs.pod_released(pod, node)

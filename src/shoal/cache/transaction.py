@@ -19,6 +19,12 @@ ordinary incremental hooks, and is recorded. `rollback(mark)` undoes the operati
 a `mark()` in reverse order (a savepoint: preemption's reprieve uses it per victim);
 `discard()` undoes everything.
 
+A **what-if** (`Transaction(cluster, what_if=True)`, used in a `with` block) is always
+discarded and cannot be committed; within it the cluster's assignment observers
+(cluster-wide tallies such as tenant-queue usage) are not told of its operations nor of
+their undoing. Judges that read per-node state only (preemption's victim search on
+node-local filters) need no such tallies, and a what-if cannot leave them changed.
+
 `commit()` ends the transaction and returns what was decided (`Decision`). Assumed pods
 stay assumed (the scheduler hands them to binding). Evicted pods are *put back* and
 marked as terminating: like kube-scheduler, the cache keeps counting a victim until the
@@ -101,20 +107,29 @@ _Op = _Assume | _Unassume | _Evict | _Restore | _Nominate | _Undo
 class Transaction:
     """See the module docstring. Use as a context manager to discard on an exception."""
 
-    __slots__ = ("_done", "_off", "_ops", "cluster")
+    __slots__ = ("_done", "_entered", "_off", "_ops", "cluster", "what_if")
 
-    def __init__(self, cluster: ClusterState) -> None:
+    def __init__(self, cluster: ClusterState, *, what_if: bool = False) -> None:
         self.cluster = cluster
+        self.what_if = what_if
         self._ops: list[_Op] = []
         self._off: dict[str, PodRecord] = {}  # uid -> record of pods evicted right now
         self._done = False
+        self._entered = False
 
     def __enter__(self) -> Transaction:
+        if self.what_if:
+            self.cluster.unobserved += 1
+        self._entered = True
         return self
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
-        if not self._done:
-            self.discard()
+        try:
+            if not self._done:
+                self.discard()
+        finally:
+            if self.what_if:
+                self.cluster.unobserved -= 1
 
     # ---- operations ----------------------------------------------------------------
 
@@ -228,6 +243,8 @@ class Transaction:
     def commit(self) -> Decision:
         """End the transaction, keeping what it decided (see the module docstring)."""
         self._check()
+        if self.what_if:
+            raise TransactionError("a what-if transaction is always discarded, never committed")
         decision = Decision()
         placed: dict[str, tuple[PodInfo, str]] = {}
         evicted: dict[str, EvictedPod] = {}
@@ -264,3 +281,8 @@ class Transaction:
     def _check(self) -> None:
         if self._done:
             raise TransactionError("the transaction has already been committed or discarded")
+        if self.what_if and not self._entered:
+            raise TransactionError(
+                "a what-if transaction is used as a context manager (`with`), which "
+                "turns the assignment observers off for exactly its span"
+            )

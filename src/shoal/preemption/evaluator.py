@@ -317,7 +317,7 @@ class VictimSearch:
             slots = slots[on_rows[columns.row[slots]]]
         runner = self.handle.runner(pod)
         # Judged on the rows alone and always undone: no cluster-wide tallies.
-        with cluster.assignments_muted(), Transaction(cluster) as tx:
+        with Transaction(cluster, what_if=True) as tx:
             for uid in columns.uids[slots].tolist():
                 tx.evict(cluster.placed[uid].pod)
             state = CycleState(dry_run=True)
@@ -430,9 +430,9 @@ class VictimSearch:
         ordered: dict[int, list[list[PodInfo]]] = {}
         victims: dict[int, list[list[PodInfo]]] = {}
         cluster = self.handle.cluster
-        # Every judge here reads per-node state only (node_local), and the transaction
-        # is always undone: cluster-wide tallies (queue usage) need not follow it.
-        with cluster.assignments_muted(), Transaction(cluster) as tx:
+        # Every judge here reads per-node state only (node_local), and a what-if is
+        # always undone: cluster-wide tallies (queue usage) need not follow it.
+        with Transaction(cluster, what_if=True) as tx:
             for row in rows:
                 for unit in units_of[row]:
                     for victim in unit:

@@ -241,14 +241,13 @@ class Replica:
         self.known: dict[str, int] = {
             table.names[r]: int(table.row_generation[r]) for r in range(table.n)
         }
+        # A replica keeps no cluster-wide tallies (tenant-queue usage): a cluster with
+        # queue objects decides every pod serially (`row_local`), so nothing on a
+        # replica reads them. `sched` is the worker's own copy of the scheduler.
+        sched.cluster.assignment_observers.clear()
 
     def apply(self, update: Update) -> None:
-        """Bring the replica up to the truth as of the update (tenant-queue usage is not
-        kept: a cluster with queue objects decides every pod serially, `row_local`)."""
-        with self.sched.cluster.assignments_muted():
-            self._apply(update)
-
-    def _apply(self, update: Update) -> None:
+        """Bring the replica up to the truth as of the update."""
         cluster = self.sched.cluster
         for uid in update.conflicts:
             record = cluster.placed.get(uid)
@@ -292,7 +291,6 @@ class Replica:
             if node is None:
                 out.append(Proposal(uid, "", 0))
                 continue
-            with sched.cluster.assignments_muted():
-                sched.cluster.assume(pod, node)
+            sched.cluster.assume(pod, node)
             out.append(Proposal(uid, node, self.known.get(node, -1)))
         return out

@@ -45,10 +45,10 @@ def shard_options(
 
 
 # Tests that need both replicas alive throughout (the loan tests, and those checking
-# that both did work): a round may take longer than 0.2 s on a loaded machine (it is
-# then abandoned), and a replica whose rounds keep failing for 2 s has its shards taken
-# over (a fresh-clone CI run saw one replica bind all 80 pods that way); these timings
-# keep both replicas alive through the test.
+# that both did work): longer leases leave room for a loaded machine. (Rounds slower than
+# the retry period were abandoned until 2026-11-29, and a fresh-clone CI run saw one
+# replica bind all 80 pods that way even with these timings; a round may now take until
+# the renew deadline.)
 LOAN_TIMINGS = (4.0, 3.0, 0.4)
 
 

@@ -144,6 +144,32 @@ async def test_a_partitioned_leader_steps_down_before_anyone_else_takes_over(
 
 
 @async_test()
+async def test_a_leader_on_a_slow_api_server_keeps_the_lease(tmp_path: Path) -> None:
+    """Every request of the leader answers 0.2 s late, so a renewal (read, then write)
+    takes about 0.4 s: longer than the retry period (0.1 s), shorter than the renew
+    deadline (1.2 s). It keeps renewing and stays the leader; the standby never takes
+    over. (A renewal cut off at the retry period never succeeded, and the leader
+    stepped down.)"""
+    settings = dict(lease_duration=2.0, renew_deadline=1.2, retry_period=0.1)
+    async with FakeApiServer() as api, clients(api, tmp_path, "a", "b") as (ca, cb):
+        a, b = (
+            LeaderElector(c, LeaderSettings(identity=n, namespace="kube-system", **settings))
+            for c, n in ((ca, "a"), (cb, "b"))
+        )
+        await a.acquire()
+        hold = asyncio.create_task(a.hold())
+        standby = asyncio.create_task(b.acquire())
+        api.inject(Fault(user_agent="(a)", status=0, delay=0.2, times=None))
+        await asyncio.sleep(3.0)
+        assert not hold.done(), hold
+        assert a.is_leader and not standby.done()
+        assert holder(api) == "a"
+        for task in (hold, standby):
+            task.cancel()
+        await asyncio.gather(hold, standby, return_exceptions=True)
+
+
+@async_test()
 async def test_a_fractional_lease_duration_is_written_rounded_up_so_leaders_never_overlap(
     tmp_path: Path,
 ) -> None:

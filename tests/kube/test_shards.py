@@ -3,8 +3,10 @@ one: tests/apiserver/test_node_shards.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,7 @@ from shoal.drivers.kube.shards import (
     plan,
     unschedulable_since,
 )
-from shoal.testing.fake_apiserver import FakeApiServer
+from shoal.testing.fake_apiserver import FakeApiServer, Fault
 
 # ---- the plan -----------------------------------------------------------------------
 
@@ -588,4 +590,40 @@ async def test_a_leader_restarted_after_a_crash_takes_every_shard_at_once(
             assert new.state.held == frozenset(range(8))
             assert {m.identity for m in new.state.members} == {"new"}
         finally:
+            await connection.close()
+
+
+@async_test(timeout=30)
+async def test_a_keeper_on_a_slow_api_server_keeps_its_member_lease_and_shards(
+    tmp_path: Path,
+) -> None:
+    """Every request of b answers 0.2 s late, so b's rounds (a list and a renewal) take
+    about 0.4 s: longer than the retry period (0.1 s), shorter than the renew deadline
+    (0.6 s). b keeps renewing and keeps its shards; a never takes them over. (A round
+    cut off at the retry period renewed nothing, and b lost every shard.)"""
+    async with FakeApiServer() as api:
+        connection = await connect(str(api.kubeconfig(tmp_path / "kubeconfig")))
+        keepers = [
+            ShardKeeper(
+                connection.client(n, ClientSettings(user_agent=f"shoal ({n})")), _settings(n)
+            )
+            for n in ("a", "b")
+        ]
+        a, b = keepers
+        tasks = [asyncio.create_task(k.run()) for k in keepers]
+        try:
+            deadline = time.monotonic() + 10
+            while not (len(a.state.usable) == len(b.state.usable) == 4):
+                assert time.monotonic() < deadline, "the shards were never split"
+                await asyncio.sleep(0.05)
+            api.inject(Fault(user_agent="(b)", status=0, delay=0.2, times=None))
+            end = time.monotonic() + 3.0
+            while time.monotonic() < end:
+                assert len(b.state.held) == 4 and len(a.state.held) == 4, (a.state, b.state)
+                await asyncio.sleep(0.05)
+            assert not b.error, b.error
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await connection.close()

@@ -165,9 +165,10 @@ class LeaderElector:
             deadline = self.last_renew + s.renew_deadline
             sent = self.clock()
             try:
-                renewed = await _within(
-                    self.try_acquire_or_renew(), max(0.001, min(s.retry_period, deadline - sent))
-                )
+                # An attempt may take until the renew deadline (client-go's renew loop
+                # too): a slow API server is not a lost lease. Capping it at the retry
+                # period would give up on every renewal slower than that.
+                renewed = await _within(self.try_acquire_or_renew(), max(0.001, deadline - sent))
             except (ApiError, TimeoutError) as err:
                 log.warning("renewing the lease failed: %s", err, extra={"error": str(err)})
                 renewed = False

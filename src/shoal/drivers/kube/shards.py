@@ -517,12 +517,16 @@ class ShardKeeper:
         s = self.settings
         while True:
             try:
-                await asyncio.wait_for(self.round(), timeout=s.retry_period)
+                # A round may take until the renew deadline, as a leader's renewal may: a
+                # slow API server (a round slower than the retry period) must not cost
+                # this replica its member Lease and its shards; the fence (`may_bind`)
+                # stops binds whenever the last renewal is older than the deadline.
+                await asyncio.wait_for(self.round(), timeout=s.renew_deadline)
                 self.error = ""
             except (ApiError, TimeoutError, OSError) as err:
                 # A timed-out round raises TimeoutError(), whose str() is empty.
                 self.error = (
-                    str(err) or f"{type(err).__name__} (round took over {s.retry_period} s)"
+                    str(err) or f"{type(err).__name__} (round took over {s.renew_deadline} s)"
                 )
                 log.warning("node shards: %s", self.error, extra={"error": self.error})
             await asyncio.sleep(s.retry_period)

@@ -100,6 +100,22 @@ async def test_release_on_shutdown_hands_over_at_once(tmp_path: Path) -> None:
 
 
 @async_test()
+async def test_a_standby_on_a_slow_api_server_takes_a_released_lease(tmp_path: Path) -> None:
+    """The standby's requests answer 0.2 s late, more than the retry period (0.1 s): it
+    still takes the lease the leader gives back (its attempts were cut off at the retry
+    period, so it never did)."""
+    async with FakeApiServer() as api, clients(api, tmp_path, "a", "b") as (ca, cb):
+        a, b = elector(ca, "a"), elector(cb, "b")
+        await a.acquire()
+        api.inject(Fault(user_agent="(b)", status=0, delay=0.2, times=None))
+        standby = asyncio.create_task(b.acquire())
+        await asyncio.sleep(0.3)
+        await a.release()
+        await asyncio.wait_for(standby, 3)
+        assert b.is_leader and holder(api) == "b"
+
+
+@async_test()
 async def test_release_reads_the_lease_back_when_a_renewal_moved_it_on(tmp_path: Path) -> None:
     """A renewal that landed while its answer was lost (or that was in flight when the
     renewals stopped) leaves the elector a stale resourceVersion: the release gets 409,

@@ -141,7 +141,10 @@ class LeaderElector:
         while True:
             sent = self.clock()
             try:
-                acquired = await _within(self.try_acquire_or_renew(), self.settings.retry_period)
+                # As a renewal, an attempt may be slower than the retry period (client-go
+                # gives it the HTTP client's timeout): on a slow API server a standby
+                # would otherwise never take a free lease.
+                acquired = await _within(self.try_acquire_or_renew(), self.settings.renew_deadline)
             except (ApiError, TimeoutError) as err:
                 log.debug("acquiring the lease failed: %s", err, extra={"error": str(err)})
                 acquired = False

@@ -38,6 +38,21 @@ async def _shoal(kubeconfig: str, config: Path, *args: str) -> tuple[int, str, s
     return proc.returncode, out.decode(), err.decode()
 
 
+def _config(tmp_path: Path, scheduler_name: str) -> Path:
+    """A configuration with one profile, for the space's schedulerName."""
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "profiles": [{"schedulerName": scheduler_name}],
+            }
+        )
+    )
+    return config
+
+
 @async_test(timeout=120)
 async def test_get_queues_reports_the_usage_of_the_pods_bound(
     control_plane: dict[str, str], tmp_path: Path
@@ -59,16 +74,7 @@ async def test_get_queues_reports_the_usage_of_the_pods_bound(
         for i, cpu in enumerate(("1", "500m", "1500m")):
             await s.create_pod(f"p{i}", cpu, labels=labels)
         await s.create_pod("too-big", "9", labels=labels)  # never fits a 4-cpu node
-        config = tmp_path / "scheduler.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "profiles": [{"schedulerName": s.scheduler}],
-                }
-            )
-        )
+        config = _config(tmp_path, s.scheduler)
         async with s.shoal(s.options("ctl")):
 
             async def three() -> bool:
@@ -292,16 +298,7 @@ async def test_explain_names_the_taints_the_pods_status_leaves_out(
             content_type=MERGE,
         )
         await s.create_pod("p", "1")
-        config = tmp_path / "scheduler.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "profiles": [{"schedulerName": s.scheduler}],
-                }
-            )
-        )
+        config = _config(tmp_path, s.scheduler)
         said: list[str] = []
         async with s.shoal(s.options("ctltaint")):
 

@@ -80,6 +80,13 @@ def test_a_claim_allocated_where_the_pod_no_longer_fits_is_deallocated_and_alloc
     assert devices_of(h, "a") == [(other, "gpu-0")]
     [deallocated] = h.effects.claim_deallocations
     assert deallocated.claim == "default/a"
+    # Both PostFilter reasons in one message, joined with ", " as kube's Status joins them.
+    said = [e.message for e in h.events if e.pod == "default/pa" and e.kind == "unschedulable"]
+    assert any(
+        f"resourceclaim a was allocated on {node} where the pod does not fit: deallocated, "
+        "to be allocated again where it does, preemption: 0/2 nodes are available:" in m
+        for m in said
+    ), said
 
 
 def test_a_claim_reserved_for_a_running_pod_is_never_deallocated() -> None:

@@ -251,8 +251,8 @@ class Framework:
         self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis
     ) -> tuple[PostFilterResult | None, Status]:
         """kube's RunPostFilterPlugins: the first that succeeds (or answers other than
-        Unschedulable) decides; otherwise every plugin's reason is kept, in order, and
-        the first to reject is named."""
+        Unschedulable) decides; otherwise every plugin's reason is kept, in order (one
+        message, joined with ", " as kube's), and the first to reject is named."""
         statuses = _Statuses(diagnosis, self.handle)
         reasons: list[str] = []
         rejector = ""
@@ -264,7 +264,8 @@ class Framework:
                 reasons.append(status.message.rstrip("."))
                 diagnosis.post_filter_plugins.add(plugin.name)
             rejector = rejector or plugin.name
-        message = ". ".join(reasons)
+        # kube's Status.Message(): the reasons joined with ", ".
+        message = ", ".join(reasons)
         return None, Status(Code.UNSCHEDULABLE, message, plugin=rejector)
 
     # ---- scoring -------------------------------------------------------------------

@@ -250,8 +250,9 @@ class Taint(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, fr
     value: str = ""
 
     def __str__(self) -> str:
-        # {key: value}, as kube-scheduler named a taint in its messages before v1.34.
-        return f"{{{self.key}: {self.value}}}"
+        # As `kubectl taint` writes it: key=value:Effect (key:Effect without a value).
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
 
 
 class Toleration(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True, frozen=True):

@@ -128,7 +128,5 @@ def untolerated_taints(handle: Handle, pod: PodInfo, rows: NDArray[np.intp]) -> 
     found: dict[str, int] = {}
     for taint, count in zip(blocking, counts.tolist(), strict=True):
         if taint is not None and count:
-            value = f"={taint.value}" if taint.value else ""
-            name = f"{taint.key}{value}:{taint.effect}"
-            found[name] = found.get(name, 0) + count
+            found[str(taint)] = found.get(str(taint), 0) + count
     return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
